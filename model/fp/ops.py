@@ -1,0 +1,223 @@
+"""Golden FP operations of the numeric contract, vectorised over numpy arrays.
+
+The contract (docs/numerics.md):
+
+* Products of two inputs are exact.
+* One fused step computes ``round_fp32(psum + 2**scale_exp * sum_i a_i * b_i)`` with a single
+  round-to-nearest-even of the exact value; subnormals are kept, overflow gives +-Inf.
+* NaN in, ``Inf * 0`` or ``Inf - Inf`` give the canonical quiet NaN.
+* An exact zero sum is -0 only when every addend is -0 (IEEE 754 rule for round-to-nearest).
+
+How exactness is obtained: every input value and every product (at most 24 x 24 significand bits)
+is exactly a float64, and so is a product times a power-of-two scale.  The sum of the terms is
+computed with error-free transformations (TwoSum); where a partial sum of products is not exact in
+float64 the element falls back to rational arithmetic.  The exact result reaches
+:func:`round_to_format` as a float64 plus the sign of its residual, which rounds it once.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+
+from .codec import QNAN, decode, round_to_format, to_bits
+from .formats import format_of_dtype, get_format
+
+__all__ = ["two_sum", "exact_sum_round", "fp32_dot_add", "fp32_add", "fp32_to_bf16",
+           "fp32_to_fp16", "round_fp32", "MAX_SCALE_EXP"]
+
+#: Largest |scale_exp| accepted: keeps every scaled product a normal float64.
+MAX_SCALE_EXP = 600
+
+_FP32 = get_format("fp32")
+
+
+def two_sum(a, b):
+    """Error-free transformation: ``s = fl(a + b)`` and ``e`` with ``a + b == s + e`` exactly."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+def _as_values(x, fmt, what):
+    """Exact float64 values of ``x`` (format from ``fmt`` or from the dtype)."""
+    arr = np.asarray(x)
+    try:
+        f = get_format(fmt) if fmt is not None else format_of_dtype(arr.dtype)
+        return decode(arr, f), f
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def exact_sum_round(terms, fmt="fp32"):
+    """Round the exact sum of float64 ``terms`` (a list of equal-shape arrays) once to ``fmt``.
+
+    Every term must be a float64 holding an exact value.  Non-finite terms follow IEEE rules
+    (``+Inf + -Inf`` is NaN).  Returns the encodings of ``fmt``.
+    """
+    f = get_format(fmt)
+    terms = [np.asarray(t, dtype=np.float64) for t in terms]
+    shape = np.broadcast_shapes(*(t.shape for t in terms))
+    terms = [np.broadcast_to(t, shape) for t in terms]
+    # Plain float64 sum: right for every non-finite case (NaN, Inf, Inf - Inf).
+    plain = terms[0].copy()
+    for t in terms[1:]:
+        plain = plain + t
+    special = ~np.isfinite(plain)
+    # An exact zero sum is -0 only when every addend is -0 (IEEE 754, round to nearest).
+    all_negzero = np.ones(shape, dtype=bool)
+    for t in terms:
+        all_negzero &= (t == 0) & np.signbit(t)
+
+    # Running TwoSum: exact == s + (sum of the error terms).  With at most one nonzero error the
+    # final TwoSum(s, e) is an exact float64 pair with |residual| <= ulp/2; two or more nonzero
+    # errors send the element to the rational path.
+    with np.errstate(invalid="ignore"):
+        s = terms[0].copy()
+        e_keep = np.zeros(shape, dtype=np.float64)
+        n_err = np.zeros(shape, dtype=np.int64)
+        for t in terms[1:]:
+            s, e = two_sum(s, t)
+            nz = e != 0
+            n_err += nz
+            e_keep = np.where(nz, e, e_keep)
+        s, r = two_sum(s, e_keep)
+    rs = np.sign(np.where(special, 0.0, r)).astype(np.int64)
+    s = np.where(special, plain, s)
+    slow = (n_err >= 2) & ~special
+    if slow.any():
+        idx = np.nonzero(slow)
+        cols = [t[idx] for t in terms]
+        for j in range(len(idx[0])):
+            exact = sum((Fraction(float(c[j])) for c in cols), Fraction(0))
+            sj = exact.numerator / exact.denominator  # int true division: correctly rounded
+            key = tuple(ix[j] for ix in idx)
+            s[key] = sj
+            rs[key] = (exact > Fraction(sj)) - (exact < Fraction(sj))
+    s = np.where((s == 0) & ~special, np.where(all_negzero, -0.0, 0.0), s)
+    return round_to_format(s, f, rs)
+
+
+def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None):
+    """Fused dot-product-add: ``round_fp32(psum + 2**scale_exp * sum_k a[..., k] * b[..., k])``.
+
+    Parameters
+    ----------
+    psum : ndarray of float32
+        Incoming partial sums, broadcastable to ``a.shape[:-1]``.
+    a, b : ndarray
+        Operands of a datapath format dtype (float32, bfloat16, float16, float8_*,
+        float4_e2m1fn), same shape ``[..., k]``; the products are summed over the last axis.
+    a_format, b_format : str, optional
+        Override the format the dtype implies (``"tf32"`` for float32 data read as TF32).
+    scale_exp : int or ndarray of int, optional
+        Power-of-two exponent applied to the sum of products (MX: the sum of the two unbiased
+        E8M0 scale exponents), broadcastable to ``a.shape[:-1]``; ``|scale_exp| <= 600``.
+
+    Returns
+    -------
+    ndarray of float32
+        Shape ``broadcast(psum.shape, a.shape[:-1])``.
+    """
+    psum = np.asarray(psum)
+    if psum.dtype != np.float32:
+        raise ValueError(f"psum must be float32 (the PSUM accumulation format), got {psum.dtype}")
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("a and b need a last axis of products (shape [..., k])")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
+    va, fa = _as_values(a, a_format, "a")
+    vb, fb = _as_values(b, b_format, "b")
+    for f, what in ((fa, "a"), (fb, "b")):
+        if f.name == "e8m0":
+            raise ValueError(f"{what}: e8m0 is a scale format, not a multiplier operand")
+    if (fa.name in ("fp32", "tf32")) != (fb.name in ("fp32", "tf32")):
+        raise ValueError(f"fp32/tf32 operands cannot be mixed with 16-bit or 8-bit operands "
+                         f"(got {fa.name} x {fb.name})")
+    out_shape = a.shape[:-1]
+    try:
+        shape = np.broadcast_shapes(psum.shape, out_shape)
+    except ValueError:
+        raise ValueError(f"psum shape {psum.shape} does not broadcast to a.shape[:-1] = "
+                         f"{out_shape}") from None
+    prods = va * vb  # exact: <= 48 significand bits, exponents within float64's normal range
+    if scale_exp is not None:
+        se = np.asarray(scale_exp)
+        if se.dtype.kind not in "iu":
+            raise ValueError(f"scale_exp must be an integer array, got dtype {se.dtype}")
+        if se.size and int(np.abs(se).max()) > MAX_SCALE_EXP:
+            raise ValueError(f"|scale_exp| must be <= {MAX_SCALE_EXP}, got {int(np.abs(se).max())}")
+        prods = np.ldexp(prods, se.astype(np.int32)[..., None])
+    terms = [np.broadcast_to(decode(psum).astype(np.float64), shape)]
+    terms += [np.broadcast_to(prods[..., i], shape) for i in range(prods.shape[-1])]
+    return exact_sum_round(terms, _FP32).view(np.float32)
+
+
+def fp32_add(x, y):
+    """``round_fp32(x + y)`` for float32 arrays (RNE, subnormals kept, canonical NaN)."""
+    x = np.asarray(x)
+    y = np.asarray(y)
+    for v, what in ((x, "x"), (y, "y")):
+        if v.dtype != np.float32:
+            raise ValueError(f"{what} must be float32, got {v.dtype}")
+    return exact_sum_round([x.astype(np.float64), y.astype(np.float64)], _FP32).view(np.float32)
+
+
+def round_fp32(values):
+    """Round exact float64 values once to FP32 (RNE); canonical NaN."""
+    return round_to_format(np.asarray(values, dtype=np.float64), _FP32).view(np.float32)
+
+
+def fp32_to_bf16(x, rounding="rne", rand=None):
+    """Convert float32 to bfloat16.
+
+    Parameters
+    ----------
+    x : ndarray of float32
+    rounding : {"rne", "sr"}
+        ``"rne"``: round to nearest even.  ``"sr"``: stochastic rounding, the magnitude bits plus
+        ``rand`` (16-bit) truncated to the upper 16 bits; the sign is kept, Inf passes unchanged.
+    rand : ndarray of uint16-range integers
+        The random values for ``"sr"`` (see :class:`model.fp.xorwow.Xorwow`), same shape as x.
+
+    NaN gives the canonical BF16 quiet NaN 0x7FC0 in both modes.
+    """
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    import ml_dtypes
+    if rounding == "rne":
+        return round_to_format(x.astype(np.float64), "bf16").view(ml_dtypes.bfloat16)
+    if rounding != "sr":
+        raise ValueError(f"unknown rounding {rounding!r}; allowed: 'rne', 'sr'")
+    if rand is None:
+        raise ValueError("stochastic rounding needs rand (16-bit random values, same shape as x)")
+    r = np.asarray(rand)
+    if r.shape != x.shape:
+        raise ValueError(f"rand shape {r.shape} must equal x shape {x.shape}")
+    if r.dtype.kind not in "iu" or (r.size and (int(r.min()) < 0 or int(r.max()) > 0xFFFF)):
+        raise ValueError("rand must hold integers in [0, 65535]")
+    bits = x.view(np.uint32).astype(np.uint64)
+    sign = bits & 0x80000000
+    mag = bits & 0x7FFFFFFF
+    out = ((mag + r.astype(np.uint64)) >> 16) | (sign >> 16)
+    is_inf = mag == 0x7F800000
+    is_nan = mag > 0x7F800000
+    out = np.where(is_inf, bits >> 16, out)
+    out = np.where(is_nan, QNAN["bf16"], out)
+    return out.astype(np.uint16).view(ml_dtypes.bfloat16)
+
+
+def fp32_to_fp16(x):
+    """Convert float32 to float16 with round to nearest even (overflow -> Inf, canonical NaN)."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    return round_to_format(x.astype(np.float64), "fp16").view(np.float16)
+
+
+def bits_of(x, fmt=None):
+    """Raw encodings of a format-typed array (re-exported for test helpers)."""
+    return to_bits(x, fmt)
