@@ -187,7 +187,8 @@ def round_to_format(s, fmt, residual_sign=None):
     m2 = 2 * m + dm                       # magnitude in units of 2**(e_lsb - 1)
     e2 = e_lsb - 1
     # Position of the leading one of m2.
-    msb = np.where(m2 > 0, np.floor(np.log2(np.maximum(m2, 1).astype(np.float64))), 0).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        msb = np.floor(np.log2(np.maximum(m2, 1).astype(np.float64))).astype(np.int64)
     # float64 log2 of an integer < 2**54 can be off by one just below a power of two: fix it.
     msb = np.where((m2 >> np.minimum(msb, 62)) == 0, msb - 1, msb)
     msb = np.where((m2 >> np.minimum(msb + 1, 62)) != 0, msb + 1, msb)

@@ -61,8 +61,9 @@ def exact_sum_round(terms, fmt="fp32"):
     terms = [np.broadcast_to(t, shape) for t in terms]
     # Plain float64 sum: right for every non-finite case (NaN, Inf, Inf - Inf).
     plain = terms[0].copy()
-    for t in terms[1:]:
-        plain = plain + t
+    with np.errstate(invalid="ignore"):
+        for t in terms[1:]:
+            plain = plain + t
     special = ~np.isfinite(plain)
     # An exact zero sum is -0 only when every addend is -0 (IEEE 754, round to nearest).
     all_negzero = np.ones(shape, dtype=bool)
@@ -142,7 +143,8 @@ def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None):
     except ValueError:
         raise ValueError(f"psum shape {psum.shape} does not broadcast to a.shape[:-1] = "
                          f"{out_shape}") from None
-    prods = va * vb  # exact: <= 48 significand bits, exponents within float64's normal range
+    with np.errstate(invalid="ignore"):  # Inf * 0 is NaN, as the contract says
+        prods = va * vb  # exact: <= 48 significand bits, exponents within float64's normal range
     if scale_exp is not None:
         se = np.asarray(scale_exp)
         if se.dtype.kind not in "iu":
@@ -189,7 +191,9 @@ def fp32_to_bf16(x, rounding="rne", rand=None):
         raise ValueError(f"x must be float32, got {x.dtype}")
     import ml_dtypes
     if rounding == "rne":
-        return round_to_format(x.astype(np.float64), "bf16").view(ml_dtypes.bfloat16)
+        with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly; they map to qNaN
+            wide = x.astype(np.float64)
+        return round_to_format(wide, "bf16").view(ml_dtypes.bfloat16)
     if rounding != "sr":
         raise ValueError(f"unknown rounding {rounding!r}; allowed: 'rne', 'sr'")
     if rand is None:
@@ -215,7 +219,9 @@ def fp32_to_fp16(x):
     x = np.asarray(x)
     if x.dtype != np.float32:
         raise ValueError(f"x must be float32, got {x.dtype}")
-    return round_to_format(x.astype(np.float64), "fp16").view(np.float16)
+    with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly; they map to qNaN
+        wide = x.astype(np.float64)
+    return round_to_format(wide, "fp16").view(np.float16)
 
 
 def bits_of(x, fmt=None):

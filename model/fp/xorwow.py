@@ -8,10 +8,13 @@ The Trainium3 Vector Engine PRNG, used here as the source of stochastic-rounding
     d = d + 362437
     out = v + d                      (all mod 2**32)
 
-Seeding (the project's definition, shared with ``hdl.fp.xorwow``): a 64-bit seed is XORed into
-Marsaglia's published initial state, low word into ``x``, high word into ``y``; ``z``, ``w``, ``v``
-and ``d`` start at the published values.  ``z``, ``w`` and ``v`` stay nonzero, so every seed is a
-valid xorshift state.  A stochastic-rounding draw is the upper 16 bits of one output.
+Seeding is software's job, as on the hardware, whose generator state is written by the runtime:
+:meth:`Xorwow.seed_state` expands a 64-bit seed with SplitMix64 (Steele, Lea, Flood 2014) into the
+five xorshift words ``x, y, z, w, v`` (three SplitMix64 outputs, low word first; an all-zero
+xorshift state, which would stay zero, is replaced by Marsaglia's published one) and ``d`` starts at
+Marsaglia's 6615241.  The RTL generator (``hdl.fp.xorwow``) loads those six words.  Hashing the seed
+matters: seeds that differ in a few low bits (one per PSUM partition) would otherwise give nearly
+equal first outputs.  A stochastic-rounding draw is the upper 16 bits of one output.
 """
 
 import numpy as np
@@ -36,15 +39,28 @@ class Xorwow:
 
     def __init__(self, seed):
         s = np.asarray(seed, dtype=object)
-        flat = [int(v) for v in s.reshape(-1)]
-        for v in flat:
-            if not 0 <= v < 1 << 64:
-                raise ValueError(f"XORWOW seed {v} is outside [0, 2**64)")
         self.shape = s.shape
-        lo = np.array([v & 0xFFFFFFFF for v in flat], dtype=np.uint32).reshape(self.shape)
-        hi = np.array([v >> 32 for v in flat], dtype=np.uint32).reshape(self.shape)
-        x0, y0, z0, w0, v0, d0 = (np.full(self.shape, c, dtype=np.uint32) for c in XORWOW_INIT)
-        self.x, self.y, self.z, self.w, self.v, self.d = x0 ^ lo, y0 ^ hi, z0, w0, v0, d0
+        words = [self.seed_state(int(v)) for v in s.reshape(-1)]
+        cols = np.array(words, dtype=np.uint32).reshape(self.shape + (6,))
+        self.x, self.y, self.z, self.w, self.v, self.d = (cols[..., i].copy() for i in range(6))
+
+    @staticmethod
+    def seed_state(seed):
+        """The six 32-bit state words ``(x, y, z, w, v, d)`` that a 64-bit seed programs."""
+        if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 1 << 64:
+            raise ValueError(f"XORWOW seed {seed!r} is outside [0, 2**64)")
+        z = int(seed)
+        words = []
+        for _ in range(3):
+            z = (z + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+            r = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+            r = ((r ^ (r >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+            r ^= r >> 31
+            words += [r & 0xFFFFFFFF, r >> 32]
+        xs = words[:5]
+        if not any(xs):
+            xs = list(XORWOW_INIT[:5])
+        return tuple(xs) + (XORWOW_INIT[5],)
 
     def state(self):
         """The six state words ``(x, y, z, w, v, d)`` as uint32 arrays (copies)."""

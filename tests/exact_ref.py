@@ -1,0 +1,132 @@
+"""Exact rational reference for the numeric contract, written independently of ``model.fp``.
+
+Everything here is Python ``Fraction`` / ``int`` arithmetic on one element at a time: slow, but
+with no floating point anywhere, so it can judge the vectorised golden model.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+
+# (exp_bits, man_bits, bias, has_inf) of the rounding targets the contract uses.
+TARGETS = {"fp32": (8, 23, 127), "bf16": (8, 7, 127), "fp16": (5, 10, 15)}
+
+
+def value_of_bits(bits, exp_bits, man_bits, bias, special="ieee", ignored=0):
+    """Exact value of one encoding: a Fraction, or the strings 'inf', '-inf', 'nan'."""
+    bits &= ~((1 << ignored) - 1)
+    sign = -1 if (bits >> (exp_bits + man_bits)) & 1 else 1
+    e = (bits >> man_bits) & ((1 << exp_bits) - 1)
+    m = bits & ((1 << man_bits) - 1)
+    allones = (1 << exp_bits) - 1
+    if special == "ieee" and e == allones:
+        return ("inf" if sign > 0 else "-inf") if m == 0 else "nan"
+    if special == "fn" and e == allones and m == (1 << man_bits) - 1:
+        return "nan"
+    if e == 0:
+        mag = Fraction(m) * Fraction(2) ** (1 - bias - man_bits)
+    else:
+        mag = Fraction((1 << man_bits) | m) * Fraction(2) ** (e - bias - man_bits)
+    return sign * mag
+
+
+def round_rational(q, target="fp32", negzero=False):
+    """Encoding of the rational ``q`` rounded once, to nearest with ties to even.
+
+    ``negzero`` gives the sign of an exact zero.  Overflow gives Inf.
+    """
+    exp_bits, man_bits, bias = TARGETS[target]
+    sign_bit = 1 << (exp_bits + man_bits)
+    if q == 0:
+        return sign_bit if negzero else 0
+    sign = sign_bit if q < 0 else 0
+    q = abs(q)
+    emin = 1 - bias
+    emax = (1 << exp_bits) - 2 - bias
+    # Binade: largest E with 2**E <= q.
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while Fraction(2) ** e > q:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= q:
+        e += 1
+    e = max(e, emin)
+    ulp = Fraction(2) ** (e - man_bits)
+    n = q / ulp
+    lo = n.numerator // n.denominator
+    frac = n - lo
+    if frac > Fraction(1, 2) or (frac == Fraction(1, 2) and lo % 2 == 1):
+        lo += 1
+    # lo * ulp is the rounded magnitude.
+    if lo == 1 << (man_bits + 1):
+        lo >>= 1
+        e += 1
+    if e > emax:
+        return sign | (((1 << exp_bits) - 1) << man_bits)
+    if lo < 1 << man_bits:  # subnormal (only possible at e == emin)
+        return sign | lo
+    return sign | ((e + bias) << man_bits) | (lo - (1 << man_bits))
+
+
+def dot_add_reference(psum_bits, a_vals, b_vals, scale_exp=0):
+    """Contract result (FP32 encoding) of one fused step from exact operand values.
+
+    ``a_vals`` / ``b_vals`` hold Fractions or 'inf' / '-inf' / 'nan' strings.
+    """
+    p = value_of_bits(psum_bits, 8, 23, 127)
+    terms = [p]
+    negzero_terms = [psum_bits == 0x80000000]
+    for x, y in zip(a_vals, b_vals):
+        if "nan" in (x, y):
+            return 0x7FC00000
+        xs = isinstance(x, str)
+        ys = isinstance(y, str)
+        if xs or ys:
+            other = y if xs else x
+            if not isinstance(other, str) and other == 0:
+                return 0x7FC00000
+            sx = (-1 if (x.startswith("-") if xs else x < 0) else 1)
+            sy = (-1 if (y.startswith("-") if ys else y < 0) else 1)
+            terms.append("inf" if sx * sy > 0 else "-inf")
+            negzero_terms.append(False)
+            continue
+        prod = x * y
+        terms.append(prod * Fraction(2) ** scale_exp)
+        # The sign of a zero product: negative when exactly one factor is negative (or -0).
+        negzero_terms.append(prod == 0 and _is_neg(x) != _is_neg(y))
+    if "nan" in terms:
+        return 0x7FC00000
+    infs = {t for t in terms if isinstance(t, str)}
+    if infs == {"inf", "-inf"}:
+        return 0x7FC00000
+    if infs:
+        return 0x7F800000 if "inf" in infs else 0xFF800000
+    total = sum(terms, Fraction(0))
+    return round_rational(total, "fp32", negzero=all(negzero_terms))
+
+
+def _is_neg(v):
+    # Fractions lose the sign of zero; callers pass ('negzero') markers via NegZero below.
+    return isinstance(v, NegZero) or (not isinstance(v, NegZero) and v < 0)
+
+
+class NegZero(Fraction):
+    """A Fraction equal to 0 that remembers it was -0."""
+
+    def __new__(cls):
+        return super().__new__(cls, 0)
+
+
+def exact_operand(bits, fmt):
+    """Exact operand value of one encoding of a model format (with -0 preserved)."""
+    from model.fp.formats import get_format
+    f = get_format(fmt)
+    v = value_of_bits(int(bits), f.exp_bits, f.man_bits, f.bias,
+                      special=f.special if f.special in ("ieee", "fn") else "none",
+                      ignored=f.ignored_low_bits) if f.signed else None
+    if v == 0 and f.signed and (int(bits) >> (f.bits - 1)) & 1:
+        return NegZero()
+    return v
+
+
+def as_bits_array(values):
+    return np.asarray(values, dtype=np.uint32)
