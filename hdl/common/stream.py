@@ -1,0 +1,166 @@
+"""Valid/ready stream wrapper around lanes of an ``en``-pipelined unit (test and top level)."""
+
+from amaranth.hdl import Cat, Module, Shape, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["StreamLanes"]
+
+
+class StreamLanes(wiring.Component):
+    """``lanes`` copies of a unit behind ONE valid/ready input stream and ONE output stream.
+
+    The unit is any :class:`~amaranth.lib.wiring.Component` with a fixed ``latency`` attribute,
+    flat ports only, inputs named ``i_*``, outputs named ``o_*``, and (when ``latency > 0``) a
+    clock enable ``en`` that freezes its whole pipeline.  Every lane gets the same ``en``, so
+    the lanes move in lock step and one beat carries one operation per lane.
+
+    Flow control: a ``latency``-bit shift register of valid flags runs alongside the pipeline.
+    The pipeline advances (``en = 1``) when its output slot is empty or being taken
+    (``advance = ~o_valid | o_ready``), and an input beat is accepted exactly when it advances
+    (``i_ready = advance``), so no beat is lost or duplicated under any ``o_ready`` pattern;
+    ``o_data`` holds steady while ``o_valid & ~o_ready``.  ``i_ready`` depends combinationally on
+    ``o_ready`` (no skid buffer).  Bubbles inside the pipeline are not squeezed out while the
+    output is stalled.  With ``latency == 0`` the wrapper is combinational:
+    ``o_valid = i_valid``, ``i_ready = o_ready``.
+
+    Data layout: ``i_data`` is the concatenation of every lane's ``i_*`` ports, lane 0 in the
+    low bits and, within a lane, the ports in signature order starting at the lane's LSB (see
+    :attr:`in_fields`); ``o_data`` likewise for the ``o_*`` ports (:attr:`out_fields`).
+    Signed ports are carried as their two's complement bits.
+
+    Parameters
+    ----------
+    factory : callable
+        Called ``lanes`` times without arguments; returns a fresh unit each time.
+    lanes : int
+        Number of copies.
+
+    Attributes
+    ----------
+    units : list of Component
+        The lane instances.
+    latency : int
+        That of the unit: a beat accepted at a clock edge appears at ``o_data`` ``latency``
+        pipeline advances later.
+    in_fields, out_fields : list of (str, int)
+        ``(port name, width)`` of one lane's fields, LSB first.
+    in_lane_width, out_lane_width : int
+        Bits per lane in ``i_data`` / ``o_data``.
+
+    Interface
+    ---------
+    i_valid : In(1), i_ready : Out(1), i_data : In(lanes * in_lane_width)
+    o_valid : Out(1), o_ready : In(1), o_data : Out(lanes * out_lane_width)
+    """
+
+    def __init__(self, factory, lanes):
+        if not callable(factory):
+            raise TypeError(f"Unit factory must be callable, not {factory!r}")
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+            raise TypeError(f"Lane count must be a positive integer, not {lanes!r}")
+        self.lanes = lanes
+        self.units = [factory() for _ in range(lanes)]
+        unit = self.units[0]
+        if not isinstance(unit, wiring.Component):
+            raise TypeError(f"Unit factory must return a wiring.Component, not {unit!r}")
+        latency = getattr(unit, "latency", None)
+        if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0:
+            raise TypeError(f"Unit {unit!r} must have a non-negative integer latency, "
+                            f"not {latency!r}")
+        self.latency = latency
+        self.in_fields, self.out_fields = [], []
+        self._in_signed, self._out_signed = {}, {}
+        has_en = False
+        for name, member in unit.signature.members.items():
+            if not member.is_port:
+                raise TypeError(f"Unit member {name!r} is not a plain port; StreamLanes wraps "
+                                f"units with flat i_*/o_* ports only")
+            shape = Shape.cast(member.shape)
+            width, signed = shape.width, shape.signed
+            if name == "en" and member.flow == In and width == 1:
+                has_en = True
+            elif name.startswith("i_") and member.flow == In:
+                self.in_fields.append((name, width))
+                self._in_signed[name] = signed
+            elif name.startswith("o_") and member.flow == Out:
+                self.out_fields.append((name, width))
+                self._out_signed[name] = signed
+            else:
+                raise TypeError(f"Unit port {name!r} ({member.flow.name}) is neither an 'i_*' "
+                                f"input, an 'o_*' output nor a 1-bit 'en' input")
+        if latency > 0 and not has_en:
+            raise TypeError(f"Unit {unit!r} has latency {latency} but no 'en' clock enable")
+        for other in self.units[1:]:
+            if other.signature != unit.signature or getattr(other, "latency", None) != latency:
+                raise TypeError("Unit factory must return units of one signature and latency")
+        self._has_en = has_en
+        self.in_lane_width = sum(w for _, w in self.in_fields)
+        self.out_lane_width = sum(w for _, w in self.out_fields)
+        if self.in_lane_width == 0 or self.out_lane_width == 0:
+            raise TypeError(f"Unit {unit!r} needs at least one i_* input and one o_* output")
+        super().__init__({
+            "i_valid": In(1),
+            "i_ready": Out(1),
+            "i_data": In(lanes * self.in_lane_width),
+            "o_valid": Out(1),
+            "o_ready": In(1),
+            "o_data": Out(lanes * self.out_lane_width),
+        })
+
+    # -- packing helpers for testbenches ---------------------------------------------------------
+    def pack_inputs(self, lane_values):
+        """Pack a list (one per lane) of ``{port name: int}`` dicts into an ``i_data`` integer."""
+        if len(lane_values) != self.lanes:
+            raise ValueError(f"Expected values for {self.lanes} lanes, got {len(lane_values)}")
+        word, pos = 0, 0
+        for values in lane_values:
+            for name, width in self.in_fields:
+                word |= (int(values.get(name, 0)) & ((1 << width) - 1)) << pos
+                pos += width
+        return word
+
+    def unpack_outputs(self, word):
+        """Split an ``o_data`` integer into a list (one per lane) of ``{port name: int}`` dicts.
+
+        Signed ports are sign-extended.
+        """
+        word, out = int(word), []
+        for _ in range(self.lanes):
+            values = {}
+            for name, width in self.out_fields:
+                v = word & ((1 << width) - 1)
+                if self._out_signed[name] and v >> (width - 1):
+                    v -= 1 << width
+                values[name] = v
+                word >>= width
+            out.append(values)
+        return out
+
+    def elaborate(self, platform):
+        m = Module()
+        for i, unit in enumerate(self.units):
+            m.submodules[f"lane{i}"] = unit
+        in_pos, out_pos, outs = 0, 0, []
+        for unit in self.units:
+            for name, width in self.in_fields:
+                m.d.comb += getattr(unit, name).eq(self.i_data[in_pos:in_pos + width])
+                in_pos += width
+            outs += [getattr(unit, name) for name, _ in self.out_fields]
+        m.d.comb += self.o_data.eq(Cat(*outs))
+
+        if self.latency == 0:
+            m.d.comb += [self.o_valid.eq(self.i_valid), self.i_ready.eq(self.o_ready)]
+            return m
+        valid = Signal(self.latency, name="valid")       # valid[k]: stage k+1 holds a beat
+        advance = Signal(name="advance")
+        m.d.comb += [
+            advance.eq(~valid[-1] | self.o_ready),
+            self.i_ready.eq(advance),
+            self.o_valid.eq(valid[-1]),
+        ]
+        for unit in self.units:
+            m.d.comb += unit.en.eq(advance)
+        with m.If(advance):
+            m.d.sync += valid.eq(Cat(self.i_valid, valid[:-1]))
+        return m

@@ -1,0 +1,62 @@
+"""FP32 adder: ``round_fp32(a + b)`` on :class:`~hdl.fp.add_round.AddRound`."""
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .add_round import AddRound
+from .unpack import Unpack
+
+__all__ = ["Fp32Add"]
+
+
+class Fp32Add(wiring.Component):
+    """IEEE FP32 addition, round to nearest even (the golden :func:`model.fp.ops.fp32_add`).
+
+    Subnormal inputs and results are kept, overflow gives +-Inf, a NaN input or ``Inf - Inf``
+    gives ``0x7FC00000``, ``(-0) + (-0) = -0`` and every other exact zero sum is +0.
+
+    The FP32 decode is folded into the first :class:`AddRound` stage (it is a few gates).
+
+    Attributes
+    ----------
+    latency : int
+        4 (that of :class:`AddRound`).
+
+    Interface
+    ---------
+    en : In(1, init=1)
+        Clock enable of the pipeline.
+    i_a, i_b : In(32)
+        FP32 encodings.
+    o_result : Out(32)
+        FP32 encoding of the sum, ``latency`` enabled cycles later.
+    """
+
+    latency = AddRound.latency
+
+    def __init__(self):
+        super().__init__({
+            "en": In(1, init=1),
+            "i_a": In(32),
+            "i_b": In(32),
+            "o_result": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unpack_a = ua = Unpack(["fp32"])
+        m.submodules.unpack_b = ub = Unpack(["fp32"])
+        m.submodules.core = core = AddRound(ua.sig_width, ua.exp_range,
+                                            ub.sig_width, ub.exp_range)
+        m.d.comb += [ua.i_bits.eq(self.i_a), ub.i_bits.eq(self.i_b), core.en.eq(self.en)]
+        for op, u in (("a", ua), ("b", ub)):
+            m.d.comb += [
+                getattr(core, f"i_{op}_sign").eq(u.o_sign),
+                getattr(core, f"i_{op}_exp").eq(u.o_exp),
+                getattr(core, f"i_{op}_sig").eq(u.o_sig),
+                getattr(core, f"i_{op}_inf").eq(u.o_inf),
+                getattr(core, f"i_{op}_nan").eq(u.o_nan),
+            ]
+        m.d.comb += self.o_result.eq(core.o_result)
+        return m

@@ -1,0 +1,213 @@
+"""Two-operand exact add with a single rounding to FP32: the core of every fused FP32 unit."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.common.bits import bits_for_range, clamp, count_leading_zeros, shift_right_sticky
+from model.fp.codec import QNAN
+from model.fp.formats import get_format
+
+from .round import round_pack
+
+__all__ = ["AddRound", "GUARD_BITS"]
+
+#: Bits kept below the LSB of the wider significand during alignment (guard, round, sticky).
+GUARD_BITS = 3
+
+_FP32 = get_format("fp32")
+
+
+def _check_range(value, what):
+    if not isinstance(value, range) or value.step != 1 or len(value) == 0:
+        raise TypeError(f"{what} must be a non-empty range with step 1, not {value!r}")
+    return value
+
+
+class AddRound(wiring.Component):
+    """``round_fp32(a + b)`` of two exact operands, with one round-to-nearest-even.
+
+    Each operand is ``(-1)**sign * sig * 2**exp`` with an integer significand of any width,
+    possibly unnormalized (leading zeros allowed, zero allowed) and an exponent of any range:
+    the operands are exact values (an FP32 number, an exact 48-bit product, a wide fixed-point
+    sum of products), and the result is the FP32 rounding of their exact sum.  Intermediate
+    exponents are as wide as the operand ranges need, so nothing overflows or flushes before the
+    single rounding.
+
+    Result rules: subnormal results are kept (gradual underflow); overflow gives +-Inf; a NaN
+    operand or ``Inf - Inf`` gives the canonical quiet NaN ``0x7FC00000``; an Inf operand gives
+    that Inf; an exact zero sum is -0 only when both operands are -0 (a zero operand carries its
+    sign in ``i_*_sign``); a nonzero sum that rounds to zero keeps its sign.
+
+    Parameters
+    ----------
+    a_width, b_width : int
+        Significand widths of the operands.
+    a_exp, b_exp : range
+        Every LSB exponent the operand can carry (wider ranges only cost exponent bits).
+
+    Attributes
+    ----------
+    latency : int
+        4 cycles of ``en``: (1) normalize both operands (LZC + shift), (2) compare magnitudes,
+        swap, align the smaller with guard/round/sticky bits, (3) add or subtract and count the
+        leading zeros of the sum, (4) normalize, round, pack, specials.
+    width : int
+        ``max(a_width, b_width, 24)``: the significand width both operands are normalized to.
+    window : int
+        ``width + GUARD_BITS``: the alignment window.
+
+    Interface
+    ---------
+    en : In(1, init=1)
+        Clock enable of the whole pipeline; every register holds while it is 0.
+    i_a_sign, i_a_exp, i_a_sig, i_a_inf, i_a_nan : In
+        Operand A (``i_a_sig`` and ``i_a_exp`` are ignored when ``i_a_inf`` or ``i_a_nan``).
+    i_b_sign, i_b_exp, i_b_sig, i_b_inf, i_b_nan : In
+        Operand B.
+    o_result : Out(32)
+        FP32 encoding of the rounded sum, ``latency`` enabled cycles after the operands.
+
+    Notes
+    -----
+    Why one rounding of the truncated window is exact (``W = width``, ``G = GUARD_BITS = 3``):
+    after normalization the larger magnitude ``X`` occupies bits ``[W+G-1 : G]`` of the window
+    and is a multiple of ``2**G``.  The smaller ``Y`` is shifted right by the exponent difference
+    ``d``; bits leaving the window are ORed into window bit 0 (jamming).  If ``d <= G`` no bit is
+    lost and the sum is exact.  Otherwise the jammed ``Y'`` lies in the same open interval
+    ``(2k, 2k+2)`` as ``Y`` (or equals it), and so do ``X +- Y'`` and ``X +- Y`` since ``X`` is
+    even: the computed sum is odd exactly when the true one is not on the even grid.  And since
+    ``d >= G + 1`` bounds the cancellation (``X - Y > 2**(W+G-2)``), the FP32 rounding position
+    is at window bit ``(W+G-2) - 23 >= 2`` or higher (``W >= 24``): the rounding decision only
+    looks at multiples of 2, where the jammed and exact sums agree.  Subnormal results round at
+    an even higher position.  With ``d <= 1`` (massive cancellation possible) the sum is exact
+    and the left shift that normalizes it brings in zeros only.
+    """
+
+    latency = 4
+
+    def __init__(self, a_width, a_exp, b_width, b_exp):
+        for value, what in ((a_width, "a_width"), (b_width, "b_width")):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TypeError(f"AddRound {what} must be a positive integer, not {value!r}")
+        self.a_width, self.b_width = a_width, b_width
+        self.a_exp = _check_range(a_exp, "AddRound a_exp")
+        self.b_exp = _check_range(b_exp, "AddRound b_exp")
+        self.width = max(a_width, b_width, _FP32.precision)
+        self.window = self.width + GUARD_BITS
+        # Exponent of the MSB of a normalized operand: exp + width_i - 1 - lzc, lzc in [0, W].
+        tops = [(r.start + w - 1 - self.width, r.stop - 1 + w - 1)
+                for r, w in ((a_exp, a_width), (b_exp, b_width))]
+        self._top_lo = min(t[0] for t in tops)
+        self._top_hi = max(t[1] for t in tops)
+        super().__init__({
+            "en": In(1, init=1),
+            "i_a_sign": In(1), "i_a_exp": In(bits_for_range(a_exp.start, a_exp.stop - 1)),
+            "i_a_sig": In(a_width), "i_a_inf": In(1), "i_a_nan": In(1),
+            "i_b_sign": In(1), "i_b_exp": In(bits_for_range(b_exp.start, b_exp.stop - 1)),
+            "i_b_sig": In(b_width), "i_b_inf": In(1), "i_b_nan": In(1),
+            "o_result": Out(32),
+        })
+
+    def __repr__(self):
+        return (f"AddRound({self.a_width}, {self.a_exp!r}, {self.b_width}, {self.b_exp!r})")
+
+    def elaborate(self, platform):
+        m = Module()
+        W, N = self.width, self.window
+        top_shape = bits_for_range(self._top_lo, self._top_hi)
+
+        def stage(name, value, shape=None):
+            """A pipeline register loaded from `value` when en is set."""
+            reg = Signal(shape if shape is not None else len(value), name=name, reset_less=True)
+            with m.If(self.en):
+                m.d.sync += reg.eq(value)
+            return reg
+
+        # ---- stage 1: normalize each operand to W bits with its MSB at the top ---------------
+        norm = {}
+        for op, width in (("a", self.a_width), ("b", self.b_width)):
+            sig = getattr(self, f"i_{op}_sig")
+            exp = getattr(self, f"i_{op}_exp")
+            wide = Signal(W, name=f"s1_{op}_wide")
+            m.d.comb += wide.eq(sig << (W - width))
+            lz = count_leading_zeros(m, wide, name=f"s1_{op}_lzc")
+            shifted = Signal(W, name=f"s1_{op}_norm")
+            m.d.comb += shifted.eq(wide << lz)
+            top = Signal(top_shape, name=f"s1_{op}_top")
+            m.d.comb += top.eq(exp + (width - 1) - lz)
+            norm[op] = dict(
+                sig=stage(f"r1_{op}_sig", shifted),
+                top=stage(f"r1_{op}_top", top, top_shape),
+                zero=stage(f"r1_{op}_zero", ~sig.any()),
+                sign=stage(f"r1_{op}_sign", getattr(self, f"i_{op}_sign")),
+                inf=stage(f"r1_{op}_inf", getattr(self, f"i_{op}_inf")),
+                nan=stage(f"r1_{op}_nan", getattr(self, f"i_{op}_nan")),
+            )
+        a, b = norm["a"], norm["b"]
+
+        # ---- stage 2: order by magnitude, align the smaller one -------------------------------
+        # A zero operand always loses (its normalized exponent is meaningless).
+        a_ge_b = Signal(name="s2_a_ge_b")
+        m.d.comb += a_ge_b.eq(b["zero"] | (~a["zero"] & (
+            (a["top"] > b["top"]) | ((a["top"] == b["top"]) & (a["sig"] >= b["sig"])))))
+        x_sig, y_sig = Signal(W, name="s2_x_sig"), Signal(W, name="s2_y_sig")
+        x_top, y_top = Signal(top_shape, name="s2_x_top"), Signal(top_shape, name="s2_y_top")
+        x_sign, y_sign = Signal(name="s2_x_sign"), Signal(name="s2_y_sign")
+        m.d.comb += [
+            x_sig.eq(Mux(a_ge_b, a["sig"], b["sig"])), y_sig.eq(Mux(a_ge_b, b["sig"], a["sig"])),
+            x_top.eq(Mux(a_ge_b, a["top"], b["top"])), y_top.eq(Mux(a_ge_b, b["top"], a["top"])),
+            x_sign.eq(Mux(a_ge_b, a["sign"], b["sign"])),
+            y_sign.eq(Mux(a_ge_b, b["sign"], a["sign"])),
+        ]
+        # A zero Y may have a larger (garbage) exponent: the clamp to 0 keeps it harmless.
+        dist = clamp(m, x_top - y_top, 0, N, name="s2_dist")
+        y_win = Signal(N, name="s2_y_win")
+        m.d.comb += y_win.eq(Cat(Const(0, GUARD_BITS), y_sig))
+        y_shr, y_lost = shift_right_sticky(m, y_win, dist, name="s2_align")
+        y_al = Cat(y_shr[0] | y_lost, y_shr[1:])        # jam the lost bits into bit 0
+        nan = (a["nan"] | b["nan"] | (a["inf"] & b["inf"] & (a["sign"] ^ b["sign"])))
+        r2_x = stage("r2_x", Cat(Const(0, GUARD_BITS), x_sig))
+        r2_y = stage("r2_y", y_al)
+        r2_sub = stage("r2_sub", x_sign ^ y_sign)
+        r2_sign = stage("r2_sign", x_sign)
+        r2_top = stage("r2_top", x_top, top_shape)
+        r2_zsign = stage("r2_zero_sign", a["sign"] & b["sign"])
+        r2_nan = stage("r2_nan", nan)
+        r2_inf = stage("r2_inf", a["inf"] | b["inf"])
+        r2_inf_sign = stage("r2_inf_sign", Mux(a["inf"], a["sign"], b["sign"]))
+
+        # ---- stage 3: add / subtract (X >= Y, so no negative result), count leading zeros ----
+        total = Signal(N + 1, name="s3_sum")
+        m.d.comb += total.eq(Mux(r2_sub, r2_x - r2_y, r2_x + r2_y))
+        lz = count_leading_zeros(m, total, name="s3_lzc")
+        r3_sum = stage("r3_sum", total)
+        r3_lz = stage("r3_lz", lz)
+        r3_sign = stage("r3_sign", r2_sign)
+        r3_top = stage("r3_top", r2_top, top_shape)
+        r3_zsign = stage("r3_zero_sign", r2_zsign)
+        r3_nan = stage("r3_nan", r2_nan)
+        r3_inf = stage("r3_inf", r2_inf)
+        r3_inf_sign = stage("r3_inf_sign", r2_inf_sign)
+
+        # ---- stage 4: normalize, round once, pack, specials ----------------------------------
+        normed = Signal(N + 1, name="s4_norm")
+        m.d.comb += normed.eq(r3_sum << r3_lz)
+        # Bit N of the sum has exponent x_top + 1.
+        e_top = Signal(bits_for_range(self._top_lo - N, self._top_hi + 1), name="s4_e_top")
+        m.d.comb += e_top.eq(r3_top + 1 - r3_lz)
+        mag, ovf = round_pack(m, _FP32, e_top, normed, Const(0, 1), name="s4_rnd")
+        is_zero = r3_lz == N + 1
+        result = Signal(32, name="s4_result")
+        with m.If(r3_nan):
+            m.d.comb += result.eq(QNAN["fp32"])
+        with m.Elif(r3_inf):
+            m.d.comb += result.eq(Cat(Const(0x7F800000, 31), r3_inf_sign))
+        with m.Elif(is_zero):
+            m.d.comb += result.eq(Cat(Const(0, 31), r3_zsign))
+        with m.Elif(ovf):
+            m.d.comb += result.eq(Cat(Const(0x7F800000, 31), r3_sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(mag, r3_sign))
+        m.d.comb += self.o_result.eq(stage("r4_result", result))
+        return m

@@ -1,0 +1,147 @@
+"""FP32 -> BF16 (RNE or stochastic rounding) and FP32 -> FP16 (RNE) converters."""
+
+import enum
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from model.fp.codec import QNAN
+from model.fp.formats import get_format
+
+from .round import round_pack
+from .unpack import Unpack
+
+__all__ = ["Bf16Rounding", "Fp32ToBf16", "Fp32ToFp16"]
+
+
+class Bf16Rounding(enum.IntEnum):
+    """Values of :class:`Fp32ToBf16`'s ``i_mode`` input."""
+    RNE = 0  #: round to nearest, ties to even
+    SR = 1   #: stochastic rounding with ``i_rand``
+
+
+class Fp32ToBf16(wiring.Component):
+    """FP32 -> BF16 conversion, RNE or stochastic (the golden :func:`model.fp.ops.fp32_to_bf16`).
+
+    RNE: ``(bits + 0x7FFF + bits[16]) >> 16`` on the magnitude.  BF16 has FP32's exponent range,
+    so this one addition rounds normals and subnormals alike, carries into the exponent when the
+    mantissa rounds up, and turns values above the largest BF16 into Inf.
+
+    Stochastic rounding: ``((bits & 0x7FFFFFFF) + i_rand) >> 16`` with the sign re-attached, so a
+    value rounds away from zero with probability equal to its discarded fraction; Inf passes
+    unchanged (adding ``i_rand < 2**16`` to ``0x7F800000`` does not reach the next BF16 code).
+
+    NaN gives the canonical ``0x7FC0`` in both modes.
+
+    Attributes
+    ----------
+    latency : int
+        1 (one output register).
+
+    Interface
+    ---------
+    en : In(1, init=1)
+        Clock enable.
+    i_value : In(32)
+        FP32 encoding.
+    i_mode : In(1)
+        :class:`Bf16Rounding`: 0 RNE, 1 SR.
+    i_rand : In(16)
+        Random bits for SR (e.g. the upper 16 bits of :class:`~hdl.fp.xorwow.Xorwow`'s
+        ``o_value``); ignored in RNE mode.
+    o_result : Out(16)
+        BF16 encoding, ``latency`` enabled cycles later.
+    """
+
+    latency = 1
+
+    def __init__(self):
+        super().__init__({
+            "en": In(1, init=1),
+            "i_value": In(32),
+            "i_mode": In(1),
+            "i_rand": In(16),
+            "o_result": Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sign = self.i_value[31]
+        mag = self.i_value[:31]
+        is_nan = mag > 0x7F800000
+        addend = Signal(16, name="addend")
+        with m.If(self.i_mode == Bf16Rounding.SR):
+            m.d.comb += addend.eq(self.i_rand)
+        with m.Else():
+            m.d.comb += addend.eq(0x7FFF + self.i_value[16])
+        total = Signal(32, name="total")       # <= 0x7FFFFFFF + 0xFFFF: fits 32 bits
+        m.d.comb += total.eq(mag + addend)
+        result = Signal(16, name="result")
+        with m.If(is_nan):
+            m.d.comb += result.eq(QNAN["bf16"])
+        with m.Else():
+            # NaN is the only case where total[31] could be set (mag >= 0x7FFF0001).
+            m.d.comb += result.eq(Cat(total[16:31], sign))
+        out = Signal(16, name="out", reset_less=True)
+        with m.If(self.en):
+            m.d.sync += out.eq(result)
+        m.d.comb += self.o_result.eq(out)
+        return m
+
+
+class Fp32ToFp16(wiring.Component):
+    """FP32 -> FP16 conversion, round to nearest even (the golden :func:`fp32_to_fp16`).
+
+    Gradual underflow into FP16 subnormals, overflow to +-Inf, Inf passes, NaN gives ``0x7E00``,
+    the sign of zero (and of values that round to zero) is kept.  FP32 subnormals (below
+    ``2**-126``) are far below half the smallest FP16 subnormal (``2**-25``) and round to +-0;
+    the rounding logic therefore takes the FP32 significand as is, without normalizing it.
+
+    Attributes
+    ----------
+    latency : int
+        1 (one output register).
+
+    Interface
+    ---------
+    en : In(1, init=1)
+        Clock enable.
+    i_value : In(32)
+        FP32 encoding.
+    o_result : Out(16)
+        FP16 encoding, ``latency`` enabled cycles later.
+    """
+
+    latency = 1
+
+    def __init__(self):
+        super().__init__({
+            "en": In(1, init=1),
+            "i_value": In(32),
+            "o_result": Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        fp16 = get_format("fp16")
+        m.submodules.unpack = up = Unpack(["fp32"])
+        m.d.comb += up.i_bits.eq(self.i_value)
+        # MSB exponent assuming the implicit bit: exact for normals; subnormals end up far
+        # below the FP16 range either way (see the class docstring).
+        e_top = Signal(range(-160, 160), name="e_top")
+        m.d.comb += e_top.eq(up.o_exp + (up.sig_width - 1))
+        mag, ovf = round_pack(m, fp16, e_top, up.o_sig, Const(0, 1), name="rnd")
+        inf_code = ((1 << fp16.exp_bits) - 1) << fp16.man_bits
+        result = Signal(16, name="result")
+        with m.If(up.o_nan):
+            m.d.comb += result.eq(QNAN["fp16"])
+        with m.Elif(up.o_inf | ovf):
+            m.d.comb += result.eq(Cat(Const(inf_code, 15), up.o_sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(mag, up.o_sign))
+        out = Signal(16, name="out", reset_less=True)
+        with m.If(self.en):
+            m.d.sync += out.eq(result)
+        m.d.comb += self.o_result.eq(out)
+        return m

@@ -1,0 +1,221 @@
+"""The block registry: every block the CLI can generate, lint and test, with its parameters.
+
+A block turns validated parameters into a top-level Amaranth component (its Verilog top) and names
+the cocotb testbench that checks it against the golden model.  Groups name sets of
+``(block, params)`` configurations that ``ncrtl lint`` and ``ncrtl conformance`` run together.
+"""
+
+from dataclasses import dataclass, field
+
+__all__ = ["BlockError", "Param", "Block", "register", "get", "all_blocks", "GROUPS",
+           "DOT_ADD_MODES"]
+
+
+class BlockError(ValueError):
+    """Unknown block, unknown parameter or bad parameter value."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One block parameter: ``--param name=value`` on the command line."""
+
+    name: str
+    kind: type
+    default: object
+    help: str
+    choices: tuple = ()
+    minimum: object = None
+    maximum: object = None
+
+    def convert(self, block, text):
+        if self.kind is bool:
+            if str(text).lower() in ("1", "true", "yes", "on"):
+                value = True
+            elif str(text).lower() in ("0", "false", "no", "off"):
+                value = False
+            else:
+                raise BlockError(f"{block}: parameter {self.name}={text!r} is not a boolean "
+                                 f"(use 0/1, true/false)")
+        else:
+            try:
+                value = self.kind(text)
+            except (TypeError, ValueError):
+                raise BlockError(f"{block}: parameter {self.name}={text!r} is not "
+                                 f"{'an integer' if self.kind is int else 'a ' + self.kind.__name__}") from None
+        if self.choices and value not in self.choices:
+            raise BlockError(f"{block}: parameter {self.name}={value!r} is not allowed; "
+                             f"allowed: {', '.join(map(str, self.choices))}")
+        if self.minimum is not None and value < self.minimum:
+            raise BlockError(f"{block}: parameter {self.name}={value!r} is below the minimum "
+                             f"{self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            raise BlockError(f"{block}: parameter {self.name}={value!r} is above the maximum "
+                             f"{self.maximum}")
+        return value
+
+
+@dataclass(frozen=True)
+class Block:
+    """A generatable, testable block.
+
+    Parameters
+    ----------
+    name : str
+        Registry name (``fp.dot_add``).
+    summary : str
+        One line for ``ncrtl list``.
+    params : tuple of Param
+    make : callable
+        ``make(**params) -> component`` building the top-level component.
+    top : callable
+        ``top(**params) -> str``: the Verilog module name of the top.
+    testbench : str
+        cocotb test module checking the block (run by :mod:`testbench.conformance`).
+    """
+
+    name: str
+    summary: str
+    params: tuple
+    make: object
+    top: object
+    testbench: str = ""
+    notes: dict = field(default_factory=dict)
+
+    def resolve(self, user):
+        """Validate ``{name: text}`` from the command line; return the full parameter dict."""
+        known = {p.name: p for p in self.params}
+        for k in user:
+            if k not in known:
+                allowed = ", ".join(known) or "none"
+                raise BlockError(f"{self.name}: unknown parameter {k!r}; allowed: {allowed}")
+        out = {}
+        for p in self.params:
+            out[p.name] = p.convert(self.name, user[p.name]) if p.name in user else p.default
+        return out
+
+    def label(self, params):
+        shown = ",".join(f"{k}={v}" for k, v in params.items() if k != "lanes")
+        return f"{self.name}[{shown}]" if shown else self.name
+
+    def component(self, params):
+        return self.make(**params)
+
+    def verilog(self, params):
+        """``(verilog_text, top_name)`` of the block for ``params``."""
+        from hdl.common.checks import emit_verilog
+        top = self.top(**params)
+        return emit_verilog(self.component(params), top), top
+
+
+_BLOCKS = {}
+
+
+def register(block):
+    if block.name in _BLOCKS:
+        raise ValueError(f"block {block.name!r} is registered twice")
+    _BLOCKS[block.name] = block
+    return block
+
+
+def get(name):
+    """The block called ``name``; :class:`BlockError` lists the known ones otherwise."""
+    if name not in _BLOCKS:
+        groups = f"; groups: {', '.join(GROUPS)}" if GROUPS else ""
+        raise BlockError(f"unknown block {name!r}; known blocks: {', '.join(_BLOCKS)}{groups}")
+    return _BLOCKS[name]
+
+
+def all_blocks():
+    return list(_BLOCKS.values())
+
+
+# -- FP units ----------------------------------------------------------------------------------
+
+OPERAND_FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2",
+                   "fp8_e3m4", "fp4_e2m1fn")
+
+#: Fused dot-add configurations of the PE modes: (formats_a, formats_b, n_products, scale).
+DOT_ADD_MODES = {
+    "fp32": (("fp32",), ("fp32",), 1, False),
+    "tf32": (("tf32",), ("tf32",), 1, False),
+    "bf16": (("bf16",), ("bf16",), 1, False),
+    "fp16": (("fp16",), ("fp16",), 1, False),
+    "fp8": (("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4"),
+            ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4"), 1, False),
+    "double_row": (("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2"),
+                   ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2"), 2, False),
+    "mx": (("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn"),
+           ("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn"), 4, True),
+}
+
+_LANES = Param("lanes", int, 8, "parallel copies behind one stream (simulation throughput)",
+               minimum=1, maximum=64)
+
+
+def _lanes(factory, lanes):
+    from hdl.common.stream import StreamLanes
+    return StreamLanes(factory, lanes)
+
+
+def _make_mul(fmt_a, fmt_b, lanes):
+    from hdl.fp.mul import ExactMul
+    return _lanes(lambda: ExactMul([fmt_a], [fmt_b]), lanes)
+
+
+def _make_dot_add(mode, lanes):
+    from hdl.fp.dot_add import FusedDotAdd
+    fa, fb, k, scale = DOT_ADD_MODES[mode]
+    return _lanes(lambda: FusedDotAdd(list(fa), list(fb), k, scale=scale), lanes)
+
+
+def _make_add(lanes):
+    from hdl.fp.add import Fp32Add
+    return _lanes(Fp32Add, lanes)
+
+
+def _make_bf16(lanes):
+    from hdl.fp.convert import Fp32ToBf16
+    return _lanes(Fp32ToBf16, lanes)
+
+
+def _make_fp16(lanes):
+    from hdl.fp.convert import Fp32ToFp16
+    return _lanes(Fp32ToFp16, lanes)
+
+
+def _make_xorwow(lanes):
+    from hdl.fp.xorwow import Xorwow
+    return _lanes(Xorwow, lanes)
+
+
+register(Block(
+    "fp.mul", "exact multiplier of two operand formats (with the decoders)",
+    (Param("fmt_a", str, "fp8_e4m3", "format of operand a", OPERAND_FORMATS),
+     Param("fmt_b", str, "fp8_e4m3", "format of operand b", OPERAND_FORMATS), _LANES),
+    _make_mul, lambda fmt_a, fmt_b, lanes: f"fp_mul_{fmt_a}_{fmt_b}",
+    "testbench.fp.test_mul"))
+register(Block(
+    "fp.dot_add", "fused dot-product-add into FP32, one rounding (1, 2 or 4 products)",
+    (Param("mode", str, "bf16", "PE mode: operand formats, products per step, MX scale",
+           tuple(DOT_ADD_MODES)), _LANES),
+    _make_dot_add, lambda mode, lanes: f"fp_dot_add_{mode}", "testbench.fp.test_dot_add"))
+register(Block("fp.add", "FP32 adder, one rounding", (_LANES,), _make_add,
+               lambda lanes: "fp_add", "testbench.fp.test_add"))
+register(Block("fp.bf16", "FP32 -> BF16 converter, RNE or stochastic rounding", (_LANES,),
+               _make_bf16, lambda lanes: "fp_to_bf16", "testbench.fp.test_convert"))
+register(Block("fp.fp16", "FP32 -> FP16 converter, RNE", (_LANES,), _make_fp16,
+               lambda lanes: "fp_to_fp16", "testbench.fp.test_convert"))
+register(Block("fp.xorwow", "XORWOW pseudo-random generator (stochastic-rounding bits)",
+               (Param("lanes", int, 4, "independent generators behind one stream",
+                      minimum=1, maximum=64),),
+               _make_xorwow, lambda lanes: "fp_xorwow", "testbench.fp.test_xorwow"))
+
+_MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
+                                                  ("fp8_e5m2", "fp8_e4m3fn")]
+
+#: Named sets of configurations.
+GROUPS = {
+    "fp": ([("fp.mul", {"fmt_a": a, "fmt_b": b}) for a, b in _MUL_PAIRS]
+           + [("fp.dot_add", {"mode": m}) for m in DOT_ADD_MODES]
+           + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]),
+}

