@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
 
-__all__ = ["run_block", "run_conformance", "tb_settings", "BlockResult"]
+__all__ = ["run_block", "run_conformance", "tb_settings", "tb_block", "BlockResult"]
+
+
+def tb_block():
+    """Inside a cocotb testbench: the registry name of the block under test."""
+    return os.environ.get("NCRTL_BLOCK", "")
 
 
 def tb_settings():
@@ -61,7 +66,7 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
         summary = Path(tmp) / "summary.json"
         env = {"NCRTL_PARAMS": json.dumps(params), "NCRTL_COUNT": str(count),
                "NCRTL_SEED": str(seed), "NCRTL_STALL": str(stall), "NCRTL_SUMMARY": str(summary),
-               "NCRTL_LABEL": label}
+               "NCRTL_LABEL": label, "NCRTL_BLOCK": block.name}
         res = built.run(block.testbench, testcase=testcase, env=env, seed=seed,
                         results=Path(tmp) / "results.xml")
         units = []

@@ -521,8 +521,10 @@ def _parse_results(path: Path) -> tuple[int, int, tuple[str, ...], list[str]]:
             failed.append(name)
             seed = next((p.get("value") for p in case.iter("property")
                          if p.get("name") == "random_seed"), None)
-            text = bad.get("message") or (bad.text or "").strip().splitlines()[-1:] or ["?"]
-            text = text if isinstance(text, str) else text[0]
+            text = bad.get("message")
+            if not text:
+                lines = (bad.text or "").strip().splitlines()
+                text = lines[-1] if lines else "?"
             details.append(f"  {name}: {bad.get('type', 'failure')}: "
                            + text.replace("\n", "\n    ")
                            + (f"\n    (COCOTB_RANDOM_SEED={seed})" if seed else ""))

@@ -15,13 +15,15 @@ Sampling contract
 Both tasks wake once per cycle on ``RisingEdge(clock)`` and read the handshake signals right
 there, without ``ReadOnly``.  In cocotb's timing model an edge trigger returns before any HDL
 reacts to the edge, so the values read are the ones the flops sampled at that edge, and writes
-made then take effect after the edge, like a non-blocking assignment.  This also holds on
-Verilator when the clock is cocotb's C++ clock (:class:`cocotb.clock.Clock` with
-``COCOTB_TRUST_INERTIAL_WRITES=1``, which :mod:`testbench.sim` sets): the clock toggles in a
-timed callback and edge triggers fire before the model evaluates the edge.  The self-test
-(:mod:`testbench.selftest.test_stream`) checks this with a loss/duplication scoreboard and a
-one-word-per-cycle throughput test.  Skipping ``ReadOnly`` halves the number of awaits, and VPI
-round-trips and awaits are what bound cocotb's speed.
+made then take effect after the edge, like a non-blocking assignment.  cocotb's documentation
+warns that Verilator may run edge triggers after evaluating the edge instead; with cocotb 2.1,
+Verilator 5.048 and ``COCOTB_TRUST_INERTIAL_WRITES=1`` (set by :mod:`testbench.sim`) it does
+not: the clock write is applied between model evaluations, and the edge trigger fires before
+the model evaluates the edge.  This was checked with both the C++ and the Python
+:class:`cocotb.clock.Clock`, and the self-test (:mod:`testbench.selftest.test_stream`) guards it
+with a loss/duplication scoreboard and a one-word-per-cycle throughput test.  Not using
+``ReadOnly`` halves the awaits per cycle, and awaits and VPI round-trips are what limit cocotb's
+speed.
 
 Lanes
 -----

@@ -25,13 +25,28 @@ TOP = "selftest_stream"
 # --------------------------------------------------------------------------------------------
 
 
+def _design(kind):
+    from testbench.selftest.dut import StreamIncrement, StreamPipeline
+
+    return {"fifo": (StreamIncrement, TOP), "pipe": (StreamPipeline, "selftest_pipe")}[kind]
+
+
+def _build(kind):
+    cls, top = _design(kind)
+    b = sim.build(cls(), top)
+    print(f"{top}: {'cached' if b.cached else 'built'} in {b.seconds:.1f} s at {b.directory}")
+    return b
+
+
+@pytest.fixture(scope="module", params=["fifo", "pipe"])
+def stream_build(request):
+    """Each self-test DUT: a FIFO (registered ready) and a pipeline (ready comb. from o_ready)."""
+    return _build(request.param)
+
+
 @pytest.fixture(scope="module")
 def selftest_build():
-    from testbench.selftest.dut import StreamIncrement
-
-    b = sim.build(StreamIncrement(), TOP)
-    print(f"{TOP}: {'cached' if b.cached else 'built'} in {b.seconds:.1f} s at {b.directory}")
-    return b
+    return _build("fifo")
 
 
 def _check_waves(build, result):
@@ -56,33 +71,34 @@ def _perf(path):
 
 
 @pytest.mark.sim
-def test_stream_random_stalls(selftest_build, tmp_path):
+def test_stream_random_stalls(stream_build, tmp_path):
     summary, perf = tmp_path / "summary.json", tmp_path / "perf.json"
-    r = selftest_build.run(SELFTEST, testcase="test_random_stalls",
-                           env={"NCRTL_SUMMARY": str(summary), "SELFTEST_PERF": str(perf)})
+    r = stream_build.run(SELFTEST, testcase="test_random_stalls",
+                         env={"NCRTL_SUMMARY": str(summary), "SELFTEST_PERF": str(perf)})
     r.check()
     assert (r.tests, r.failures) == (1, 0)
     board = _board(summary, "selftest.random_stalls")
     assert board["vectors"] == 4000 * 4 and board["mismatches"] == 0
     assert json.loads(summary.read_text())["cycles"] > 4000
     _perf(perf)
-    _check_waves(selftest_build, r)
+    _check_waves(stream_build, r)
 
 
 @pytest.mark.sim
-def test_stream_full_throughput(selftest_build, tmp_path):
+def test_stream_full_throughput(stream_build, tmp_path):
     perf = tmp_path / "perf.json"
-    r = selftest_build.run(SELFTEST, testcase="test_full_throughput",
-                           env={"SELFTEST_PERF": str(perf)})
+    r = stream_build.run(SELFTEST, testcase="test_full_throughput",
+                         env={"SELFTEST_PERF": str(perf)})
     r.check()
-    assert _perf(perf)["full_throughput"]["cycles"] == 2000 + 3  # 2000 words + 3-cycle fill
-    _check_waves(selftest_build, r)
+    fill = _perf(perf)["full_throughput"]["cycles"] - 2000  # bubbles would fail in the sim
+    assert 1 <= fill <= 6
+    _check_waves(stream_build, r)
 
 
 @pytest.mark.sim
-def test_stream_handshake_corners(selftest_build):
+def test_stream_handshake_corners(stream_build):
     cases = ["test_hold_under_backpressure", "test_sink_timeout", "test_vpi_visibility"]
-    r = selftest_build.run(SELFTEST, testcase=cases)
+    r = stream_build.run(SELFTEST, testcase=cases)
     r.check()
     assert r.tests == len(cases)
 

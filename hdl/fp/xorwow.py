@@ -6,7 +6,21 @@ from amaranth.lib.wiring import In, Out
 
 from model.fp.xorwow import XORWOW_D_STEP, XORWOW_INIT
 
-__all__ = ["Xorwow"]
+__all__ = ["Xorwow", "STATE_WORDS", "pack_state"]
+
+#: Order of the 32-bit words in ``i_state``, least significant first.
+STATE_WORDS = ("x", "y", "z", "w", "v", "d")
+
+
+def pack_state(words):
+    """The ``i_state`` integer of six state words ``(x, y, z, w, v, d)`` (x in bits 0..31).
+
+    E.g. ``pack_state(model.fp.xorwow.Xorwow.seed_state(seed))``.
+    """
+    words = [int(w) for w in words]
+    if len(words) != 6 or any(not 0 <= w < 1 << 32 for w in words):
+        raise ValueError(f"XORWOW state must be six 32-bit words, not {words!r}")
+    return sum(w << (32 * i) for i, w in enumerate(words))
 
 
 def _step(x, y, z, w, v, d):
@@ -22,41 +36,44 @@ class Xorwow(wiring.Component):
     State ``(x, y, z, w, v, d)``; one step::
 
         t = x ^ (x >> 2);  x, y, z, w = y, z, w, v
-        v = (v ^ (v << 4)) ^ (t ^ (t << 1));  d += 362437;  output = v + d
+        v = (v ^ (v << 4)) ^ (t ^ (t << 1));  d += 362437;  output = v + d   (mod 2**32)
 
-    Seeding (shared with the model): Marsaglia's initial state with the 64-bit seed's low word
-    XORed into ``x`` and its high word into ``y``.  Reset loads seed 0.
+    Seeding is software's job, as on the hardware: the six state words are written through
+    ``i_state`` (``model.fp.xorwow.Xorwow.seed_state(seed)`` expands a 64-bit seed into them;
+    :func:`pack_state` packs them).  Reset loads Marsaglia's published state
+    (``XORWOW_INIT``).
 
     When ``o_value`` shows what
     ---------------------------
     ``o_value`` is always ``v + d`` of the state register.  On a clock edge with ``en`` set:
 
-    * ``i_load`` loads the seeded state (``i_seed``); with ``i_next`` also set, the loaded state
-      is stepped once in the same cycle;
-    * ``i_next`` alone steps the state once.
+    * ``i_load`` loads ``i_state``; with ``i_next`` also set, the loaded state is stepped once
+      in the same cycle;
+    * ``i_next`` alone steps the state once;
+    * neither: the state holds.
 
-    So after loading seed ``s`` together with ``i_next`` (or loading, then one ``i_next``) and
-    ``k - 1`` further ``i_next`` cycles, ``o_value`` equals the ``k``-th value returned by
-    ``model.fp.xorwow.Xorwow(s).next_u32()``; a stochastic-rounding draw is ``o_value[16:]``
-    (``next_u16``).  Right after a load without ``i_next``, ``o_value`` is ``v0 + d0`` of the
-    seeded state, which the model never returns.
+    So after loading the state of seed ``s`` together with ``i_next`` (or loading, then one
+    ``i_next``) and ``k - 1`` further ``i_next`` cycles, ``o_value`` equals the ``k``-th value
+    returned by ``model.fp.xorwow.Xorwow(s).next_u32()``; a stochastic-rounding draw is
+    ``o_value[16:]`` (``next_u16``).  Right after a load without ``i_next``, ``o_value`` is
+    ``v + d`` of the loaded state, which the model never returns.
 
     Attributes
     ----------
     latency : int
         1: the effect of an input cycle is visible on ``o_value`` after the next clock edge.
         The generator holds its state while ``en`` is 0, so it fits
-        :class:`~hdl.common.stream.StreamLanes` (one beat = one load and/or step; the output
-        beat is the value after it).
+        :class:`~hdl.common.stream.StreamLanes` directly (one beat = one load and/or step, the
+        output beat is ``o_value`` after it; one lane = one independent generator).
 
     Interface
     ---------
     en : In(1, init=1)
         Clock enable (the state changes only when set).
-    i_seed : In(64)
-        Seed, used when ``i_load``.
+    i_state : In(192)
+        State words ``x, y, z, w, v, d``, 32 bits each, ``x`` in bits 0..31; read on ``i_load``.
     i_load : In(1)
-        Load the seeded state.
+        Load ``i_state``.
     i_next : In(1)
         Advance one step (after the load, if both).
     o_value : Out(32)
@@ -68,7 +85,7 @@ class Xorwow(wiring.Component):
     def __init__(self):
         super().__init__({
             "en": In(1, init=1),
-            "i_seed": In(64),
+            "i_state": In(32 * len(STATE_WORDS)),
             "i_load": In(1),
             "i_next": In(1),
             "o_value": Out(32),
@@ -76,16 +93,11 @@ class Xorwow(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        names = ("x", "y", "z", "w", "v", "d")
-        regs = [Signal(32, name=n, init=c) for n, c in zip(names, XORWOW_INIT)]
-        # Start state of this cycle's step: the registers, or the seeded state on a load.
-        start = [Signal(32, name=f"{n}_start") for n in names]
+        regs = [Signal(32, name=n, init=c) for n, c in zip(STATE_WORDS, XORWOW_INIT)]
+        # Start state of this cycle's step: the registers, or the loaded words.
+        start = [Signal(32, name=f"{n}_start") for n in STATE_WORDS]
         with m.If(self.i_load):
-            seeded = list(XORWOW_INIT)
-            m.d.comb += [
-                start[0].eq(seeded[0] ^ self.i_seed[:32]),
-                start[1].eq(seeded[1] ^ self.i_seed[32:]),
-            ] + [s.eq(c) for s, c in zip(start[2:], seeded[2:])]
+            m.d.comb += [s.eq(self.i_state[32 * i:32 * (i + 1)]) for i, s in enumerate(start)]
         with m.Else():
             m.d.comb += [s.eq(r) for s, r in zip(start, regs)]
         stepped = _step(*start)

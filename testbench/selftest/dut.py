@@ -1,15 +1,17 @@
-"""Self-test DUT: a valid/ready FIFO that adds one to every lane.
+"""Self-test DUTs: valid/ready streams that add one to every lane.
 
-Small enough to build in seconds, but it has the properties the stream harness has to get right:
-registered outputs, back-pressure (``i_ready`` drops when the FIFO is full) and a latency of more
-than one cycle, so a driver that drops, duplicates or reorders words is caught by the scoreboard.
+Small enough to build in seconds, but they have the properties the stream harness has to get
+right: back-pressure and a latency of more than one cycle, so a driver that drops, duplicates or
+reorders words is caught by the scoreboard.  :class:`StreamIncrement` is a FIFO (registered
+``i_ready``); :class:`StreamPipeline` is a stall-the-whole-pipeline design whose ``i_ready``
+depends combinationally on ``o_ready``, like :class:`hdl.common.stream.StreamLanes`.
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamIncrement"]
+__all__ = ["StreamIncrement", "StreamPipeline"]
 
 
 class StreamIncrement(wiring.Component):
@@ -71,4 +73,61 @@ class StreamIncrement(wiring.Component):
         for i in range(self._lanes):
             # Truncating add: lane + 1 mod 2**lane_bits, no carry into the next lane.
             m.d.comb += self.o_data[i * w:(i + 1) * w].eq(q.r_data[i * w:(i + 1) * w] + 1)
+        return m
+
+
+class StreamPipeline(wiring.Component):
+    """``stages``-deep pipeline that stalls as a whole; output lanes are input lanes plus one.
+
+    Parameters
+    ----------
+    lanes : int
+        Lanes per word.
+    lane_bits : int
+        Bits per lane; lane ``i`` occupies bits ``[i*lane_bits, (i+1)*lane_bits)``.
+    stages : int
+        Pipeline registers between input and output (the latency in cycles).
+
+    Attributes
+    ----------
+    i_valid, i_ready, i_data
+        Input stream.  ``i_ready = ~o_valid | o_ready``: combinational from ``o_ready``.
+    o_valid, o_ready, o_data
+        Output stream; lane ``i`` of ``o_data`` is ``(lane_i(word) + 1) mod 2**lane_bits``.
+    """
+
+    def __init__(self, *, lanes=4, lane_bits=16, stages=3):
+        if not isinstance(lanes, int) or lanes < 1:
+            raise TypeError(f"Lanes must be a positive integer, not {lanes!r}")
+        if not isinstance(lane_bits, int) or lane_bits < 1:
+            raise TypeError(f"Lane bits must be a positive integer, not {lane_bits!r}")
+        if not isinstance(stages, int) or stages < 1:
+            raise TypeError(f"Stages must be a positive integer, not {stages!r}")
+        self._lanes = lanes
+        self._lane_bits = lane_bits
+        self._stages = stages
+        width = lanes * lane_bits
+        super().__init__({
+            "i_valid": In(1), "i_ready": Out(1), "i_data": In(width),
+            "o_valid": Out(1), "o_ready": In(1), "o_data": Out(width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self._lanes * self._lane_bits
+        valid = [Signal(name=f"v{k}") for k in range(self._stages)]
+        data = [Signal(width, name=f"d{k}") for k in range(self._stages)]
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(~valid[-1] | self.o_ready),
+            self.i_ready.eq(advance),
+            self.o_valid.eq(valid[-1]),
+        ]
+        with m.If(advance):
+            m.d.sync += [valid[0].eq(self.i_valid), data[0].eq(self.i_data)]
+            for k in range(1, self._stages):
+                m.d.sync += [valid[k].eq(valid[k - 1]), data[k].eq(data[k - 1])]
+        w = self._lane_bits
+        for i in range(self._lanes):
+            m.d.comb += self.o_data[i * w:(i + 1) * w].eq(data[-1][i * w:(i + 1) * w] + 1)
         return m

@@ -1,6 +1,8 @@
-"""cocotb self-test of the stream harness against :class:`~testbench.selftest.dut.StreamIncrement`.
+"""cocotb self-test of the stream harness against the DUTs of :mod:`testbench.selftest.dut`.
 
-Runs inside the simulator (``testbench.sim.Build.run("testbench.selftest.test_stream")``).
+Runs inside the simulator (``testbench.sim.Build.run("testbench.selftest.test_stream")``) on
+either :class:`~testbench.selftest.dut.StreamIncrement` or
+:class:`~testbench.selftest.dut.StreamPipeline` (same ports, 3-4 cycles of latency).
 Environment knobs:
 
 ``SELFTEST_WORDS``
@@ -118,7 +120,9 @@ async def test_full_throughput(dut):
     assert gaps.size == 0, (
         f"{gaps.size} bubbles in the output stream, first after word {int(gaps[0])} "
         f"(cycles {cycles[gaps[0]]} -> {cycles[gaps[0] + 1]})")
-    assert latency <= 4, f"first word out after {latency} cycles"
+    # Both DUTs have 3-4 cycles of latency; c0 may lag one edge behind, depending on whether
+    # this task or the sink task resumes first on the same edge.
+    assert latency <= 6, f"first word out after {latency} cycles"
     assert int(cycles[-1] - cycles[0]) == n - 1
     tb.log.info("latency %d cycles, %d words in %d cycles", latency, n, cycles[-1] - c0)
 
@@ -172,7 +176,8 @@ async def test_vpi_visibility(dut):
     assert len(dut.i_data) == LANES * LANE_BITS
     names = sorted(h._name for h in dut)
     dut._log.info("handles under dut: %s", names)
-    assert not hasattr(dut, "fifo"), f"internal hierarchy is public: {names}"
+    assert set(names) == {"clk", "rst", "i_valid", "i_ready", "i_data", "o_valid", "o_ready",
+                          "o_data"}, f"internal signals are public: {names}"
     await Timer(1, unit="ns")  # no clock runs in this test, so no RisingEdge would ever come
 
 
