@@ -67,8 +67,10 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
         env = {"NCRTL_PARAMS": json.dumps(params), "NCRTL_COUNT": str(count),
                "NCRTL_SEED": str(seed), "NCRTL_STALL": str(stall), "NCRTL_SUMMARY": str(summary),
                "NCRTL_LABEL": label, "NCRTL_BLOCK": block.name}
+        log = Path("build") / "conformance" / f"{block.top(**params)}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         res = built.run(block.testbench, testcase=testcase, env=env, seed=seed,
-                        results=Path(tmp) / "results.xml")
+                        results=Path(tmp) / "results.xml", log=log)
         units = []
         cycles = 0
         if summary.exists():
@@ -76,7 +78,7 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
             units = list(data.get("scoreboards", []))
             cycles = int(data.get("cycles", 0))
     passed = res.passed and bool(units) and all(u["mismatches"] == 0 for u in units)
-    msg = "" if passed else (res.message or "no scoreboard summary was written")
+    msg = "" if passed else (res.message or "no scoreboard summary was written") + f"\n(log: {log})"
     if res.waves:
         print(f"waves: {res.waves}", file=sys.stderr)
     return BlockResult(label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg)

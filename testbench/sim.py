@@ -563,6 +563,7 @@ class Build:
         env: Mapping[str, str] | None = None,
         results: str | os.PathLike | None = None,
         seed: int | None = None,
+        log: str | os.PathLike | None = None,
     ) -> RunResult:
         """Run a cocotb test module against this model.
 
@@ -579,6 +580,8 @@ class Build:
             Where cocotb writes its JUnit XML; ``<run_dir>/results.xml`` by default.
         seed : int, optional
             ``COCOTB_RANDOM_SEED`` for the run.
+        log : path-like, optional
+            Write the simulator's output to this file instead of the terminal.
 
         Returns
         -------
@@ -607,9 +610,9 @@ class Build:
                     break
             else:  # pragma: no cover - a thousand concurrent identical runs
                 raise RuntimeError(f"No free run directory for {slug!r} under {runs}")
-            return self._run_in(run_dir, test_module, cases, env, results, seed)
+            return self._run_in(run_dir, test_module, cases, env, results, seed, log)
 
-    def _run_in(self, run_dir, test_module, cases, env, results, seed) -> RunResult:
+    def _run_in(self, run_dir, test_module, cases, env, results, seed, log=None) -> RunResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         results_xml = Path(results).resolve() if results is not None else run_dir / "results.xml"
         results_xml.parent.mkdir(parents=True, exist_ok=True)
@@ -636,6 +639,7 @@ class Build:
                 test_dir=run_dir,
                 results_xml=str(results_xml),
                 timescale=_SIM_TIMESCALE,
+                log_file=Path(log).resolve() if log is not None else None,
             )
         except SystemExit as e:
             # The runner calls sys.exit() when the simulator fails (and, under pytest, when a
