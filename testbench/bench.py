@@ -1,0 +1,83 @@
+"""``ncrtl bench``: measured figures for generation, build, simulation and the golden model.
+
+Every figure printed here is measured on this machine by this command; tests never time
+anything.  Builds are done in a fresh temporary build directory so the cache cannot hide their
+cost; peak memory is the largest resident set of the build's child processes.
+"""
+
+import os
+import resource
+import tempfile
+import time
+
+import numpy as np
+
+from ncrtl import blocks
+
+__all__ = ["run_bench", "BENCH_CONFIGS"]
+
+#: (block, params) measured by default: one of each kind of FP unit.
+BENCH_CONFIGS = [
+    ("fp.dot_add", {"mode": "bf16"}),
+    ("fp.dot_add", {"mode": "fp32"}),
+    ("fp.dot_add", {"mode": "double_row"}),
+    ("fp.dot_add", {"mode": "mx"}),
+    ("fp.add", {}),
+    ("fp.bf16", {}),
+]
+
+
+def _children_maxrss_mib():
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def _golden_rate(mode, n=200_000):
+    """Golden fused dot-add operations per second for a PE mode."""
+    from model.fp import fp32_dot_add, from_bits
+    from testbench.fp.vectors import random_codes
+    fa, fb, k, scale = blocks.DOT_ADD_MODES[mode]
+    rng = np.random.default_rng(0)
+    a = random_codes(rng, fa[0], n * k).reshape(n, k)
+    b = random_codes(rng, fb[0], n * k).reshape(n, k)
+    psum = random_codes(rng, "fp32", n).view(np.float32)
+    se = rng.integers(-20, 20, n) if scale else None
+    t0 = time.perf_counter()
+    fp32_dot_add(psum, from_bits(a, fa[0]), from_bits(b, fb[0]), a_format=fa[0], b_format=fb[0],
+                 scale_exp=se)
+    return n / (time.perf_counter() - t0)
+
+
+def run_bench(args):
+    from testbench import sim
+    from testbench.conformance import run_block
+    count = args.count
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NCRTL_BUILD_DIR"] = tmp
+        for name, p in BENCH_CONFIGS:
+            block = blocks.get(name)
+            params = block.resolve(p)
+            label = block.label(params)
+            t0 = time.perf_counter()
+            text, top = block.verilog(params)
+            gen = time.perf_counter() - t0
+            rss0 = _children_maxrss_mib()
+            built = sim.build(block.component(params), top)
+            rss = max(_children_maxrss_mib(), rss0)
+            res = run_block(block, params, count=count, seed=1, stall=0.0)
+            sim_s = max(res.seconds - res.build_seconds, 1e-9)
+            golden = _golden_rate(params["mode"]) if name == "fp.dot_add" else float("nan")
+            rows.append((label, gen, built.seconds, rss, res.vectors, res.cycles, sim_s,
+                         res.passed, golden))
+            print(f"measured {label}", flush=True)
+    print()
+    print(f"{'block':32s}{'gen s':>7s}{'build s':>9s}{'build MiB':>10s}{'vectors':>9s}"
+          f"{'cycles':>8s}{'cycles/s':>10s}{'vectors/s':>11s}{'golden op/s':>13s}  result")
+    for label, gen, bld, rss, vec, cyc, s, ok, golden in rows:
+        g = f"{golden:13.3g}" if golden == golden else f"{'-':>13s}"
+        print(f"{label:32s}{gen:7.2f}{bld:9.1f}{rss:10.0f}{vec:9d}{cyc:8d}{cyc / s:10.0f}"
+              f"{vec / s:11.0f}{g}  {'PASS' if ok else 'FAIL'}")
+    print("\nbuild MiB: peak resident memory of the largest build child process so far (Verilator "
+          "or the C++ compiler).\ncycles/s and vectors/s: end-to-end run of the testbench "
+          "(stimulus, golden and scoreboard included), no stalls.")
+    return 0 if all(r[7] for r in rows) else 1
