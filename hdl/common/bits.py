@@ -45,7 +45,7 @@ def count_leading_zeros(m, value, *, name):
     """
     n = len(value)
     if n < 1:
-        raise ValueError(f"Cannot count leading zeros of a zero-width value")
+        raise ValueError("Cannot count leading zeros of a zero-width value")
     size = 1 << n.bit_length()              # >= n + 1: at least one padding bit
     pad = size - n
     padded = Signal(size, name=f"{name}_pad")

@@ -21,8 +21,9 @@ class StreamLanes(wiring.Component):
     (``i_ready = advance``), so no beat is lost or duplicated under any ``o_ready`` pattern;
     ``o_data`` holds steady while ``o_valid & ~o_ready``.  ``i_ready`` depends combinationally on
     ``o_ready`` (no skid buffer).  Bubbles inside the pipeline are not squeezed out while the
-    output is stalled.  With ``latency == 0`` the wrapper is combinational:
-    ``o_valid = i_valid``, ``i_ready = o_ready``.
+    output is stalled.  A combinational unit (``latency == 0``, no ``en``) gets one output
+    register, loaded on ``advance``, so that every top is clocked the same way (``clk``, ``rst``)
+    and has a latency of at least 1.
 
     Data layout: ``i_data`` is the concatenation of every lane's ``i_*`` ports, lane 0 in the
     low bits and, within a lane, the ports in signature order starting at the lane's LSB (see
@@ -41,8 +42,10 @@ class StreamLanes(wiring.Component):
     units : list of Component
         The lane instances.
     latency : int
-        That of the unit: a beat accepted at a clock edge appears at ``o_data`` ``latency``
-        pipeline advances later.
+        ``max(unit latency, 1)``: a beat accepted at a clock edge appears at ``o_data``
+        ``latency`` pipeline advances later.
+    unit_latency : int
+        The unit's own latency.
     in_fields, out_fields : list of (str, int)
         ``(port name, width)`` of one lane's fields, LSB first.
     in_lane_width, out_lane_width : int
@@ -55,50 +58,23 @@ class StreamLanes(wiring.Component):
     """
 
     def __init__(self, factory, lanes):
-        if not callable(factory):
-            raise TypeError(f"Unit factory must be callable, not {factory!r}")
-        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
-            raise TypeError(f"Lane count must be a positive integer, not {lanes!r}")
-        self.lanes = lanes
-        self.units = [factory() for _ in range(lanes)]
-        unit = self.units[0]
-        if not isinstance(unit, wiring.Component):
-            raise TypeError(f"Unit factory must return a wiring.Component, not {unit!r}")
-        latency = getattr(unit, "latency", None)
-        if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0:
-            raise TypeError(f"Unit {unit!r} must have a non-negative integer latency, "
-                            f"not {latency!r}")
-        self.latency = latency
-        self.in_fields, self.out_fields = [], []
-        self._in_signed, self._out_signed = {}, {}
-        has_en = False
-        for name, member in unit.signature.members.items():
-            if not member.is_port:
-                raise TypeError(f"Unit member {name!r} is not a plain port; StreamLanes wraps "
-                                f"units with flat i_*/o_* ports only")
-            shape = Shape.cast(member.shape)
-            width, signed = shape.width, shape.signed
-            if name == "en" and member.flow == In and width == 1:
-                has_en = True
-            elif name.startswith("i_") and member.flow == In:
-                self.in_fields.append((name, width))
-                self._in_signed[name] = signed
-            elif name.startswith("o_") and member.flow == Out:
-                self.out_fields.append((name, width))
-                self._out_signed[name] = signed
-            else:
-                raise TypeError(f"Unit port {name!r} ({member.flow.name}) is neither an 'i_*' "
-                                f"input, an 'o_*' output nor a 1-bit 'en' input")
-        if latency > 0 and not has_en:
-            raise TypeError(f"Unit {unit!r} has latency {latency} but no 'en' clock enable")
-        for other in self.units[1:]:
-            if other.signature != unit.signature or getattr(other, "latency", None) != latency:
-                raise TypeError("Unit factory must return units of one signature and latency")
-        self._has_en = has_en
-        self.in_lane_width = sum(w for _, w in self.in_fields)
-        self.out_lane_width = sum(w for _, w in self.out_fields)
-        if self.in_lane_width == 0 or self.out_lane_width == 0:
-            raise TypeError(f"Unit {unit!r} needs at least one i_* input and one o_* output")
+        self.units = []
+        try:
+            if not callable(factory):
+                raise TypeError(f"Unit factory must be callable, not {factory!r}")
+            if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+                raise TypeError(f"Lane count must be a positive integer, not {lanes!r}")
+            self.lanes = lanes
+            self.units = [factory() for _ in range(lanes)]
+            self._inspect(self.units)
+        except Exception:
+            # Neither this wrapper nor its refused units will ever be elaborated: keep
+            # Amaranth from warning about them.
+            self._MustUse__silence = True
+            for unit in self.units:
+                if isinstance(unit, wiring.Component):
+                    unit._MustUse__silence = True
+            raise
         super().__init__({
             "i_valid": In(1),
             "i_ready": Out(1),
@@ -107,6 +83,46 @@ class StreamLanes(wiring.Component):
             "o_ready": In(1),
             "o_data": Out(lanes * self.out_lane_width),
         })
+
+    def _inspect(self, units):
+        """Validate the lane units; derive latency and field layouts from the first one."""
+        unit = units[0]
+        if not isinstance(unit, wiring.Component):
+            raise TypeError(f"Unit factory must return a wiring.Component, not {unit!r}")
+        latency = getattr(unit, "latency", None)
+        if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0:
+            raise TypeError(f"Unit {unit!r} must have a non-negative integer latency, "
+                            f"not {latency!r}")
+        in_fields, out_fields, signed_out = [], [], {}
+        has_en = False
+        for name, member in unit.signature.members.items():
+            if not member.is_port:
+                raise TypeError(f"Unit member {name!r} is not a plain port; StreamLanes wraps "
+                                f"units with flat i_*/o_* ports only")
+            shape = Shape.cast(member.shape)
+            if name == "en" and member.flow == In and shape.width == 1:
+                has_en = True
+            elif name.startswith("i_") and member.flow == In:
+                in_fields.append((name, shape.width))
+            elif name.startswith("o_") and member.flow == Out:
+                out_fields.append((name, shape.width))
+                signed_out[name] = shape.signed
+            else:
+                raise TypeError(f"Unit port {name!r} ({member.flow.name}) is neither an 'i_*' "
+                                f"input, an 'o_*' output nor a 1-bit 'en' input")
+        if latency > 0 and not has_en:
+            raise TypeError(f"Unit {unit!r} has latency {latency} but no 'en' clock enable")
+        if not in_fields or not out_fields:
+            raise TypeError(f"Unit {unit!r} needs at least one i_* input and one o_* output")
+        for other in units[1:]:
+            if other.signature != unit.signature or getattr(other, "latency", None) != latency:
+                raise TypeError("Unit factory must return units of one signature and latency")
+        self.unit_latency = latency
+        self.latency = max(latency, 1)
+        self.in_fields, self.out_fields = in_fields, out_fields
+        self._out_signed = signed_out
+        self.in_lane_width = sum(w for _, w in in_fields)
+        self.out_lane_width = sum(w for _, w in out_fields)
 
     # -- packing helpers for testbenches ---------------------------------------------------------
     def pack_inputs(self, lane_values):
@@ -147,11 +163,13 @@ class StreamLanes(wiring.Component):
                 m.d.comb += getattr(unit, name).eq(self.i_data[in_pos:in_pos + width])
                 in_pos += width
             outs += [getattr(unit, name) for name, _ in self.out_fields]
-        m.d.comb += self.o_data.eq(Cat(*outs))
+        if self.unit_latency == 0:
+            # Combinational unit: the output register is the pipeline.
+            out_reg = Signal(len(self.o_data), name="out_reg", reset_less=True)
+            m.d.comb += self.o_data.eq(out_reg)
+        else:
+            m.d.comb += self.o_data.eq(Cat(*outs))
 
-        if self.latency == 0:
-            m.d.comb += [self.o_valid.eq(self.i_valid), self.i_ready.eq(self.o_ready)]
-            return m
         valid = Signal(self.latency, name="valid")       # valid[k]: stage k+1 holds a beat
         advance = Signal(name="advance")
         m.d.comb += [
@@ -159,8 +177,11 @@ class StreamLanes(wiring.Component):
             self.i_ready.eq(advance),
             self.o_valid.eq(valid[-1]),
         ]
-        for unit in self.units:
-            m.d.comb += unit.en.eq(advance)
         with m.If(advance):
             m.d.sync += valid.eq(Cat(self.i_valid, valid[:-1]))
+            if self.unit_latency == 0:
+                m.d.sync += out_reg.eq(Cat(*outs))
+        if self.unit_latency > 0:
+            for unit in self.units:
+                m.d.comb += unit.en.eq(advance)
         return m

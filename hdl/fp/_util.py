@@ -1,8 +1,10 @@
 """Constructor-argument validation shared by the FP units (amaranth-soc style messages)."""
 
+import functools
+
 from model.fp.formats import Format, get_format
 
-__all__ = ["check_formats", "check_positive_int", "format_names"]
+__all__ = ["check_formats", "check_positive_int", "format_names", "validated_init"]
 
 
 def check_formats(formats, what, *, allow_scale=False):
@@ -46,3 +48,20 @@ def check_positive_int(value, what):
 
 def format_names(formats):
     return "[" + ", ".join(f.name for f in formats) + "]"
+
+
+def validated_init(init):
+    """Decorate a component's ``__init__``: a refused construction is silenced.
+
+    Amaranth warns about every elaboratable that is created but never elaborated, including
+    one whose constructor raised (the object exists from ``__new__`` on): mark those as
+    deliberately unused so that a caught ``TypeError`` / ``ValueError`` leaves no warning.
+    """
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except Exception:
+            self._MustUse__silence = True
+            raise
+    return wrapper

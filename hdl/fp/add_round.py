@@ -8,6 +8,7 @@ from hdl.common.bits import bits_for_range, clamp, count_leading_zeros, shift_ri
 from model.fp.codec import QNAN
 from model.fp.formats import get_format
 
+from ._util import validated_init
 from .round import round_pack
 
 __all__ = ["AddRound", "GUARD_BITS"]
@@ -86,6 +87,7 @@ class AddRound(wiring.Component):
 
     latency = 4
 
+    @validated_init
     def __init__(self, a_width, a_exp, b_width, b_exp):
         for value, what in ((a_width, "a_width"), (b_width, "b_width")):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.common.bits import bits_for_range
 
-from ._util import check_formats, check_positive_int, format_names
+from ._util import check_formats, check_positive_int, format_names, validated_init
 from .add_round import AddRound
 from .mul import ExactMul
 from .unpack import Unpack
@@ -102,6 +102,7 @@ class FusedDotAdd(wiring.Component):
         FP32 encoding of the result, ``latency`` enabled cycles after the inputs.
     """
 
+    @validated_init
     def __init__(self, formats_a, formats_b, n_products, *, scale=False):
         self.formats_a = check_formats(formats_a, "FusedDotAdd formats_a")
         self.formats_b = check_formats(formats_b, "FusedDotAdd formats_b")
@@ -202,13 +203,12 @@ class FusedDotAdd(wiring.Component):
             terms, zeros, infs_pos, infs_neg, nans = [], [], [], [], []
             for k, mul in enumerate(muls):
                 # Finite product -> exact fixed-point word; specials contribute 0 (and flags).
-                shift_lo = mul.exp_range.start - lsb
+                # mul.exp_range starts at `lsb` (both are the smallest product LSB exponent).
                 shift = Signal(range(0, mul.exp_range.stop - lsb), name=f"s1_shift{k}")
                 m.d.comb += shift.eq(mul.o_exp - lsb)
                 fixed = Signal(mag, name=f"s1_fixed{k}")
                 finite = ~(mul.o_inf | mul.o_nan)
                 m.d.comb += fixed.eq(Mux(finite, mul.o_sig << shift, 0))
-                assert shift_lo >= 0
                 terms.append((stage(f"r1_fixed{k}", fixed), stage(f"r1_sign{k}", mul.o_sign)))
                 zeros.append(mul.o_zero & mul.o_sign)
                 infs_pos.append(mul.o_inf & ~mul.o_sign)

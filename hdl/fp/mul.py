@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.common.bits import bits_for_range
 
-from ._util import check_formats, format_names
+from ._util import check_formats, format_names, validated_init
 from .unpack import Unpack, unpack_geometry
 
 __all__ = ["ExactMul"]
@@ -54,6 +54,7 @@ class ExactMul(wiring.Component):
 
     latency = 0
 
+    @validated_init
     def __init__(self, formats_a, formats_b):
         self.formats_a = check_formats(formats_a, "ExactMul formats_a")
         self.formats_b = check_formats(formats_b, "ExactMul formats_b")

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.common.bits import bits_for_range
 
-from ._util import check_formats, format_names
+from ._util import check_formats, format_names, validated_init
 
 __all__ = ["Unpack", "exp_field_range", "unpack_geometry"]
 
@@ -84,6 +84,7 @@ class Unpack(wiring.Component):
 
     latency = 0
 
+    @validated_init
     def __init__(self, formats):
         self.formats = check_formats(formats, "Unpack formats", allow_scale=True)
         self.in_width, self.sig_width, self.exp_range = unpack_geometry(self.formats)
