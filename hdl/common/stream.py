@@ -1,6 +1,6 @@
 """Valid/ready stream wrapper around lanes of an ``en``-pipelined unit (test and top level)."""
 
-from amaranth.hdl import Cat, Module, Shape, Signal
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,7 +19,11 @@ class StreamLanes(wiring.Component):
     The pipeline advances (``en = 1``) when its output slot is empty or being taken
     (``advance = ~o_valid | o_ready``), and an input beat is accepted exactly when it advances
     (``i_ready = advance``), so no beat is lost or duplicated under any ``o_ready`` pattern;
-    ``o_data`` holds steady while ``o_valid & ~o_ready``.  ``i_ready`` depends combinationally on
+    ``o_data`` holds steady while ``o_valid & ~o_ready``.  Cycles without an input beat still advance
+    the pipeline and reach the units as all-zero inputs (a bubble), which a stateful unit must
+    treat as "do nothing" (the XORWOW generator does: no load, no step).  The pipeline also advances on cycles
+    without an input beat; the units then see all-zero inputs (a bubble), which a stateful unit
+    must treat as "do nothing" (the XORWOW generator does: no load, no step).  ``i_ready`` depends combinationally on
     ``o_ready`` (no skid buffer).  Bubbles inside the pipeline are not squeezed out while the
     output is stalled.  A combinational unit (``latency == 0``, no ``en``) gets one output
     register, loaded on ``advance``, so that every top is clocked the same way (``clk``, ``rst``)
@@ -158,9 +162,14 @@ class StreamLanes(wiring.Component):
         for i, unit in enumerate(self.units):
             m.submodules[f"lane{i}"] = unit
         in_pos, out_pos, outs = 0, 0, []
+        # The pipeline also advances on cycles without an input beat; those bubbles reach the
+        # units as all-zero operations, so a stateful unit (the XORWOW generator) sees "no load,
+        # no step" instead of whatever the idle bus holds.
+        data = Signal.like(self.i_data, name="data")
+        m.d.comb += data.eq(Mux(self.i_valid, self.i_data, 0))
         for unit in self.units:
             for name, width in self.in_fields:
-                m.d.comb += getattr(unit, name).eq(self.i_data[in_pos:in_pos + width])
+                m.d.comb += getattr(unit, name).eq(data[in_pos:in_pos + width])
                 in_pos += width
             outs += [getattr(unit, name) for name, _ in self.out_fields]
         if self.unit_latency == 0:
