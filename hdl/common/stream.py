@@ -19,11 +19,10 @@ class StreamLanes(wiring.Component):
     The pipeline advances (``en = 1``) when its output slot is empty or being taken
     (``advance = ~o_valid | o_ready``), and an input beat is accepted exactly when it advances
     (``i_ready = advance``), so no beat is lost or duplicated under any ``o_ready`` pattern;
-    ``o_data`` holds steady while ``o_valid & ~o_ready``.  Cycles without an input beat still advance
-    the pipeline and reach the units as all-zero inputs (a bubble), which a stateful unit must
-    treat as "do nothing" (the XORWOW generator does: no load, no step).  The pipeline also advances on cycles
-    without an input beat; the units then see all-zero inputs (a bubble), which a stateful unit
-    must treat as "do nothing" (the XORWOW generator does: no load, no step).  ``i_ready`` depends combinationally on
+    ``o_data`` holds steady while ``o_valid & ~o_ready``.  Cycles without an input beat still
+    advance the pipeline and reach the units as all-zero inputs (a bubble), which a stateful
+    unit must treat as "do nothing" (the XORWOW generator does: no load, no step).
+    ``i_ready`` depends combinationally on
     ``o_ready`` (no skid buffer).  Bubbles inside the pipeline are not squeezed out while the
     output is stalled.  A combinational unit (``latency == 0``, no ``en``) gets one output
     register, loaded on ``advance``, so that every top is clocked the same way (``clk``, ``rst``)
