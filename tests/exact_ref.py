@@ -130,3 +130,16 @@ def exact_operand(bits, fmt):
 
 def as_bits_array(values):
     return np.asarray(values, dtype=np.uint32)
+
+
+def marsaglia_xorwow(state, n):
+    """Marsaglia's published ``xorwow()`` (2003) on a six-word state, in plain Python ints."""
+    x, y, z, w, v, d = state
+    out = []
+    for _ in range(n):
+        t = (x ^ (x >> 2)) & 0xFFFFFFFF
+        x, y, z, w = y, z, w, v
+        v = ((v ^ (v << 4)) ^ (t ^ (t << 1))) & 0xFFFFFFFF
+        d = (d + 362437) & 0xFFFFFFFF
+        out.append((v + d) & 0xFFFFFFFF)
+    return out

@@ -8,7 +8,7 @@ import pytest
 
 from model.fp import (FORMATS, QNAN, Xorwow, bits_to_float, decode, encode, fp32_add,
                       fp32_dot_add, fp32_to_bf16, fp32_to_fp16, from_bits, get_format, to_bits)
-from tests.exact_ref import dot_add_reference, exact_operand, round_rational
+from tests.exact_ref import dot_add_reference, exact_operand, marsaglia_xorwow, round_rational
 
 SMALL = [n for n, f in FORMATS.items() if f.container_bits <= 16]
 OPERAND_8BIT = ["fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4", "fp4_e2m1fn"]
@@ -320,16 +320,6 @@ def test_conversion_bad_input():
 
 # -- XORWOW -------------------------------------------------------------------------------------
 
-def _marsaglia(state, n):
-    x, y, z, w, v, d = state
-    out = []
-    for _ in range(n):
-        t = (x ^ (x >> 2)) & 0xFFFFFFFF
-        x, y, z, w = y, z, w, v
-        v = ((v ^ (v << 4)) ^ (t ^ (t << 1))) & 0xFFFFFFFF
-        d = (d + 362437) & 0xFFFFFFFF
-        out.append((v + d) & 0xFFFFFFFF)
-    return out
 
 
 def test_xorwow_matches_marsaglia_reference():
@@ -337,9 +327,9 @@ def test_xorwow_matches_marsaglia_reference():
     g = Xorwow(np.array(seeds, dtype=object))
     got = g.stream_u32(50)
     for j, s in enumerate(seeds):
-        assert got[:, j].tolist() == _marsaglia(Xorwow.seed_state(s), 50)
+        assert got[:, j].tolist() == marsaglia_xorwow(Xorwow.seed_state(s), 50)
     # Marsaglia's published generator and initial state.
-    assert _marsaglia((123456789, 362436069, 521288629, 88675123, 5783321, 6615241), 3) == [
+    assert marsaglia_xorwow((123456789, 362436069, 521288629, 88675123, 5783321, 6615241), 3) == [
         246875399, 3690007200, 1264581005]
     # SplitMix64 reference value (seed 0, first output 0xE220A8397B1DCDAF).
     assert Xorwow.seed_state(0)[:2] == (0x7B1DCDAF, 0xE220A8397B1DCDAF >> 32)

@@ -160,7 +160,7 @@ class StreamLanes(wiring.Component):
         m = Module()
         for i, unit in enumerate(self.units):
             m.submodules[f"lane{i}"] = unit
-        in_pos, out_pos, outs = 0, 0, []
+        in_pos, outs = 0, []
         # The pipeline also advances on cycles without an input beat; those bubbles reach the
         # units as all-zero operations, so a stateful unit (the XORWOW generator) sees "no load,
         # no step" instead of whatever the idle bus holds.

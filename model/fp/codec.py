@@ -11,7 +11,7 @@ float64 value: the golden FP operations hand it the exact result of a computatio
 
 import numpy as np
 
-from .formats import Format, format_of_dtype, get_format
+from .formats import format_of_dtype, get_format
 
 __all__ = [
     "to_bits", "from_bits", "decode", "decode_fields", "encode", "round_to_format",
