@@ -210,6 +210,28 @@ register(Block("fp.xorwow", "XORWOW pseudo-random generator (stochastic-rounding
                       minimum=1, maximum=64),),
                _make_xorwow, lambda lanes: "fp_xorwow", "testbench.fp.test_xorwow"))
 
+# -- Tensor Engine ------------------------------------------------------------------------------
+
+TE_MODES = ("fp32", "tf32", "bf16", "fp16", "fp8", "double_row", "transpose_bf16", "transpose_fp8",
+            "transpose_fp32")
+
+
+def _make_te(rows, cols, mode, max_n):
+    from hdl.tensor_engine.top import TensorEngine
+    return TensorEngine(rows, cols)
+
+
+register(Block(
+    "pe_array", "Tensor Engine: rows x cols systolic PE array with its LS/MM control",
+    (Param("rows", int, 128, "PE rows (contraction partitions)", minimum=2, maximum=128),
+     Param("cols", int, 128, "PE columns (output partitions)", minimum=2, maximum=128),
+     Param("mode", str, "bf16", "conformance program mode (the hardware serves every mode)",
+           TE_MODES),
+     Param("max_n", int, 96, "largest moving free size N of the conformance program", minimum=1,
+           maximum=512)),
+    _make_te, lambda rows, cols, mode, max_n: f"tensor_engine_{rows}x{cols}",
+    "testbench.tensor_engine.test_tensor_engine"))
+
 _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
                                                   ("fp8_e5m2", "fp8_e4m3fn")]
 
@@ -218,4 +240,6 @@ GROUPS = {
     "fp": ([("fp.mul", {"fmt_a": a, "fmt_b": b}) for a, b in _MUL_PAIRS]
            + [("fp.dot_add", {"mode": m}) for m in DOT_ADD_MODES]
            + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]),
+    "tensor_engine": [("pe_array", {"rows": r, "cols": c, "mode": m})
+                 for m in TE_MODES for r, c in ((4, 4), (8, 8))],
 }

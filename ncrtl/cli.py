@@ -19,8 +19,13 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
-def _parse_params(items):
+def _parse_params(items, args=None):
     params = {}
+    # Shortcut flags (--rows 8 is --param rows=8).
+    for flag in ("rows", "cols", "mode"):
+        value = getattr(args, flag, None) if args is not None else None
+        if value is not None:
+            params[flag] = str(value)
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"--param {item!r} is not of the form name=value")
@@ -36,13 +41,14 @@ def _cmd_list(args):
             choices = f" (one of: {', '.join(map(str, p.choices))})" if p.choices else ""
             print(f"{'':16s}--param {p.name}=<{p.kind.__name__}>  default {p.default!r}{choices}: {p.help}")
     for g, members in blocks.GROUPS.items():
-        print(f"{g:14s} group: {', '.join(b for b, _ in members)}")
+        names = sorted({b for b, _ in members})
+        print(f"{g:14s} group of {len(members)} configurations of {', '.join(names)}")
     return 0
 
 
 def _cmd_verilog(args):
     block = blocks.get(args.block)
-    params = block.resolve(_parse_params(args.param))
+    params = block.resolve(_parse_params(args.param, args))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -54,9 +60,9 @@ def _cmd_verilog(args):
     return 0
 
 
-def _expand(name, param_items):
+def _expand(name, param_items, args=None):
     """A block or a group -> list of (block, resolved params)."""
-    user = _parse_params(param_items)
+    user = _parse_params(param_items, args)
     if name in blocks.GROUPS:
         if user:
             raise UsageError(f"--param is not accepted with the group {name!r}; name one block")
@@ -68,7 +74,7 @@ def _expand(name, param_items):
 def _cmd_lint(args):
     from hdl.common.checks import lint_verilog, synth_check
     failed = 0
-    for block, params in _expand(args.block, args.param):
+    for block, params in _expand(args.block, args.param, args):
         text, top = block.verilog(params)
         lint = lint_verilog(text, top)
         synth = synth_check(text, top)
@@ -85,7 +91,7 @@ def _cmd_lint(args):
 
 def _cmd_conformance(args):
     from testbench.conformance import run_conformance
-    runs = _expand(args.block, args.param)
+    runs = _expand(args.block, args.param, args)
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     return run_conformance(runs, count=args.count, seed=args.seed, junit=args.junit,
@@ -95,6 +101,12 @@ def _cmd_conformance(args):
 def _cmd_bench(args):
     from testbench.bench import run_bench
     return run_bench(args)
+
+
+def _shortcuts(parser):
+    parser.add_argument("--rows", type=int, help="same as --param rows=N")
+    parser.add_argument("--cols", type=int, help="same as --param cols=N")
+    parser.add_argument("--mode", help="same as --param mode=NAME")
 
 
 def build_parser():
@@ -108,11 +120,13 @@ def build_parser():
     s.add_argument("block")
     s.add_argument("--param", action="append", metavar="NAME=VALUE")
     s.add_argument("-o", "--output", default=".", help="output folder (default: .)")
+    _shortcuts(s)
     s.set_defaults(func=_cmd_verilog)
 
     s = sub.add_parser("lint", help="verilator --lint-only -Wall and a Yosys latch check")
     s.add_argument("block")
     s.add_argument("--param", action="append", metavar="NAME=VALUE")
+    _shortcuts(s)
     s.set_defaults(func=_cmd_lint)
 
     s = sub.add_parser("conformance", help="run hardware vs golden and print a summary")
@@ -124,6 +138,7 @@ def build_parser():
                    help="probability of an idle input cycle and of a backpressure cycle (default 0.2)")
     s.add_argument("--junit", default="build/conformance.xml", help="JUnit XML report path")
     s.add_argument("--waves", action="store_true", help="record FST waveforms (same as WAVES=1)")
+    _shortcuts(s)
     s.set_defaults(func=_cmd_conformance)
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")

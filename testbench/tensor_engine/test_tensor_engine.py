@@ -1,0 +1,168 @@
+"""cocotb conformance of :class:`hdl.tensor_engine.top.TensorEngine` against the golden and the
+timing model.
+
+A random program (``testbench.tensor_engine.program``) of LS / MM instructions in one mode, with
+illegal instructions mixed in, streams into the engine; every output vector is compared bit for bit
+with ``model.tensor_engine.matmul``, every error pulse with ``isa.check``, and (in the stall-free
+test) the cycle of every output vector and error with ``model.tensor_engine.timing``.
+"""
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles
+
+from model.tensor_engine import isa
+from model.tensor_engine.isa import Op
+from testbench.conformance import tb_settings
+from testbench.scoreboard import Scoreboard, write_counters
+from testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
+from testbench.tensor_engine.program import expected_outputs, lane_words, random_program
+
+LANE = 32
+
+
+class TensorEngineTB:
+    """Clock, reset, three stream sources (instructions, stationary, moving), the output sink and
+    a watcher that records instruction-accept cycles and error pulses.
+
+    Cycle numbers of the sink and the watcher count the same rising edges from the start.
+    """
+
+    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0):
+        self.dut, self.rows, self.cols = dut, rows, cols
+        Clock(dut.clk, 10, unit="ns").start()
+        dut.rst.value = 1
+        self.instr = StreamSource(dut.clk, dut.i_instr_valid, dut.i_instr_ready, dut.i_instr,
+                                  stall=stall, seed=seed)
+        self.stat = StreamSource(dut.clk, dut.i_stat_valid, dut.i_stat_ready, dut.i_stat,
+                                 stall=stall, seed=seed + 1)
+        self.mov = StreamSource(dut.clk, dut.i_mov_valid, dut.i_mov_ready, dut.i_mov,
+                                stall=stall, seed=seed + 2)
+        self.out = StreamSink(dut.clk, dut.o_valid, dut.o_ready, dut.o_data,
+                              backpressure=stall, seed=seed + 3)
+        self.accepted = []   # cycle of each accepted instruction word
+        self.errors = []     # (cycle, code) of each o_error pulse
+        self._watcher = cocotb.start_soon(self._watch())
+
+    async def _watch(self):
+        dut = self.dut
+        edge = dut.clk.rising_edge
+        cycle = 0
+        while True:
+            await edge
+            cycle += 1
+            if dut.i_instr_valid.value == 1 and dut.i_instr_ready.value == 1:
+                self.accepted.append(cycle)
+            if dut.o_error.value == 1:
+                self.errors.append((cycle, int(dut.o_error_code.value)))
+
+    async def reset(self, cycles=2):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, cycles)
+        self.dut.rst.value = 0
+
+    def load(self, prog):
+        """Queue every instruction word and the data beats of the instructions the engine
+        accepts (a rejected instruction consumes no data)."""
+        self.instr.send([isa.encode(s.ins) for s in prog.steps])
+        for s, _ in prog.valid_steps():
+            ins = s.ins.whole(self.rows, self.cols)
+            fs, fm = ins.formats
+            dr = ins.mode == isa.Mode.DOUBLE_ROW
+            words = lane_words(s.data, fs if ins.op == Op.LS else fm, dr)  # [X, K]
+            beats = np.zeros((words.shape[0], self.rows), dtype=np.uint64)
+            beats[:, ins.tile_row:ins.tile_row + ins.k] = words.astype(np.uint64)
+            if ins.op == Op.LS:
+                self.stat.send(pack_lanes(beats[::-1], LANE))  # columns M-1 first
+            else:
+                self.mov.send(pack_lanes(beats, LANE))
+
+
+async def run_program(dut, prog, *, stall, seed, check_timing):
+    rows, cols = prog.rows, prog.cols
+    tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed)
+    await tb.reset()
+    tb.load(prog)
+    expect = expected_outputs(prog)
+    total = sum(bits.shape[1] for _, bits in expect)
+    got_words = await tb.out.recv(total, timeout=5000)
+    await tb.instr.wait()
+    await ClockCycles(dut.clk, 8)  # let the last error pulses land
+    got = unpack_lanes(got_words, LANE, cols)  # [vectors, cols]
+    valid = prog.valid_steps()
+
+    sb = Scoreboard(f"tensor_engine.{dut._name}", "fp32/raw", bits=32,
+                    decode=lambda x: np.asarray(x, np.uint32).view(np.float32))
+    pos = 0
+    for idx, bits in expect:
+        ins = valid[idx][0].ins.whole(rows, cols)
+        m, n = bits.shape
+        vec = got[pos:pos + n, ins.tile_col:ins.tile_col + m].T  # [M, N]
+        sb.compare(vec.astype(np.int64), bits.astype(np.int64))
+        pos += n
+    sb.write_json()
+    dut._log.info(sb.report())
+
+    # Errors: one pulse per rejected instruction, with isa.check's code, in program order.
+    want_codes = []
+    last_ls = None
+    for s in prog.steps:
+        err = isa.check(s.ins, rows, cols, last_ls)
+        if err is None and s.ins.op == Op.LS:
+            last_ls = s.ins
+        if err is not None:
+            want_codes.append(int(err[0]))
+    eb = Scoreboard("tensor_engine.errors", "error code", bits=8)
+    got_codes = [c for _, c in tb.errors]
+    n_err = max(len(got_codes), len(want_codes))
+    eb.compare(np.array((got_codes + [-1] * n_err)[:n_err]),
+               np.array((want_codes + [-1] * n_err)[:n_err]))
+    eb.write_json()
+    dut._log.info(eb.report())
+
+    boards = [sb, eb]
+    if check_timing:
+        from model.tensor_engine import timing
+        sched = timing.simulate(prog.instructions(), rows, cols)
+        t0 = tb.accepted[0]
+        want_out = [c for c in sched.output_cycles]
+        got_out = [c - t0 for c in tb.out.cycles]
+        tsb = Scoreboard("tensor_engine.output_cycles", "cycle", bits=32)
+        k = max(len(want_out), len(got_out))
+        tsb.compare(np.array((got_out + [-1] * k)[:k]), np.array((want_out + [-1] * k)[:k]))
+        want_err = [c for c in sched.error_cycles]
+        got_err = [c - t0 for c, _ in tb.errors]
+        k = max(len(want_err), len(got_err))
+        tsb.compare(np.array((got_err + [-1] * k)[:k]), np.array((want_err + [-1] * k)[:k]))
+        tsb.write_json()
+        dut._log.info(tsb.report())
+        boards.append(tsb)
+    write_counters(cycles=tb.out.cycle)
+    for b in boards:
+        b.assert_clean()
+
+
+def _program(seed, salt):
+    params, count, _, _ = tb_settings()
+    rng = np.random.default_rng(seed * 7919 + salt)
+    rows, cols = params["rows"], params["cols"]
+    # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
+    max_n = int(min(isa.MAX_N, max(1, params.get("max_n", 96))))
+    groups = max(1, count // (2 * max_n))
+    return random_program(rng, rows, cols, params["mode"], groups=groups, max_n=max_n)
+
+
+@cocotb.test()
+async def test_program_timing(dut):
+    """No stalls: values, error codes, and the cycle of every output vector and error pulse."""
+    params, count, seed, _ = tb_settings()
+    await run_program(dut, _program(seed, 1), stall=0.0, seed=seed, check_timing=True)
+
+
+@cocotb.test()
+async def test_program_stalls(dut):
+    """Random input stalls and output backpressure: values and error codes, nothing lost."""
+    params, count, seed, stall = tb_settings()
+    await run_program(dut, _program(seed, 2), stall=max(stall, 0.2), seed=seed + 11,
+                      check_timing=False)
