@@ -12,7 +12,7 @@ from ncrtl.cli import main
 def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "fp.dot_add" in out and "double_row" in out and "group:" in out
+    assert "fp.dot_add" in out and "double_row" in out and "group of 22 configurations" in out
 
 
 def test_verilog_writes_a_module(tmp_path, capsys):
