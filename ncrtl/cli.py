@@ -98,6 +98,20 @@ def _cmd_conformance(args):
                            stall=args.stall, waves=args.waves)
 
 
+def _cmd_sim(args):
+    from testbench.tensor_engine.simulate import sim_matmul
+    if args.what != "matmul":
+        raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
+    from ncrtl.blocks import TE_MODES
+    if args.dtype not in TE_MODES:
+        raise UsageError(f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(TE_MODES)}")
+    for name, value, hi in (("k", args.k, args.rows), ("m", args.m, args.cols), ("n", args.n, 512)):
+        if not 1 <= value <= hi:
+            raise UsageError(f"--{name} {value} must be in 1..{hi}")
+    return sim_matmul(rows=args.rows, cols=args.cols, dtype=args.dtype, k=args.k, m=args.m,
+                      n=args.n, seed=args.seed, waves=args.waves)
+
+
 def _cmd_bench(args):
     from testbench.bench import run_bench
     return run_bench(args)
@@ -140,6 +154,19 @@ def build_parser():
     s.add_argument("--waves", action="store_true", help="record FST waveforms (same as WAVES=1)")
     _shortcuts(s)
     s.set_defaults(func=_cmd_conformance)
+
+    s = sub.add_parser("sim", help="simulate one Tensor Engine matmul and print its figures")
+    s.add_argument("what", help="matmul")
+    s.add_argument("--rows", type=int, default=128)
+    s.add_argument("--cols", type=int, default=128)
+    s.add_argument("--dtype", default="bf16", help="mode: fp32, tf32, bf16, fp16, fp8, double_row, "
+                   "transpose_bf16, transpose_fp8, transpose_fp32")
+    s.add_argument("--k", type=int, default=128)
+    s.add_argument("--m", type=int, default=128)
+    s.add_argument("--n", type=int, default=512)
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--waves", action="store_true")
+    s.set_defaults(func=_cmd_sim)
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")

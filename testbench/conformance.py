@@ -42,6 +42,7 @@ class BlockResult:
     build_seconds: float = 0.0
     cycles: int = 0
     message: str = ""
+    counters: dict = field(default_factory=dict)
 
     @property
     def vectors(self):
@@ -52,8 +53,10 @@ class BlockResult:
         return sum(u["mismatches"] for u in self.units)
 
 
-def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=None):
-    """Build ``block`` with ``params`` and run its testbench; return a :class:`BlockResult`."""
+def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=None,
+              testbench=None, extra_env=None):
+    """Build ``block`` with ``params`` and run its testbench (or the cocotb module
+    ``testbench``) with ``extra_env``; return a :class:`BlockResult`."""
     from testbench import sim
     label = block.label(params)
     t0 = time.perf_counter()
@@ -66,22 +69,25 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
         summary = Path(tmp) / "summary.json"
         env = {"NCRTL_PARAMS": json.dumps(params), "NCRTL_COUNT": str(count),
                "NCRTL_SEED": str(seed), "NCRTL_STALL": str(stall), "NCRTL_SUMMARY": str(summary),
-               "NCRTL_LABEL": label, "NCRTL_BLOCK": block.name}
+               "NCRTL_LABEL": label, "NCRTL_BLOCK": block.name, **(extra_env or {})}
         log = Path("build") / "conformance" / f"{block.top(**params)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        res = built.run(block.testbench, testcase=testcase, env=env, seed=seed,
+        res = built.run(testbench or block.testbench, testcase=testcase, env=env, seed=seed,
                         results=Path(tmp) / "results.xml", log=log)
         units = []
         cycles = 0
+        counters = {}
         if summary.exists():
             data = json.loads(summary.read_text())
             units = list(data.get("scoreboards", []))
             cycles = int(data.get("cycles", 0))
+            counters = {k: v for k, v in data.items() if k != "scoreboards"}
     passed = res.passed and bool(units) and all(u["mismatches"] == 0 for u in units)
     msg = "" if passed else (res.message or "no scoreboard summary was written") + f"\n(log: {log})"
     if res.waves:
         print(f"waves: {res.waves}", file=sys.stderr)
-    return BlockResult(label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg)
+    return BlockResult(label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg,
+                       counters)
 
 
 def _junit(results, path):

@@ -141,6 +141,8 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     write_counters(cycles=tb.out.cycle)
     for b in boards:
         b.assert_clean()
+    return {"first_instr": tb.accepted[0], "first_out": tb.out.cycles[0] if tb.out.cycles else 0,
+            "last_out": tb.out.cycles[-1] if tb.out.cycles else 0}
 
 
 def _program(seed, salt):

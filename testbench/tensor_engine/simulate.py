@@ -1,0 +1,53 @@
+"""``ncrtl sim matmul``: one matmul on the Tensor Engine RTL, with its cycle figures.
+
+Builds the engine, runs one LoadStationary + MultiplyMoving through
+``testbench.tensor_engine.test_sim`` (values checked against the golden, output cycles against
+the timing model) and prints cycles, utilization and the equivalent TFLOPS at 2.4 GHz.
+"""
+
+from model.tensor_engine.isa import Mode
+from ncrtl import blocks
+from testbench.conformance import run_block
+from testbench.tensor_engine.program import MODES
+
+__all__ = ["sim_matmul", "CLOCK_HZ"]
+
+#: Tensor Engine clock of Trainium2 (documented 2.4 GHz).
+CLOCK_HZ = 2.4e9
+
+
+def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
+    """Run the matmul and print its figures; return the exit status (0 = matched)."""
+    block = blocks.get("pe_array")
+    params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
+    params.update({"k": k, "m": m, "n": n})
+    res = run_block(block, params, count=n, seed=seed, stall=0.0, waves=True if waves else None,
+                    testbench="testbench.tensor_engine.test_sim")
+    mode, transpose = MODES[dtype]
+    c = res.counters
+    if not c.get("last_out"):
+        print(f"simulation failed: {res.message}")
+        return 1
+    cycles = c["last_out"] - c["first_instr"] + 1
+    products = 2 if mode == Mode.DOUBLE_ROW else 1
+    macs = 0 if transpose else k * m * n * products
+    peak = rows * cols * products / (4 if (mode == Mode.FP32 and not transpose) else 1)
+    util = macs / (cycles * rows * cols * products) if macs else 0.0
+    tflops = 2 * macs / (cycles / CLOCK_HZ) / 1e12
+    stream = n * (4 if mode == Mode.FP32 and not transpose else 2 if mode == Mode.FP32 else 1)
+    print(f"matmul {dtype} K={k} M={m} N={n} on a {rows}x{cols} array")
+    print(f"  cycles (first instruction to last output vector): {cycles}")
+    print(f"  first output vector after {c['first_out'] - c['first_instr']} cycles; "
+          f"moving stream {stream} cycles")
+    if macs:
+        print(f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization {util:.3f} of "
+              f"{rows * cols * products} MACs/cycle")
+        print(f"  equivalent {tflops:.2f} TFLOPS at {CLOCK_HZ / 1e9:.1f} GHz "
+              f"(mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in steady state)")
+    for u in res.units:
+        print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
+    print(f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model and the "
+          f"timing model")
+    if not res.passed:
+        print(res.message)
+    return 0 if res.passed else 1
