@@ -1,0 +1,14 @@
+"""Golden models of the Tensor Engine (docs/tensor_engine.md).
+
+* :mod:`.isa` — instructions, validation rules (:func:`isa.check`) and the instruction word.
+* :mod:`.matmul` — bit-exact values of one matmul / transpose (:func:`matmul`).
+* :mod:`.timing` — the cycle-level schedule of an instruction stream (:func:`timing.simulate`).
+"""
+
+from . import isa, timing
+from .matmul import (OPERAND_FORMATS, PERF_MODES, InstructionError, matmul, matmul_bits, mode_of,
+                     result_bits)
+from .timing import P_PREFIX, latency, simulate
+
+__all__ = ["isa", "timing", "matmul", "matmul_bits", "result_bits", "mode_of", "InstructionError",
+           "OPERAND_FORMATS", "PERF_MODES", "P_PREFIX", "latency", "simulate"]

@@ -192,10 +192,10 @@ def check(ins, rows, cols, stationary=None):
         if col_t and (ins.tile_cols not in _COL_TILES or ins.tile_row):
             return Error.TILE, (f"column tile size {ins.tile_cols} at row {ins.tile_row} is not "
                                 f"allowed; allowed: 64 or 32 at row 0")
-        if ins.tile_row % ins.tile_rows or ins.tile_row + ins.tile_rows > rows:
+        if ins.tile_row < 0 or ins.tile_row % ins.tile_rows or ins.tile_row + ins.tile_rows > rows:
             return Error.TILE, (f"tile_position row {ins.tile_row} is not a multiple of the tile "
                                 f"size {ins.tile_rows} within {rows} rows")
-        if ins.tile_col % ins.tile_cols or ins.tile_col + ins.tile_cols > cols:
+        if ins.tile_col < 0 or ins.tile_col % ins.tile_cols or ins.tile_col + ins.tile_cols > cols:
             return Error.TILE, (f"tile_position column {ins.tile_col} is not a multiple of the "
                                 f"tile size {ins.tile_cols} within {cols} columns")
     if not 1 <= ins.k <= ins.tile_rows:

@@ -1,0 +1,296 @@
+"""Golden model of one Tensor Engine matmul (``nc_matmul``): values bit for bit as the PE chain.
+
+The contract is docs/tensor_engine.md ("Instruction semantics") on top of docs/numerics.md.  One
+call is one LoadStationary + MultiplyMoving pair on a ``rows x cols`` array:
+
+* **matmul**: ``out[m, n]`` is the FP32 psum leaving the bottom of PE column ``m`` for moving
+  vector ``n``: ``p = +0.0``; for ``k = 0 .. K-1``: ``p = round_fp32(p + s[k, m] * x[k, n])``
+  (double_row: ``round_fp32(p + s[k,0,m]*x[k,0,n] + s[k,1,m]*x[k,1,n])``), each step one correctly
+  rounded :func:`model.fp.fp32_dot_add`.
+* **transpose**: ``out[m, n]`` is the raw encoding of ``stationary[k, m]`` for the single ``k``
+  with ``moving[k, n] == 1``; no arithmetic, so NaN payloads survive.
+
+Every rule is checked through :func:`model.tensor_engine.isa.check` on the LS / MM instructions
+built from the arguments, so the golden and the RTL reject exactly the same instructions; the
+golden raises :class:`InstructionError` (a ``ValueError``) with the rule's message and code.
+"""
+
+import numpy as np
+
+from model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
+
+from .isa import FP8_FORMATS, Error, Instruction, Mode, Op, check
+
+__all__ = ["matmul", "matmul_bits", "result_bits", "mode_of", "InstructionError",
+           "OPERAND_FORMATS", "PERF_MODES"]
+
+#: Formats a Tensor Engine operand may have (TF32 is float32 data with ``*_format="tf32"``).
+OPERAND_FORMATS = ("fp32", "tf32", "bf16", "fp16") + FP8_FORMATS
+
+#: Accepted ``perf_mode`` values (None: one product per PE step).
+PERF_MODES = (None, "double_row")
+
+
+class InstructionError(ValueError):
+    """A rule of the Tensor Engine contract is violated.
+
+    Attributes
+    ----------
+    error : isa.Error
+        The error code the RTL raises on ``o_error_code`` for the same instruction
+        (``Error.NONE`` for argument errors that have no instruction encoding, e.g. a wrong dtype).
+    """
+
+    def __init__(self, message, error=Error.NONE):
+        super().__init__(message)
+        self.error = Error(error)
+
+
+def _format(spec, what):
+    """The :class:`model.fp.Format` of a dtype, a dtype-like or a format name."""
+    if isinstance(spec, Format):
+        return spec
+    if isinstance(spec, str):
+        try:
+            return get_format(spec)
+        except ValueError:
+            pass  # maybe a dtype name such as "float32"
+    try:
+        return format_of_dtype(spec)
+    except (TypeError, ValueError):
+        raise InstructionError(f"{what} format {spec!r} is not a Tensor Engine operand format; "
+                               f"allowed: {', '.join(OPERAND_FORMATS)}") from None
+
+
+def mode_of(stationary, moving, perf_mode=None):
+    """Mode and format indices of an instruction on operands of the given formats.
+
+    Parameters
+    ----------
+    stationary, moving : numpy dtype, dtype-like, format name or model.fp.Format
+        Operand formats (a format name such as ``"tf32"`` or ``"fp8_e5m2"``, or a dtype such as
+        ``ml_dtypes.bfloat16``; a float32 dtype means fp32).
+    perf_mode : None or "double_row"
+
+    Returns
+    -------
+    (Mode, int, int)
+        ``(mode, fmt_s, fmt_m)``; the format indices index :data:`isa.FP8_FORMATS` in the FP8
+        modes and are 0 otherwise.  For double_row an FP8 format that the mode does not accept
+        (e3m4) is returned by index so that :func:`isa.check` reports it (``Error.FORMAT``), as
+        the RTL does.
+
+    Raises
+    ------
+    InstructionError
+        For a format that is no operand format, fp32/tf32 mixed with another format, bf16 x fp16,
+        double_row with a non-FP8 format, or an unknown ``perf_mode``: pairs no instruction can
+        encode.
+    """
+    if perf_mode not in PERF_MODES:
+        raise InstructionError(f"perf_mode {perf_mode!r} is not supported; allowed: "
+                               f"{', '.join(map(repr, PERF_MODES))}")
+    fs = _format(stationary, "stationary")
+    fm = _format(moving, "moving")
+    for f, side in ((fs, "stationary"), (fm, "moving")):
+        if f.name not in OPERAND_FORMATS:
+            raise InstructionError(f"{side} format {f.name} is not a Tensor Engine operand "
+                                   f"format; allowed: {', '.join(OPERAND_FORMATS)}", Error.FORMAT)
+    pair = f"{fs.name} x {fm.name}"
+    fp8 = fs.name in FP8_FORMATS and fm.name in FP8_FORMATS
+    if perf_mode == "double_row":
+        if not fp8:
+            raise InstructionError(f"double_row needs FP8 operands (fp8_e4m3, fp8_e4m3fn, "
+                                   f"fp8_e5m2) on both sides, got {pair}", Error.FORMAT)
+        return Mode.DOUBLE_ROW, FP8_FORMATS.index(fs.name), FP8_FORMATS.index(fm.name)
+    if fp8:
+        return Mode.FP8, FP8_FORMATS.index(fs.name), FP8_FORMATS.index(fm.name)
+    wide = {"fp32", "tf32"}
+    if (fs.name in wide) != (fm.name in wide):
+        raise InstructionError(f"fp32/tf32 operands cannot be mixed with narrower formats, "
+                               f"got {pair}", Error.FORMAT)
+    if fs.name != fm.name:
+        raise InstructionError(f"stationary and moving formats must be equal outside the fp8 "
+                               f"modes, got {pair}", Error.FORMAT)
+    return {"fp32": Mode.FP32, "tf32": Mode.TF32, "bf16": Mode.BF16,
+            "fp16": Mode.FP16}[fs.name], 0, 0
+
+
+def _operand(arr, fmt, what):
+    """``(ndarray, Format)`` of one operand, checking its dtype against its format."""
+    a = np.asarray(arr)
+    try:
+        dfmt = format_of_dtype(a.dtype)
+    except ValueError:
+        dfmt = None
+    if dfmt is None or dfmt.name not in OPERAND_FORMATS:
+        raise InstructionError(f"{what} dtype {a.dtype} is not a Tensor Engine operand dtype; "
+                               f"allowed: float32, bfloat16, float16, float8_e4m3, "
+                               f"float8_e4m3fn, float8_e5m2, float8_e3m4")
+    if fmt is None:
+        return a, dfmt
+    f = _format(fmt, f"{what}_format")
+    if f is dfmt or (f.name == "tf32" and dfmt.name == "fp32"):
+        return a, f
+    raise InstructionError(f"{what}_format {f.name} does not match the {what} dtype {a.dtype} "
+                           f"(tf32 takes float32 data; other formats must equal the dtype's)")
+
+
+def _pair(name, value):
+    """A 2-tuple of ints, or InstructionError naming the argument."""
+    try:
+        a, b = value
+        if int(a) != a or int(b) != b:
+            raise ValueError
+        a, b = int(a), int(b)
+    except (TypeError, ValueError):
+        raise InstructionError(f"{name} must be a pair of integers, got {value!r}",
+                               Error.TILE) from None
+    # A zero size would read as "whole array" in the instruction word: reject it here.
+    if name == "tile_size" and (a <= 0 or b <= 0):
+        raise InstructionError(f"tile_size {(a, b)} must hold positive integers", Error.TILE)
+    return a, b
+
+
+def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_size):
+    """The LS and MM of one call (tile fields filled in only when tiling is requested)."""
+    if (tile_position is None) != (tile_size is None):
+        raise InstructionError("tile_position and tile_size must be given together "
+                               f"(got tile_position={tile_position!r}, tile_size={tile_size!r})",
+                               Error.TILE)
+    tile = {}
+    if tile_size is not None:
+        r0, c0 = _pair("tile_position", tile_position)
+        tr, tc = _pair("tile_size", tile_size)
+        tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
+    ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile)
+    mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose,
+                     **tile)
+    return ls, mm
+
+
+def _validate(stationary, moving, perf_mode, is_transpose, tile_position, tile_size, rows, cols,
+              stationary_format, moving_format):
+    """Check every rule; return ``(s, fs, x, fm, mode, (K, M, N))``."""
+    for name, v in (("rows", rows), ("cols", cols)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InstructionError(f"{name} must be a positive integer, got {v!r}")
+    s, fs = _operand(stationary, stationary_format, "stationary")
+    x, fm = _operand(moving, moving_format, "moving")
+    mode, fmt_s, fmt_m = mode_of(fs, fm, perf_mode)
+    if mode == Mode.DOUBLE_ROW:
+        want = "[K, 2, M] and [K, 2, N] (double_row)"
+        ok = s.ndim == 3 and x.ndim == 3 and s.shape[1] == 2 and x.shape[1] == 2
+    else:
+        want = "[K, M] and [K, N]"
+        ok = s.ndim == 2 and x.ndim == 2
+    if not ok:
+        raise InstructionError(f"operand shapes must be {want}, got stationary {s.shape} and "
+                               f"moving {x.shape}")
+    if s.shape[0] != x.shape[0]:
+        raise InstructionError(f"stationary and moving must have the same K (partitions), got "
+                               f"stationary {s.shape} and moving {x.shape}")
+    k, m, n = s.shape[0], s.shape[-1], x.shape[-1]
+    ls, mm = _instructions(mode, fmt_s, fmt_m, k, m, n, bool(is_transpose), tile_position,
+                           tile_size)
+    for ins, st in ((ls, None), (mm, ls)):
+        bad = check(ins, rows, cols, st)
+        if bad is not None:
+            raise InstructionError(bad[1], bad[0])
+    return s, fs, x, fm, mode, (k, m, n)
+
+
+def matmul(stationary, moving, *, perf_mode=None, is_transpose=False, tile_position=None,
+           tile_size=None, rows=128, cols=128, stationary_format=None, moving_format=None):
+    """Golden result of one Tensor Engine matmul or transpose.
+
+    Parameters
+    ----------
+    stationary : ndarray ``[K, M]`` (double_row: ``[K, 2, M]``)
+        Weights; dtype float32, ``ml_dtypes.bfloat16``, float16 or ``ml_dtypes.float8_e4m3``,
+        ``float8_e4m3fn``, ``float8_e5m2``, ``float8_e3m4``.
+    moving : ndarray ``[K, N]`` (double_row: ``[K, 2, N]``)
+        Moving data, same dtype rules.  In double_row, element ``(p, j)`` is contraction index
+        ``j*128 + p`` and PE row ``p`` computes both products in one fused step.
+    perf_mode : None or "double_row"
+    is_transpose : bool
+        Transpose: ``moving`` must be a selection matrix (every entry exactly 0 or 1 in the
+        moving format, at most one 1 per column; -0 counts as 0).
+    tile_position, tile_size : (int, int) or None
+        Both or neither.  Only validated (row tiles ``(64|32, cols)`` at ``(r0, 0)``, column
+        tiles ``(rows, 64|32)`` at ``(0, c0)``, positions multiples of the size); the values are
+        those of the same matmul on the whole array.
+    rows, cols : int
+        Array size (128 x 128 on the hardware).
+    stationary_format, moving_format : str or None
+        ``"tf32"`` reads float32 data as TF32 (low 13 mantissa bits ignored); any other name must
+        be the dtype's own format.
+
+    Returns
+    -------
+    ndarray ``[M, N]``
+        matmul: float32 (use :func:`result_bits` for the encodings).  Transpose: the raw
+        stationary encodings, uint16 for 8- and 16-bit formats (FP8 in the low byte, upper byte
+        zero) and uint32 for fp32 / tf32 (the whole 32-bit container, TF32's low bits included:
+        data movement does not interpret them).
+
+    Raises
+    ------
+    InstructionError (ValueError)
+        For every rule violation, with the message of :func:`isa.check` where the rule is an
+        instruction rule (and its code in ``.error``), or a message naming the argument rule
+        (dtype, shape, format pairing, selection matrix).
+    """
+    s, fs, x, fm, mode, (k, m, n) = _validate(
+        stationary, moving, perf_mode, is_transpose, tile_position, tile_size, rows, cols,
+        stationary_format, moving_format)
+    if is_transpose:
+        return _transpose(s, fs, x, fm)
+    if mode == Mode.DOUBLE_ROW:
+        s_k = lambda i: s[i].T[:, None, :]   # [M, 1, 2]
+        x_k = lambda i: x[i].T[None, :, :]   # [1, N, 2]
+        width = 2
+    else:
+        s_k = lambda i: s[i][:, None, None]  # [M, 1, 1]
+        x_k = lambda i: x[i][None, :, None]  # [1, N, 1]
+        width = 1
+    # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
+    # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
+    p = np.zeros((m, n), dtype=np.float32)
+    shape = (m, n, width)
+    for i in range(k):
+        p = fp32_dot_add(p, np.broadcast_to(s_k(i), shape), np.broadcast_to(x_k(i), shape),
+                         a_format=fs, b_format=fm)
+    return p
+
+
+def _transpose(s, fs, x, fm):
+    """Raw-bit selection ``out[m, n] = bits(s[k, m])`` for the ``k`` with ``x[k, n] == 1``."""
+    xv = decode(x, fm)
+    bad = ~((xv == 0) | (xv == 1))
+    if bad.any():
+        k, n = (int(i[0]) for i in np.nonzero(bad))
+        raise InstructionError(f"transpose: moving[{k}, {n}] = {float(xv[k, n])!r} is neither 0 "
+                               f"nor 1 (moving must be a selection matrix)", Error.SELECTION)
+    ones = xv == 1
+    count = ones.sum(axis=0)
+    if (count > 1).any():
+        n = int(np.nonzero(count > 1)[0][0])
+        ks = [int(i) for i in np.nonzero(ones[:, n])[0]]
+        raise InstructionError(f"transpose: moving column {n} has a 1 at k = {ks}; a selection "
+                               f"column has at most one 1", Error.SELECTION)
+    bits = to_bits(s, fs).astype(np.uint64)
+    # At most one 1 per column: the integer product picks that encoding exactly (0 if none).
+    out = bits.T @ ones.astype(np.uint64)
+    return out.astype(np.uint32 if fs.container_bits == 32 else np.uint16)
+
+
+def result_bits(result):
+    """Encodings of a :func:`matmul` result: uint32 FP32 bits (a transpose result as is)."""
+    r = np.asarray(result)
+    return r.view(np.uint32) if r.dtype == np.float32 else r
+
+
+def matmul_bits(stationary, moving, **kwargs):
+    """:func:`matmul` returning encodings: uint32 FP32 bits, or the transpose's raw bits."""
+    return result_bits(matmul(stationary, moving, **kwargs))

@@ -1,0 +1,652 @@
+"""Tensor Engine golden (values) against an exact rational reference, and the timing model's facts.
+
+Values: every result is compared bit for bit with the PE chain computed one element at a time by
+``tests/exact_ref.py`` (Python ``Fraction``, no floating point).  Timing: the documented facts of
+docs/tensor_engine.md, and :func:`timing.simulate` against an independent cycle-stepped model of
+the same conventions.
+"""
+
+import time
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from model.fp import from_bits, get_format, to_bits
+from model.tensor_engine import (InstructionError, P_PREFIX, latency, matmul, matmul_bits,
+                                 mode_of, result_bits, simulate, timing)
+from model.tensor_engine.isa import (FP8_FORMATS, MIN_MM_CYCLES, Error, Instruction, Mode, Op,
+                                     check, encode)
+from tests.exact_ref import dot_add_reference, exact_operand
+
+DTYPES = {"fp32": np.float32, "tf32": np.float32, "bf16": ml_dtypes.bfloat16,
+          "fp16": np.float16, "fp8_e4m3": ml_dtypes.float8_e4m3,
+          "fp8_e4m3fn": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
+          "fp8_e3m4": ml_dtypes.float8_e3m4}
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def kw(fs, fm):
+    """Format keyword arguments (only TF32 needs naming)."""
+    out = {}
+    if fs == "tf32":
+        out["stationary_format"] = "tf32"
+    if fm == "tf32":
+        out["moving_format"] = "tf32"
+    return out
+
+
+def operands(rng, fmt, shape, specials=0.0, raw=0.2):
+    """Random operands of ``fmt``: scaled normals, a fraction of raw bit patterns, some specials."""
+    f = get_format(fmt)
+    dt = DTYPES[fmt]
+    scale = 2.0 ** rng.integers(-3, 4, size=shape)
+    vals = (rng.standard_normal(shape) * scale).astype(np.float32)
+    if f.bits <= 8:
+        vals = np.clip(vals, -f.max_finite, f.max_finite)
+    arr = vals.astype(dt)
+    bits = to_bits(arr, "fp32" if fmt == "tf32" else fmt).astype(np.uint64)
+    nbits = f.container_bits
+    rnd = rng.integers(0, 1 << nbits, size=shape, dtype=np.uint64)
+    take = rng.random(shape) < raw
+    bits = np.where(take, rnd, bits)
+    if specials:
+        special = np.array(special_codes(fmt), dtype=np.uint64)
+        take = rng.random(shape) < specials
+        bits = np.where(take, special[rng.integers(0, len(special), size=shape)], bits)
+    return from_bits(bits.astype(f.storage_dtype), "fp32" if fmt == "tf32" else fmt)
+
+
+def special_codes(fmt):
+    """NaN, +-Inf (or the largest finite), +-0, smallest subnormal, largest finite, one."""
+    f = get_format(fmt)
+    n = f.bits
+    sign = 1 << (n - 1)
+    emask = ((1 << f.exp_bits) - 1) << f.man_bits
+    top = emask | ((1 << f.man_bits) - 1)                       # S.1111.111
+    maxf = (top - 1) if f.special == "fn" else (emask - 1)       # largest finite
+    one = f.bias << f.man_bits
+    codes = [0, sign, 1, sign | 1, maxf, sign | maxf, one, sign | one, top]
+    if f.has_inf:
+        codes += [emask, sign | emask]
+    return codes
+
+
+def bits_of(arr, fmt):
+    return to_bits(arr, "fp32" if fmt == "tf32" else fmt).astype(np.int64)
+
+
+def reference(s, x, fs, fm, double=False):
+    """The PE chain of every output element, one element at a time, exactly (uint32 encodings)."""
+    sb, xb = bits_of(s, fs), bits_of(x, fm)
+    sv = np.vectorize(lambda b: exact_operand(b, fs), otypes=[object])(sb)
+    xv = np.vectorize(lambda b: exact_operand(b, fm), otypes=[object])(xb)
+    k_n, m_n, n_n = s.shape[0], s.shape[-1], x.shape[-1]
+    out = np.zeros((m_n, n_n), dtype=np.uint32)
+    for m in range(m_n):
+        for n in range(n_n):
+            p = 0
+            for k in range(k_n):
+                if double:
+                    p = dot_add_reference(p, [sv[k, 0, m], sv[k, 1, m]], [xv[k, 0, n], xv[k, 1, n]])
+                else:
+                    p = dot_add_reference(p, [sv[k, m]], [xv[k, n]])
+            out[m, n] = p
+    return out
+
+
+def assert_bits_equal(got, want):
+    got = np.asarray(got)
+    bad = got != want
+    assert not bad.any(), [(tuple(i), hex(int(got[tuple(i)])), hex(int(want[tuple(i)])))
+                           for i in np.argwhere(bad)[:5]]
+
+
+# -- values against the exact reference ------------------------------------------------------
+
+PAIRS = ([("fp32", "fp32"), ("tf32", "tf32"), ("bf16", "bf16"), ("fp16", "fp16")]
+         + [(a, b) for a in FP8_FORMATS for b in FP8_FORMATS])
+
+
+@pytest.mark.parametrize("fs,fm", PAIRS)
+@pytest.mark.parametrize("specials", [0.0, 0.08])
+def test_matmul_matches_exact_chain(fs, fm, specials):
+    rng = np.random.default_rng(zlib.crc32(f"{fs} {fm} {specials}".encode()))
+    k, m, n = 7, 3, 5
+    s = operands(rng, fs, (k, m), specials)
+    x = operands(rng, fm, (k, n), specials)
+    got = matmul(s, x, rows=8, cols=4, **kw(fs, fm))
+    assert got.dtype == np.float32 and got.shape == (m, n)
+    assert_bits_equal(result_bits(got), reference(s, x, fs, fm))
+
+
+@pytest.mark.parametrize("fs", FP8_FORMATS[:3])
+@pytest.mark.parametrize("fm", FP8_FORMATS[:3])
+@pytest.mark.parametrize("specials", [0.0, 0.08])
+def test_double_row_matches_exact_chain(fs, fm, specials):
+    rng = np.random.default_rng(zlib.crc32(f"double {fs} {fm} {specials}".encode()))
+    k, m, n = 6, 3, 4
+    s = operands(rng, fs, (k, 2, m), specials)
+    x = operands(rng, fm, (k, 2, n), specials)
+    got = matmul(s, x, perf_mode="double_row", rows=8, cols=4)
+    assert_bits_equal(matmul_bits(s, x, perf_mode="double_row", rows=8, cols=4),
+                      reference(s, x, fs, fm, double=True))
+    assert (result_bits(got) == matmul_bits(s, x, perf_mode="double_row", rows=8, cols=4)).all()
+
+
+def test_double_row_is_one_rounding_per_row():
+    """Row p adds both products with one rounding: 1 + 2**-24 + 2**-32 rounds up to 1 + 2**-23.
+
+    Two roundings would give 1 (the tie 1 + 2**-24 goes to even, then 2**-32 is lost).
+    """
+    e5 = ml_dtypes.float8_e5m2
+    s = np.array([[[1.0], [0.0]], [[2.0**-12], [2.0**-16]]], dtype=e5)   # [K=2, 2, M=1]
+    x = np.array([[[1.0], [0.0]], [[2.0**-12], [2.0**-16]]], dtype=e5)
+    got = matmul(s, x, perf_mode="double_row")
+    assert got[0, 0] == np.float32(1.0 + 2.0**-23)
+    assert_bits_equal(result_bits(got), reference(s, x, "fp8_e5m2", "fp8_e5m2", True))
+
+
+def test_chain_rounds_every_row():
+    """Each PE row rounds: 1 + 2**-30 - 1 gives 0 (the whole-dot exact sum would be 2**-30)."""
+    s = np.array([[1.0], [2.0**-30], [-1.0]], dtype=np.float32)
+    x = np.ones((3, 1), dtype=np.float32)
+    got = matmul(s, x)
+    assert got[0, 0] == 0.0 and not np.signbit(got[0, 0])
+    assert_bits_equal(result_bits(got), reference(s, x, "fp32", "fp32"))
+
+
+def test_corner_values_fp32():
+    f32 = np.float32
+    big = np.finfo(f32).max
+    tiny = np.float32(1e-45)
+    cases = [
+        # (stationary column, moving column, expected result bits)
+        ([big, big], [1.0, 1.0], 0x7F800000),                 # overflow in the rounding
+        ([big, big, -np.inf], [1.0, 1.0, 1.0], 0x7FC00000),   # Inf - Inf
+        ([np.inf, 0.0], [0.0, 1.0], 0x7FC00000),              # Inf * 0
+        ([np.nan, 1.0], [1.0, 1.0], 0x7FC00000),              # NaN in
+        ([-0.0, -0.0], [1.0, 1.0], 0x00000000),               # the chain starts at +0.0
+        ([-tiny, -0.0], [tiny, 1.0], 0x80000000),             # underflow keeps -0, stays -0
+        ([-tiny, 1.0], [tiny, 0.0], 0x00000000),              # -0 psum + (+0 product) is +0
+        ([tiny, tiny], [0.5, 0.5], 0x00000000),               # 2**-150 ties to even (+0) twice
+        ([tiny, tiny], [0.75, 0.75], 0x00000002),             # subnormal psum, rounds up
+        ([1.0, -1.0], [2.0**-20, 2.0**-20], 0x00000000),      # exact cancellation -> +0
+        ([big, -big, 3.0], [2.0, 2.0, 1.0], 0x7F800000),      # overflow is sticky in the chain
+        ([big, -big], [1.0, 1.0], 0x00000000),                # no overflow: exact cancellation
+    ]
+    for sc, xc, want in cases:
+        s = np.array(sc, dtype=f32)[:, None]
+        x = np.array(xc, dtype=f32)[:, None]
+        got = int(matmul_bits(s, x)[0, 0])
+        ref = int(reference(s, x, "fp32", "fp32")[0, 0])
+        assert got == ref == want, (sc, xc, hex(got), hex(ref))
+
+
+def test_corner_values_narrow_formats():
+    bf = ml_dtypes.bfloat16
+    bmax = float(ml_dtypes.finfo(bf).max)
+    s = np.array([[bmax], [bmax], [-bmax]], dtype=bf)
+    x = np.array([[bmax], [-bmax], [1.0]], dtype=bf)  # 2**256-ish products: exact, then cancel
+    assert_bits_equal(matmul_bits(s, x), reference(s, x, "bf16", "bf16"))
+    # FP8: e4m3fn has no Inf (S.1111.111 is NaN); e4m3 has Inf; e5m2 subnormals.
+    for fs in FP8_FORMATS:
+        codes = np.array(special_codes(fs), dtype=np.uint8)
+        c = len(codes)
+        kk, jj = np.meshgrid(np.arange(c), np.arange(c), indexing="ij")
+        s = from_bits(codes[(kk + jj) % c], fs)                  # every pair of codes meets
+        x = from_bits(codes[(3 * kk + jj) % c], fs)
+        assert_bits_equal(matmul_bits(s, x, rows=16, cols=16), reference(s, x, fs, fs))
+
+
+def test_tf32_ignores_low_bits():
+    one_plus = np.float32(1.0 + 2.0**-20)                    # below TF32's 10 mantissa bits
+    s = np.array([[one_plus]], dtype=np.float32)
+    x = np.array([[one_plus]], dtype=np.float32)
+    assert matmul(s, x, stationary_format="tf32", moving_format="tf32")[0, 0] == 1.0
+    assert matmul(s, x)[0, 0] == np.float32(one_plus * one_plus)
+    # An FP32 NaN whose payload is only in the ignored bits reads as Inf.
+    nan_low = np.array([[0x7F800001]], dtype=np.uint32).view(np.float32)
+    got = matmul_bits(nan_low, np.ones((1, 1), np.float32), stationary_format="tf32",
+                      moving_format="tf32")
+    assert int(got[0, 0]) == 0x7F800000
+
+
+def test_tiling_gives_whole_array_values():
+    rng = np.random.default_rng(5)
+    s = operands(rng, "bf16", (64, 32))
+    x = operands(rng, "bf16", (64, 16))
+    whole = matmul_bits(s, x)
+    for pos, size in [((0, 0), (64, 128)), ((64, 0), (64, 128)), ((0, 96), (128, 32)),
+                      ((0, 64), (128, 64))]:
+        assert (matmul_bits(s, x, tile_position=pos, tile_size=size) == whole).all()
+    assert (matmul_bits(s[:32], x[:32], tile_position=(96, 0), tile_size=(32, 128))
+            == matmul_bits(s[:32], x[:32])).all()
+
+
+def test_full_size_bf16_is_fast_and_exact():
+    rng = np.random.default_rng(11)
+    s = operands(rng, "bf16", (128, 128), raw=0.0)
+    x = operands(rng, "bf16", (128, 512), raw=0.0)
+    t0 = time.perf_counter()
+    got = matmul_bits(s, x)
+    elapsed = time.perf_counter() - t0
+    assert got.shape == (128, 512)
+    assert elapsed < 10, f"128x128x512 bf16 took {elapsed:.1f} s"
+    for m, n in [(0, 0), (127, 511), (5, 300), (64, 17)]:
+        want = reference(s[:, m:m + 1], x[:, n:n + 1], "bf16", "bf16")[0, 0]
+        assert int(got[m, n]) == int(want)
+
+
+# -- transpose -------------------------------------------------------------------------------
+
+TRANSPOSE_FORMATS = ["fp32", "tf32", "bf16", "fp16"] + list(FP8_FORMATS)
+
+
+def selection(perm, k, fmt):
+    """Moving [k, len(perm)]: column n has its 1 at row perm[n] (None: all-zero column)."""
+    sel = np.zeros((k, len(perm)), dtype=np.float32)
+    for n, p in enumerate(perm):
+        if p is not None:
+            sel[p, n] = 1.0
+    return sel.astype(DTYPES[fmt])
+
+
+@pytest.mark.parametrize("fmt", TRANSPOSE_FORMATS)
+def test_transpose_identity_and_permutation(fmt):
+    rng = np.random.default_rng(TRANSPOSE_FORMATS.index(fmt))
+    f = get_format(fmt)
+    k, m = 8, 6
+    # Every bit pattern is fair game, NaN payloads and signalling NaNs included.
+    raw = rng.integers(0, 1 << f.container_bits, size=(k, m), dtype=np.uint64)
+    sign = 1 << (f.container_bits - 1)
+    emask = ((1 << f.exp_bits) - 1) << f.man_bits
+    raw[0, 0] = sign | emask | 1 if f.special == "ieee" else sign | emask | 7   # NaN payloads
+    raw[1, 0] = emask | 1 if f.special == "ieee" else 0x7F
+    s = from_bits(raw.astype(f.storage_dtype), "fp32" if fmt == "tf32" else fmt)
+    sb = bits_of(s, fmt)
+    out_dtype = np.uint32 if f.container_bits == 32 else np.uint16
+    ident = matmul(s, selection(range(k), k, fmt), is_transpose=True, **kw(fmt, fmt))
+    assert ident.dtype == out_dtype and ident.shape == (m, k)
+    assert (ident.astype(np.int64) == sb.T).all()
+    perm = list(rng.permutation(k)) + [None, 3]
+    got = matmul(s, selection(perm, k, fmt), is_transpose=True, **kw(fmt, fmt))
+    for n, p in enumerate(perm):
+        want = np.zeros(m, np.int64) if p is None else sb[p]
+        assert (got[:, n].astype(np.int64) == want).all(), (n, p)
+    if f.bits == 8:
+        assert (got >> 8 == 0).all()  # FP8: upper byte zero
+
+
+def test_transpose_mixed_fp8_and_tiles():
+    rng = np.random.default_rng(3)
+    s = from_bits(rng.integers(0, 256, size=(32, 4), dtype=np.uint8), "fp8_e4m3")
+    sel = selection([31, 0, 7], 32, "fp8_e5m2")
+    got = matmul(s, sel, is_transpose=True, tile_position=(96, 0), tile_size=(32, 128))
+    sb = bits_of(s, "fp8_e4m3")
+    assert (got.astype(np.int64) == sb[[31, 0, 7]].T).all()
+    # -0 in a selection matrix counts as 0.
+    sel2 = sel.astype(np.float32)
+    sel2[sel2 == 0] = -0.0
+    assert (matmul(s, sel2.astype(ml_dtypes.float8_e5m2), is_transpose=True) == got).all()
+
+
+@pytest.mark.parametrize("bad,match", [
+    (2.0, r"moving\[1, 0\] = 2.0 is neither 0 nor 1"),
+    (np.nan, r"moving\[1, 0\] = nan is neither 0 nor 1"),
+    (0.5, r"is neither 0 nor 1"),
+])
+def test_transpose_rejects_non_selection_entries(bad, match):
+    s = np.ones((3, 2), dtype=ml_dtypes.bfloat16)
+    x = np.zeros((3, 2), dtype=np.float32)
+    x[1, 0] = bad
+    with pytest.raises(ValueError, match=match) as exc:
+        matmul(s, x.astype(ml_dtypes.bfloat16), is_transpose=True)
+    assert exc.value.error == Error.SELECTION
+
+
+def test_transpose_rejects_two_ones():
+    s = np.ones((3, 2), dtype=np.float16)
+    x = np.zeros((3, 2), dtype=np.float16)
+    x[0, 1] = x[2, 1] = 1
+    with pytest.raises(ValueError, match=r"moving column 1 has a 1 at k = \[0, 2\]"):
+        matmul(s, x, is_transpose=True)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+bf = ml_dtypes.bfloat16
+f8 = ml_dtypes.float8_e4m3
+
+
+def z(shape, dtype=bf):
+    return np.zeros(shape, dtype=dtype)
+
+
+ERROR_CASES = [
+    # (stationary, moving, kwargs, message regex, error code)
+    (z((129, 4)), z((129, 4)), {}, r"K=129 must be in 1\.\.128", Error.K_RANGE),
+    (z((0, 4)), z((0, 4)), {}, r"K=0 must be in 1\.\.128", Error.K_RANGE),
+    (z((4, 129)), z((4, 4)), {}, r"M=129 must be in 1\.\.128", Error.M_RANGE),
+    (z((4, 4)), z((4, 513)), {}, r"N=513 must be in 1\.\.512", Error.N_RANGE),
+    (z((4, 4)), z((4, 0)), {}, r"N=0 must be in 1\.\.512", Error.N_RANGE),
+    (z((5, 4)), z((4, 4)), {}, r"same K", Error.NONE),
+    (z((4, 4)), z((4, 4)), dict(rows=4, cols=2), r"M=4 must be in 1\.\.2", Error.M_RANGE),
+    (z((4, 4), np.float32), z((4, 4)), {}, r"fp32/tf32 operands cannot be mixed.*fp32 x bf16",
+     Error.FORMAT),
+    (z((4, 4), np.float32), z((4, 4), np.float32), dict(stationary_format="tf32"),
+     r"formats must be equal.*tf32 x fp32", Error.FORMAT),
+    (z((4, 4)), z((4, 4), np.float16), {}, r"formats must be equal.*bf16 x fp16", Error.FORMAT),
+    (z((4, 2, 4)), z((4, 2, 4)), dict(perf_mode="double_row"),
+     r"double_row needs FP8 operands.*bf16 x bf16", Error.FORMAT),
+    (z((4, 2, 4), ml_dtypes.float8_e3m4), z((4, 2, 4), f8), dict(perf_mode="double_row"),
+     r"double_row stationary format index 3 is not allowed", Error.FORMAT),
+    (z((4, 2, 4), f8), z((4, 2, 4), f8),
+     dict(perf_mode="double_row", tile_position=(0, 0), tile_size=(64, 128)),
+     r"double_row cannot be combined with tiling or transpose", Error.DOUBLE_ROW_COMBO),
+    (z((4, 2, 4), f8), z((4, 2, 4), f8), dict(perf_mode="double_row", is_transpose=True),
+     r"double_row cannot be combined with tiling or transpose", Error.DOUBLE_ROW_COMBO),
+    (z((4, 4), f8), z((4, 4), f8), dict(perf_mode="double_row"),
+     r"operand shapes must be \[K, 2, M\] and \[K, 2, N\]", Error.NONE),
+    (z((4, 2, 4), f8), z((4, 2, 4), f8), {}, r"operand shapes must be \[K, M\] and \[K, N\]",
+     Error.NONE),
+    (z((4,)), z((4, 4)), {}, r"operand shapes must be", Error.NONE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(32, 0), tile_size=(64, 128)),
+     r"tile_position row 32 is not a multiple of the tile size 64", Error.TILE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 16), tile_size=(128, 32)),
+     r"tile_position column 16 is not a multiple of the tile size 32", Error.TILE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(-64, 0), tile_size=(64, 128)),
+     r"tile_position row -64 is not a multiple", Error.TILE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0), tile_size=(64, 64)),
+     r"tiles rows and columns at once", Error.TILE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0), tile_size=(48, 128)),
+     r"row tile size 48 at column 0 is not allowed", Error.TILE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0), tile_size=(0, 128)),
+     r"tile_size \(0, 128\) must hold positive integers", Error.TILE),
+    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0)), r"must be given together", Error.TILE),
+    (z((65, 4)), z((65, 4)), dict(tile_position=(64, 0), tile_size=(64, 128)),
+     r"K=65 must be in 1\.\.64 \(rows of the tile\)", Error.K_RANGE),
+    (z((4, 33)), z((4, 4)), dict(tile_position=(0, 32), tile_size=(128, 32)),
+     r"M=33 must be in 1\.\.32 \(columns of the tile\)", Error.M_RANGE),
+    (z((4, 4), np.float64), z((4, 4), np.float64), {},
+     r"stationary dtype float64 is not a Tensor Engine operand dtype", Error.NONE),
+    (z((4, 4)), z((4, 4), np.int32), {}, r"moving dtype int32 is not a Tensor Engine operand",
+     Error.NONE),
+    (z((4, 4), ml_dtypes.float4_e2m1fn), z((4, 4)), {},
+     r"stationary dtype float4_e2m1fn is not a Tensor Engine operand", Error.NONE),
+    (z((4, 4)), z((4, 4)), dict(stationary_format="tf32"),
+     r"stationary_format tf32 does not match the stationary dtype bfloat16", Error.NONE),
+    (z((4, 4)), z((4, 4)), dict(perf_mode="quad"), r"perf_mode 'quad' is not supported",
+     Error.NONE),
+]
+
+
+@pytest.mark.parametrize("s,x,kwargs,match,code", ERROR_CASES)
+def test_errors(s, x, kwargs, match, code):
+    with pytest.raises(ValueError, match=match) as exc:
+        matmul(s, x, **kwargs)
+    assert isinstance(exc.value, InstructionError)
+    assert exc.value.error == code
+
+
+def test_mode_of():
+    assert mode_of(np.float32, np.float32) == (Mode.FP32, 0, 0)
+    assert mode_of("tf32", "tf32") == (Mode.TF32, 0, 0)
+    assert mode_of(bf, "bfloat16") == (Mode.BF16, 0, 0)
+    assert mode_of(np.dtype(np.float16), "fp16") == (Mode.FP16, 0, 0)
+    assert mode_of(ml_dtypes.float8_e4m3fn, "fp8_e3m4") == (Mode.FP8, 1, 3)
+    assert mode_of("fp8_e5m2", f8, "double_row") == (Mode.DOUBLE_ROW, 2, 0)
+    for fs, fm in [(np.float32, bf), ("tf32", "fp8_e4m3"), (bf, np.float16)]:
+        with pytest.raises(ValueError):
+            mode_of(fs, fm)
+    with pytest.raises(ValueError, match="not a Tensor Engine operand format"):
+        mode_of("e8m0", bf)
+    with pytest.raises(ValueError, match="not a Tensor Engine operand format"):
+        mode_of(np.int8, bf)
+
+
+def test_golden_and_check_agree_on_instructions():
+    """The golden's instructions are those isa.check judges: mode_of + shapes build a valid pair."""
+    mode, fs, fm = mode_of(f8, ml_dtypes.float8_e5m2, "double_row")
+    ls = Instruction(Op.LS, mode, k=128, m=128, fmt_s=fs, fmt_m=fm)
+    mm = Instruction(Op.MM, mode, k=128, m=128, n=512, fmt_s=fs, fmt_m=fm)
+    assert check(ls, 128, 128) is None and check(mm, 128, 128, ls) is None
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+def LS(m=128, mode=Mode.BF16, k=128, **kw_):
+    return Instruction(Op.LS, mode, k=k, m=m, **kw_)
+
+
+def MM(n, m=128, mode=Mode.BF16, k=128, **kw_):
+    return Instruction(Op.MM, mode, k=k, m=m, n=n, **kw_)
+
+
+def test_latency_constant():
+    assert P_PREFIX == 2
+    assert latency(128, 128) == 128 + 128 + 2 + 1
+    assert latency(4, 8) == 15
+
+
+@pytest.mark.parametrize("mode,transpose,ii", [(Mode.BF16, False, 1), (Mode.FP32, False, 4),
+                                               (Mode.FP32, True, 2), (Mode.TF32, False, 1),
+                                               (Mode.DOUBLE_ROW, False, 1)])
+@pytest.mark.parametrize("n", [1, 32, 64, 65, 128, 512])
+def test_back_to_back_mm_interval(mode, transpose, ii, n):
+    prog = [LS(mode=mode, transpose=transpose)] + [MM(n, mode=mode, transpose=transpose)] * 4
+    sched = simulate(prog)
+    issues = [r.issue for r in sched.records[1:]]
+    assert all(r.accepted for r in sched.records)
+    assert np.diff(issues).tolist() == [max(n, 64) * ii] * 3
+    for r in sched.records[1:]:
+        assert list(r.beats) == [r.issue + j * ii for j in range(n)]
+        assert list(r.outputs) == [b + latency(128, 128) for b in r.beats]
+
+
+@pytest.mark.parametrize("mode", [Mode.BF16, Mode.FP32])
+@pytest.mark.parametrize("m,n", [(128, 128), (128, 127), (64, 32), (65, 32), (128, 512),
+                                 (32, 128)])
+def test_ls_hidden_behind_mm(mode, m, n):
+    """An LS right after an MM is hidden iff M <= max(N, 64): the next MM follows with no gap."""
+    ii = 4 if mode == Mode.FP32 else 1
+    prog = [LS(m, mode), MM(n, m, mode), LS(m, mode), MM(n, m, mode)]
+    r = simulate(prog).records
+    assert r[2].issue == max(r[1].issue + 1, r[0].issue + m * ii)   # behind the MM, loader free
+    gap = r[3].issue - r[1].issue
+    if m <= max(n, 64):
+        assert gap == max(n, 64) * ii
+    else:
+        assert gap == r[2].beats[-1] - r[1].issue > max(n, 64) * ii
+    assert r[3].issue == max(r[2].beats[-1], r[1].issue + max(n, 64) * ii)
+
+
+def test_fill_and_drain_equal_latency():
+    sched = simulate([LS(128), MM(512)])
+    ls, mm = sched.records
+    assert ls.issue == 0 and ls.beats == tuple(range(128))
+    assert mm.issue == 127                       # first moving beat with the last stationary beat
+    assert mm.outputs[0] - mm.beats[0] == latency(128, 128)
+    assert mm.outputs[-1] - mm.beats[-1] == latency(128, 128)
+    assert sched.total_cycles == mm.outputs[-1] + 1 == 127 + 511 + latency(128, 128) + 1
+    assert list(np.diff(mm.outputs)) == [1] * 511
+
+
+def test_issue_rules():
+    r = simulate([LS(8, k=8), LS(8, k=8), LS(8, k=8), MM(100, 8, k=8), LS(8, k=8), LS(8, k=8)],
+                 rows=16, cols=16).records
+    assert [x.issue for x in r[:3]] == [0, 8, 16]            # loader: one LS every M * II
+    assert [x.bank for x in r] == [0, 1, 0, 0, 1, 0]
+    assert r[3].issue == 23                                  # MM with LS 2's last beat (cycle 23)
+    assert r[4].issue == 24                                  # bank 1 is free: right behind the MM
+    assert r[5].issue == r[3].beats[-1] + 1 == 123           # bank 0: after the MM's last beat
+    # fp32: one beat every 4 cycles, loader busy M * 4.
+    r = simulate([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
+    assert r[0].beats == (0, 4, 8) and r[1].issue == 8 and r[1].beats == (8, 12)
+    assert r[2].issue == 12 and r[2].beats == (12, 16, 20)
+    # An LS of one column: the MM still issues the cycle after it (one issue per cycle).
+    r = simulate([LS(1), MM(1, 1)]).records
+    assert (r[0].issue, r[1].issue) == (0, 1)
+
+
+def test_rejected_instructions():
+    prog = [MM(8), LS(8), MM(600, 8), MM(8, 16), LS(200), MM(8, 8), LS(8), MM(64, 8),
+            Instruction(Op.MM, 7, k=8, m=8, n=8)]
+    sched = simulate(prog)
+    r = sched.records
+    assert [x.error for x in r] == [Error.NO_STATIONARY, Error.NONE, Error.N_RANGE,
+                                    Error.MODE_MISMATCH, Error.M_RANGE, Error.NONE, Error.NONE,
+                                    Error.NONE, Error.MODE]
+    assert r[0].issue == 0 and r[0].error_cycle == 1 and r[0].beats == () and r[0].outputs == ()
+    assert r[1].issue == 1 and r[1].bank == 0
+    # Rejected instructions do not wait for resources: the loader is still busy until cycle 9.
+    assert [x.issue for x in r[2:5]] == [2, 3, 4]
+    assert r[5].issue == 8 and r[5].bank == 0                # the rejected LS did not toggle
+    assert r[6].bank == 1 and r[7].bank == 1
+    assert r[8].issue == r[7].issue + 1 and "unknown mode 7" in r[8].message
+    errs = [e for e in sched.events() if e[1] == "error"]
+    assert [(e[0], e[2]) for e in errs] == [(x.issue + timing.ERROR_DELAY, x.index)
+                                            for x in r if not x.accepted]
+
+
+def test_instruction_words_and_events():
+    prog = [LS(4, k=4), MM(2, 4, k=4)]
+    a = simulate(prog, rows=8, cols=8)
+    b = simulate([encode(i) for i in prog], rows=8, cols=8)
+    assert [x.issue for x in a.records] == [x.issue for x in b.records]
+    ev = a.events()
+    assert ev[0] == (0, "issue", 0, 0) and ev[1] == (0, "stationary", 0, 0)
+    assert (3, "moving", 1, 0) in ev and (3 + latency(8, 8), "output", 1, 0) in ev
+    assert ev == sorted(ev, key=lambda e: (e[0], e[2], e[1], e[3]))
+    assert simulate([]).total_cycles == 0
+
+
+@pytest.mark.parametrize("mode,tflops,util", [(Mode.BF16, 78.6, 1.0),
+                                              (Mode.DOUBLE_ROW, 157.3, 2.0),
+                                              (Mode.FP32, 19.7, 0.25), (Mode.FP8, 78.6, 1.0)])
+def test_steady_state_throughput(mode, tflops, util):
+    prog = []
+    for _ in range(6):                     # a fresh stationary for every N=512 MM
+        prog += [LS(mode=mode), MM(512, mode=mode)]
+    sched = simulate(prog)
+    start, stop = sched.mm_window()
+    mms = [r for r in sched.records if r.instruction.op == Op.MM]
+    ii = 4 if mode == Mode.FP32 else 1
+    assert np.diff([r.issue for r in mms]).tolist() == [512 * ii] * 5   # no bubble
+    assert sched.utilization(start, stop) == util
+    assert round(sched.tflops(start, stop), 1) == tflops
+    assert round(timing.peak_tflops(128, 128, mode), 1) == tflops
+    # Whole program: fill + first load + drain make it a little less than steady state.
+    assert sched.utilization() < util
+    assert sched.macs == 6 * 512 * 128 * 128 * (2 if mode == Mode.DOUBLE_ROW else 1)
+
+
+def test_transpose_counts_no_macs():
+    sched = simulate([LS(transpose=True), MM(512, transpose=True)])
+    assert sched.macs == 0 and sched.utilization() == 0.0
+    with pytest.raises(ValueError, match="empty window"):
+        sched.utilization(5, 5)
+
+
+# -- timing against an independent cycle-stepped model ----------------------------------------
+
+def stepped(program, rows, cols):
+    """The timing conventions as a cycle-by-cycle state machine (as the RTL will run).
+
+    Returns ``{index: (issue, error_cycle, beats, outputs)}``.
+    """
+    lat = latency(rows, cols)
+    out = {}
+    head = 0
+    loader = None       # dict(index, left, wait, ii, bank)
+    seq = None          # dict(index, left, wait, ii, slots, bank)
+    last_ls = None      # dict(ins, index, bank)
+    ls_left = {}        # LS index -> beats still to come
+    bank_mm_left = [0, 0]
+    next_bank = 0
+    cycle = 0
+    while head < len(program) or loader or seq:
+        if head < len(program):
+            ins = program[head]
+            bad = check(ins, rows, cols, last_ls["ins"] if last_ls else None)
+            go = False
+            if bad is not None:
+                out[head] = (cycle, cycle + 1, [], [])
+                head += 1
+            elif ins.op == Op.LS:
+                go = loader is None and bank_mm_left[next_bank] == 0
+                if go:
+                    loader = dict(index=head, left=ins.m, wait=0, ii=ins.beat_interval)
+                    ls_left[head] = ins.m
+                    last_ls = dict(ins=ins, index=head, bank=next_bank)
+                    out[head] = (cycle, None, [], [])
+                    next_bank ^= 1
+                    head += 1
+            else:
+                left = ls_left[last_ls["index"]]
+                ls_beats_now = loader is not None and loader["index"] == last_ls["index"] \
+                    and loader["wait"] == 0
+                ls_ready = left == 0 or (left == 1 and ls_beats_now)
+                go = seq is None and ls_ready
+                if go:
+                    seq = dict(index=head, left=ins.n, wait=0, ii=ins.beat_interval,
+                               slots=max(ins.n, MIN_MM_CYCLES) * ins.beat_interval,
+                               bank=last_ls["bank"])
+                    bank_mm_left[seq["bank"]] = ins.n
+                    out[head] = (cycle, None, [], [])
+                    head += 1
+        # Beats of this cycle.
+        if loader is not None:
+            if loader["wait"] == 0 and loader["left"]:
+                out[loader["index"]][2].append(cycle)
+                loader["left"] -= 1
+                ls_left[loader["index"]] -= 1
+                loader["wait"] = loader["ii"]
+            loader["wait"] -= 1
+            if loader["left"] == 0 and loader["wait"] == 0:
+                loader = None
+        if seq is not None:
+            if seq["wait"] == 0 and seq["left"]:
+                out[seq["index"]][2].append(cycle)
+                out[seq["index"]][3].append(cycle + lat)
+                seq["left"] -= 1
+                bank_mm_left[seq["bank"]] -= 1
+                seq["wait"] = seq["ii"]
+            seq["wait"] -= 1
+            seq["slots"] -= 1
+            if seq["slots"] == 0:
+                seq = None
+        cycle += 1
+    return out
+
+
+def random_program(rng, length):
+    prog = []
+    for _ in range(length):
+        mode = [Mode.BF16, Mode.FP32, Mode.DOUBLE_ROW, Mode.FP8][rng.integers(0, 4)]
+        transpose = mode == Mode.FP32 and rng.random() < 0.3
+        m = int(rng.choice([1, 2, 5, 16, 40, 64]))
+        k = int(rng.integers(1, 33))
+        prog.append(Instruction(Op.LS, mode, k=k, m=m, transpose=transpose))
+        for _ in range(int(rng.integers(0, 3))):
+            n = int(rng.choice([1, 3, 63, 64, 65, 100]))
+            bad_m = m + 1 if rng.random() < 0.1 else m          # sometimes a MODE_MISMATCH
+            prog.append(Instruction(Op.MM, mode, k=k, m=bad_m, n=n, transpose=transpose))
+        if rng.random() < 0.1:
+            prog.append(Instruction(Op.LS, mode, k=40, m=m))      # K out of range: rejected
+    return prog
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_simulate_matches_cycle_stepped_model(seed):
+    rng = np.random.default_rng(seed)
+    prog = random_program(rng, 12)
+    sched = simulate(prog, rows=32, cols=64)
+    ref = stepped(prog, 32, 64)
+    assert len(sched.records) == len(prog) == len(ref)
+    for r in sched.records:
+        issue, err, beats, outs = ref[r.index]
+        assert (r.issue, r.error_cycle, list(r.beats), list(r.outputs)) == \
+            (issue, err, beats, outs), (seed, r.index, r.instruction)
