@@ -46,13 +46,18 @@ class AddRound(wiring.Component):
         Significand widths of the operands.
     a_exp, b_exp : range
         Every LSB exponent the operand can carry (wider ranges only cost exponent bits).
+    pipelined : bool
+        ``True`` (default): the four steps below are separated by registers (latency 4, clock
+        enable ``en``).  ``False``: the same logic without any register (latency 0, no ``en``),
+        for a parent that registers the result itself (the Tensor Engine PE).
 
     Attributes
     ----------
     latency : int
-        4 cycles of ``en``: (1) normalize both operands (LZC + shift), (2) compare magnitudes,
-        swap, align the smaller with guard/round/sticky bits, (3) add or subtract and count the
-        leading zeros of the sum, (4) normalize, round, pack, specials.
+        4 cycles of ``en`` (0 when not ``pipelined``): (1) normalize both operands (LZC +
+        shift), (2) compare magnitudes, swap, align the smaller with guard/round/sticky bits,
+        (3) add or subtract and count the leading zeros of the sum, (4) normalize, round, pack,
+        specials.
     width : int
         ``max(a_width, b_width, 24)``: the significand width both operands are normalized to.
     window : int
@@ -61,13 +66,15 @@ class AddRound(wiring.Component):
     Interface
     ---------
     en : In(1, init=1)
-        Clock enable of the whole pipeline; every register holds while it is 0.
+        Clock enable of the whole pipeline; every register holds while it is 0.  Only when
+        ``pipelined``.
     i_a_sign, i_a_exp, i_a_sig, i_a_inf, i_a_nan : In
         Operand A (``i_a_sig`` and ``i_a_exp`` are ignored when ``i_a_inf`` or ``i_a_nan``).
     i_b_sign, i_b_exp, i_b_sig, i_b_inf, i_b_nan : In
         Operand B.
     o_result : Out(32)
-        FP32 encoding of the rounded sum, ``latency`` enabled cycles after the operands.
+        FP32 encoding of the rounded sum, ``latency`` enabled cycles after the operands (in the
+        same cycle when not ``pipelined``).
 
     Notes
     -----
@@ -85,14 +92,19 @@ class AddRound(wiring.Component):
     and the left shift that normalizes it brings in zeros only.
     """
 
+    #: Latency of the default (pipelined) unit; instances carry their own ``latency``.
     latency = 4
 
     @validated_init
-    def __init__(self, a_width, a_exp, b_width, b_exp):
+    def __init__(self, a_width, a_exp, b_width, b_exp, *, pipelined=True):
         for value, what in ((a_width, "a_width"), (b_width, "b_width")):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TypeError(f"AddRound {what} must be a positive integer, not {value!r}")
         self.a_width, self.b_width = a_width, b_width
+        if not isinstance(pipelined, bool):
+            raise TypeError(f"AddRound pipelined must be a bool, not {pipelined!r}")
+        self.pipelined = pipelined
+        self.latency = 4 if pipelined else 0
         self.a_exp = _check_range(a_exp, "AddRound a_exp")
         self.b_exp = _check_range(b_exp, "AddRound b_exp")
         self.width = max(a_width, b_width, _FP32.precision)
@@ -102,8 +114,9 @@ class AddRound(wiring.Component):
                 for r, w in ((a_exp, a_width), (b_exp, b_width))]
         self._top_lo = min(t[0] for t in tops)
         self._top_hi = max(t[1] for t in tops)
+        members = {"en": In(1, init=1)} if pipelined else {}
         super().__init__({
-            "en": In(1, init=1),
+            **members,
             "i_a_sign": In(1), "i_a_exp": In(bits_for_range(a_exp.start, a_exp.stop - 1)),
             "i_a_sig": In(a_width), "i_a_inf": In(1), "i_a_nan": In(1),
             "i_b_sign": In(1), "i_b_exp": In(bits_for_range(b_exp.start, b_exp.stop - 1)),
@@ -112,7 +125,9 @@ class AddRound(wiring.Component):
         })
 
     def __repr__(self):
-        return (f"AddRound({self.a_width}, {self.a_exp!r}, {self.b_width}, {self.b_exp!r})")
+        extra = "" if self.pipelined else ", pipelined=False"
+        return (f"AddRound({self.a_width}, {self.a_exp!r}, {self.b_width}, {self.b_exp!r}"
+                f"{extra})")
 
     def elaborate(self, platform):
         m = Module()
@@ -120,8 +135,12 @@ class AddRound(wiring.Component):
         top_shape = bits_for_range(self._top_lo, self._top_hi)
 
         def stage(name, value, shape=None):
-            """A pipeline register loaded from `value` when en is set."""
+            """A pipeline register loaded from `value` when en is set (a wire when not
+            pipelined)."""
             reg = Signal(shape if shape is not None else len(value), name=name, reset_less=True)
+            if not self.pipelined:
+                m.d.comb += reg.eq(value)
+                return reg
             with m.If(self.en):
                 m.d.sync += reg.eq(value)
             return reg

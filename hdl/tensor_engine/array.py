@@ -1,0 +1,196 @@
+"""The systolic PE array: ``rows x cols`` PEs, input skew lines, output de-skew.
+
+* Left side, per row ``r``: an ``r``-cycle delay line for the moving lane word and for the
+  LoadStationary lane word.  The beat tag and the LS control are the same for every row, so they
+  travel down a one-register-per-row chain (row ``r`` sees them ``r`` cycles late, like its data)
+  and each row derives its own ``valid`` / ``first_row`` from the beat's row range.
+* Between PE columns ``g*G - 1`` and ``g*G`` (``G`` = ``tile_granule``) the LS ``skip`` count of a
+  column tile is decremented, so that the PEs left of the tile pass LS data through.
+* Bottom: column ``c`` goes through a ``cols - 1 - c`` cycle de-skew line into the output vector
+  register (``o_psum``).
+
+A beat applied to ``i_x`` / ``i_tag`` in cycle ``t`` (with ``en``) is in ``x_reg`` of PE
+``(r, c)`` in cycle ``t + r + c + 1`` and its psum is in ``o_psum`` in cycle
+``t + rows + cols + P_PREFIX + 1`` (:attr:`SystolicArray.latency`).
+
+PEs are placed as ``Instance(PE_MODULE, ...)`` of the one PE module (:func:`pe_verilog`) when
+``instance=True`` (Verilog generation: one PE definition for the whole array), or as Amaranth
+submodules otherwise (the Amaranth simulator cannot run instances).
+"""
+
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, Value
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.common.bits import bits_for_range
+
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, SKIP_BITS, TAG_LAYOUT
+
+__all__ = ["SystolicArray", "PE_MODULE", "pe_verilog", "beat_tag_layout"]
+
+#: Verilog module name of the PE.
+PE_MODULE = "te_pe"
+
+
+def beat_tag_layout(rows):
+    """Tag of a moving beat at the array's left edge (before the per-row valid / first_row):
+    the PE tag fields plus the row range ``[row_lo, row_hi)`` of the rows that compute."""
+    return data.StructLayout({
+        "valid": 1, "bank": 1, "mode": 3, "fmt_s": 2, "fmt_m": 2, "transpose": 1,
+        "row_lo": bits_for_range(0, rows), "row_hi": bits_for_range(0, rows),
+    })
+
+
+def pe_verilog():
+    """Verilog text of the PE module :data:`PE_MODULE` (emitted once for any array)."""
+    from amaranth.back import verilog
+    return verilog.convert(PE(), name=PE_MODULE, emit_src=False)
+
+
+class SystolicArray(wiring.Component):
+    """``rows x cols`` PEs with their skew lines (see the module docstring).
+
+    Parameters
+    ----------
+    rows, cols : int
+        Array size.
+    instance : bool
+        Place the PEs as ``Instance`` of :data:`PE_MODULE` (True; the Verilog then needs the PE
+        module of :func:`pe_verilog`) or as Amaranth submodules (False, for simulation).
+    tile_granule : int
+        Column-group width of column tiles (32 on the hardware; smaller in tests).
+
+    Attributes
+    ----------
+    latency : int
+        ``rows + cols + P_PREFIX + 1``: cycles of ``en`` from a beat on ``i_x`` to its result
+        vector on ``o_psum``.
+
+    Interface
+    ---------
+    en : In(1, init=1)
+        Clock enable of the whole array.
+    i_x : In(rows * 32)
+        Moving beat: lane word ``r`` (bits ``[32r, 32r+32)``) enters PE row ``r``.
+    i_tag : In(beat_tag_layout(rows))
+        Its tag; rows outside ``[row_lo, row_hi)`` get ``valid = 0`` (psum passes through), row
+        ``row_lo`` gets ``first_row``.
+    i_ls : In(rows * 32)
+        LoadStationary beat: lane word ``r`` shifts into row ``r``.
+    i_ls_ctl : In(LS_CTL_LAYOUT)
+        ``valid``, target ``bank``, column groups to ``skip``.
+    o_psum : Out(cols * 32)
+        Output vector register: lane word ``c`` is the psum leaving PE column ``c``.
+    """
+
+    def __init__(self, rows, cols, *, instance=True, tile_granule=32):
+        for v, what in ((rows, "rows"), (cols, "cols"), (tile_granule, "tile_granule")):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                self._MustUse__silence = True
+                raise TypeError(f"SystolicArray {what} must be a positive integer, not {v!r}")
+        if rows > 255 or cols > 255:
+            self._MustUse__silence = True
+            raise ValueError(f"SystolicArray of {rows} x {cols} PEs is too large; at most 255 "
+                             f"rows and columns")
+        self.rows, self.cols = rows, cols
+        self.instance = instance
+        self.tile_granule = tile_granule
+        self.latency = rows + cols + P_PREFIX + 1
+        super().__init__({
+            "en": In(1, init=1),
+            "i_x": In(rows * LANE_WIDTH),
+            "i_tag": In(beat_tag_layout(rows)),
+            "i_ls": In(rows * LANE_WIDTH),
+            "i_ls_ctl": In(LS_CTL_LAYOUT),
+            "o_psum": Out(cols * LANE_WIDTH),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols, W = self.rows, self.cols, LANE_WIDTH
+        en = self.en
+
+        def delay(name, value, n, shape=None):
+            """``value`` delayed by ``n`` enabled cycles."""
+            for i in range(n):
+                r = Signal(shape if shape is not None else len(value), name=f"{name}_d{i + 1}",
+                           reset_less=True)
+                with m.If(en):
+                    m.d.sync += r.eq(value)
+                value = r
+            return value
+
+        # ---- left edge: per-row skew and tags -------------------------------------------
+        tag_chain, ls_ctl_chain = [self.i_tag], [self.i_ls_ctl]
+        for r in range(1, rows):
+            t = Signal(self.i_tag.shape(), name=f"beat_tag_r{r}", reset_less=True)
+            c = Signal(LS_CTL_LAYOUT, name=f"ls_ctl_r{r}", reset_less=True)
+            with m.If(en):
+                m.d.sync += [t.eq(tag_chain[-1]), c.eq(ls_ctl_chain[-1])]
+            tag_chain.append(t)
+            ls_ctl_chain.append(c)
+
+        x_in, tag_in, ls_in, lsc_in = [], [], [], []
+        for r in range(rows):
+            bt = tag_chain[r]
+            pt = Signal(TAG_LAYOUT, name=f"pe_tag_r{r}")
+            inside = Signal(name=f"row_inside_r{r}")
+            # (Row 0 compares with ~x.any(): Amaranth writes x == 0 as a WIDTHTRUNC-ing !x.)
+            m.d.comb += [
+                inside.eq(Mux(r, bt.row_lo <= r, 1) & (bt.row_hi > r)),
+                pt.valid.eq(bt.valid & inside),
+                pt.bank.eq(bt.bank), pt.mode.eq(bt.mode), pt.fmt_s.eq(bt.fmt_s),
+                pt.fmt_m.eq(bt.fmt_m), pt.transpose.eq(bt.transpose),
+                pt.first_row.eq(bt.row_lo == r if r else ~bt.row_lo.any()),
+            ]
+            x_in.append(delay(f"x_skew_r{r}", self.i_x[r * W:(r + 1) * W], r))
+            ls_in.append(delay(f"ls_skew_r{r}", self.i_ls[r * W:(r + 1) * W], r))
+            tag_in.append(pt)
+            lsc_in.append(ls_ctl_chain[r])
+
+        # ---- the PE grid --------------------------------------------------------------
+        bottom = []
+        psum_above = [None] * cols
+        for r in range(rows):
+            x, tag, ls, lsc = x_in[r], tag_in[r], ls_in[r], lsc_in[r]
+            for c in range(cols):
+                if c and c % self.tile_granule == 0:
+                    dec = Signal(LS_CTL_LAYOUT, name=f"ls_ctl_r{r}_g{c // self.tile_granule}")
+                    m.d.comb += [dec.eq(lsc),
+                                 dec.skip.eq(Mux(lsc.skip.any(), lsc.skip - 1, 0))]
+                    lsc = dec
+                psum = psum_above[c] if psum_above[c] is not None else Const(0, 32)
+                outs = self._pe(m, r, c, x, tag, ls, lsc, psum)
+                x, tag, ls, lsc, psum_above[c] = outs
+        bottom = psum_above
+
+        # ---- bottom: de-skew into the output vector register ------------------------------
+        out = Signal(cols * W, name="out_vec", reset_less=True)
+        with m.If(en):
+            for c in range(cols):
+                m.d.sync += out[c * W:(c + 1) * W].eq(
+                    delay(f"deskew_c{c}", bottom[c], cols - 1 - c, W))
+        m.d.comb += self.o_psum.eq(out)
+        return m
+
+    def _pe(self, m, r, c, x, tag, ls, lsc, psum):
+        """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
+        W = LANE_WIDTH
+        if not self.instance:
+            m.submodules[f"pe_{r}_{c}"] = pe = PE()
+            m.d.comb += [pe.en.eq(self.en), pe.i_x.eq(x), pe.i_tag.eq(tag), pe.i_ls.eq(ls),
+                         pe.i_ls_ctl.eq(lsc), pe.i_psum.eq(psum)]
+            return pe.o_x, pe.o_tag, pe.o_ls, pe.o_ls_ctl, pe.o_psum
+        o_x = Signal(W, name=f"x_{r}_{c}")
+        o_tag = Signal(TAG_LAYOUT, name=f"tag_{r}_{c}")
+        o_ls = Signal(W, name=f"ls_{r}_{c}")
+        o_lsc = Signal(LS_CTL_LAYOUT, name=f"lsc_{r}_{c}")
+        o_psum = Signal(32, name=f"psum_{r}_{c}")
+        m.submodules[f"pe_{r}_{c}"] = Instance(
+            PE_MODULE,
+            i_clk=ClockSignal(), i_rst=ResetSignal(), i_en=self.en,
+            i_i_x=x, i_i_tag=Value.cast(tag), i_i_ls=ls, i_i_ls_ctl=Value.cast(lsc),
+            i_i_psum=psum,
+            o_o_x=o_x, o_o_tag=Value.cast(o_tag), o_o_ls=o_ls, o_o_ls_ctl=Value.cast(o_lsc),
+            o_o_psum=o_psum)
+        return o_x, o_tag, o_ls, o_lsc, o_psum
