@@ -104,7 +104,12 @@ class Block:
         """``(verilog_text, top_name)`` of the block for ``params``."""
         from hdl.common.checks import emit_verilog
         top = self.top(**params)
-        return emit_verilog(self.component(params), top), top
+        comp = self.component(params)
+        # A block made of separately emitted cells (the PE array) writes its own Verilog: the
+        # cell module once, then the top that places it with Instance.
+        if callable(getattr(comp, "verilog", None)):
+            return comp.verilog(top), top
+        return emit_verilog(comp, top), top
 
 
 _BLOCKS = {}

@@ -61,7 +61,8 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
     label = block.label(params)
     t0 = time.perf_counter()
     try:
-        built = sim.build(block.component(params), block.top(**params), waves=waves)
+        text, top = block.verilog(params)
+        built = sim.build(text, top, waves=waves)
     except Exception as exc:  # a build failure is a result, not a crash of the whole run
         return BlockResult(label, False, message=f"build failed: {exc}",
                            seconds=time.perf_counter() - t0)

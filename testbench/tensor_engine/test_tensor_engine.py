@@ -126,12 +126,12 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
         from model.tensor_engine import timing
         sched = timing.simulate(prog.instructions(), rows, cols)
         t0 = tb.accepted[0]
-        want_out = [c for c in sched.output_cycles]
+        want_out = [c for r in sched.records for c in r.outputs]
         got_out = [c - t0 for c in tb.out.cycles]
         tsb = Scoreboard("tensor_engine.output_cycles", "cycle", bits=32)
         k = max(len(want_out), len(got_out))
         tsb.compare(np.array((got_out + [-1] * k)[:k]), np.array((want_out + [-1] * k)[:k]))
-        want_err = [c for c in sched.error_cycles]
+        want_err = [r.error_cycle for r in sched.records if r.error_cycle is not None]
         got_err = [c - t0 for c, _ in tb.errors]
         k = max(len(want_err), len(got_err))
         tsb.compare(np.array((got_err + [-1] * k)[:k]), np.array((want_err + [-1] * k)[:k]))
