@@ -79,6 +79,12 @@ class TensorEngineTB:
                 self.mov.send(pack_lanes(beats, LANE))
 
 
+def _padded(values, n):
+    """``values`` as an int64 array of length ``n``, missing entries -1 (so a missing or an
+    extra event is a mismatch)."""
+    return np.array((list(values) + [-1] * n)[:n], dtype=np.int64)
+
+
 async def run_program(dut, prog, *, stall, seed, check_timing):
     rows, cols = prog.rows, prog.cols
     tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed)
@@ -116,8 +122,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     eb = Scoreboard("tensor_engine.errors", "error code", bits=8)
     got_codes = [c for _, c in tb.errors]
     n_err = max(len(got_codes), len(want_codes))
-    eb.compare(np.array((got_codes + [-1] * n_err)[:n_err]),
-               np.array((want_codes + [-1] * n_err)[:n_err]))
+    eb.compare(_padded(got_codes, n_err), _padded(want_codes, n_err))
     eb.write_json()
     dut._log.info(eb.report())
 
@@ -130,11 +135,11 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
         got_out = [c - t0 for c in tb.out.cycles]
         tsb = Scoreboard("tensor_engine.output_cycles", "cycle", bits=32)
         k = max(len(want_out), len(got_out))
-        tsb.compare(np.array((got_out + [-1] * k)[:k]), np.array((want_out + [-1] * k)[:k]))
+        tsb.compare(_padded(got_out, k), _padded(want_out, k))
         want_err = [r.error_cycle for r in sched.records if r.error_cycle is not None]
         got_err = [c - t0 for c, _ in tb.errors]
         k = max(len(want_err), len(got_err))
-        tsb.compare(np.array((got_err + [-1] * k)[:k]), np.array((want_err + [-1] * k)[:k]))
+        tsb.compare(_padded(got_err, k), _padded(want_err, k))
         tsb.write_json()
         dut._log.info(tsb.report())
         boards.append(tsb)
