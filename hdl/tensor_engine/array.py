@@ -137,7 +137,7 @@ class SystolicArray(wiring.Component):
             inside = Signal(name=f"row_inside_r{r}")
             # (Row 0 compares with ~x.any(): Amaranth writes x == 0 as a WIDTHTRUNC-ing !x.)
             m.d.comb += [
-                inside.eq(Mux(r, bt.row_lo <= r, 1) & (bt.row_hi > r)),
+                inside.eq((bt.row_lo <= r if r else ~bt.row_lo.any()) & (bt.row_hi > r)),
                 pt.valid.eq(bt.valid & inside),
                 pt.bank.eq(bt.bank), pt.mode.eq(bt.mode), pt.fmt_s.eq(bt.fmt_s),
                 pt.fmt_m.eq(bt.fmt_m), pt.transpose.eq(bt.transpose),

@@ -410,7 +410,7 @@ class TensorControl(wiring.Component):
             inside = Signal(name=f"sel_in_r{r}")
             is_one = Signal(name=f"sel_one_r{r}")
             is_zero = Signal(name=f"sel_zero_r{r}")
-            lo_ok = (tag.row_lo <= r) if r else Const(1, 1)
+            lo_ok = (tag.row_lo <= r) if r else _eq0(tag.row_lo)
             m.d.comb += [inside.eq(lo_ok & (tag.row_hi > r)),
                          is_one.eq(inside & ((x & mask) == one)),
                          is_zero.eq(_eq0(x & mag))]

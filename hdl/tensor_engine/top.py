@@ -112,7 +112,7 @@ class TensorEngine(wiring.Component):
         lanes = []
         for c in range(self.cols):
             keep = Signal(name=f"out_keep_c{c}")
-            lo_ok = (info.col_lo <= c) if c else 1
+            lo_ok = (info.col_lo <= c) if c else ~info.col_lo.any()
             m.d.comb += keep.eq(lo_ok & (info.col_hi > c))
             lanes.append(Mux(keep, arr.o_psum[c * W:(c + 1) * W], 0))
         m.d.comb += [self.o_valid.eq(info.valid), self.o_last.eq(info.last),
