@@ -5,6 +5,8 @@ Small arrays in every mode run in ``make test``; the full 128 x 128 array runs i
 with K = 128, M = 128, N = 512 for bf16, fp32, double_row and transpose.
 """
 
+import json
+
 import pytest
 
 from ncrtl import blocks
@@ -42,8 +44,8 @@ def test_full_array_matmul(mode):
     """128 x 128 array, K = 128, M = 128, N = 512: values and output cycles."""
     block = blocks.get("pe_array")
     p = block.resolve({"rows": "128", "cols": "128", "mode": mode})
-    p.update({"k": 128, "m": 128, "n": 512})
     res = run_block(block, p, count=512, seed=5, stall=0.0,
-                    testbench="testbench.tensor_engine.test_sim")
+                    testbench="testbench.tensor_engine.test_sim",
+                    extra_env={"NCRTL_MATMUL": json.dumps({"k": 128, "m": 128, "n": 512})})
     _check(res)
     assert sum(u["vectors"] for u in res.units) >= 128 * 512

@@ -5,6 +5,8 @@ Builds the engine, runs one LoadStationary + MultiplyMoving through
 the timing model) and prints cycles, utilization and the equivalent TFLOPS at 2.4 GHz.
 """
 
+import json
+
 from model.tensor_engine.isa import Mode
 from ncrtl import blocks
 from testbench.conformance import run_block
@@ -20,9 +22,9 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
     """Run the matmul and print its figures; return the exit status (0 = matched)."""
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
-    params.update({"k": k, "m": m, "n": n})
     res = run_block(block, params, count=n, seed=seed, stall=0.0, waves=True if waves else None,
-                    testbench="testbench.tensor_engine.test_sim")
+                    testbench="testbench.tensor_engine.test_sim",
+                    extra_env={"NCRTL_MATMUL": json.dumps({"k": k, "m": m, "n": n})})
     mode, transpose = MODES[dtype]
     c = res.counters
     if not c.get("last_out"):

@@ -1,5 +1,9 @@
 """cocotb run behind ``ncrtl sim matmul``: one LoadStationary and one MultiplyMoving of a given
-shape and dtype, compared with the golden and the timing model; figures go to the summary file."""
+shape (``NCRTL_MATMUL``: JSON with k, m, n) and mode, compared with the golden and the timing
+model; the cycle figures go to the summary file."""
+
+import json
+import os
 
 import cocotb
 import numpy as np
@@ -30,8 +34,9 @@ def matmul_program(rows, cols, mode_name, k, m, n, seed):
 async def test_sim_matmul(dut):
     """One LS + MM, no stalls: values and output cycles checked, cycle figures recorded."""
     params, _, seed, _ = tb_settings()
-    prog = matmul_program(params["rows"], params["cols"], params["mode"], params["k"],
-                          params["m"], params["n"], seed)
+    shape = json.loads(os.environ["NCRTL_MATMUL"])
+    prog = matmul_program(params["rows"], params["cols"], params["mode"], shape["k"],
+                          shape["m"], shape["n"], seed)
     cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True)
     write_counters(first_instr=cycles["first_instr"], first_out=cycles["first_out"],
                    last_out=cycles["last_out"])
