@@ -6,6 +6,7 @@ the cocotb testbench that checks it against the golden model.  Groups name sets 
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = ["BlockError", "Param", "Block", "register", "get", "all_blocks", "GROUPS",
            "DOT_ADD_MODES"]
@@ -80,6 +81,7 @@ class Block:
     top: object
     testbench: str = ""
     notes: dict = field(default_factory=dict)
+    sim_args: tuple = ()
 
     def resolve(self, user):
         """Validate ``{name: text}`` from the command line; return the full parameter dict."""
@@ -235,7 +237,8 @@ register(Block(
      Param("max_n", int, 96, "largest moving free size N of the conformance program", minimum=1,
            maximum=512)),
     _make_te, lambda rows, cols, mode, max_n: f"tensor_engine_{rows}x{cols}",
-    "testbench.tensor_engine.test_tensor_engine"))
+    "testbench.tensor_engine.test_tensor_engine",
+    sim_args=(str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt"),)))
 
 _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
                                                   ("fp8_e5m2", "fp8_e4m3fn")]

@@ -18,15 +18,17 @@ PEs are placed as ``Instance(PE_MODULE, ...)`` of the one PE module (:func:`pe_v
 submodules otherwise (the Amaranth simulator cannot run instances).
 """
 
-from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, Value
+from amaranth.hdl import (ClockSignal, Const, Instance, Module, Mux, ResetSignal, Shape,
+                          Signal, Value)
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.common.bits import bits_for_range
 
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, SKIP_BITS, TAG_LAYOUT
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, PE_SIGNATURE, TAG_LAYOUT
 
-__all__ = ["SystolicArray", "PE_MODULE", "pe_verilog", "beat_tag_layout"]
+__all__ = ["SystolicArray", "PE_MODULE", "pe_verilog", "pe_blackbox_verilog",
+           "beat_tag_layout"]
 
 #: Verilog module name of the PE.
 PE_MODULE = "te_pe"
@@ -42,9 +44,33 @@ def beat_tag_layout(rows):
 
 
 def pe_verilog():
-    """Verilog text of the PE module :data:`PE_MODULE` (emitted once for any array)."""
-    from amaranth.back import verilog
-    return verilog.convert(PE(), name=PE_MODULE, emit_src=False)
+    """Verilog text of the PE: ONE flat module :data:`PE_MODULE` (its decoders, multipliers and
+    adder inlined), emitted once for any array.
+
+    The same Yosys steps as ``amaranth.back.verilog.convert`` plus a ``flatten``.
+    """
+    from amaranth._toolchain.yosys import find_yosys
+    from amaranth.back import rtlil
+
+    text = rtlil.convert(PE(), name=PE_MODULE, emit_src=False)
+    yosys = find_yosys(lambda ver: ver >= (0, 40))
+    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", "proc -nomux -norom", "memory_collect",
+              f"hierarchy -top {PE_MODULE}", "flatten", "opt_clean", "write_verilog -norename"]
+    return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
+
+
+def pe_blackbox_verilog():
+    """A ``(* blackbox *)`` declaration of :data:`PE_MODULE` (ports only): with it, a synthesis
+    check of an array or top covers everything but the PE in seconds (check the PE itself with
+    :func:`pe_verilog`)."""
+    ports, decls = ["clk", "rst"], ["  input clk;", "  input rst;"]
+    for name, member in PE_SIGNATURE.members.items():
+        width = Shape.cast(member.shape).width
+        rng = f"[{width - 1}:0] " if width > 1 else ""
+        ports.append(name)
+        decls.append(f"  {'input' if member.flow == In else 'output'} {rng}{name};")
+    return ("(* blackbox *)\n" + f"module {PE_MODULE}({', '.join(ports)});\n"
+            + "\n".join(decls) + "\nendmodule\n")
 
 
 class SystolicArray(wiring.Component):

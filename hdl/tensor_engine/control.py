@@ -233,7 +233,7 @@ class TensorControl(wiring.Component):
         rejected = Signal(name="rejected")
         m.d.comb += rejected.eq(code != Error.NONE)
         ii = Signal(range(5), name="ins_ii")
-        m.d.comb += ii.eq(Mux(ins.mode == Mode.FP32, Mux(ins.transpose, 2, 4), 1))
+        m.d.comb += ii.eq(Mux(_eq0(ins.mode), Mux(ins.transpose, 2, 4), 1))  # fp32
 
         ls_free = Signal(name="ls_free")
         mm_free = Signal(name="mm_free")

@@ -27,7 +27,7 @@ from hdl.fp.unpack import Unpack
 from model.fp import encode, get_format
 from model.tensor_engine.isa import FP8_FORMATS, MODE_FORMATS, Mode
 
-__all__ = ["PE", "TAG_LAYOUT", "LS_CTL_LAYOUT", "LANE_WIDTH", "P_PREFIX", "LANE0_FORMATS",
+__all__ = ["PE", "PE_SIGNATURE", "TAG_LAYOUT", "LS_CTL_LAYOUT", "LANE_WIDTH", "P_PREFIX", "LANE0_FORMATS",
            "FP8_LANE_FORMATS", "SKIP_BITS", "lane0_format_index"]
 
 #: Bits of one lane word (one operand slot of the array).
@@ -57,6 +57,18 @@ TAG_LAYOUT = data.StructLayout({
 #: Control of a LoadStationary beat, LSB first.  ``skip`` != 0: the PE passes the beat on without
 #: storing it (columns left of a column tile); the array decrements it at column-group borders.
 LS_CTL_LAYOUT = data.StructLayout({"valid": 1, "bank": 1, "skip": SKIP_BITS})
+
+
+#: Ports of the PE (the Verilog module has ``clk`` and ``rst`` too; ``rst`` is unused).
+PE_SIGNATURE = wiring.Signature({
+    "en": In(1, init=1),
+    "i_x": In(LANE_WIDTH), "i_tag": In(TAG_LAYOUT),
+    "i_ls": In(LANE_WIDTH), "i_ls_ctl": In(LS_CTL_LAYOUT),
+    "i_psum": In(32),
+    "o_x": Out(LANE_WIDTH), "o_tag": Out(TAG_LAYOUT),
+    "o_ls": Out(LANE_WIDTH), "o_ls_ctl": Out(LS_CTL_LAYOUT),
+    "o_psum": Out(32),
+})
 
 
 def lane0_format_index(mode, fmt):
@@ -117,15 +129,7 @@ class PE(wiring.Component):
             raise ValueError(f"PE lanes must be 2 (lanes 2..3 are reserved for MX), not {lanes!r}")
         self.lanes = lanes
         self.latency = P_PREFIX + 1
-        super().__init__({
-            "en": In(1, init=1),
-            "i_x": In(LANE_WIDTH), "i_tag": In(TAG_LAYOUT),
-            "i_ls": In(LANE_WIDTH), "i_ls_ctl": In(LS_CTL_LAYOUT),
-            "i_psum": In(32),
-            "o_x": Out(LANE_WIDTH), "o_tag": Out(TAG_LAYOUT),
-            "o_ls": Out(LANE_WIDTH), "o_ls_ctl": Out(LS_CTL_LAYOUT),
-            "o_psum": Out(32),
-        })
+        super().__init__(PE_SIGNATURE)
 
     def elaborate(self, platform):
         m = Module()

@@ -1,0 +1,624 @@
+"""Amaranth-simulator tests of the Tensor Engine RTL (``hdl/tensor_engine``).
+
+* One PE in every mode (fp32, tf32, bf16, fp16, fp8 x 16 format pairs, double_row x 9, first-row
+  psum cut, bubbles, transpose words) against ``model.fp.fp32_dot_add``.
+* The systolic array alone: LS + MM bf16 4x4 against a chain computed with ``fp32_dot_add``.
+* The whole engine on tiny arrays: random LS / MM programs in every mode (values against
+  ``model.tensor_engine.matmul``, every output and error cycle against
+  ``model.tensor_engine.timing``), input stalls and output backpressure, illegal instructions
+  (codes of ``isa.check``, engine usable afterwards), transpose NaN payloads and selection errors,
+  row and column tiling (with a small ``tile_unit``), the hardware ``isa.check`` against the golden
+  on random instruction words of a 128 x 128 engine.
+* Verilog: a 4x4 engine lint-clean and latch-free with one PE module; a 128x128 engine with one
+  PE module definition (``@pytest.mark.slow``).
+"""
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Shape, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from hdl.common.checks import lint_verilog, synth_check
+from hdl.tensor_engine.array import PE_MODULE, SystolicArray, beat_tag_layout
+from hdl.tensor_engine.control import INSTR_LAYOUT, LS_DESC_LAYOUT, check_logic
+from hdl.tensor_engine.pe import LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
+from hdl.tensor_engine.top import TensorEngine
+from model.fp import encode, fp32_dot_add, get_format
+from model.tensor_engine import isa, timing
+from model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
+from model.tensor_engine.matmul import matmul
+from tests.test_hdl_fp import FP32_CORNERS, corner_codes, golden_dot_add, random_codes
+
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+LANE = 32
+
+
+def pack(layout, **fields):
+    """Integer value of a struct layout with the given fields (others 0)."""
+    v = 0
+    for name, field in layout:
+        width = Shape.cast(field.shape).width
+        v |= (int(fields.get(name, 0)) & ((1 << width) - 1)) << field.offset
+    return v
+
+
+def lanes(words):
+    return sum(int(w) << (LANE * i) for i, w in enumerate(words))
+
+
+def unlanes(value, n):
+    return [(value >> (LANE * i)) & 0xFFFFFFFF for i in range(n)]
+
+
+def f32_bits(values):
+    return np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.int64)
+
+
+# -- one PE -------------------------------------------------------------------------------------
+
+def run_pe(beats):
+    """Stream ``beats`` (dicts: ``s``, ``x``, ``psum`` words, ``tag`` fields) through one PE, one
+    per cycle, each with its own stationary word (alternating banks; the LS beat shares the
+    cycle with its moving beat); ``psum`` arrives P_PREFIX cycles after ``x_reg``.  Returns the
+    ``o_psum`` of every beat."""
+    dut = PE()
+    n = len(beats)
+    out = []
+    lag = P_PREFIX + 1          # input cycle -> cycle the PE adds i_psum
+
+    async def bench(ctx):
+        for i in range(n + lag + 1):
+            if i < n:
+                b = beats[i]
+                ctx.set(dut.i_ls, b["s"])
+                ctx.set(dut.i_ls_ctl.as_value(), pack(LS_CTL_LAYOUT, valid=1, bank=i % 2))
+                ctx.set(dut.i_x, b["x"])
+                tag = dict(valid=1, bank=i % 2)
+                tag.update(b["tag"])
+                ctx.set(dut.i_tag.as_value(), pack(TAG_LAYOUT, **tag))
+            else:
+                ctx.set(dut.i_ls_ctl.as_value(), 0)
+                ctx.set(dut.i_tag.as_value(), 0)
+            if 0 <= i - lag < n:
+                ctx.set(dut.i_psum, beats[i - lag]["psum"])
+            await ctx.tick()
+            if 0 <= i - lag < n:
+                out.append(ctx.get(dut.o_psum))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return np.array(out, dtype=np.int64)
+
+
+def _pe_case(rng, beats, want, mode, fa, fb, fs, fm, n):
+    """Corner pairs (a sample) against FP32 corner psums, then random vectors."""
+    ca, cb = corner_codes(fa), corner_codes(fb)
+    pairs = [(int(p), int(q)) for p in rng.choice(ca, min(len(ca), 10), replace=False)
+             for q in rng.choice(cb, min(len(cb), 6), replace=False)]
+    a = np.concatenate([[p for p, _ in pairs], random_codes(rng, fa, n)]).astype(np.int64)
+    b = np.concatenate([[q for _, q in pairs], random_codes(rng, fb, n)]).astype(np.int64)
+    psum = np.concatenate([FP32_CORNERS[np.arange(len(pairs)) % len(FP32_CORNERS)],
+                           random_codes(rng, "fp32", n)])
+    first = rng.random(len(a)) < 0.15
+    want += list(golden_dot_add(np.where(first, 0, psum), a[:, None], b[:, None], fa, fb))
+    for i in range(len(a)):
+        beats.append(dict(s=int(a[i]), x=int(b[i]), psum=int(psum[i]),
+                          tag=dict(mode=mode, fmt_s=fs, fmt_m=fm, first_row=int(first[i]))))
+
+
+def test_pe_every_mode():
+    rng = np.random.default_rng(11)
+    beats, want = [], []
+    for mode, fmt in ((Mode.FP32, "fp32"), (Mode.TF32, "tf32"), (Mode.BF16, "bf16"),
+                      (Mode.FP16, "fp16")):
+        _pe_case(rng, beats, want, mode, fmt, fmt, 0, 0, 60)
+    for i, fa in enumerate(FP8_FORMATS):
+        for j, fb in enumerate(FP8_FORMATS):
+            _pe_case(rng, beats, want, Mode.FP8, fa, fb, i, j, 12)
+    # double_row: two FP8 products fused with the psum (value j in bits [8j, 8j+8)).
+    for i, fa in enumerate(FP8_FORMATS[:3]):
+        for j, fb in enumerate(FP8_FORMATS[:3]):
+            n = 40
+            a = random_codes(rng, fa, 2 * n).reshape(n, 2)
+            b = random_codes(rng, fb, 2 * n).reshape(n, 2)
+            a[:4, 1] = corner_codes(fa)[:4]                # zeros and tiny values
+            b[4:8, 0] = b[4:8, 1] = 0
+            psum = random_codes(rng, "fp32", n)
+            # Near-cancelling psums: minus the exact product sum, +- a few ulps.
+            s = golden_dot_add(np.zeros(n, dtype=np.int64), a, b, fa, fb)
+            cancel = ((s ^ 0x80000000) + rng.integers(-2, 3, n)) & 0xFFFFFFFF
+            psum = np.where(rng.random(n) < 0.4, cancel, psum)
+            want += list(golden_dot_add(psum, a, b, fa, fb))
+            for k in range(n):
+                beats.append(dict(s=int(a[k, 0] | a[k, 1] << 8), x=int(b[k, 0] | b[k, 1] << 8),
+                                  psum=int(psum[k]),
+                                  tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=j)))
+    # Bubbles and rows outside the tile pass the psum through untouched (NaN payload too).
+    for p in (0x7F800001, 0x80000000, 0x3F800000):
+        beats.append(dict(s=0x3F800000, x=0x7FC00000, psum=p, tag=dict(valid=0)))
+        want.append(p)
+    got = run_pe(beats)
+    bad = np.nonzero(got != np.array(want))[0]
+    assert not len(bad), [(int(i), beats[i], hex(got[i]), hex(want[i])) for i in bad[:6]]
+
+
+def test_pe_transpose_words():
+    """Transpose: the raw stationary word (zero-extended from its container) where the moving
+    value is exactly 1.0 in its format, else the psum (+0 on the first row)."""
+    beats, want = [], []
+    cases = [  # (mode, fmt index, stationary, moving one, moving not-one)
+        (Mode.FP32, 0, 0x7F800001, 0x3F800000, 0x3F800001),
+        (Mode.TF32, 0, 0xFFC01234, 0x3F801FFF, 0x3F802000),   # TF32 ignores 13 low bits
+        (Mode.BF16, 0, 0xABCD7F81, 0x3F80, 0xBF80),
+        (Mode.FP16, 0, 0x12347C01, 0x3C00, 0x3C01),
+    ] + [(Mode.FP8, j, 0xFFFFFF7F, int(encode([1.0], f)[0]), 0x80)
+         for j, f in enumerate(FP8_FORMATS)]
+    for mode, fmt, s, one, other in cases:
+        width = get_format(isa.MODE_FORMATS[mode][fmt]).container_bits
+        raw = s & ((1 << width) - 1)
+        for x, first, psum, w in ((one, 0, 0x1111, raw), (one, 1, 0x1111, raw),
+                                  (other, 0, 0x7FC1, 0x7FC1), (other, 1, 0x7FC1, 0),
+                                  (0, 0, 0xFFFF, 0xFFFF)):
+            beats.append(dict(s=s, x=x, psum=psum, tag=dict(mode=mode, fmt_s=fmt, fmt_m=fmt,
+                                                            transpose=1, first_row=first)))
+            want.append(w)
+    got = run_pe(beats)
+    assert [hex(g) for g in got] == [hex(w) for w in want]
+
+
+def test_pe_constructor_and_latency():
+    assert P_PREFIX == timing.P_PREFIX
+    with pytest.raises(ValueError, match=r"^PE lanes must be 2"):
+        PE(lanes=4)
+
+
+# -- the array alone ----------------------------------------------------------------------------
+
+def test_array_ls_mm_bf16_chain():
+    """LS (columns M-1 first) then MM on a 4x4 array; the MM's first beat shares the cycle with
+    the last LS beat.  Results against the psum chain computed with fp32_dot_add."""
+    R = C = 4
+    K, M, N = 4, 4, 6
+    rng = np.random.default_rng(3)
+    S = encode(rng.normal(size=(K, M)) * 4, "bf16").astype(np.int64)
+    X = encode(rng.normal(size=(K, N)), "bf16").astype(np.int64)
+    S[1, 2] = 0x7F80                            # +Inf weight: Inf or NaN (Inf * 0) results
+    X[3, 1] = 0
+    bf = lambda a: a.astype(np.uint16).view(ml_dtypes.bfloat16)
+    want = np.zeros((M, N), dtype=np.float32)
+    for k in range(K):
+        want = fp32_dot_add(want, np.broadcast_to(bf(S[k])[:, None, None], (M, N, 1)),
+                            np.broadcast_to(bf(X[k])[None, :, None], (M, N, 1)))
+    want = want.view(np.uint32)
+    arr = SystolicArray(R, C, instance=False)
+    assert arr.latency == timing.latency(R, C)
+    tl = beat_tag_layout(R)
+    got = {}
+
+    async def bench(ctx):
+        start = M - 1
+        for cyc in range(start + N + arr.latency + 1):
+            ls = cyc < M
+            mv = start <= cyc < start + N
+            ctx.set(arr.i_ls, lanes(S[:, M - 1 - cyc]) if ls else 0)
+            ctx.set(arr.i_ls_ctl.as_value(), pack(LS_CTL_LAYOUT, valid=ls, bank=1))
+            ctx.set(arr.i_x, lanes(X[:, cyc - start]) if mv else 0)
+            ctx.set(arr.i_tag.as_value(), pack(tl, valid=mv, bank=1, mode=Mode.BF16,
+                                               row_lo=0, row_hi=K))
+            await ctx.tick()
+            j = cyc + 1 - start - arr.latency
+            if 0 <= j < N:
+                got[j] = unlanes(ctx.get(arr.o_psum), C)
+
+    sim = Simulator(arr)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert np.array([got[j] for j in range(N)]).T.tolist() == want.astype(np.int64).tolist()
+
+
+# -- the whole engine ---------------------------------------------------------------------------
+
+def run_engine(te, program, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=4000):
+    """Stream ``program`` (list of ``(Instruction, beats)``, beats a list of lane-word lists for
+    the instructions the engine accepts) into the engine.
+
+    Returns the events: ``issue`` (instruction handshake cycles), ``stat`` / ``mov`` (beat
+    cycles), ``out`` (``(cycle, [lane words], last)``), ``err`` (``(cycle, code)``).  Cycle 0 is
+    the first cycle the first instruction is presented.
+    """
+    rows, cols = te.rows, te.cols
+    rng = np.random.default_rng(seed)
+    words = [isa.encode(ins) for ins, _ in program]
+    stat, mov, last_ls = [], [], None
+    for ins, beats in program:
+        if isa.check(ins, rows, cols, last_ls) is None:
+            if ins.op == Op.LS:
+                last_ls = ins
+                stat += beats
+            else:
+                mov += beats
+    ev = dict(issue=[], stat=[], mov=[], out=[], err=[])
+
+    async def bench(ctx):
+        qi = qs = qm = 0
+        quiet = 0
+        for cyc in range(max_cycles):
+            vi = qi < len(words) and rng.random() >= stall
+            vs = qs < len(stat) and rng.random() >= stall
+            vm = qm < len(mov) and rng.random() >= stall
+            ready = rng.random() >= backpressure
+            ctx.set(te.i_instr_valid, vi)
+            ctx.set(te.i_instr, words[qi] if qi < len(words) else 0)
+            ctx.set(te.i_stat_valid, vs)
+            ctx.set(te.i_stat, lanes(stat[qs]) if qs < len(stat) else 0)
+            ctx.set(te.i_mov_valid, vm)
+            ctx.set(te.i_mov, lanes(mov[qm]) if qm < len(mov) else 0)
+            ctx.set(te.o_ready, ready)
+            if vi and ctx.get(te.i_instr_ready):
+                ev["issue"].append(cyc)
+                qi += 1
+            if vs and ctx.get(te.i_stat_ready):
+                ev["stat"].append(cyc)
+                qs += 1
+            if vm and ctx.get(te.i_mov_ready):
+                ev["mov"].append(cyc)
+                qm += 1
+            if ctx.get(te.o_valid) and ready:
+                ev["out"].append((cyc, unlanes(ctx.get(te.o_data), cols), ctx.get(te.o_last)))
+            if ctx.get(te.o_error):
+                ev["err"].append((cyc, ctx.get(te.o_error_code)))
+            await ctx.tick()
+            done = (qi == len(words) and qs == len(stat) and qm == len(mov)
+                    and len(ev["out"]) == len(mov))
+            quiet = quiet + 1 if done else 0
+            if quiet > 3:
+                break
+
+    sim = Simulator(te)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return ev
+
+
+def tile_beats(ins, tile, rows, double_row=False):
+    """Beats of an instruction's data ``[K, X]`` (``[K, 2, X]`` double_row): lane ``tile_row + k``
+    of beat ``x`` holds element ``k``; LS beats go columns M-1 first."""
+    t = np.asarray(tile).astype(np.int64)
+    if double_row:
+        t = t[:, 0, :] | (t[:, 1, :] << 8)
+    beats = np.zeros((t.shape[1], rows), dtype=np.int64)
+    beats[:, ins.tile_row:ins.tile_row + t.shape[0]] = t.T
+    if ins.op == Op.LS:
+        beats = beats[::-1]
+    return [list(b) for b in beats]
+
+
+MODE_CASES = {  # name: (mode, transpose)
+    "fp32": (Mode.FP32, False), "tf32": (Mode.TF32, False), "bf16": (Mode.BF16, False),
+    "fp16": (Mode.FP16, False), "fp8": (Mode.FP8, False), "double_row": (Mode.DOUBLE_ROW, False),
+    "transpose_fp32": (Mode.FP32, True), "transpose_bf16": (Mode.BF16, True),
+    "transpose_fp8": (Mode.FP8, True),
+}
+
+
+def _codes(rng, fmt, shape):
+    """Random encodings of ``fmt`` (values over a few binades, some zeros / specials)."""
+    f = get_format(fmt)
+    n = int(np.prod(shape))
+    v = rng.normal(size=n) * np.exp2(rng.integers(-3, 4, n))
+    codes = encode(np.minimum(np.abs(v), f.max_finite) * np.sign(v), f).astype(np.int64)
+    special = random_codes(rng, fmt, n)
+    codes = np.where(rng.random(n) < 0.1, special, codes)
+    return codes.reshape(shape)
+
+
+def _selection(rng, k, n, fmt):
+    one = int(encode([1.0], fmt)[0])
+    sel = np.zeros((k, n), dtype=np.int64)
+    where = rng.integers(0, k, n)
+    has = rng.random(n) < 0.9
+    sel[where[has], np.nonzero(has)[0]] = one
+    return sel
+
+
+def _as_dtype(codes, fmt):
+    f = get_format(fmt)
+    return np.asarray(codes).astype(f.storage_dtype).view(np.float32 if f.container_bits == 32
+                                                         else f.dtype)
+
+
+def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True, tiles=((0, 0, 0, 0),)):
+    """A random program: ``groups`` LS, each followed by 1..2 MMs, illegal words mixed in.
+
+    Returns ``(program, expected)``: program as for :func:`run_engine`, expected the golden
+    ``[M, N]`` result bits and column offset of every accepted MM, in order.
+    """
+    mode, transpose = MODE_CASES[name]
+    names = isa.MODE_FORMATS[mode]
+    dr = mode == Mode.DOUBLE_ROW
+    program, expected, last_ls = [], [], None
+    for g in range(groups):
+        r0, tr, c0, tc = tiles[g % len(tiles)]
+        tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
+        k = int(rng.integers(1, (tr or rows) + 1))
+        m = int(rng.integers(1, (tc or cols) + 1))
+        fs = int(rng.integers(0, len(names)))
+        fm = int(rng.integers(0, len(names))) if mode in (Mode.FP8, Mode.DOUBLE_ROW) else fs
+        ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
+        s = _codes(rng, names[fs], (k, 2, m) if dr else (k, m))
+        program.append((ls, tile_beats(ls, s, rows, dr)))
+        last_ls = ls
+        for _ in range(int(rng.integers(1, 3))):
+            n = int(rng.integers(1, max_n + 1))
+            mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm,
+                             transpose=transpose, **tile)
+            x = (_selection(rng, k, n, names[fm]) if transpose
+                 else _codes(rng, names[fm], (k, 2, n) if dr else (k, n)))
+            program.append((mm, tile_beats(mm, x, rows, dr)))
+            res = matmul(_as_dtype(s, names[fs]), _as_dtype(x, names[fm]),
+                         perf_mode="double_row" if dr else None, is_transpose=transpose,
+                         rows=rows, cols=cols, stationary_format=names[fs],
+                         moving_format=names[fm],
+                         tile_position=(r0, c0) if (tr or tc) else None,
+                         tile_size=(tr or rows, tc or cols) if (tr or tc) else None)
+            res = np.asarray(res)
+            bits = res.view(np.uint32) if res.dtype == np.float32 else res
+            expected.append((bits.astype(np.int64), c0))
+            if errors and rng.random() < 0.5:
+                bad = [replace_ins(mm, n=isa.MAX_N + 1), replace_ins(ls, k=0),
+                       replace_ins(mm, m=m % cols + 1), replace_ins(ls, mode=7)]
+                program.append((bad[int(rng.integers(0, len(bad)))], []))
+    return program, expected
+
+
+def replace_ins(ins, **kw):
+    from dataclasses import replace
+    return replace(ins, **kw)
+
+
+def check_engine_run(te, program, expected, ev, *, timed):
+    rows, cols = te.rows, te.cols
+    got = ev["out"]
+    assert len(got) == sum(b.shape[1] for b, _ in expected)
+    pos = 0
+    for bits, c0 in expected:
+        m, n = bits.shape
+        vecs = np.array([g[1] for g in got[pos:pos + n]], dtype=np.int64)
+        assert vecs[:, c0:c0 + m].T.tolist() == bits.tolist(), f"MM #{len(expected)} values"
+        assert not np.delete(vecs, range(c0, c0 + m), axis=1).any(), "lanes outside M not 0"
+        assert [g[2] for g in got[pos:pos + n]] == [0] * (n - 1) + [1]
+        pos += n
+    instrs = [ins for ins, _ in program]
+    want_codes, last_ls = [], None
+    for ins in instrs:
+        e = isa.check(ins, rows, cols, last_ls)
+        if e is None and ins.op == Op.LS:
+            last_ls = ins
+        if e is not None:
+            want_codes.append(int(e[0]))
+    assert [c for _, c in ev["err"]] == want_codes
+    if timed:
+        sched = timing.simulate(instrs, rows, cols)
+        t0 = ev["issue"][0]
+        assert t0 == 0
+        assert ev["issue"] == [r.issue for r in sched.records]
+        assert [c for c, _, _ in got] == [c for r in sched.records for c in r.outputs]
+        assert [c for c, _ in ev["err"]] == [r.error_cycle for r in sched.records
+                                            if not r.accepted]
+        beats = [c for r in sched.records if r.accepted for c in r.beats]
+        assert sorted(ev["stat"] + ev["mov"]) == sorted(beats)
+
+
+@pytest.fixture(scope="module")
+def engine4():
+    return TensorEngine(4, 4, instance=False)
+
+
+@pytest.mark.parametrize("name", list(MODE_CASES))
+def test_engine_program_values_and_timing(engine4, name):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    program, expected = make_program(rng, 4, 4, name)
+    ev = run_engine(engine4, program)
+    check_engine_run(engine4, program, expected, ev, timed=True)
+    if name in ("fp32", "transpose_fp32"):      # the fp32 rates: one beat per 4 / 2 cycles
+        ii = 4 if name == "fp32" else 2
+        first_mm = program[1][0]
+        assert np.diff(ev["mov"][:first_mm.n]).tolist() == [ii] * (first_mm.n - 1)
+
+
+def test_engine_stalls_and_backpressure():
+    te = TensorEngine(3, 5, instance=False)
+    rng = np.random.default_rng(5)
+    for name, seed in (("bf16", 1), ("double_row", 2), ("transpose_fp32", 3)):
+        program, expected = make_program(rng, 3, 5, name, max_n=6)
+        ev = run_engine(te, program, stall=0.3, backpressure=0.35, seed=seed)
+        check_engine_run(te, program, expected, ev, timed=False)
+
+
+def test_illegal_instructions_then_engine_works(engine4):
+    R = C = 4
+    rng = np.random.default_rng(9)
+    s = _codes(rng, "fp16", (3, 2))
+    x = _codes(rng, "fp16", (3, 5))
+    ls = Instruction(Op.LS, Mode.FP16, k=3, m=2)
+    mm = Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5)
+    bad = [
+        replace_ins(mm, mode=6),                                  # MODE
+        Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5),             # NO_STATIONARY
+        replace_ins(ls, fmt_s=1),                                 # FORMAT
+        Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, fmt_s=3),   # FORMAT (e3m4)
+        Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, transpose=True),  # DOUBLE_ROW_COMBO
+        replace_ins(ls, tile_rows=2),                             # TILE
+        replace_ins(ls, tile_row=1),                              # TILE
+        replace_ins(ls, k=5), replace_ins(ls, k=0),               # K_RANGE
+        replace_ins(ls, m=5), replace_ins(ls, m=0),               # M_RANGE
+    ]
+    after_ls = [replace_ins(mm, n=0), replace_ins(mm, n=513),     # N_RANGE
+                replace_ins(mm, k=2), replace_ins(mm, transpose=True),  # MODE_MISMATCH
+                replace_ins(mm, mode=Mode.BF16)]
+    program = ([(b, []) for b in bad] + [(ls, tile_beats(ls, s, R))]
+               + [(b, []) for b in after_ls] + [(mm, tile_beats(mm, x, R))])
+    want = matmul(_as_dtype(s, "fp16"), _as_dtype(x, "fp16"), rows=R, cols=C).view(np.uint32)
+    ev = run_engine(engine4, program)
+    codes = [c for _, c in ev["err"]]
+    assert codes == [int(isa.check(b, R, C, None)[0]) for b in bad] + [
+        int(isa.check(b, R, C, ls)[0]) for b in after_ls]
+    assert Error.MODE in codes and Error.TILE in codes and Error.MODE_MISMATCH in codes
+    check_engine_run(engine4, program, [(want.astype(np.int64), 0)], ev, timed=True)
+
+
+def test_transpose_nan_payloads_and_selection_error(engine4):
+    """Transpose moves raw encodings (NaN payloads, -0, TF32's low bits); a moving beat that is
+    not a selection column flags Error.SELECTION once and gives a zero vector."""
+    R = C = 4
+    out = []
+    for mode, fmt, s in (
+            (Mode.BF16, "bf16", [[0x7F81, 0xFFC1, 0x8000], [0x0001, 0x7F80, 0x3F80]]),
+            (Mode.FP8, "fp8_e4m3", [[0x7F, 0xF9, 0x80], [0x01, 0x78, 0x38]]),
+            (Mode.TF32, "tf32", [[0x7F800001, 0xFFC01FFF, 0x80000000],
+                                 [0x3F801FFF, 0x00000001, 0x7FFFFFFF]])):
+        s = np.array(s, dtype=np.int64)
+        one = int(encode([1.0], fmt)[0])
+        x = np.array([[one, 0, 0, 0, one], [0, one, 0, 0, 0]], dtype=np.int64)
+        ls = Instruction(Op.LS, mode, k=2, m=3, transpose=True)
+        mm = Instruction(Op.MM, mode, k=2, m=3, n=5, transpose=True)
+        program = [(ls, tile_beats(ls, s, R)), (mm, tile_beats(mm, x, R))]
+        want = matmul(_as_dtype(s, fmt), _as_dtype(x, fmt), is_transpose=True, rows=R, cols=C,
+                      stationary_format=fmt, moving_format=fmt)
+        ev = run_engine(engine4, program)
+        check_engine_run(engine4, program, [(want.astype(np.int64), 0)], ev, timed=True)
+        out.append(want)
+    assert out[0][0, 0] == 0x7F81 and out[2][1, 0] == 0xFFC01FFF   # payloads kept
+    # Bad selection beats: two ones, a 0.5, a one outside K (ignored: lane 2 of K = 2).
+    s = np.array([[0x3F80, 0x4000], [0x4040, 0x4080]], dtype=np.int64)
+    x = np.array([[0x3F80, 0x3F80, 0x3F00, 0, 0x3F80], [0, 0x3F80, 0, 0x3F80, 0]],
+                 dtype=np.int64)
+    ls = Instruction(Op.LS, Mode.BF16, k=2, m=2, transpose=True)
+    mm = Instruction(Op.MM, Mode.BF16, k=2, m=2, n=5, transpose=True)
+    mov = tile_beats(mm, x, R)
+    mov[0][2] = 0x3F80                                          # outside the K rows
+    ev = run_engine(engine4, [(ls, tile_beats(ls, s, R)), (mm, mov)])
+    assert [c for _, c in ev["err"]] == [Error.SELECTION]
+    assert ev["err"][0][0] == ev["mov"][1] + 1                  # the cycle after the beat
+    got = [o[1][:2] for o in ev["out"]]
+    assert got == [[0x3F80, 0x4000], [0, 0], [0, 0], [0x4040, 0x4080], [0x3F80, 0x4000]]
+
+
+def test_row_and_column_tiles(monkeypatch):
+    """Tiling on an 8x8 engine with tile_unit=2 (tile sizes 2 and 4, isa rules scaled alike):
+    row tiles cut the psum chain at the tile's first row, column tiles load and emit at their
+    columns; values equal the whole-array matmul, timing the model's."""
+    monkeypatch.setattr(isa, "_ROW_TILES", (2, 4))
+    monkeypatch.setattr(isa, "_COL_TILES", (2, 4))
+    te = TensorEngine(8, 8, instance=False, tile_unit=2)
+    rng = np.random.default_rng(21)
+    tiles = ((4, 4, 0, 0), (6, 2, 0, 0), (0, 0, 4, 4), (0, 0, 2, 2), (0, 0, 6, 2))
+    program, expected = make_program(rng, 8, 8, "bf16", groups=len(tiles), max_n=4,
+                                     errors=False, tiles=tiles)
+    program.insert(3, (replace_ins(program[0][0], tile_row=2), []))         # misaligned: TILE
+    program.insert(5, (replace_ins(program[0][0], tile_col=2, tile_cols=2), []))  # both: TILE
+    ev = run_engine(te, program)
+    check_engine_run(te, program, expected, ev, timed=True)
+    assert [c for _, c in ev["err"]] == [Error.TILE, Error.TILE]
+
+
+class _CheckUnit(wiring.Component):
+    """The control's combinational ``isa.check`` on its own."""
+
+    def __init__(self, rows, cols):
+        self.rows, self.cols = rows, cols
+        super().__init__({"i_ins": In(INSTR_LAYOUT), "i_st_valid": In(1),
+                          "i_st": In(LS_DESC_LAYOUT), "o_code": Out(4)})
+
+    def elaborate(self, platform):
+        m = Module()
+        code, _, _ = check_logic(m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid,
+                                 self.i_st)
+        m.d.comb += self.o_code.eq(code)
+        return m
+
+
+def _random_instruction(rng, rows, cols):
+    pick = lambda *vals: int(vals[int(rng.integers(0, len(vals)))])
+    return Instruction(
+        Op(int(rng.integers(0, 2))), pick(0, 1, 2, 3, 4, 5, 5, 4, 6, 7),
+        k=pick(0, 1, 17, 32, 33, 64, 65, rows, rows + 1, 255),
+        m=pick(0, 1, 31, 32, 64, cols, cols + 1, 200),
+        n=pick(0, 1, 64, 512, 513, 1023),
+        fmt_s=pick(0, 0, 1, 2, 3), fmt_m=pick(0, 0, 1, 2, 3), transpose=bool(rng.random() < 0.2),
+        tile_row=pick(0, 0, 0, 16, 32, 64, 96, 128),
+        tile_rows=pick(0, 0, 0, 32, 64, 96, rows),
+        tile_col=pick(0, 0, 0, 16, 32, 64, 96, 128),
+        tile_cols=pick(0, 0, 0, 32, 64, 100, cols))
+
+
+def test_hardware_check_equals_isa_check():
+    rows = cols = 128
+    dut = _CheckUnit(rows, cols)
+    rng = np.random.default_rng(4)
+    cases = []
+    for _ in range(1500):
+        ins = _random_instruction(rng, rows, cols)
+        st = None
+        if rng.random() < 0.85:
+            st = (replace_ins(ins, op=Op.LS, n=0) if rng.random() < 0.5
+                  else _random_instruction(rng, rows, cols))
+            if isa.check(replace_ins(st, op=Op.LS), rows, cols) is not None:
+                st = replace_ins(ins, op=Op.LS, n=0)
+            if isa.check(replace_ins(st, op=Op.LS), rows, cols) is not None:
+                st = None
+        cases.append((ins, st))
+
+    async def bench(ctx):
+        for ins, st in cases:
+            ctx.set(dut.i_ins.as_value(), isa.encode(ins))
+            ctx.set(dut.i_st_valid, st is not None)
+            if st is not None:
+                w = st.whole(rows, cols)
+                ctx.set(dut.i_st.as_value(), pack(
+                    LS_DESC_LAYOUT, mode=w.mode, fmt_s=w.fmt_s, k=w.k, m=w.m,
+                    transpose=w.transpose, tile_row=w.tile_row, tile_rows=w.tile_rows,
+                    tile_col=w.tile_col, tile_cols=w.tile_cols))
+            want = isa.check(ins, rows, cols, st)
+            got = ctx.get(dut.o_code)
+            assert got == (int(want[0]) if want else 0), (ins, st, want)
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    seen = {int(e[0]) for e in (isa.check(i, rows, cols, s) for i, s in cases) if e}
+    assert seen == set(range(1, 11)) - {Error.SELECTION}
+
+
+# -- Verilog ------------------------------------------------------------------------------------
+
+@pytest.mark.sim
+def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
+    te = TensorEngine(4, 4)
+    text = te.verilog("te_4x4")
+    assert re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M) == [
+        f"module {PE_MODULE}(i_x, i_tag, i_ls, i_ls_ctl, i_psum, clk, rst, o_x, o_tag, o_ls, "
+        f"o_ls_ctl, o_psum, en);"]                                         # one flat module
+    assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 16        # instances
+    lint = lint_verilog(text, "te_4x4")
+    assert lint.ok, lint.log[:4000]
+    synth = synth_check(text, "te_4x4")
+    assert synth.ok, synth.log[-4000:]
+
+
+@pytest.mark.slow
+def test_verilog_128x128_one_pe_module():
+    text = TensorEngine(128, 128).verilog("te_128x128")
+    pe_modules = re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M)
+    assert len(pe_modules) == 1 and pe_modules[0].startswith(f"module {PE_MODULE}(")
+    assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 128 * 128
