@@ -238,7 +238,8 @@ register(Block(
            maximum=512)),
     _make_te, lambda rows, cols, mode, max_n: f"tensor_engine_{rows}x{cols}",
     "testbench.tensor_engine.test_tensor_engine",
-    sim_args=(str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt"),)))
+    sim_args=("--hierarchical",
+              str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt"))))
 
 _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
                                                   ("fp8_e5m2", "fp8_e4m3fn")]

@@ -205,47 +205,56 @@ class PE(wiring.Component):
         r1_one = reg("r1_one", 1, is_one)
 
         # ---- stage 2: product sum (double_row) / select ------------------------------------
-        # Double-row: both FP8 products as exact two's complement fixed-point words with
-        # their LSB at 2**lsb (the smallest FP8 product LSB), summed exactly (FusedDotAdd's
-        # scheme).  Lane 0's FP8 product is in the low bits of its 48-bit significand.
+        # Double-row: the two FP8 products (lane 0's in the low bits of its 48-bit significand)
+        # summed exactly, aligned to each other: the one with the larger exponent is shifted
+        # left by the exponent difference d, the other added or subtracted, and the sum keeps
+        # the smaller exponent.  Every finite double_row product lies in [2**lsb, 2**(lsb+mag))
+        # with lsb the smallest FP8 product LSB, so the sum fits mag + 1 bits and d <= max_shift.
+        # (Inf / NaN products have a zero significand: they only set the flags.)
         fp8 = [get_format(f) for f in FP8_LANE_FORMATS]
         lsb = min(f.lsb_exp_min for f in fp8) * 2
         mag = max((f.max_sig * f.max_sig).bit_length() + 2 * (f.emax - f.man_bits)
                   for f in fp8) - lsb
-        total = mag + (self.lanes - 1).bit_length() + 1
-        fp8_sig = mul1.sig_width
-        # Largest shift of a finite nonzero product; in double_row every finite product has
-        # lsb <= exp <= lsb + max_shift, so the truncated difference is exact there (other
-        # modes do not use the sum).
         max_shift = max(2 * (f.emax - f.man_bits) for f in fp8) - lsb
-        terms = []
-        for k, (sig, exp, sign, inf, nan) in enumerate(
-                ((r1_sig0[:fp8_sig], r1_exp0, r1_sign0, r1_inf0, r1_nan0),
-                 (r1_sig1, r1_exp1, r1_sign1, r1_inf1, r1_nan1))):
-            shift = Signal(range(max_shift + 1), name=f"s2_shift{k}")
-            m.d.comb += shift.eq(exp - lsb)
-            fixed = Signal(mag, name=f"s2_fixed{k}")
-            m.d.comb += fixed.eq(Mux(inf | nan, 0, sig << shift))
-            terms.append((fixed, sign))
-        acc = Signal(signed(total), name="s2_dr_sum")
-        m.d.comb += acc.eq(Mux(terms[0][1], -terms[0][0], terms[0][0])
-                           + Mux(terms[1][1], -terms[1][0], terms[1][0]))
+        total = mag + (self.lanes - 1).bit_length() + 1       # magnitude + carry + sign
+        fp8_sig = mul1.sig_width
+        sig0 = r1_sig0[:fp8_sig]
+        d = Signal(signed(max(len(r1_exp0), len(r1_exp1)) + 1), name="s2_exp_diff")
+        m.d.comb += d.eq(r1_exp0 - r1_exp1)
+        swap = Signal(name="s2_swap")                          # lane 1 has the larger exponent
+        m.d.comb += swap.eq(d[-1])
+        shift = Signal(range(max_shift + 1), name="s2_shift")  # |d|, exact in double_row
+        m.d.comb += shift.eq(Mux(swap, -d, d))
+        big = Signal(mag, name="s2_big")
+        small = Signal(fp8_sig, name="s2_small")
+        big_sign = Signal(name="s2_big_sign")
+        sub = Signal(name="s2_sub")
+        m.d.comb += [big.eq(Mux(swap, r1_sig1, sig0) << shift),
+                     small.eq(Mux(swap, sig0, r1_sig1)),
+                     big_sign.eq(Mux(swap, r1_sign1, r1_sign0)),
+                     sub.eq(r1_sign0 ^ r1_sign1)]
+        acc = Signal(total, name="s2_dr_sum")                  # big +- small, two's complement
+        small_x = Signal(total, name="s2_small_x")             # small or ~small (sub)
+        m.d.comb += [small_x.eq(Cat(small, Const(0, total - fp8_sig)) ^ sub.replicate(total)),
+                     acc.eq(big + small_x + sub)]
         dr_mag = Signal(total - 1, name="s2_dr_mag")
-        m.d.comb += dr_mag.eq(Mux(acc[-1], -acc, acc))
+        neg = Signal(name="s2_neg")
+        m.d.comb += [neg.eq(sub & acc[-1]), dr_mag.eq(Mux(neg, -acc, acc))]
         inf_pos = (r1_inf0 & ~r1_sign0) | (r1_inf1 & ~r1_sign1)
         inf_neg = (r1_inf0 & r1_sign0) | (r1_inf1 & r1_sign1)
         dr_nan = r1_nan0 | r1_nan1 | (inf_pos & inf_neg)
         dr_inf = inf_pos | inf_neg
-        # -0 only when both products are -0; an infinite sum has the sign of its infinities.
-        dr_sign = Mux(dr_inf, inf_neg,
-                      acc[-1] | (~acc.any() & r1_sign0 & r1_sign1))
+        # An exact zero sum is -0 only when both products are -0 (then sub = 0 and big_sign = 1);
+        # an infinite sum has the sign of its infinities.
+        dr_sign = Mux(dr_inf, inf_neg, Mux(acc.any(), big_sign ^ neg, big_sign & ~sub))
+        dr_exp = Mux(swap, r1_exp0, r1_exp1)
 
         b_width = max(total - 1, w0)
         b_lo = min(mul0.exp_range.start, lsb)
         b_hi = max(mul0.exp_range.stop - 1, lsb)
         b_shape = bits_for_range(b_lo, b_hi)
         r2_sig = reg("r2_b_sig", b_width, Mux(r1_dr, dr_mag, r1_sig0))
-        r2_exp = reg("r2_b_exp", b_shape, Mux(r1_dr, lsb, r1_exp0))
+        r2_exp = reg("r2_b_exp", b_shape, Mux(r1_dr, dr_exp, r1_exp0))
         r2_sign = reg("r2_b_sign", 1, Mux(r1_dr, dr_sign, r1_sign0))
         r2_inf = reg("r2_b_inf", 1, Mux(r1_dr, dr_inf, r1_inf0))
         r2_nan = reg("r2_b_nan", 1, Mux(r1_dr, dr_nan, r1_nan0))
