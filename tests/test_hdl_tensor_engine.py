@@ -57,10 +57,6 @@ def unlanes(value, n):
     return [(value >> (LANE * i)) & 0xFFFFFFFF for i in range(n)]
 
 
-def f32_bits(values):
-    return np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.int64)
-
-
 # -- one PE -------------------------------------------------------------------------------------
 
 def run_pe(beats):
@@ -365,7 +361,7 @@ def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True,
     mode, transpose = MODE_CASES[name]
     names = isa.MODE_FORMATS[mode]
     dr = mode == Mode.DOUBLE_ROW
-    program, expected, last_ls = [], [], None
+    program, expected = [], []
     for g in range(groups):
         r0, tr, c0, tc = tiles[g % len(tiles)]
         tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
@@ -376,7 +372,6 @@ def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True,
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         s = _codes(rng, names[fs], (k, 2, m) if dr else (k, m))
         program.append((ls, tile_beats(ls, s, rows, dr)))
-        last_ls = ls
         for _ in range(mms or int(rng.integers(1, 3))):
             n = int(rng.integers(1, max_n + 1))
             mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm,

@@ -16,7 +16,7 @@ The same PE serves fp32, tf32, bf16, fp16, fp8 (e4m3 / e4m3fn / e5m2 / e3m4, per
 """
 
 import numpy as np
-from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 
 from model.tensor_engine.isa import instruction_bits
 
-from .array import PE_MODULE, SystolicArray, pe_verilog
+from .array import SystolicArray, pe_verilog
 from .control import ERROR_SHAPE, TensorControl
 from .pe import LANE_WIDTH
 
