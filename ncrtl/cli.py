@@ -170,6 +170,8 @@ def build_parser():
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
+    s.add_argument("--te-size", type=int, default=128,
+                   help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)")
     s.set_defaults(func=_cmd_bench)
     return p
 

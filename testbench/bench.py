@@ -80,4 +80,47 @@ def run_bench(args):
     print("\nbuild MiB: peak resident memory of the largest build child process so far (Verilator "
           "or the C++ compiler).\ncycles/s and vectors/s: end-to-end run of the testbench "
           "(stimulus, golden and scoreboard included), no stalls.")
-    return 0 if all(r[7] for r in rows) else 1
+    ok = all(r[7] for r in rows)
+    if args.te_size:
+        ok &= _bench_tensor_engine(args.te_size)
+    return 0 if ok else 1
+
+
+def _bench_tensor_engine(size):
+    """Generation, build and simulation of a ``size x size`` Tensor Engine running one bf16
+    K = M = size, N = 512 matmul, and the golden model's time for the same tile."""
+    import json
+    from model.tensor_engine.matmul import matmul
+    from testbench import sim
+    from testbench.conformance import run_block
+    from testbench.tensor_engine.program import _values
+
+    block = blocks.get("pe_array")
+    params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NCRTL_BUILD_DIR"] = tmp
+        t0 = time.perf_counter()
+        text, top = block.verilog(params)
+        gen = time.perf_counter() - t0
+        rss0 = _children_maxrss_mib()
+        built = sim.build(text, top, extra_args=block.sim_args)
+        rss = max(_children_maxrss_mib(), rss0)
+        res = run_block(block, params, count=512, seed=1, stall=0.0,
+                        testbench="testbench.tensor_engine.test_sim",
+                        extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512})})
+    sim_s = max(res.seconds - res.build_seconds, 1e-9)
+    rng = np.random.default_rng(0)
+    import ml_dtypes
+    a = _values(rng, "bf16", (size, size)).view(ml_dtypes.bfloat16)
+    b = _values(rng, "bf16", (size, 512)).view(ml_dtypes.bfloat16)
+    t0 = time.perf_counter()
+    matmul(a, b, rows=size, cols=size)
+    golden = time.perf_counter() - t0
+    print(f"\ntensor engine {size}x{size}, bf16 K=M={size} N=512:")
+    print(f"  Verilog generation {gen:.1f} s ({len(text.splitlines())} lines)")
+    print(f"  Verilator build {built.seconds:.1f} s, peak build process {rss:.0f} MiB")
+    print(f"  simulated {res.cycles} cycles in {sim_s:.1f} s (stimulus, golden and scoreboards "
+          f"included): {res.cycles / sim_s:.1f} cycles/s")
+    print(f"  golden matmul of the tile {golden:.2f} s")
+    print(f"  result {'PASS' if res.passed else 'FAIL'}")
+    return res.passed
