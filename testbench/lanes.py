@@ -12,7 +12,6 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from testbench.conformance import tb_settings
 from testbench.scoreboard import write_counters
 from testbench.stream import StreamSink, StreamSource
 
@@ -108,7 +107,3 @@ class LanesTB:
         """Add the cycles simulated so far to the ``NCRTL_SUMMARY`` file."""
         write_counters(cycles=self.sink.cycle)
 
-
-def settings():
-    """``(params, count, seed, stall)`` of this run (see :func:`testbench.conformance.tb_settings`)."""
-    return tb_settings()

@@ -6,7 +6,6 @@ with no floating point anywhere, so it can judge the vectorised golden model.
 
 from fractions import Fraction
 
-import numpy as np
 
 # (exp_bits, man_bits, bias, has_inf) of the rounding targets the contract uses.
 TARGETS = {"fp32": (8, 23, 127), "bf16": (8, 7, 127), "fp16": (5, 10, 15)}
@@ -105,8 +104,8 @@ def dot_add_reference(psum_bits, a_vals, b_vals, scale_exp=0):
 
 
 def _is_neg(v):
-    # Fractions lose the sign of zero; callers pass ('negzero') markers via NegZero below.
-    return isinstance(v, NegZero) or (not isinstance(v, NegZero) and v < 0)
+    # Fractions lose the sign of zero: a -0 operand arrives as a NegZero.
+    return isinstance(v, NegZero) or v < 0
 
 
 class NegZero(Fraction):
@@ -127,9 +126,6 @@ def exact_operand(bits, fmt):
         return NegZero()
     return v
 
-
-def as_bits_array(values):
-    return np.asarray(values, dtype=np.uint32)
 
 
 def marsaglia_xorwow(state, n):

@@ -8,6 +8,7 @@ import pytest
 
 from model.fp import (FORMATS, QNAN, Xorwow, bits_to_float, decode, encode, fp32_add,
                       fp32_dot_add, fp32_to_bf16, fp32_to_fp16, from_bits, get_format, to_bits)
+from testbench.fp.vectors import random_codes
 from tests.exact_ref import dot_add_reference, exact_operand, marsaglia_xorwow, round_rational
 
 SMALL = [n for n, f in FORMATS.items() if f.container_bits <= 16]
@@ -102,21 +103,9 @@ def test_rational_rounding_reference_agrees_with_float32_casts():
 
 # -- fused dot-product-add against the rational reference ---------------------------------------
 
-def _random_operands(rng, fmt, shape, special_rate=0.02):
-    f = get_format(fmt)
-    if f.container_bits == 32:
-        bits = rng.integers(0, 1 << 32, shape, dtype=np.uint64).astype(np.uint32)
-        # Pull exponents together so that sums actually interact; keep some wild ones.
-        tame = (bits & 0x807FFFFF) | (rng.integers(100, 155, shape).astype(np.uint32) << 23)
-        bits = np.where(rng.random(shape) < 0.8, tame, bits)
-    else:
-        bits = rng.integers(0, 1 << f.bits, shape).astype(f.storage_dtype)
-        if f.special in ("ieee", "fn"):
-            vals = bits_to_float(bits, f)
-            spec = ~np.isfinite(vals)
-            keep = rng.random(shape) < special_rate
-            bits = np.where(spec & ~keep, bits & ~f.storage_dtype(1 << (f.bits - 2)), bits)
-    return bits.astype(f.storage_dtype)
+def _random_operands(rng, fmt, shape):
+    """Random encodings (the conformance stimulus generator) in ``shape``."""
+    return random_codes(rng, fmt, int(np.prod(shape)), special_rate=0.02).reshape(shape)
 
 
 def _psum_bits(rng, n, mag_exp=(100, 150)):

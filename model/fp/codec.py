@@ -15,7 +15,7 @@ from .formats import format_of_dtype, get_format
 
 __all__ = [
     "to_bits", "from_bits", "decode", "decode_fields", "encode", "round_to_format",
-    "bits_to_float", "float_to_bits", "QNAN",
+    "bits_to_float", "QNAN",
 ]
 
 #: Canonical quiet NaN encodings produced by the datapath.
@@ -264,7 +264,3 @@ def encode(values, fmt):
         raise ValueError(f"{f.name} has no NaN encoding; input contains NaN")
     return round_to_format(v, f)
 
-
-def float_to_bits(values, fmt):
-    """Alias of :func:`encode`."""
-    return encode(values, fmt)

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .codec import QNAN, decode, round_to_format, to_bits
+from .codec import QNAN, decode, round_to_format
 from .formats import format_of_dtype, get_format
 
 __all__ = ["two_sum", "exact_sum_round", "fp32_dot_add", "fp32_add", "fp32_to_bf16",
@@ -223,7 +223,3 @@ def fp32_to_fp16(x):
         wide = x.astype(np.float64)
     return round_to_format(wide, "fp16").view(np.float16)
 
-
-def bits_of(x, fmt=None):
-    """Raw encodings of a format-typed array (re-exported for test helpers)."""
-    return to_bits(x, fmt)

@@ -10,7 +10,8 @@ import numpy as np
 from model.fp import fp32_add
 from ncrtl.blocks import get
 from testbench.fp.vectors import fp32_corner_codes, random_codes
-from testbench.lanes import LanesTB, settings
+from testbench.conformance import tb_settings as settings
+from testbench.lanes import LanesTB
 from testbench.scoreboard import Scoreboard
 
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from model.fp import fp32_to_bf16, fp32_to_fp16, to_bits
 from ncrtl.blocks import get
-from testbench.conformance import tb_block
+from testbench.conformance import tb_block, tb_settings as settings
 from testbench.fp.vectors import random_codes
-from testbench.lanes import LanesTB, settings
+from testbench.lanes import LanesTB
 from testbench.scoreboard import Scoreboard
 
 

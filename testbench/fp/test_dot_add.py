@@ -15,7 +15,8 @@ import numpy as np
 from model.fp import QNAN, fp32_dot_add, from_bits, get_format
 from ncrtl.blocks import DOT_ADD_MODES, get
 from testbench.fp.vectors import dot_add_vectors
-from testbench.lanes import LanesTB, settings
+from testbench.conformance import tb_settings as settings
+from testbench.lanes import LanesTB
 from testbench.scoreboard import Scoreboard
 
 

@@ -13,7 +13,8 @@ import numpy as np
 from model.fp import decode_fields, get_format
 from ncrtl.blocks import get
 from testbench.fp.vectors import corner_codes, exhaustive_pairs, random_codes
-from testbench.lanes import LanesTB, settings
+from testbench.conformance import tb_settings as settings
+from testbench.lanes import LanesTB
 from testbench.scoreboard import Scoreboard
 
 CANON_NAN = np.float64(np.nan).view(np.uint64)

@@ -12,7 +12,8 @@ import numpy as np
 from hdl.fp.xorwow import pack_state
 from model.fp import Xorwow
 from ncrtl.blocks import get
-from testbench.lanes import LanesTB, settings
+from testbench.conformance import tb_settings as settings
+from testbench.lanes import LanesTB
 from testbench.scoreboard import Scoreboard
 
 
