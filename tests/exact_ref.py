@@ -130,12 +130,110 @@ def exact_operand(bits, fmt):
 
 def marsaglia_xorwow(state, n):
     """Marsaglia's published ``xorwow()`` (2003) on a six-word state, in plain Python ints."""
-    x, y, z, w, v, d = state
-    out = []
-    for _ in range(n):
+    g = MarsagliaStream(state)
+    return [g.next_u32() for _ in range(n)]
+
+
+def round_stochastic_rational(q, r, target="bf16", rbits=16, negzero=False):
+    """Encoding of the rational ``q`` stochastically rounded with the random value ``r``.
+
+    ``|q|`` lies between two neighbouring codes ``a <= |q| < b`` of ``target``; the result is
+    ``b`` when ``(|q| - a) / (b - a) + r / 2**rbits >= 1``, else ``a``, with the sign of ``q``
+    (``negzero`` for an exact zero).  Rounding up past the largest finite code gives Inf.
+    """
+    exp_bits, man_bits, bias = TARGETS[target]
+    sign_bit = 1 << (exp_bits + man_bits)
+    if q == 0:
+        return sign_bit if negzero else 0
+    sign = sign_bit if q < 0 else 0
+    q = abs(q)
+    emin = 1 - bias
+    emax = (1 << exp_bits) - 2 - bias
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while Fraction(2) ** e > q:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= q:
+        e += 1
+    e = max(e, emin)
+    n = q / Fraction(2) ** (e - man_bits)
+    lo = n.numerator // n.denominator
+    if (n - lo) + Fraction(r, 1 << rbits) >= 1:
+        lo += 1
+    if lo == 1 << (man_bits + 1):
+        lo >>= 1
+        e += 1
+    if e > emax:
+        return sign | (((1 << exp_bits) - 1) << man_bits)
+    if lo < 1 << man_bits:
+        return sign | lo
+    return sign | ((e + bias) << man_bits) | (lo - (1 << man_bits))
+
+
+def fp32_add_reference(a_bits, b_bits):
+    """FP32 encoding of ``a + b`` (two FP32 encodings), rounded once, canonical NaN."""
+    a = value_of_bits(a_bits, 8, 23, 127)
+    b = value_of_bits(b_bits, 8, 23, 127)
+    if "nan" in (a, b) or {a, b} == {"inf", "-inf"}:
+        return 0x7FC00000
+    for v in (a, b):
+        if isinstance(v, str):
+            return 0x7F800000 if v == "inf" else 0xFF800000
+    return round_rational(a + b, "fp32", negzero=a_bits == b_bits == 0x80000000)
+
+
+def fp32_to_bf16_reference(bits, rounding="rne", r=None):
+    """BF16 encoding of one FP32 encoding: RNE, or stochastic with the 16-bit value ``r``."""
+    v = value_of_bits(bits, 8, 23, 127)
+    if v == "nan":
+        return 0x7FC0
+    if isinstance(v, str):
+        return 0x7F80 if v == "inf" else 0xFF80
+    neg = bits == 0x80000000
+    if rounding == "rne":
+        return round_rational(v, "bf16", negzero=neg)
+    return round_stochastic_rational(v, r, "bf16", 16, negzero=neg)
+
+
+def psum_slot_reference(old, value, dtype, overwrite, rounding="rne", r=None):
+    """New bits of one PSUM slot (docs/psum.md, "Element semantics"), one element at a time.
+
+    ``dtype`` is "fp32", "bf16" or "raw16"; ``old`` and ``value`` are ints (slot and beat bits).
+    """
+    if dtype == "fp32":
+        return value if overwrite else fp32_add_reference(old, value)
+    if dtype == "raw16":
+        assert overwrite, "raw16 slots are only overwritten"
+        return value & 0xFFFF
+    s = value if overwrite else fp32_add_reference(old << 16, value)
+    return fp32_to_bf16_reference(s, rounding, r)
+
+
+def splitmix64_state(seed):
+    """XORWOW state words (x, y, z, w, v, d) of a 64-bit seed: SplitMix64 (Steele, Lea, Flood
+    2014) outputs 1..3, low word first, and Marsaglia's d = 6615241."""
+    z = seed
+    words = []
+    for _ in range(3):
+        z = (z + 0x9E3779B97F4A7C15) % (1 << 64)
+        r = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % (1 << 64)
+        r = ((r ^ (r >> 27)) * 0x94D049BB133111EB) % (1 << 64)
+        r ^= r >> 31
+        words += [r % (1 << 32), r >> 32]
+    assert any(words[:5]), "the all-zero xorshift state needs Marsaglia's replacement"
+    return tuple(words[:5]) + (6615241,)
+
+
+class MarsagliaStream:
+    """Marsaglia's ``xorwow()`` as a stateful stream of plain Python ints (one generator)."""
+
+    def __init__(self, state):
+        self.state = tuple(int(s) for s in state)
+
+    def next_u32(self):
+        x, y, z, w, v, d = self.state
         t = (x ^ (x >> 2)) & 0xFFFFFFFF
         x, y, z, w = y, z, w, v
         v = ((v ^ (v << 4)) ^ (t ^ (t << 1))) & 0xFFFFFFFF
         d = (d + 362437) & 0xFFFFFFFF
-        out.append((v + d) & 0xFFFFFFFF)
-    return out
+        self.state = (x, y, z, w, v, d)
+        return (v + d) & 0xFFFFFFFF
