@@ -41,7 +41,7 @@ class Xorwow(wiring.Component):
     Seeding is software's job, as on the hardware: the six state words are written through
     ``i_state`` (``model.fp.xorwow.Xorwow.seed_state(seed)`` expands a 64-bit seed into them;
     :func:`pack_state` packs them).  Reset loads Marsaglia's published state
-    (``XORWOW_INIT``).
+    (``XORWOW_INIT``) unless ``init`` gives other words.
 
     When ``o_value`` shows what
     ---------------------------
@@ -58,8 +58,17 @@ class Xorwow(wiring.Component):
     ``o_value[16:]`` (``next_u16``).  Right after a load without ``i_next``, ``o_value`` is
     ``v + d`` of the loaded state, which the model never returns.
 
+    Parameters
+    ----------
+    init : sequence of 6 int, optional
+        Reset state ``(x, y, z, w, v, d)``; default ``XORWOW_INIT``.  A block with many
+        generators (PSUM: one per partition) gives each its own, e.g.
+        ``model.fp.xorwow.Xorwow.seed_state(p)``, so that they are independent out of reset.
+
     Attributes
     ----------
+    init : tuple of 6 int
+        The reset state.
     latency : int
         1: the effect of an input cycle is visible on ``o_value`` after the next clock edge.
         The generator holds its state while ``en`` is 0, so it fits
@@ -82,7 +91,18 @@ class Xorwow(wiring.Component):
 
     latency = 1
 
-    def __init__(self):
+    def __init__(self, *, init=None):
+        if init is None:
+            init = XORWOW_INIT
+        try:
+            words = tuple(int(w) for w in init)
+        except (TypeError, ValueError):
+            words = None
+        if words is None or len(words) != 6 or any(not 0 <= w < 1 << 32 for w in words):
+            self._MustUse__silence = True
+            raise ValueError(f"Xorwow init must be six 32-bit words (x, y, z, w, v, d), "
+                             f"not {init!r}")
+        self.init = words
         super().__init__({
             "en": In(1, init=1),
             "i_state": In(32 * len(STATE_WORDS)),
@@ -93,7 +113,7 @@ class Xorwow(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        regs = [Signal(32, name=n, init=c) for n, c in zip(STATE_WORDS, XORWOW_INIT)]
+        regs = [Signal(32, name=n, init=c) for n, c in zip(STATE_WORDS, self.init)]
         # Start state of this cycle's step: the registers, or the loaded words.
         start = [Signal(32, name=f"{n}_start") for n in STATE_WORDS]
         with m.If(self.i_load):

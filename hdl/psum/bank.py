@@ -1,0 +1,66 @@
+"""One PSUM bank: an SRAM word of every partition's slot, one read and one write port."""
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["BankMemory"]
+
+
+class BankMemory(wiring.Component):
+    """A ``width x depth`` :class:`~amaranth.lib.memory.Memory` with one synchronous read port and
+    one write port of 16-bit granularity: the SRAM of one PSUM bank (``width = 32 * partitions``,
+    ``depth = rows``).  Out of reset (power-on) it holds zeros.
+
+    The read port is not transparent: data read in cycle ``t + 1`` for an address presented in
+    cycle ``t`` is the memory before the write of cycle ``t`` (PSUM forwards that write itself).
+
+    Parameters
+    ----------
+    width : int
+        Word width, a multiple of 16.
+    depth : int
+        Words.
+
+    Attributes
+    ----------
+    latency : int
+        1 (read).
+
+    Interface
+    ---------
+    i_raddr : In(range(depth)), i_ren : In(1)
+        Read address and enable (``o_rdata`` holds while ``i_ren`` is low).
+    o_rdata : Out(width)
+    i_waddr : In(range(depth)), i_wdata : In(width)
+    i_wen : In(width // 16)
+        Write enable per 16-bit half word: bit ``k`` writes bits ``[16k, 16k + 16)``.
+    """
+
+    latency = 1
+
+    def __init__(self, width, depth):
+        for name, value in (("width", width), ("depth", depth)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                self._MustUse__silence = True
+                raise ValueError(f"BankMemory {name} must be a positive integer, not {value!r}")
+        if width % 16:
+            self._MustUse__silence = True
+            raise ValueError(f"BankMemory width must be a multiple of 16, not {width}")
+        self.width, self.depth = width, depth
+        super().__init__({
+            "i_raddr": In(range(depth)), "i_ren": In(1), "o_rdata": Out(width),
+            "i_waddr": In(range(depth)), "i_wen": In(width // 16), "i_wdata": In(width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth, init=[])
+        rp = mem.read_port(domain="sync")
+        wp = mem.write_port(granularity=16)
+        m.d.comb += [
+            rp.addr.eq(self.i_raddr), rp.en.eq(self.i_ren), self.o_rdata.eq(rp.data),
+            wp.addr.eq(self.i_waddr), wp.en.eq(self.i_wen), wp.data.eq(self.i_wdata),
+        ]
+        return m

@@ -1,0 +1,522 @@
+"""``Psum``: the PSUM top: bank memories, read-add-write pipelines, forwarding, engine ports.
+
+Ports (all synchronous to ``clk``, reset ``rst``; ``P`` = partitions):
+
+===================  ==========  ===============================================================
+port                 width       meaning
+===================  ==========  ===============================================================
+``i_instr_valid``    1           write instructions (valid / ready)
+``i_instr_ready``    1           out
+``i_instr``          32          ``isa.encode`` word (``isa.FIELDS``, LSB first)
+``i_data_valid``     1           Tensor Engine output vectors (valid / ready)
+``i_data_ready``     1           out
+``i_data``           32*P        partition ``p`` in bits ``[32p, 32p + 32)``
+``o_error``          1           pulse: a taken instruction broke a rule
+``o_error_code``     4           its ``isa.Error``
+``o_done``           1           pulse: group complete (last beat of a legal bit1 write written)
+``o_done_bank``      4           its bank
+``i_{e}_valid``      1           engine ``e`` in ``ve``, ``se``: request (valid / ready)
+``i_{e}_ready``      1           out
+``i_{e}_req``        18+32*P     LSB first: ``we`` 1, ``mask`` 2, ``bank`` 4, ``row`` 11,
+                                 ``data`` 32*P (:data:`REQ_FIELDS`)
+``o_{e}_valid``      1           read response (valid / ready), in request order
+``o_{e}_ready``      1           in
+``o_{e}_data``       32*P        the word read (zeros for a bad read)
+``o_{e}_error``      1           pulse: a taken request had a bad bank or row
+``o_{e}_error_code`` 2           1 bank, 2 row
+``i_seed_valid``     1           generator state load (valid / ready; always ready)
+``i_seed_ready``     1           out
+``i_seed``           200         LSB first: ``partition`` 8, then ``x, y, z, w, v, d`` 32 each
+``o_grant``          3           bit0 TE, bit1 VE, bit2 SE granted a bank this cycle
+===================  ==========  ===============================================================
+"""
+
+from amaranth.hdl import ClockSignal, Cat, Const, Instance, Module, Mux, ResetSignal, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from hdl.fp.xorwow import STATE_WORDS, Xorwow
+from model.fp.xorwow import Xorwow as ModelXorwow
+from model.psum.arbiter import PORTS
+from model.psum.isa import INSTR_BITS, Dtype, Geometry
+
+from ._util import equals
+from .arbiter import BankArbiter
+from .bank import BankMemory
+from .control import WriteControl
+from .update import SlotUpdate
+
+__all__ = ["Psum", "REQ_FIELDS", "SEED_FIELDS", "ENGINES", "req_layout", "seed_layout",
+           "SLOT_MODULE", "bank_module", "psum_verilog"]
+
+#: Verilog module name of :class:`~hdl.psum.update.SlotUpdate` (one per partition).
+SLOT_MODULE = "psum_slot"
+
+
+def bank_module(partitions, rows):
+    """Verilog module name of the :class:`~hdl.psum.bank.BankMemory` of a geometry."""
+    return f"psum_bank_{32 * partitions}x{rows}"
+
+#: Engine request word, LSB first: (field, width); ``data`` is ``32 * partitions`` wide.
+REQ_FIELDS = (("we", 1), ("mask", 2), ("bank", 4), ("row", 11), ("data", None))
+
+#: Seed word, LSB first: the partition, then the six XORWOW state words.
+SEED_FIELDS = (("partition", 8),) + tuple((w, 32) for w in STATE_WORDS)
+
+#: The engine ports, in ``o_grant`` order after the Tensor Engine.
+ENGINES = PORTS[1:]
+
+_TE = 0
+
+
+def req_layout(partitions):
+    """The :class:`~amaranth.lib.data.StructLayout` of ``i_{e}_req`` for ``partitions``."""
+    return data.StructLayout({n: (w if w is not None else 32 * partitions)
+                              for n, w in REQ_FIELDS})
+
+
+def seed_layout():
+    return data.StructLayout(dict(SEED_FIELDS))
+
+
+def _check_geometry(partitions, banks, bank_bytes):
+    for name, value in (("partitions", partitions), ("banks", banks),
+                        ("bank_bytes", bank_bytes)):
+        if isinstance(value, bool):
+            # Geometry would take True for 1.
+            raise ValueError(f"Psum {name} must be an integer, not {value!r}")
+    try:
+        return Geometry(partitions, banks, bank_bytes)
+    except ValueError as exc:
+        raise ValueError(f"Psum {exc}") from None
+
+
+class Psum(wiring.Component):
+    """PSUM: ``partitions x banks`` banks of ``bank_bytes`` with a read-add-write unit.
+
+    The contract is docs/psum.md; the ports are in the module docstring.  Every access behaves
+    as if it happened atomically in the cycle it is granted, in grant order.
+
+    Microarchitecture
+    -----------------
+    * One :class:`~amaranth.lib.memory.Memory` per bank: ``32 * partitions`` bits wide (memory
+      word ``(bank, row)`` holds every partition's slot), ``rows`` deep, one synchronous read
+      port, one write port with 16-bit write granularity (half-slot writes).
+    * Three requesters, TE (the write stream), VE and SE (the engine ports), arbitrated per bank
+      by :class:`~hdl.psum.arbiter.BankArbiter`; up to three accesses per cycle to different banks.
+    * One pipeline per requester, four stages: **G** (cycle ``t``: granted, memory read
+      address), **F** (``t + 1``: read data, forwarded), **E** (``t + 2``: forwarded again,
+      add+round, engine read response), **W** (``t + 3``: memory write).  A fifth register
+      stage **S** keeps the word written in the previous cycle for forwarding.
+    * Forwarding, per 16-bit half: the read port returns the memory as it was before the write
+      of the cycle the address was presented, so at F the accesses in S and W (written in cycles
+      ``t`` and ``t + 1``) are forwarded, and at E the access in W (granted in ``t - 1``, computed
+      while this one was in F).  Every source is a register, from every requester's pipeline;
+      accesses in one stage were granted in one cycle, so at most one of them matches a given
+      address.  The loop W register -> E operand -> add+round -> W register is one cycle:
+      hammering one address with accumulations every cycle runs at full rate.
+    * :class:`~hdl.psum.update.SlotUpdate` per partition: combinational add and BF16 rounding,
+      one output register (the W stage).
+    * :class:`~hdl.psum.control.WriteControl`: in-order instructions, rules, group state, a
+      prefetched next write.
+    * One :class:`~hdl.fp.xorwow.Xorwow` per partition (reset state ``seed_state(p)``), all
+      stepped in the cycle an SR beat is granted; the draw is captured at F.  A seed loaded in
+      the same cycle as an SR beat is granted is loaded first (the beat draws from it).
+    * Engine ports: a read response FIFO of :attr:`resp_depth` entries per port and a credit
+      counter (reads taken and not yet answered); a read request is only taken while the count
+      is below the depth, so response backpressure never loses data.  Writes need no credit.
+
+    Parameters
+    ----------
+    partitions, banks, bank_bytes : int
+        The geometry (:class:`model.psum.isa.Geometry`); the hardware is 128 x 8 x 2048.
+
+    Attributes
+    ----------
+    geometry : Geometry
+    raw_latency : int
+        3: a beat or engine write granted in cycle ``t`` is written to memory at the end of
+        cycle ``t + 3`` (later accesses see it earlier, through forwarding).
+    read_latency : int
+        3: an engine read granted (or a bad read taken) in cycle ``t`` responds from cycle
+        ``t + 3`` on (``o_{e}_valid``), when no earlier response waits.
+    done_latency : int
+        4: ``o_done`` pulses in cycle ``t + 4`` for a last beat granted in cycle ``t``.
+    error_latency : int
+        1: ``o_error`` (``o_{e}_error``) pulses the cycle after the instruction (request) is taken.
+    resp_depth : int
+        4: read responses (taken reads) in flight per engine port; with ``o_{e}_ready`` held high
+        reads are taken every cycle.
+    """
+
+    raw_latency = 3
+    read_latency = 3
+    done_latency = 4
+    error_latency = 1
+    resp_depth = 4
+
+    def __init__(self, partitions=128, banks=8, bank_bytes=2048, *, instance=False):
+        try:
+            self.geometry = _check_geometry(partitions, banks, bank_bytes)
+            if not isinstance(instance, bool):
+                raise TypeError(f"Psum instance must be a bool, not {instance!r}")
+        except (TypeError, ValueError):
+            self._MustUse__silence = True
+            raise
+        self.instance = instance
+        g = self.geometry
+        self.partitions, self.banks, self.bank_bytes, self.rows = (
+            g.partitions, g.banks, g.bank_bytes, g.rows)
+        width = 32 * g.partitions
+        self.req_layout = req_layout(g.partitions)
+        self.seed_layout = seed_layout()
+        members = {
+            "i_instr_valid": In(1), "i_instr_ready": Out(1), "i_instr": In(INSTR_BITS),
+            "i_data_valid": In(1), "i_data_ready": Out(1), "i_data": In(width),
+            "o_error": Out(1), "o_error_code": Out(4),
+            "o_done": Out(1), "o_done_bank": Out(4),
+        }
+        for e in ENGINES:
+            members.update({
+                f"i_{e}_valid": In(1), f"i_{e}_ready": Out(1),
+                f"i_{e}_req": In(self.req_layout.size),
+                f"o_{e}_valid": Out(1), f"o_{e}_ready": In(1), f"o_{e}_data": Out(width),
+                f"o_{e}_error": Out(1), f"o_{e}_error_code": Out(2),
+            })
+        members.update({
+            "i_seed_valid": In(1), "i_seed_ready": Out(1), "i_seed": In(self.seed_layout.size),
+            "o_grant": Out(len(PORTS)),
+        })
+        super().__init__(members)
+
+    def __repr__(self):
+        g = self.geometry
+        return f"Psum({g.partitions}, {g.banks}, {g.bank_bytes})"
+
+    def verilog(self, name="psum"):
+        """Complete Verilog: the slot and bank modules, then this top as module ``name``."""
+        return psum_verilog(self, name)
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.geometry
+        P, B, R = g.partitions, g.banks, g.rows
+        W = 32 * P
+        row_bits = max(1, (R - 1).bit_length())
+        lo_mask = Const(sum(0xFFFF << (32 * p) for p in range(P)), W)
+        hi_mask = Const(sum(0xFFFF0000 << (32 * p) for p in range(P)), W)
+
+        m.submodules.control = ctl = WriteControl(g)
+        m.submodules.arbiter = arb = BankArbiter(B)
+
+        # -- memories ---------------------------------------------------------------------------
+        banks = [_Port(self._bank(m, b)) for b in range(B)]
+
+        def stage_regs(stage, lane):
+            """The access record of one pipeline stage of one requester."""
+            p = f"{stage}_{PORTS[lane]}_"
+            return dict(
+                valid=Signal(name=p + "valid"),
+                bank=Signal(4, name=p + "bank", reset_less=True),
+                row=Signal(row_bits, name=p + "row", reset_less=True),
+                mask=Signal(2, name=p + "mask", reset_less=True),   # halves it writes
+                read=Signal(name=p + "read", reset_less=True),      # engine read: responds
+                bad=Signal(name=p + "bad", reset_less=True),        # bad request: zeros
+                data=Signal(W, name=p + "data", reset_less=True),   # beat / engine write data
+            )
+
+        lanes = range(len(PORTS))
+        f = [stage_regs("f", i) for i in lanes]
+        e = [stage_regs("e", i) for i in lanes]
+        w = [stage_regs("w", i) for i in lanes]
+        s = [stage_regs("s", i) for i in lanes]
+        for i in lanes:
+            e[i]["old"] = Signal(W, name=f"e_{PORTS[i]}_old", reset_less=True)
+            del w[i]["read"], w[i]["bad"], s[i]["read"], s[i]["bad"]
+        del w[_TE]["data"]      # the TE's W word is the SlotUpdate output register
+        # TE extras: how the beat combines with the slot.
+        te_f = dict(dtype=Signal(2, name="f_te_dtype", reset_less=True),
+                    half=Signal(name="f_te_half", reset_less=True),
+                    overwrite=Signal(name="f_te_overwrite", reset_less=True),
+                    sr=Signal(name="f_te_sr", reset_less=True),
+                    done=Signal(name="f_te_done", reset_less=True))
+        te_e = {k: Signal.like(v, name=f"e_te_{k}") for k, v in te_f.items()}
+        te_e["rand"] = Signal(16 * P, name="e_te_rand", reset_less=True)
+        w_te_done = Signal(name="w_te_done")
+
+        # -- G: requests, arbitration, read addresses ------------------------------------------
+        present = [Signal(name=f"present_{p}") for p in PORTS]
+        bank_g = [Signal(4, name=f"bank_{p}") for p in PORTS]
+        row_g = [Signal(row_bits, name=f"row_{p}") for p in PORTS]
+        grant = [Signal(name=f"grant_{p}") for p in PORTS]
+        m.d.comb += [
+            arb.i_present.eq(Cat(*present)),
+            arb.i_bank.eq(Cat(*bank_g)),
+            Cat(*grant).eq(arb.o_grant),
+            self.o_grant.eq(arb.o_grant),
+        ]
+
+        # TE: the write stream.
+        fp32 = equals(ctl.o_dtype, Dtype.FP32)
+        te_mask = Signal(2, name="te_mask")
+        m.d.comb += [
+            ctl.i_instr_valid.eq(self.i_instr_valid), ctl.i_instr.eq(self.i_instr),
+            self.i_instr_ready.eq(ctl.i_instr_ready),
+            ctl.i_data_valid.eq(self.i_data_valid), self.i_data_ready.eq(ctl.o_data_ready),
+            ctl.i_grant.eq(grant[_TE]),
+            self.o_error.eq(ctl.o_error), self.o_error_code.eq(ctl.o_error_code),
+            present[_TE].eq(ctl.o_present),
+            bank_g[_TE].eq(ctl.o_bank),
+            # FP32 element c is word c; a 16-bit element c is half c % 2 of word c // 2.
+            row_g[_TE].eq(Mux(fp32, ctl.o_elem, ctl.o_elem >> 1)),
+            te_mask.eq(Mux(fp32, 0b11, Mux(ctl.o_elem[0], 0b10, 0b01))),
+        ]
+        m.d.sync += [
+            f[_TE]["valid"].eq(grant[_TE]),
+            f[_TE]["bank"].eq(bank_g[_TE]), f[_TE]["row"].eq(row_g[_TE]),
+            f[_TE]["mask"].eq(te_mask), f[_TE]["read"].eq(0), f[_TE]["bad"].eq(0),
+            f[_TE]["data"].eq(self.i_data),
+            te_f["dtype"].eq(ctl.o_dtype), te_f["half"].eq(ctl.o_elem[0]),
+            te_f["overwrite"].eq(ctl.o_overwrite), te_f["sr"].eq(ctl.o_sr),
+            te_f["done"].eq(ctl.o_done),
+        ]
+
+        # Engines: plain SRAM requests.
+        depth = self.resp_depth
+        fifos = {}
+        for i, name in enumerate(ENGINES, start=1):
+            req = data.View(self.req_layout, getattr(self, f"i_{name}_req"))
+            valid = getattr(self, f"i_{name}_valid")
+            ready = getattr(self, f"i_{name}_ready")
+            bad_bank = Signal(name=f"{name}_bad_bank")
+            bad_row = Signal(name=f"{name}_bad_row")
+            ok = Signal(name=f"{name}_ok")
+            credits = Signal(range(depth + 1), name=f"{name}_in_flight")
+            can = Signal(name=f"{name}_can")      # a write, or a read with a free response slot
+            taken = Signal(name=f"{name}_taken")
+            m.d.comb += [
+                bad_bank.eq(req.bank >= B), bad_row.eq(req.row >= R),
+                ok.eq(~bad_bank & ~bad_row),
+                can.eq(req.we | (credits < depth)),
+                present[i].eq(valid & ok & can),
+                bank_g[i].eq(req.bank), row_g[i].eq(req.row),
+                # A bad request touches no bank: taken without arbitration (a read still needs
+                # a response slot, for its zeros).
+                ready.eq(Mux(ok, grant[i], can)),
+                taken.eq(valid & ready),
+            ]
+            m.d.sync += [
+                getattr(self, f"o_{name}_error").eq(taken & ~ok),
+                getattr(self, f"o_{name}_error_code").eq(Mux(bad_bank, 1, 2)),
+                f[i]["valid"].eq(taken),
+                f[i]["bank"].eq(req.bank), f[i]["row"].eq(req.row),
+                f[i]["mask"].eq(Mux(req.we & ok, req.mask, 0)),
+                f[i]["read"].eq(~req.we), f[i]["bad"].eq(~ok),
+                f[i]["data"].eq(req.data),
+            ]
+            m.submodules[f"{name}_responses"] = fifo = SyncFIFO(width=W, depth=depth)
+            fifos[i] = fifo
+            popped = fifo.r_rdy & fifo.r_en
+            m.d.sync += credits.eq(credits + (taken & ~req.we) - popped)
+            m.d.comb += [
+                getattr(self, f"o_{name}_valid").eq(fifo.r_rdy),
+                getattr(self, f"o_{name}_data").eq(fifo.r_data),
+                fifo.r_en.eq(getattr(self, f"o_{name}_ready")),
+            ]
+
+        # Read ports: the requester granted each bank presents its row.
+        for b in range(B):
+            mem = banks[b]
+            sel = [grant[i] & equals(bank_g[i], b) for i in lanes]
+            m.d.comb += mem.ren.eq(Cat(*sel).any())
+            with m.If(sel[0]):
+                m.d.comb += mem.raddr.eq(row_g[0])
+            for i in lanes[1:]:
+                with m.Elif(sel[i]):
+                    m.d.comb += mem.raddr.eq(row_g[i])
+
+        # -- forwarding -------------------------------------------------------------------------
+        def forward(base, bank, row, sources, name):
+            """``base`` with every matching source's halves laid over it, oldest source first."""
+            v = base
+            for k, src in enumerate(sources):
+                hit = Signal(name=f"{name}_hit{k}")
+                sel = Signal(W, name=f"{name}_sel{k}")
+                nv = Signal(W, name=f"{name}_v{k}")
+                m.d.comb += [
+                    hit.eq(src["valid"] & (src["bank"] == bank) & (src["row"] == row)),
+                    sel.eq(Mux(hit & src["mask"][0], lo_mask, 0)
+                           | Mux(hit & src["mask"][1], hi_mask, 0)),
+                    nv.eq((v & ~sel) | (src["wdata"] & sel)),
+                ]
+                v = nv
+            return v
+
+        # What each W stage writes (the TE word comes from the SlotUpdate registers).
+        m.submodules.update = update = _Updates(P, self.instance)
+        rng = []
+        for p in range(P):
+            rng.append(Xorwow(init=ModelXorwow.seed_state(p)))
+            m.submodules[f"rng{p}"] = rng[-1]
+        for i in lanes:
+            w[i]["wdata"] = update.o_word if i == _TE else w[i]["data"]
+            s[i]["wdata"] = s[i]["data"]
+
+        # -- F: read data, forward from S (written last cycle) and W (written this cycle) -----
+        for i in lanes:
+            rd = Signal(W, name=f"f_{PORTS[i]}_rd")
+            with m.Switch(f[i]["bank"]):
+                for b in range(B):
+                    with m.Case(b):
+                        m.d.comb += rd.eq(banks[b].rdata)
+                with m.Default():
+                    m.d.comb += rd.eq(0)        # a bad engine request's bank
+            old = forward(rd, f[i]["bank"], f[i]["row"], s + w, f"f_{PORTS[i]}_fwd")
+            m.d.sync += [e[i][k].eq(f[i][k]) for k in f[i]]
+            m.d.sync += e[i]["old"].eq(old)
+        m.d.sync += [te_e[k].eq(te_f[k]) for k in te_f]
+        # The draw of an SR beat granted at G: the generators stepped at its grant.
+        m.d.sync += te_e["rand"].eq(Cat(*(x.o_value[16:] for x in rng)))
+
+        # -- E: forward from W (the access one cycle ahead), compute, respond -----------------
+        for i in lanes:
+            old = forward(e[i]["old"], e[i]["bank"], e[i]["row"], w, f"e_{PORTS[i]}_fwd")
+            if i == _TE:
+                m.d.comb += [
+                    update.i_old.eq(old), update.i_value.eq(e[i]["data"]),
+                    update.i_dtype.eq(te_e["dtype"]), update.i_half.eq(te_e["half"]),
+                    update.i_overwrite.eq(te_e["overwrite"]), update.i_sr.eq(te_e["sr"]),
+                    update.i_rand.eq(te_e["rand"]),
+                ]
+                m.d.sync += w_te_done.eq(e[i]["valid"] & te_e["done"])
+            else:
+                fifo = fifos[i]
+                m.d.comb += [
+                    fifo.w_en.eq(e[i]["valid"] & e[i]["read"]),
+                    fifo.w_data.eq(Mux(e[i]["bad"], 0, old)),
+                ]
+                m.d.sync += w[i]["data"].eq(e[i]["data"])
+            m.d.sync += [w[i][k].eq(e[i][k]) for k in ("valid", "bank", "row", "mask")]
+
+        # -- W: memory writes; S keeps them one more cycle -------------------------------------
+        for b in range(B):
+            mem = banks[b]
+            sel = [w[i]["valid"] & equals(w[i]["bank"], b) & w[i]["mask"].any() for i in lanes]
+            with m.If(sel[0]):
+                m.d.comb += [mem.waddr.eq(w[0]["row"]), mem.wdata.eq(w[0]["wdata"]),
+                             mem.wen.eq(Cat(*([w[0]["mask"]] * P)))]
+            for i in lanes[1:]:
+                with m.Elif(sel[i]):
+                    m.d.comb += [mem.waddr.eq(w[i]["row"]), mem.wdata.eq(w[i]["wdata"]),
+                                 mem.wen.eq(Cat(*([w[i]["mask"]] * P)))]
+        for i in lanes:
+            m.d.sync += [s[i]["valid"].eq(w[i]["valid"]), s[i]["bank"].eq(w[i]["bank"]),
+                         s[i]["row"].eq(w[i]["row"]), s[i]["mask"].eq(w[i]["mask"]),
+                         s[i]["data"].eq(w[i]["wdata"])]
+        m.d.sync += [self.o_done.eq(w[_TE]["valid"] & w_te_done),
+                     self.o_done_bank.eq(w[_TE]["bank"])]
+
+        # -- stochastic-rounding generators ----------------------------------------------------
+        seed = data.View(self.seed_layout, self.i_seed)
+        step = grant[_TE] & ctl.o_sr
+        m.d.comb += self.i_seed_ready.eq(1)
+        for p, x in enumerate(rng):
+            m.d.comb += [
+                x.i_next.eq(step),
+                x.i_load.eq(self.i_seed_valid & equals(seed.partition, p)),
+                x.i_state.eq(Cat(*(getattr(seed, n) for n in STATE_WORDS))),
+            ]
+        return m
+
+    def _bank(self, m, b):
+        """Place bank ``b``'s memory; return its port signals (a dict)."""
+        g = self.geometry
+        W, R = 32 * g.partitions, g.rows
+        if not self.instance:
+            m.submodules[f"bank{b}"] = mem = BankMemory(W, R)
+            return dict(raddr=mem.i_raddr, ren=mem.i_ren, rdata=mem.o_rdata, waddr=mem.i_waddr,
+                        wen=mem.i_wen, wdata=mem.i_wdata)
+        sig = dict(raddr=Signal(range(R), name=f"bank{b}_raddr"), ren=Signal(name=f"bank{b}_ren"),
+                   rdata=Signal(W, name=f"bank{b}_rdata"),
+                   waddr=Signal(range(R), name=f"bank{b}_waddr"),
+                   wen=Signal(W // 16, name=f"bank{b}_wen"), wdata=Signal(W, name=f"bank{b}_wdata"))
+        m.submodules[f"bank{b}"] = Instance(
+            bank_module(g.partitions, R), i_clk=ClockSignal(), i_rst=ResetSignal(),
+            i_i_raddr=sig["raddr"], i_i_ren=sig["ren"], o_o_rdata=sig["rdata"],
+            i_i_waddr=sig["waddr"], i_i_wen=sig["wen"], i_i_wdata=sig["wdata"])
+        return sig
+
+
+class _Port:
+    """Attribute access to a dict of port signals."""
+
+    def __init__(self, sigs):
+        self.__dict__.update(sigs)
+
+
+def _flat_verilog(component, name):
+    """Verilog of ``component`` as ONE flat module ``name`` (the steps of
+    ``amaranth.back.verilog.convert`` plus a ``flatten``)."""
+    from amaranth._toolchain.yosys import find_yosys
+    from amaranth.back import rtlil
+
+    text = rtlil.convert(component, name=name, emit_src=False)
+    yosys = find_yosys(lambda ver: ver >= (0, 40))
+    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", "proc -nomux -norom", "memory_collect",
+              f"hierarchy -top {name}", "flatten", "opt_clean", "write_verilog -norename"]
+    return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
+
+
+def psum_verilog(psum, name="psum"):
+    """The complete Verilog of a :class:`Psum` built with ``instance=True``: the slot module
+    (:data:`SLOT_MODULE`) and the bank module (:func:`bank_module`), each once, then the top
+    ``name``.  ``amaranth.back.verilog.convert`` of the top alone lacks those two modules."""
+    from amaranth.back import verilog
+
+    if not psum.instance:
+        raise ValueError("psum_verilog needs a Psum with instance=True (one slot and one bank "
+                         "module); with instance=False convert it directly")
+    g = psum.geometry
+    cells = (_flat_verilog(SlotUpdate(), SLOT_MODULE)
+             + _flat_verilog(BankMemory(32 * g.partitions, g.rows),
+                             bank_module(g.partitions, g.rows)))
+    return cells + verilog.convert(psum, name=name, emit_src=False)
+
+
+class _Updates(wiring.Component):
+    """The per-partition :class:`SlotUpdate` units side by side (latency 1).
+
+    ``i_old``, ``i_value``, ``o_word``: partition ``p`` in bits ``[32p, 32p + 32)``; ``i_rand``
+    in bits ``[16p, 16p + 16)``; the other inputs are shared.
+    """
+
+    def __init__(self, partitions, instance):
+        self.partitions, self.instance = partitions, instance
+        W = 32 * partitions
+        super().__init__({
+            "i_old": In(W), "i_value": In(W), "i_dtype": In(2), "i_half": In(1),
+            "i_overwrite": In(1), "i_sr": In(1), "i_rand": In(16 * partitions),
+            "o_word": Out(W),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        words = []
+        for p in range(self.partitions):
+            ports = dict(
+                i_old=self.i_old[32 * p:32 * p + 32], i_value=self.i_value[32 * p:32 * p + 32],
+                i_dtype=self.i_dtype, i_half=self.i_half, i_overwrite=self.i_overwrite,
+                i_sr=self.i_sr, i_rand=self.i_rand[16 * p:16 * p + 16])
+            if self.instance:
+                word = Signal(32, name=f"word{p}")
+                m.submodules[f"slot{p}"] = Instance(
+                    SLOT_MODULE, i_clk=ClockSignal(), i_rst=ResetSignal(),
+                    **{f"i_{k}": v for k, v in ports.items()}, o_o_word=word)
+            else:
+                m.submodules[f"slot{p}"] = u = SlotUpdate()
+                m.d.comb += [getattr(u, k).eq(v) for k, v in ports.items()]
+                word = u.o_word
+            words.append(word)
+        m.d.comb += self.o_word.eq(Cat(*words))
+        return m
