@@ -241,6 +241,24 @@ register(Block(
     sim_args=("--hierarchical",
               str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt"))))
 
+# -- PSUM -----------------------------------------------------------------------------------------
+
+
+def _make_psum(partitions, banks, bank_bytes):
+    from hdl.psum.psum import Psum
+    return Psum(partitions, banks, bank_bytes, instance=True)
+
+
+register(Block(
+    "psum", "PSUM: partial-sum banks with the read-add-write unit and two engine ports",
+    (Param("partitions", int, 128, "partitions (one 32-bit slot each per memory word)",
+           minimum=1, maximum=128),
+     Param("banks", int, 8, "banks (one access per cycle each)", minimum=1, maximum=16),
+     Param("bank_bytes", int, 2048, "bytes per partition per bank",
+           tuple(1 << k for k in range(3, 13)))),
+    _make_psum, lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
+    "testbench.psum.test_psum"))
+
 _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
                                                   ("fp8_e5m2", "fp8_e4m3fn")]
 
@@ -251,4 +269,6 @@ GROUPS = {
            + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]),
     "tensor_engine": [("pe_array", {"rows": r, "cols": c, "mode": m})
                  for m in TE_MODES for r, c in ((4, 4), (8, 8))],
+    "psum": [("psum", {"partitions": p, "banks": b, "bank_bytes": n})
+             for p, b, n in ((4, 4, 64), (8, 8, 128), (16, 8, 2048))],
 }

@@ -61,9 +61,13 @@ def _cmd_verilog(args):
 
 
 def _expand(name, param_items, args=None):
-    """A block or a group -> list of (block, resolved params)."""
+    """A block or a group -> list of (block, resolved params).
+
+    A name that is both a group and a block (``psum``) means the group, or the block when
+    parameters are given."""
     user = _parse_params(param_items, args)
-    if name in blocks.GROUPS:
+    is_block = name in {b.name for b in blocks.all_blocks()}
+    if name in blocks.GROUPS and not (user and is_block):
         if user:
             raise UsageError(f"--param is not accepted with the group {name!r}; name one block")
         return [(blocks.get(b), blocks.get(b).resolve(p)) for b, p in blocks.GROUPS[name]]
