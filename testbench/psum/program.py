@@ -10,8 +10,10 @@ drained, and replays everything it observes through the golden (``testbench.psum
   random flag sequences (bit0 or bit2 first, bit1 last), RNE and SR, single RAW16 writes, corner
   values (NaN with payloads, +-Inf so that Inf - Inf happens, subnormals, beats cancelling the
   group's first write to an exact zero, FP32 values that overflow BF16), illegal instructions of
-  every :class:`~model.psum.isa.Error` code, seed loads, and engine reads and writes (good and
+  every :class:`~model.psum.isa.Error` code (and random illegal words breaking several rules at
+  once), seed loads, and engine reads and writes (good and
   bad) concentrated on the banks and rows the Tensor Engine is writing;
+* ``seeds``: BF16 SR writes back to back while a seed is loaded every cycle;
 * ``hammer``: N = 1 accumulations into one address every cycle (FP32, BF16 SR, BF16 RNE), no
   stalls: must run at one beat per cycle;
 * ``full_rate``: legal writes of 1..8 beats back to back with engine traffic on other banks only,
@@ -223,10 +225,25 @@ class _Planner:
                 dtype = Dtype(rng.choice([Dtype.FP32, Dtype.BF16]))
             base.update(bank=bank, dtype=dtype, flags=int(rng.choice([0, 2])))
         w = Write(**base)
-        n = max(w.n, 0)
-        err = self._apply(w, beat_values(self.rng, (n, g.partitions)))
+        err = self._apply(w, beat_values(self.rng, (w.n, g.partitions)))
         assert err is not None and err[0] == kind, (w, err, kind)
         return True
+
+    def illegal_random(self):
+        """Append an illegal write with random fields (a short ``n``): such writes often break
+        several rules at once, which checks the order of the rules."""
+        rng, g = self.rng, self.g
+        while True:
+            w = Write(bank=int(rng.integers(0, 16)), col=int(rng.integers(0, 2048)),
+                      n=int(rng.integers(0, 4)), dtype=int(rng.integers(0, 4)),
+                      rounding=int(rng.integers(0, 2)), flags=int(rng.integers(0, 8)))
+            if rng.random() < 0.7:       # mostly in range, so that the later rules matter
+                w = Write(bank=w.bank % g.banks, col=int(rng.integers(0, 4)), n=w.n,
+                          dtype=w.dtype, rounding=w.rounding, flags=w.flags)
+            state = self.groups[w.bank] if w.bank < g.banks else None
+            if isa.check(w, g, state) is not None:
+                break
+        self._apply(w, beat_values(rng, (w.n, g.partitions)))
 
 
 def _engine_reqs(rng, g, count, hot_banks, hot_rows, *, bad=0.05, only_hot=False):
@@ -257,8 +274,11 @@ def _random_phase(rng, g, beats):
     total = 0
     while total < beats:
         before = len(pl.writes)
-        if rng.random() < 0.1:
+        r = rng.random()
+        if r < 0.07:
             pl.illegal(Error(rng.choice(kinds)))
+        elif r < 0.12:
+            pl.illegal_random()
         else:
             bank = int(rng.integers(0, g.banks))
             if bank not in pl.plans:
@@ -275,10 +295,26 @@ def _random_phase(rng, g, beats):
                        and w.col + w.n <= g.capacity(w.dtype)})
     ve = _engine_reqs(rng, g, max(1, beats // 3), hot_banks, hot_rows)
     se = _engine_reqs(rng, g, max(1, beats // 3), hot_banks, hot_rows)
-    seeds = [(int(rng.integers(0, g.partitions)),
-              Xorwow.seed_state(int(rng.integers(0, 1 << 63))))
-             for _ in range(max(2, beats // 40))]
-    return Phase("random", pl.writes, ve, se, seeds)
+    return Phase("random", pl.writes, ve, se, _seeds(rng, g, max(2, beats // 10)))
+
+
+def _seeds(rng, g, count):
+    """``count`` generator loads: random partitions, states of random 63-bit seeds."""
+    return [(int(rng.integers(0, g.partitions)), Xorwow.seed_state(int(rng.integers(0, 1 << 63))))
+            for _ in range(count)]
+
+
+def _seed_phase(rng, g, beats):
+    """BF16 SR writes back to back while a seed is loaded every cycle: loads land in the same
+    cycle as SR beats (the beat draws from the new state), before and after them."""
+    writes = []
+    while sum(w.n for w, _ in writes) < beats:
+        n = int(rng.integers(1, min(8, 2 * g.rows) + 1))
+        col = int(rng.integers(0, 2 * g.rows - n + 1))
+        w = Write(bank=int(rng.integers(0, g.banks)), col=col, n=n, dtype=Dtype.BF16,
+                  rounding=Rounding.SR, flags=3)
+        writes.append((w, beat_values(rng, (n, g.partitions), corner=0.0)))
+    return Phase("seeds", writes, seeds=_seeds(rng, g, beats), stall=0.0, full_rate=True)
 
 
 def _hammer_phase(rng, g, beats):
@@ -358,6 +394,7 @@ def random_program(rng, geometry, beats=2000):
     prog.phases.append(_latency_phase(rng, g))
     prog.phases.append(_latency_read_phase(g))
     prog.phases.append(_random_phase(rng, g, beats))
+    prog.phases.append(_seed_phase(rng, g, max(16, beats // 10)))
     prog.phases.append(_hammer_phase(rng, g, max(12, beats // 4)))
     prog.phases.append(_full_rate_phase(rng, g, max(16, beats // 4)))
     prog.phases.append(_contention_phase(rng, g, max(16, beats // 8)))

@@ -130,17 +130,31 @@ class PsumTB:
         if beats:
             self.data.send(pack_lanes(np.concatenate(beats), 32))
 
-    async def drain(self, budget=200000):
-        """Wait until every queued word is taken, every response received, every pulse due."""
-        for s in self.sources:
-            await s.wait()
+    def _progress(self):
+        return (self.instr.sent, self.data.sent, self.seed.sent,
+                *(self.req[e].sent for e in ENGINES), *(self.resp[e].count for e in ENGINES))
+
+    async def drain(self, patience=2000):
+        """Wait until every queued word is taken, every response received and every pulse due;
+        raise if nothing moves for ``patience`` cycles (a lost response, a hung stream)."""
         r = self.replay
-        for _ in range(budget):
+        last, still = None, 0
+        while True:
             await self.dut.clk.rising_edge
-            if r.idle and all(self.resp[e].count == len(r.want_resp[e]) for e in ENGINES):
+            if (all(s.idle for s in self.sources) and r.idle
+                    and all(self.resp[e].count == len(r.want_resp[e]) for e in ENGINES)):
                 break
-        else:
-            raise TimeoutError(f"PSUM did not drain in {budget} cycles")
+            now = self._progress()
+            still = still + 1 if now == last else 0
+            last = now
+            if still >= patience:
+                names = ("instr", "data", "seed", *(f"{e}_req" for e in ENGINES),
+                         *(f"{e}_resp" for e in ENGINES))
+                want = (len(r.instrs), len(r.beats) + sum(len(c) for c in r._beat_chunks),
+                        len(r.seeds), *(len(r.reqs[e]) for e in ENGINES),
+                        *(len(r.want_resp[e]) for e in ENGINES))
+                state = ", ".join(f"{n} {g}/{w}" for n, g, w in zip(names, now, want))
+                raise TimeoutError(f"PSUM stopped: no progress for {patience} cycles ({state})")
         await ClockCycles(self.dut.clk, 8)   # o_done / error pulses land
 
 
