@@ -223,9 +223,17 @@ TE_MODES = ("fp32", "tf32", "bf16", "fp16", "fp8", "double_row", "transpose_bf16
             "transpose_fp32")
 
 
-def _make_te(rows, cols, mode, max_n):
+def _make_te(rows, cols, mode, max_n, block):
+    from hdl.tensor_engine.array import default_block
     from hdl.tensor_engine.top import TensorEngine
-    return TensorEngine(rows, cols)
+    if block and (rows % block or cols % block or 32 % block):
+        raise BlockError(f"pe_array: parameter block={block} must divide rows={rows}, "
+                         f"cols={cols} and the column tile granule 32")
+    return TensorEngine(rows, cols, block=block or default_block(rows, cols, 32))
+
+
+def _te_top(rows, cols, mode, max_n, block):
+    return f"tensor_engine_{rows}x{cols}" + (f"_b{block}" if block else "")
 
 
 register(Block(
@@ -235,8 +243,10 @@ register(Block(
      Param("mode", str, "bf16", "conformance program mode (the hardware serves every mode)",
            TE_MODES),
      Param("max_n", int, 96, "largest moving free size N of the conformance program", minimum=1,
-           maximum=512)),
-    _make_te, lambda rows, cols, mode, max_n: f"tensor_engine_{rows}x{cols}",
+           maximum=512),
+     Param("block", int, 0, "PEs per side of the Verilog tile module (0: the default, 8 when "
+           "it divides the array)", choices=(0, 1, 2, 4, 8, 16, 32))),
+    _make_te, _te_top,
     "testbench.tensor_engine.test_tensor_engine",
     sim_args=("--hierarchical",
               str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt"))))

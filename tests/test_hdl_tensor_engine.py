@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hdl.common.checks import lint_verilog, synth_check
-from hdl.tensor_engine.array import (PE_MODULE, SystolicArray, beat_tag_layout,
+from hdl.tensor_engine.array import (PE_MODULE, TILE_MODULE, SystolicArray, beat_tag_layout,
                                      pe_blackbox_verilog, pe_verilog)
 from hdl.tensor_engine.control import INSTR_LAYOUT, LS_DESC_LAYOUT, check_logic
 from hdl.tensor_engine.pe import LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
@@ -685,4 +685,7 @@ def test_verilog_128x128_one_pe_module():
     text = TensorEngine(128, 128).verilog("te_128x128")
     pe_modules = re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M)
     assert len(pe_modules) == 1 and pe_modules[0].startswith(f"module {PE_MODULE}(")
-    assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 128 * 128
+    # 16 x 16 tiles of 8 x 8 PEs: 64 PE instances in the one tile module, 256 tile instances.
+    assert len(re.findall(rf"^module \\?{TILE_MODULE}\b", text, re.M)) == 1
+    assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 64
+    assert len(re.findall(rf"^\s*{TILE_MODULE} ", text, re.M)) == 256

@@ -12,12 +12,16 @@ import pytest
 from ncrtl import blocks
 from testbench.conformance import run_block
 
+# 16 x 16 is built of 2 x 2 tiles of 8 x 8 PEs (the default block); 8 x 8 with block 2 of 4 x 4
+# tiles of 2 x 2, and with block 1 of PEs placed one by one.
 SMALL = [p for _, p in blocks.GROUPS["tensor_engine"]] + [
-    {"rows": 16, "cols": 16, "mode": m} for m in ("bf16", "double_row", "transpose_fp8")]
+    {"rows": 16, "cols": 16, "mode": m} for m in ("bf16", "double_row", "transpose_fp8")] + [
+    {"rows": 8, "cols": 8, "mode": "fp8", "block": 2},
+    {"rows": 8, "cols": 8, "mode": "double_row", "block": 1}]
 
 
 def _id(p):
-    return f"{p['rows']}x{p['cols']}-{p['mode']}"
+    return f"{p['rows']}x{p['cols']}-{p['mode']}" + (f"-b{p['block']}" if "block" in p else "")
 
 
 def _check(res):

@@ -15,11 +15,16 @@ A beat applied to ``i_x`` / ``i_tag`` in cycle ``t`` (with ``en``) is in ``x_reg
 
 PEs are placed as ``Instance(PE_MODULE, ...)`` of the one PE module (:func:`pe_verilog`) when
 ``instance=True`` (Verilog generation: one PE definition for the whole array), or as Amaranth
-submodules otherwise (the Amaranth simulator cannot run instances).
+submodules otherwise (the Amaranth simulator cannot run instances).  With ``instance=True`` and a
+``block`` size ``B > 1``, the PEs are grouped into ``B x B`` tiles: one tile module
+(:data:`TILE_MODULE`, :class:`PETile`, emitted once by :func:`tile_verilog`) that places its PEs,
+and the array places ``(rows / B) x (cols / B)`` tile instances.  The tiles are pure wiring (the
+timing is that of the PE grid), but they let a simulator compile one flat tile and reuse it: a
+Verilator hierarchical block per tile instead of per PE (see hdl/tensor_engine/verilator.vlt).
 """
 
-from amaranth.hdl import (ClockSignal, Const, Instance, Module, Mux, ResetSignal, Shape,
-                          Signal, Value)
+from amaranth.hdl import (Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal,
+                          Shape, Signal, Value)
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,11 +32,26 @@ from hdl.common.bits import bits_for_range
 
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, PE_SIGNATURE, TAG_LAYOUT
 
-__all__ = ["SystolicArray", "PE_MODULE", "pe_verilog", "pe_blackbox_verilog",
-           "beat_tag_layout"]
+__all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "pe_verilog", "tile_verilog",
+           "pe_blackbox_verilog", "default_block"]
 
 #: Verilog module name of the PE.
 PE_MODULE = "te_pe"
+#: Verilog module name of a ``B x B`` tile of PEs (one tile size per design).
+TILE_MODULE = "te_tile"
+
+_TAG_BITS = Shape.cast(TAG_LAYOUT).width
+_LSC_BITS = Shape.cast(LS_CTL_LAYOUT).width
+
+
+def default_block(rows, cols, granule):
+    """The tile size :class:`SystolicArray` uses by default: the largest of 8, 4, 2 dividing
+    ``rows``, ``cols`` and the column-tile ``granule`` (so no column-group border falls inside a
+    tile), or 1 (PEs placed one by one)."""
+    for b in (8, 4, 2):
+        if rows % b == 0 and cols % b == 0 and granule % b == 0:
+            return b
+    return 1
 
 
 def beat_tag_layout(rows):
@@ -73,6 +93,84 @@ def pe_blackbox_verilog():
             + "\n".join(decls) + "\nendmodule\n")
 
 
+def _place_pe(m, name, en, x, tag, ls, lsc, psum):
+    """Place one PE instance; return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
+    o_x = Signal(LANE_WIDTH, name=f"x_{name}")
+    o_tag = Signal(TAG_LAYOUT, name=f"tag_{name}")
+    o_ls = Signal(LANE_WIDTH, name=f"ls_{name}")
+    o_lsc = Signal(LS_CTL_LAYOUT, name=f"lsc_{name}")
+    o_psum = Signal(32, name=f"psum_{name}")
+    m.submodules[f"pe_{name}"] = Instance(
+        PE_MODULE,
+        i_clk=ClockSignal(), i_rst=ResetSignal(), i_en=en,
+        i_i_x=x, i_i_tag=Value.cast(tag), i_i_ls=ls, i_i_ls_ctl=Value.cast(lsc),
+        i_i_psum=psum,
+        o_o_x=o_x, o_o_tag=Value.cast(o_tag), o_o_ls=o_ls, o_o_ls_ctl=Value.cast(o_lsc),
+        o_o_psum=o_psum)
+    return o_x, o_tag, o_ls, o_lsc, o_psum
+
+
+class PETile(wiring.Component):
+    """``size x size`` PEs as ``Instance`` of :data:`PE_MODULE`, wired like the array: moving
+    words, tags and the LS chain enter on the left (one lane per row) and leave on the right,
+    psums enter on top (one lane per column) and leave at the bottom.  No logic of its own.
+
+    Parameters
+    ----------
+    size : int
+        PEs per side.
+
+    Interface
+    ---------
+    en : In(1, init=1)
+    i_x, o_x : In / Out(size * 32)
+        Moving lane word of row ``r`` in bits ``[32r, 32r+32)``.
+    i_tag, o_tag : In / Out(size * bits of TAG_LAYOUT)
+    i_ls, o_ls : In / Out(size * 32)
+    i_ls_ctl, o_ls_ctl : In / Out(size * bits of LS_CTL_LAYOUT)
+    i_psum, o_psum : In / Out(size * 32)
+        Psum lane of column ``c`` in bits ``[32c, 32c+32)``.
+    """
+
+    def __init__(self, size):
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 64:
+            self._MustUse__silence = True
+            raise ValueError(f"PETile size must be an integer in 1..64, not {size!r}")
+        self.size = size
+        W = LANE_WIDTH
+        super().__init__({
+            "en": In(1, init=1),
+            "i_x": In(size * W), "i_tag": In(size * _TAG_BITS),
+            "i_ls": In(size * W), "i_ls_ctl": In(size * _LSC_BITS), "i_psum": In(size * 32),
+            "o_x": Out(size * W), "o_tag": Out(size * _TAG_BITS),
+            "o_ls": Out(size * W), "o_ls_ctl": Out(size * _LSC_BITS), "o_psum": Out(size * 32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B, W, T, L = self.size, LANE_WIDTH, _TAG_BITS, _LSC_BITS
+        above = [self.i_psum[c * 32:(c + 1) * 32] for c in range(B)]
+        for r in range(B):
+            x, ls = self.i_x[r * W:(r + 1) * W], self.i_ls[r * W:(r + 1) * W]
+            tag, lsc = self.i_tag[r * T:(r + 1) * T], self.i_ls_ctl[r * L:(r + 1) * L]
+            for c in range(B):
+                x, tag, ls, lsc, above[c] = _place_pe(m, f"{r}_{c}", self.en, x, tag, ls, lsc,
+                                                      above[c])
+            m.d.comb += [self.o_x[r * W:(r + 1) * W].eq(x), self.o_ls[r * W:(r + 1) * W].eq(ls),
+                         self.o_tag[r * T:(r + 1) * T].eq(tag),
+                         self.o_ls_ctl[r * L:(r + 1) * L].eq(lsc)]
+        for c in range(B):
+            m.d.comb += self.o_psum[c * 32:(c + 1) * 32].eq(above[c])
+        return m
+
+
+def tile_verilog(size):
+    """Verilog of the tile module :data:`TILE_MODULE` of ``size x size`` PE instances (the PE
+    module itself comes from :func:`pe_verilog`)."""
+    from amaranth.back import verilog
+    return verilog.convert(PETile(size), name=TILE_MODULE, emit_src=False)
+
+
 class SystolicArray(wiring.Component):
     """``rows x cols`` PEs with their skew lines (see the module docstring).
 
@@ -85,6 +183,9 @@ class SystolicArray(wiring.Component):
         module of :func:`pe_verilog`) or as Amaranth submodules (False, for simulation).
     tile_granule : int
         Column-group width of column tiles (32 on the hardware; smaller in tests).
+    block : int or None
+        With ``instance``: PEs per side of a :class:`PETile` (must divide ``rows``, ``cols`` and
+        ``tile_granule``; 1 places PEs one by one); ``None`` picks :func:`default_block`.
 
     Attributes
     ----------
@@ -109,7 +210,7 @@ class SystolicArray(wiring.Component):
         Output vector register: lane word ``c`` is the psum leaving PE column ``c``.
     """
 
-    def __init__(self, rows, cols, *, instance=True, tile_granule=32):
+    def __init__(self, rows, cols, *, instance=True, tile_granule=32, block=None):
         for v, what in ((rows, "rows"), (cols, "cols"), (tile_granule, "tile_granule")):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 self._MustUse__silence = True
@@ -118,6 +219,18 @@ class SystolicArray(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"SystolicArray of {rows} x {cols} PEs is too large; at most 255 "
                              f"rows and columns")
+        if block is None:
+            block = default_block(rows, cols, tile_granule) if instance else 1
+        if (not isinstance(block, int) or isinstance(block, bool) or block < 1
+                or rows % block or cols % block or tile_granule % block):
+            self._MustUse__silence = True
+            raise ValueError(f"SystolicArray block {block!r} must be a positive integer dividing "
+                             f"rows={rows}, cols={cols} and tile_granule={tile_granule}")
+        if block > 1 and not instance:
+            self._MustUse__silence = True
+            raise ValueError("SystolicArray block > 1 needs instance=True (tiles are Verilog "
+                             "instances)")
+        self.block = block
         self.rows, self.cols = rows, cols
         self.instance = instance
         self.tile_granule = tile_granule
@@ -175,20 +288,10 @@ class SystolicArray(wiring.Component):
             lsc_in.append(ls_ctl_chain[r])
 
         # ---- the PE grid --------------------------------------------------------------
-        bottom = []
-        psum_above = [None] * cols
-        for r in range(rows):
-            x, tag, ls, lsc = x_in[r], tag_in[r], ls_in[r], lsc_in[r]
-            for c in range(cols):
-                if c and c % self.tile_granule == 0:
-                    dec = Signal(LS_CTL_LAYOUT, name=f"ls_ctl_r{r}_g{c // self.tile_granule}")
-                    m.d.comb += [dec.eq(lsc),
-                                 dec.skip.eq(Mux(lsc.skip.any(), lsc.skip - 1, 0))]
-                    lsc = dec
-                psum = psum_above[c] if psum_above[c] is not None else Const(0, 32)
-                outs = self._pe(m, r, c, x, tag, ls, lsc, psum)
-                x, tag, ls, lsc, psum_above[c] = outs
-        bottom = psum_above
+        if self.block > 1:
+            bottom = self._tiles(m, x_in, tag_in, ls_in, lsc_in)
+        else:
+            bottom = self._grid(m, x_in, tag_in, ls_in, lsc_in)
 
         # ---- bottom: de-skew into the output vector register ------------------------------
         out = Signal(cols * W, name="out_vec", reset_less=True)
@@ -199,24 +302,62 @@ class SystolicArray(wiring.Component):
         m.d.comb += self.o_psum.eq(out)
         return m
 
+    def _skip_dec(self, m, lsc, name):
+        """The LS control past a column-group border: one group fewer to skip."""
+        dec = Signal(LS_CTL_LAYOUT, name=name)
+        m.d.comb += [dec.eq(lsc), dec.skip.eq(Mux(lsc.skip.any(), lsc.skip - 1, 0))]
+        return dec
+
+    def _grid(self, m, x_in, tag_in, ls_in, lsc_in):
+        """PEs one by one; return the psum signals leaving the bottom row."""
+        rows, cols = self.rows, self.cols
+        psum_above = [None] * cols
+        for r in range(rows):
+            x, tag, ls, lsc = x_in[r], tag_in[r], ls_in[r], lsc_in[r]
+            for c in range(cols):
+                if c and c % self.tile_granule == 0:
+                    lsc = self._skip_dec(m, lsc, f"ls_ctl_r{r}_g{c // self.tile_granule}")
+                psum = psum_above[c] if psum_above[c] is not None else Const(0, 32)
+                outs = self._pe(m, r, c, x, tag, ls, lsc, psum)
+                x, tag, ls, lsc, psum_above[c] = outs
+        return psum_above
+
+    def _tiles(self, m, x_in, tag_in, ls_in, lsc_in):
+        """``B x B`` tile instances; return the psum signals leaving the bottom row.  Column-group
+        borders fall between tiles (``B`` divides the granule)."""
+        B, W, T, L = self.block, LANE_WIDTH, _TAG_BITS, _LSC_BITS
+        psum_above = [Const(0, B * 32)] * (self.cols // B)
+        for tr in range(self.rows // B):
+            rs = range(tr * B, (tr + 1) * B)
+            x = Cat(*(x_in[r] for r in rs))
+            tag = Cat(*(Value.cast(tag_in[r]) for r in rs))
+            ls = Cat(*(ls_in[r] for r in rs))
+            lsc = [lsc_in[r] for r in rs]
+            for tc in range(self.cols // B):
+                c0 = tc * B
+                if c0 and c0 % self.tile_granule == 0:
+                    lsc = [self._skip_dec(m, data.View(LS_CTL_LAYOUT, Value.cast(v)),
+                                          f"ls_ctl_r{r}_g{c0 // self.tile_granule}")
+                           for r, v in zip(rs, lsc)]
+                name = f"{tr}_{tc}"
+                o = {k: Signal(B * w, name=f"t{k}_{name}")
+                     for k, w in (("x", W), ("tag", T), ("ls", W), ("lsc", L), ("psum", 32))}
+                m.submodules[f"tile_{name}"] = Instance(
+                    TILE_MODULE,
+                    i_clk=ClockSignal(), i_rst=ResetSignal(), i_en=self.en,
+                    i_i_x=x, i_i_tag=tag, i_i_ls=ls,
+                    i_i_ls_ctl=Cat(*(Value.cast(v) for v in lsc)), i_i_psum=psum_above[tc],
+                    o_o_x=o["x"], o_o_tag=o["tag"], o_o_ls=o["ls"], o_o_ls_ctl=o["lsc"],
+                    o_o_psum=o["psum"])
+                x, tag, ls, psum_above[tc] = o["x"], o["tag"], o["ls"], o["psum"]
+                lsc = [o["lsc"][i * L:(i + 1) * L] for i in range(B)]
+        return [psum_above[c // B][(c % B) * 32:(c % B + 1) * 32] for c in range(self.cols)]
+
     def _pe(self, m, r, c, x, tag, ls, lsc, psum):
         """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
-        W = LANE_WIDTH
         if not self.instance:
             m.submodules[f"pe_{r}_{c}"] = pe = PE()
             m.d.comb += [pe.en.eq(self.en), pe.i_x.eq(x), pe.i_tag.eq(tag), pe.i_ls.eq(ls),
                          pe.i_ls_ctl.eq(lsc), pe.i_psum.eq(psum)]
             return pe.o_x, pe.o_tag, pe.o_ls, pe.o_ls_ctl, pe.o_psum
-        o_x = Signal(W, name=f"x_{r}_{c}")
-        o_tag = Signal(TAG_LAYOUT, name=f"tag_{r}_{c}")
-        o_ls = Signal(W, name=f"ls_{r}_{c}")
-        o_lsc = Signal(LS_CTL_LAYOUT, name=f"lsc_{r}_{c}")
-        o_psum = Signal(32, name=f"psum_{r}_{c}")
-        m.submodules[f"pe_{r}_{c}"] = Instance(
-            PE_MODULE,
-            i_clk=ClockSignal(), i_rst=ResetSignal(), i_en=self.en,
-            i_i_x=x, i_i_tag=Value.cast(tag), i_i_ls=ls, i_i_ls_ctl=Value.cast(lsc),
-            i_i_psum=psum,
-            o_o_x=o_x, o_o_tag=Value.cast(o_tag), o_o_ls=o_ls, o_o_ls_ctl=Value.cast(o_lsc),
-            o_o_psum=o_psum)
-        return o_x, o_tag, o_ls, o_lsc, o_psum
+        return _place_pe(m, f"{r}_{c}", self.en, x, tag, ls, lsc, psum)

@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 
 from model.tensor_engine.isa import instruction_bits
 
-from .array import SystolicArray, pe_verilog
+from .array import SystolicArray, pe_verilog, tile_verilog
 from .control import ERROR_SHAPE, TensorControl
 from .pe import LANE_WIDTH
 
@@ -60,6 +60,9 @@ class TensorEngine(wiring.Component):
     tile_unit : int
         Tile sizes are ``tile_unit`` and ``2 * tile_unit`` rows / columns: 32 on the hardware
         (``isa.check``); smaller values let tests exercise tiling on small arrays.
+    block : int or None
+        PEs per side of the Verilog tile module (see :class:`~hdl.tensor_engine.array.PETile`);
+        ``None``: :func:`~hdl.tensor_engine.array.default_block` (8 at 128 x 128).
 
     Attributes
     ----------
@@ -68,9 +71,10 @@ class TensorEngine(wiring.Component):
         vector in cycle ``t + latency``.
     """
 
-    def __init__(self, rows=128, cols=128, *, instance=True, tile_unit=32):
+    def __init__(self, rows=128, cols=128, *, instance=True, tile_unit=32, block=None):
         try:
-            self.array = SystolicArray(rows, cols, instance=instance, tile_granule=tile_unit)
+            self.array = SystolicArray(rows, cols, instance=instance, tile_granule=tile_unit,
+                                       block=block)
             self.control = TensorControl(rows, cols, self.array.latency, tile_unit=tile_unit)
         except (TypeError, ValueError):
             self._MustUse__silence = True
@@ -122,9 +126,11 @@ class TensorEngine(wiring.Component):
 
 def tensor_engine_verilog(engine, name="tensor_engine"):
     """The complete Verilog of a :class:`TensorEngine` built with ``instance=True``: the PE
-    module (:data:`PE_MODULE`, once) followed by the top ``name``."""
+    module (:data:`PE_MODULE`, once), the tile module (:data:`TILE_MODULE`, once, when the array
+    is tiled) and the top ``name``."""
     if not engine.instance:
         raise ValueError("tensor_engine_verilog needs a TensorEngine with instance=True (one PE "
                          "module); with instance=False convert it directly")
     top = _verilog.convert(engine, name=name, emit_src=False)
-    return pe_verilog() + top
+    tile = tile_verilog(engine.array.block) if engine.array.block > 1 else ""
+    return pe_verilog() + tile + top
