@@ -118,6 +118,10 @@ def _cmd_sim(args):
 
 def _cmd_bench(args):
     from testbench.bench import run_bench
+    if not 0 <= args.psum_partitions <= 128:
+        raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
+    if args.psum_count < 1:
+        raise UsageError(f"--psum-count must be >= 1, got {args.psum_count}")
     return run_bench(args)
 
 
@@ -174,6 +178,12 @@ def build_parser():
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
+    s.add_argument("--only", choices=("fp", "te", "psum"),
+                   help="run one section: the FP units, the Tensor Engine or PSUM")
+    s.add_argument("--psum-partitions", type=int, default=128,
+                   help="PSUM partitions to measure, 8 banks x 2 KiB (0 skips it)")
+    s.add_argument("--psum-count", type=int, default=1000,
+                   help="random Tensor Engine beats of the PSUM program (default 1000)")
     s.add_argument("--te-size", type=int, default=128,
                    help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)")
     s.set_defaults(func=_cmd_bench)

@@ -297,11 +297,14 @@ def test_sr_from_reset_states():
     _clean(boards)
 
 
-def test_random_program_small():
-    """A short random program (every phase) with stalls and backpressure."""
-    g = Geometry(4, 4, 64)
-    prog = random_program(np.random.default_rng(8), g, beats=150)
-    _, _, boards, info = run_phases(Psum(4, 4, 64), prog.phases, stall=0.25, seed=8)
+@pytest.mark.parametrize("geometry", [(4, 4, 64), (1, 1, 8), (3, 16, 8)],
+                         ids=lambda g: "x".join(map(str, g)))
+def test_random_program_small(geometry):
+    """A short random program (every phase) with stalls and backpressure; also the smallest
+    geometry (one partition, one bank of two rows) and the most banks."""
+    g = Geometry(*geometry)
+    prog = random_program(np.random.default_rng(8), g, beats=120)
+    _, _, boards, info = run_phases(Psum(*geometry), prog.phases, stall=0.25, seed=8)
     _clean(boards)
     for name in ("hammer", "full_rate", "seeds"):
         assert _consecutive(info[name]), name
@@ -319,6 +322,13 @@ def test_verilog_small_lint_and_synth():
     lint_verilog(text, top).check()
     top = "psum_2x2x16"
     synth_check(Psum(2, 2, 16, instance=True).verilog(top), top).check()
+
+
+@pytest.mark.parametrize("geometry", [(1, 1, 8), (3, 16, 8), (8, 8, 128)],
+                         ids=lambda g: "x".join(map(str, g)))
+def test_verilog_lint_geometries(geometry):
+    top = "psum_t"
+    lint_verilog(Psum(*geometry, instance=True).verilog(top), top).check()
 
 
 def test_verilog_needs_instance():

@@ -1,6 +1,6 @@
 """PSUM write-instruction control: the instruction queue, the rules, the accumulation groups."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -138,12 +138,17 @@ class WriteControl(wiring.Component):
         ins = data.View(INSTR_LAYOUT, self.i_instr)
 
         # Group state per bank.
-        g_open = Array(Signal(name=f"group{b}_open") for b in range(g.banks))
-        g_dtype = Array(Signal(2, name=f"group{b}_dtype") for b in range(g.banks))
-        bank_ix = Signal(range(g.banks), name="check_bank")
+        g_open = [Signal(name=f"group{b}_open") for b in range(g.banks)]
+        g_dtype = [Signal(2, name=f"group{b}_dtype") for b in range(g.banks)]
+        bank_ix = Signal(range(max(g.banks, 2)), name="check_bank")     # never 0 bits wide
         # An out-of-range bank is rejected by the first rule; clamp it so the lookup is defined.
         m.d.comb += bank_ix.eq(Mux(ins.bank < g.banks, ins.bank, 0))
-        code = check_logic(m, ins, g, g_open[bank_ix], g_dtype[bank_ix])
+        sel_open = Signal(name="check_group_open")
+        sel_dtype = Signal(2, name="check_group_dtype")
+        for b in range(g.banks):
+            with m.If(equals(bank_ix, b)):
+                m.d.comb += [sel_open.eq(g_open[b]), sel_dtype.eq(g_dtype[b])]
+        code = check_logic(m, ins, g, sel_open, sel_dtype)
 
         cur = Signal(ENTRY_LAYOUT, name="cur")
         nxt = Signal(ENTRY_LAYOUT, name="nxt")

@@ -31,7 +31,7 @@ port                 width       meaning
 ===================  ==========  ===============================================================
 """
 
-from amaranth.hdl import ClockSignal, Cat, Const, Instance, Module, Mux, ResetSignal, Signal
+from amaranth.hdl import ClockSignal, Cat, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -78,6 +78,21 @@ def req_layout(partitions):
 
 def seed_layout():
     return data.StructLayout(dict(SEED_FIELDS))
+
+
+def planar(word, partitions):
+    """A word of slots (partition ``p`` in bits ``[32p, 32p + 32)``, the port layout) as the
+    memory stores it: every partition's low half, then every partition's high half (wiring)."""
+    P = partitions
+    return Cat(*(word[32 * p:32 * p + 16] for p in range(P)),
+               *(word[32 * p + 16:32 * p + 32] for p in range(P)))
+
+
+def interleaved(word, partitions):
+    """The inverse of :func:`planar`."""
+    P, H = partitions, 16 * partitions
+    return Cat(*(Cat(word[16 * p:16 * p + 16], word[H + 16 * p:H + 16 * p + 16])
+                 for p in range(P)))
 
 
 def _check_geometry(partitions, banks, bank_bytes):
@@ -204,8 +219,7 @@ class Psum(wiring.Component):
         P, B, R = g.partitions, g.banks, g.rows
         W = 32 * P
         row_bits = max(1, (R - 1).bit_length())
-        lo_mask = Const(sum(0xFFFF << (32 * p) for p in range(P)), W)
-        hi_mask = Const(sum(0xFFFF0000 << (32 * p) for p in range(P)), W)
+        H = W // 2              # a half plane: one 16-bit half of every partition
 
         m.submodules.control = ctl = WriteControl(g)
         m.submodules.arbiter = arb = BankArbiter(B)
@@ -223,7 +237,8 @@ class Psum(wiring.Component):
                 mask=Signal(2, name=p + "mask", reset_less=True),   # halves it writes
                 read=Signal(name=p + "read", reset_less=True),      # engine read: responds
                 bad=Signal(name=p + "bad", reset_less=True),        # bad request: zeros
-                data=Signal(W, name=p + "data", reset_less=True),   # beat / engine write data
+                # TE: the beat (port layout); engine: the write data (planar)
+                data=Signal(W, name=p + "data", reset_less=True),
             )
 
         lanes = range(len(PORTS))
@@ -313,7 +328,7 @@ class Psum(wiring.Component):
                 f[i]["bank"].eq(req.bank), f[i]["row"].eq(req.row),
                 f[i]["mask"].eq(Mux(req.we & ok, req.mask, 0)),
                 f[i]["read"].eq(~req.we), f[i]["bad"].eq(~ok),
-                f[i]["data"].eq(req.data),
+                f[i]["data"].eq(planar(req.data, P)),
             ]
             m.submodules[f"{name}_responses"] = fifo = SyncFIFO(width=W, depth=depth)
             fifos[i] = fifo
@@ -338,20 +353,20 @@ class Psum(wiring.Component):
 
         # -- forwarding -------------------------------------------------------------------------
         def forward(base, bank, row, sources, name):
-            """``base`` with every matching source's halves laid over it, oldest source first."""
-            v = base
+            """``base`` (a planar word) with every matching source's halves laid over it, oldest
+            source first: per half plane, one multiplexer per source."""
+            lo, hi = base[:H], base[H:]
             for k, src in enumerate(sources):
                 hit = Signal(name=f"{name}_hit{k}")
-                sel = Signal(W, name=f"{name}_sel{k}")
-                nv = Signal(W, name=f"{name}_v{k}")
+                nlo = Signal(H, name=f"{name}_lo{k}")
+                nhi = Signal(H, name=f"{name}_hi{k}")
                 m.d.comb += [
                     hit.eq(src["valid"] & (src["bank"] == bank) & (src["row"] == row)),
-                    sel.eq(Mux(hit & src["mask"][0], lo_mask, 0)
-                           | Mux(hit & src["mask"][1], hi_mask, 0)),
-                    nv.eq((v & ~sel) | (src["wdata"] & sel)),
+                    nlo.eq(Mux(hit & src["mask"][0], src["wdata"][:H], lo)),
+                    nhi.eq(Mux(hit & src["mask"][1], src["wdata"][H:], hi)),
                 ]
-                v = nv
-            return v
+                lo, hi = nlo, nhi
+            return Cat(lo, hi)
 
         # What each W stage writes (the TE word comes from the SlotUpdate registers).
         m.submodules.update = update = _Updates(P, self.instance)
@@ -360,7 +375,11 @@ class Psum(wiring.Component):
             rng.append(Xorwow(init=ModelXorwow.seed_state(p)))
             m.submodules[f"rng{p}"] = rng[-1]
         for i in lanes:
-            w[i]["wdata"] = update.o_word if i == _TE else w[i]["data"]
+            if i == _TE:
+                w[i]["wdata"] = Signal(W, name="w_te_wdata")
+                m.d.comb += w[i]["wdata"].eq(planar(update.o_word, P))
+            else:
+                w[i]["wdata"] = w[i]["data"]
             s[i]["wdata"] = s[i]["data"]
 
         # -- F: read data, forward from S (written last cycle) and W (written this cycle) -----
@@ -384,7 +403,7 @@ class Psum(wiring.Component):
             old = forward(e[i]["old"], e[i]["bank"], e[i]["row"], w, f"e_{PORTS[i]}_fwd")
             if i == _TE:
                 m.d.comb += [
-                    update.i_old.eq(old), update.i_value.eq(e[i]["data"]),
+                    update.i_old.eq(interleaved(old, P)), update.i_value.eq(e[i]["data"]),
                     update.i_dtype.eq(te_e["dtype"]), update.i_half.eq(te_e["half"]),
                     update.i_overwrite.eq(te_e["overwrite"]), update.i_sr.eq(te_e["sr"]),
                     update.i_rand.eq(te_e["rand"]),
@@ -392,9 +411,11 @@ class Psum(wiring.Component):
                 m.d.sync += w_te_done.eq(e[i]["valid"] & te_e["done"])
             else:
                 fifo = fifos[i]
+                resp = Signal(W, name=f"e_{PORTS[i]}_resp")
                 m.d.comb += [
+                    resp.eq(Mux(e[i]["bad"], 0, old)),
                     fifo.w_en.eq(e[i]["valid"] & e[i]["read"]),
-                    fifo.w_data.eq(Mux(e[i]["bad"], 0, old)),
+                    fifo.w_data.eq(interleaved(resp, P)),
                 ]
                 m.d.sync += w[i]["data"].eq(e[i]["data"])
             m.d.sync += [w[i][k].eq(e[i][k]) for k in ("valid", "bank", "row", "mask")]
@@ -405,11 +426,13 @@ class Psum(wiring.Component):
             sel = [w[i]["valid"] & equals(w[i]["bank"], b) & w[i]["mask"].any() for i in lanes]
             with m.If(sel[0]):
                 m.d.comb += [mem.waddr.eq(w[0]["row"]), mem.wdata.eq(w[0]["wdata"]),
-                             mem.wen.eq(Cat(*([w[0]["mask"]] * P)))]
+                             mem.wen.eq(Cat(w[0]["mask"][0].replicate(P),
+                                                 w[0]["mask"][1].replicate(P)))]
             for i in lanes[1:]:
                 with m.Elif(sel[i]):
                     m.d.comb += [mem.waddr.eq(w[i]["row"]), mem.wdata.eq(w[i]["wdata"]),
-                                 mem.wen.eq(Cat(*([w[i]["mask"]] * P)))]
+                                 mem.wen.eq(Cat(w[i]["mask"][0].replicate(P),
+                                                         w[i]["mask"][1].replicate(P)))]
         for i in lanes:
             m.d.sync += [s[i]["valid"].eq(w[i]["valid"]), s[i]["bank"].eq(w[i]["bank"]),
                          s[i]["row"].eq(w[i]["row"]), s[i]["mask"].eq(w[i]["mask"]),
