@@ -46,6 +46,9 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
               f"{rows * cols * products} MACs/cycle")
         print(f"  equivalent {tflops:.2f} TFLOPS at {CLOCK_HZ / 1e9:.1f} GHz "
               f"(mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in steady state)")
+    if c.get("run_us"):
+        print(f"  simulation speed {c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s "
+              f"(wall time of the streaming, {c['run_us'] / 1e6:.1f} s)")
     for u in res.units:
         print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
     print(f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model and the "

@@ -7,6 +7,8 @@ with ``model.tensor_engine.matmul``, every error pulse with ``isa.check``, and (
 test) the cycle of every output vector and error with ``model.tensor_engine.timing``.
 """
 
+import time
+
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
@@ -92,7 +94,10 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     tb.load(prog)
     expect = expected_outputs(prog)
     total = sum(bits.shape[1] for _, bits in expect)
+    # Simulation speed: the wall time of the streaming itself (the golden ran before it).
+    t_run, c_run = time.perf_counter(), tb.out.cycle
     got_words = await tb.out.recv(total, timeout=5000)
+    t_run, c_run = time.perf_counter() - t_run, tb.out.cycle - c_run
     await tb.instr.wait()
     await ClockCycles(dut.clk, 8)  # let the last error pulses land
     got = unpack_lanes(got_words, LANE, cols)  # [vectors, cols]
@@ -143,7 +148,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
         tsb.write_json()
         dut._log.info(tsb.report())
         boards.append(tsb)
-    write_counters(cycles=tb.out.cycle)
+    write_counters(cycles=tb.out.cycle, run_cycles=c_run, run_us=int(t_run * 1e6))
     for b in boards:
         b.assert_clean()
     return {"first_instr": tb.accepted[0], "first_out": tb.out.cycles[0] if tb.out.cycles else 0,
