@@ -269,6 +269,55 @@ register(Block(
     _make_psum, lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
     "testbench.psum.test_psum"))
 
+# -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
+
+CORE_MODES = ("fp32", "bf16", "fp16", "fp8", "double_row", "transpose_bf16")
+
+
+def _make_core(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
+    from hdl.core.top import MatmulCore
+    from hdl.tensor_engine.array import default_block
+    if block and (rows % block or cols % block or 32 % block):
+        raise BlockError(f"core: parameter block={block} must divide rows={rows}, cols={cols} "
+                         f"and the column tile granule 32")
+    if bank >= banks:
+        raise BlockError(f"core: parameter bank={bank} is out of range; PSUM has banks "
+                         f"0..{banks - 1}")
+    cap = bank_bytes // 4 * (1 if psum == "fp32" and not mode.startswith("transpose") else 2)
+    if n > cap:
+        raise BlockError(f"core: parameter n={n} does not fit a bank row of {cap} "
+                         f"{psum if not mode.startswith('transpose') else 'raw16'} values "
+                         f"(bank_bytes={bank_bytes})")
+    if rounding == "sr" and psum != "bf16":
+        raise BlockError("core: parameter rounding=sr needs psum=bf16")
+    return MatmulCore(rows, cols, banks, bank_bytes,
+                      block=block or default_block(rows, cols, 32))
+
+
+def _core_top(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
+    return f"matmul_core_{rows}x{cols}_{banks}x{bank_bytes}" + (f"_b{block}" if block else "")
+
+
+register(Block(
+    "core", "matmul path: Tensor Engine output vectors accumulated in PSUM (chunked matmul)",
+    (Param("rows", int, 128, "PE rows", minimum=2, maximum=128),
+     Param("cols", int, 128, "PE columns = PSUM partitions", minimum=2, maximum=128),
+     Param("banks", int, 8, "PSUM banks", minimum=1, maximum=16),
+     Param("bank_bytes", int, 2048, "PSUM bytes per partition per bank",
+           tuple(1 << k for k in range(3, 13))),
+     Param("mode", str, "bf16", "Tensor Engine mode of the program", CORE_MODES),
+     Param("psum", str, "fp32", "PSUM dtype of the accumulation group", ("fp32", "bf16")),
+     Param("rounding", str, "rne", "BF16 PSUM rounding", ("rne", "sr")),
+     Param("chunks", int, 4, "matmuls (of K = rows) accumulated in one group", minimum=1,
+           maximum=64),
+     Param("n", int, 64, "moving free size N of each matmul", minimum=1, maximum=512),
+     Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15),
+     Param("block", int, 0, "PEs per side of the Verilog tile module (0: the default)",
+           choices=(0, 1, 2, 4, 8, 16, 32))),
+    _make_core, _core_top, "testbench.core.test_core",
+    sim_args=("--hierarchical",
+              str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt"))))
+
 _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
                                                   ("fp8_e5m2", "fp8_e4m3fn")]
 
@@ -281,4 +330,11 @@ GROUPS = {
                  for m in TE_MODES for r, c in ((4, 4), (8, 8))],
     "psum": [("psum", {"partitions": p, "banks": b, "bank_bytes": n})
              for p, b, n in ((4, 4, 64), (8, 8, 128), (16, 8, 2048))],
+    # K = 4 x 8 = 32 as four accumulated matmuls on an 8 x 8 engine, in FP32 and BF16 PSUM.
+    "core": [("core", {"rows": 8, "cols": 8, "banks": 4, "bank_bytes": 256, "mode": m,
+                       "psum": p, "rounding": r, "bank": 2})
+             for m, p, r in (("bf16", "fp32", "rne"), ("bf16", "bf16", "rne"),
+                             ("bf16", "bf16", "sr"), ("fp32", "fp32", "rne"),
+                             ("double_row", "fp32", "rne"), ("fp8", "bf16", "sr"),
+                             ("transpose_bf16", "fp32", "rne"))],
 }

@@ -109,6 +109,24 @@ def _cmd_sim(args):
     from ncrtl.blocks import TE_MODES
     if args.dtype not in TE_MODES:
         raise UsageError(f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(TE_MODES)}")
+    if args.psum is not None:
+        from testbench.core.simulate import sim_matmul_psum
+        if args.dtype not in blocks.CORE_MODES:
+            raise UsageError(f"--dtype {args.dtype!r} is not allowed with --psum; allowed: "
+                             f"{', '.join(blocks.CORE_MODES)}")
+        if args.k < 1 or args.k % args.rows:
+            raise UsageError(f"--k {args.k} must be a positive multiple of --rows {args.rows} with "
+                             f"--psum (one accumulated matmul per {args.rows} rows)")
+        if args.m != args.cols:
+            raise UsageError(f"--m {args.m} must equal --cols {args.cols} with --psum (every "
+                             f"partition of the bank is written)")
+        if not 1 <= args.n <= 512:
+            raise UsageError(f"--n {args.n} must be in 1..512")
+        return sim_matmul_psum(rows=args.rows, cols=args.cols, dtype=args.dtype, k=args.k,
+                               n=args.n, psum=args.psum, rounding=args.rounding, seed=args.seed,
+                               waves=args.waves)
+    if args.rounding != "rne":
+        raise UsageError("--rounding applies to a BF16 PSUM: give --psum bf16")
     for name, value, hi in (("k", args.k, args.rows), ("m", args.m, args.cols), ("n", args.n, 512)):
         if not 1 <= value <= hi:
             raise UsageError(f"--{name} {value} must be in 1..{hi}")
@@ -163,7 +181,8 @@ def build_parser():
     _shortcuts(s)
     s.set_defaults(func=_cmd_conformance)
 
-    s = sub.add_parser("sim", help="simulate one Tensor Engine matmul and print its figures")
+    s = sub.add_parser("sim", help="simulate one Tensor Engine matmul (optionally accumulated in "
+                       "PSUM) and print its figures")
     s.add_argument("what", help="matmul")
     s.add_argument("--rows", type=int, default=128)
     s.add_argument("--cols", type=int, default=128)
@@ -172,6 +191,11 @@ def build_parser():
     s.add_argument("--k", type=int, default=128)
     s.add_argument("--m", type=int, default=128)
     s.add_argument("--n", type=int, default=512)
+    s.add_argument("--psum", choices=("fp32", "bf16"),
+                   help="write the result into PSUM (Tensor Engine + PSUM): K is split into "
+                   "K / rows matmuls accumulated in one group of this dtype")
+    s.add_argument("--rounding", choices=("rne", "sr"), default="rne",
+                   help="BF16 PSUM rounding (with --psum bf16)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--waves", action="store_true")
     s.set_defaults(func=_cmd_sim)

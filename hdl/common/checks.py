@@ -31,7 +31,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil, verilog
 
-__all__ = ["CheckError", "CheckResult", "LINT_CONFIG", "emit_rtlil", "emit_verilog",
+__all__ = ["CheckError", "CheckResult", "LINT_CONFIG", "emit_rtlil", "emit_verilog", "flat_module_verilog",
            "lint_verilog", "synth_check"]
 
 #: The Verilator configuration file holding the project's documented lint waivers.
@@ -104,6 +104,22 @@ def emit_verilog(component, name):
     while len(_EMITTED) > _EMITTED_MAX:
         _EMITTED.popitem(last=False)
     return text
+
+
+def flat_module_verilog(component, name):
+    """The Verilog of ``component`` as ONE flat module ``name``: the Yosys steps of
+    ``amaranth.back.verilog.convert`` plus a ``flatten``.
+
+    For a cell that a parent places many times with ``Instance`` (a PE, a PSUM slot unit):
+    emitted once, its submodules inlined, so a simulator compiles one module definition.
+    """
+    from amaranth._toolchain.yosys import find_yosys
+
+    text = rtlil.convert(component, name=name, emit_src=False)
+    yosys = find_yosys(lambda ver: ver >= (0, 40))
+    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", "proc -nomux -norom", "memory_collect",
+              f"hierarchy -top {name}", "flatten", "opt_clean", "write_verilog -norename"]
+    return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
 
 
 def emit_rtlil(component, name):

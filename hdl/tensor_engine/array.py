@@ -65,18 +65,9 @@ def beat_tag_layout(rows):
 
 def pe_verilog():
     """Verilog text of the PE: ONE flat module :data:`PE_MODULE` (its decoders, multipliers and
-    adder inlined), emitted once for any array.
-
-    The same Yosys steps as ``amaranth.back.verilog.convert`` plus a ``flatten``.
-    """
-    from amaranth._toolchain.yosys import find_yosys
-    from amaranth.back import rtlil
-
-    text = rtlil.convert(PE(), name=PE_MODULE, emit_src=False)
-    yosys = find_yosys(lambda ver: ver >= (0, 40))
-    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", "proc -nomux -norom", "memory_collect",
-              f"hierarchy -top {PE_MODULE}", "flatten", "opt_clean", "write_verilog -norename"]
-    return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
+    adder inlined), emitted once for any array."""
+    from hdl.common.checks import flat_module_verilog
+    return flat_module_verilog(PE(), PE_MODULE)
 
 
 def pe_blackbox_verilog():

@@ -1,0 +1,180 @@
+"""cocotb conformance of :class:`hdl.core.top.MatmulCore`: Tensor Engine matmuls accumulated in
+PSUM, against the golden :func:`model.core.nc_matmul`.
+
+A contraction of ``chunks`` x ``rows`` partitions is done as ``chunks`` LoadStationary +
+MultiplyMoving pairs whose PSUM writes form one accumulation group in one bank (the first
+overwrites, the last closes the group: :func:`model.core.chunk_flags`); the usual way to
+multiply a K = 512 contraction on a 128-row array.  The testbench streams the Tensor Engine
+instructions and data and the PSUM write instructions, waits for the group-complete event, reads
+the bank back through the Vector Engine port and compares every word bit for bit with the golden
+PSUM.  Parameters (``NCRTL_PARAMS``): the ``core`` block's (``ncrtl list``).
+"""
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles
+
+from model.core import chunk_flags, nc_matmul
+from model.psum import Dtype, Geometry, Psum, Rounding, Write
+from model.psum import encode as psum_encode
+from model.tensor_engine import isa
+from model.tensor_engine.isa import Instruction, Mode, Op
+from testbench.conformance import tb_settings
+from testbench.psum.program import EngineReq, req_word
+from testbench.scoreboard import Scoreboard, write_counters
+from testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
+from testbench.tensor_engine.program import MODES, _as_dtype, _selection, _values, lane_words
+
+LANE = 32
+
+
+def chunked_program(params, seed):
+    """``[(ls, stationary codes, mm, moving codes, Write)]`` of the block parameters."""
+    rows, cols = params["rows"], params["cols"]
+    mode, transpose = MODES[params["mode"]]
+    fmt = isa.MODE_FORMATS[mode][0]
+    dr = mode == Mode.DOUBLE_ROW
+    n, chunks, bank = params["n"], params["chunks"], params["bank"]
+    dtype = Dtype.RAW16 if transpose else Dtype[params["psum"].upper()]
+    rounding = Rounding[params["rounding"].upper()]
+    rng = np.random.default_rng(seed)
+    prog = []
+    for i in range(chunks):
+        k = rows
+        ls = Instruction(Op.LS, mode, k=k, m=cols, transpose=transpose)
+        mm = Instruction(Op.MM, mode, k=k, m=cols, n=n, transpose=transpose)
+        st = _values(rng, fmt, (k, 2, cols) if dr else (k, cols), special=0.002)
+        mv = (_selection(rng, k, n, fmt) if transpose
+              else _values(rng, fmt, (k, 2, n) if dr else (k, n), special=0.002))
+        flags = 3 if transpose else chunk_flags(i, chunks)
+        w = Write(bank=bank, col=0, n=n, dtype=dtype, rounding=rounding, flags=flags)
+        prog.append((ls, st, mm, mv, w))
+    return prog
+
+
+def golden(params, prog):
+    """The golden PSUM after the program, and the group-complete banks."""
+    g = Geometry(params["cols"], params["banks"], params["bank_bytes"])
+    psum = Psum(g)          # generators at their reset state, like the RTL's
+    done = []
+    for ls, st, mm, mv, w in prog:
+        fs, fm = mm.formats
+        dr = mm.mode == Mode.DOUBLE_ROW
+        bank = nc_matmul(psum, w, _as_dtype(st, fs), _as_dtype(mv, fm),
+                         perf_mode="double_row" if dr else None, is_transpose=mm.transpose,
+                         rows=params["rows"], stationary_format=fs, moving_format=fm)
+        if bank is not None:
+            done.append(bank)
+    return psum, done
+
+
+class MatmulCoreTB:
+    """Clock, reset, the Tensor Engine's three sources, the PSUM instruction source, the Vector
+    Engine request source and response sink (the Scalar Engine port and the seed port idle),
+    and a watcher of the event and error strobes.
+
+    Cycle numbers of the watcher and the sink count the same rising edges from the start.
+    """
+
+    def __init__(self, dut, params, *, stall=0.0, seed=0):
+        self.dut, self.params = dut, params
+        clk = dut.clk
+        Clock(clk, 10, unit="ns").start()
+        dut.rst.value = 1
+        self.instr = StreamSource(clk, dut.i_instr_valid, dut.i_instr_ready, dut.i_instr,
+                                  stall=stall, seed=seed)
+        self.stat = StreamSource(clk, dut.i_stat_valid, dut.i_stat_ready, dut.i_stat,
+                                 stall=stall, seed=seed + 1)
+        self.mov = StreamSource(clk, dut.i_mov_valid, dut.i_mov_ready, dut.i_mov,
+                                stall=stall, seed=seed + 2)
+        self.pinstr = StreamSource(clk, dut.i_psum_instr_valid, dut.i_psum_instr_ready,
+                                   dut.i_psum_instr, stall=stall, seed=seed + 3)
+        self.ve = StreamSource(clk, dut.i_ve_valid, dut.i_ve_ready, dut.i_ve_req,
+                               stall=stall, seed=seed + 4)
+        self.ve_resp = StreamSink(clk, dut.o_ve_valid, dut.o_ve_ready, dut.o_ve_data,
+                                  backpressure=stall, seed=seed + 5)
+        dut.i_se_valid.value = 0
+        dut.o_se_ready.value = 1
+        dut.i_seed_valid.value = 0
+        self.done = []        # (cycle, bank) of each o_done pulse
+        self.errors = []      # (cycle, "te" | "psum", code)
+        self.cycle = 0
+        self._watcher = cocotb.start_soon(self._watch())
+
+    async def _watch(self):
+        dut = self.dut
+        while True:
+            await dut.clk.rising_edge
+            self.cycle += 1
+            if dut.o_done.value == 1:
+                self.done.append((self.cycle, int(dut.o_done_bank.value)))
+            if dut.o_te_error.value == 1:
+                self.errors.append((self.cycle, "te", int(dut.o_te_error_code.value)))
+            if dut.o_psum_error.value == 1:
+                self.errors.append((self.cycle, "psum", int(dut.o_psum_error_code.value)))
+
+    async def reset(self, cycles=2):
+        await ClockCycles(self.dut.clk, cycles)
+        self.dut.rst.value = 0
+
+    def load(self, prog):
+        rows = self.params["rows"]
+        words = []
+        for ls, st, mm, mv, w in prog:
+            words += [isa.encode(ls), isa.encode(mm)]
+            fs, fm = mm.formats
+            dr = mm.mode == Mode.DOUBLE_ROW
+            for tile, fmt, src, rev in ((st, fs, self.stat, True), (mv, fm, self.mov, False)):
+                lanes = lane_words(tile, fmt, dr)                     # [X, K]
+                beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
+                beats[:, :lanes.shape[1]] = lanes.astype(np.uint64)
+                src.send(pack_lanes(beats[::-1] if rev else beats, LANE))  # LS: columns M-1 first
+            self.pinstr.send([psum_encode(w)])
+        self.instr.send(words)
+
+    async def read_rows(self, bank, rows):
+        """Read memory words ``(bank, row)`` for ``row`` in ``rows`` through the VE port."""
+        p = self.params["cols"]
+        self.ve.send([req_word(EngineReq(we=0, mask=0, bank=bank, row=r), p) for r in rows])
+        words = await self.ve_resp.recv(len(rows), timeout=20_000)
+        return unpack_lanes(words, 32, p)                             # [rows, partitions]
+
+
+@cocotb.test()
+async def test_chunked_matmul(dut):
+    """chunks x (LS + MM) accumulated in one PSUM bank, then read back: bit for bit."""
+    params, _, seed, stall = tb_settings()
+    prog = chunked_program(params, seed)
+    want, want_done = golden(params, prog)
+    tb = MatmulCoreTB(dut, params, stall=stall, seed=seed)
+    await tb.reset()
+    tb.load(prog)
+    start = tb.cycle
+    n_groups = len(want_done)
+    for _ in range(200_000):
+        if len(tb.done) >= n_groups and tb.pinstr.idle and tb.mov.idle:
+            break
+        await ClockCycles(dut.clk, 1)
+    await ClockCycles(dut.clk, 4)
+    finish = tb.done[-1][0] if tb.done else tb.cycle
+    w = prog[-1][4]
+    slots = w.n if w.dtype == Dtype.FP32 else (w.n + 1) // 2
+    got = await tb.read_rows(w.bank, range(slots))
+    ref = want.mem[w.bank, :slots, :]
+    name = f"core.psum_{Dtype(w.dtype).name.lower()}"
+    decode = ((lambda x: np.asarray(x, np.uint32).view(np.float32)) if w.dtype == Dtype.FP32
+              else None)
+    sb = Scoreboard(name, "fp32" if w.dtype == Dtype.FP32 else "2 x 16-bit", bits=32,
+                    decode=decode)
+    sb.compare(got.astype(np.int64), ref.astype(np.int64))
+    eb = Scoreboard("core.events", "bank / error", bits=16)
+    got_ev = [b for _, b in tb.done] + [1000 + c for _, _, c in tb.errors]
+    k = max(len(got_ev), len(want_done))
+    eb.compare(np.array((got_ev + [-1] * k)[:k]), np.array((want_done + [-1] * k)[:k]))
+    for b in (sb, eb):
+        b.write_json()
+        dut._log.info(b.report())
+    write_counters(cycles=finish - start, chunks=len(prog))
+    sb.assert_clean()
+    eb.assert_clean()
