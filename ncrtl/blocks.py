@@ -72,6 +72,10 @@ class Block:
         ``top(**params) -> str``: the Verilog module name of the top.
     testbench : str
         cocotb test module checking the block (run by :mod:`testbench.conformance`).
+    synth_view : bool
+        The component has ``synth_verilog(top)``: the Verilog the synthesis check of ``ncrtl
+        lint`` reads instead of :meth:`verilog`'s (PSUM declares big bank memories as blackbox
+        SRAM macros).
     """
 
     name: str
@@ -82,6 +86,7 @@ class Block:
     testbench: str = ""
     notes: dict = field(default_factory=dict)
     sim_args: tuple = ()
+    synth_view: bool = False
 
     def resolve(self, user):
         """Validate ``{name: text}`` from the command line; return the full parameter dict."""
@@ -112,6 +117,14 @@ class Block:
         if callable(getattr(comp, "verilog", None)):
             return comp.verilog(top), top
         return emit_verilog(comp, top), top
+
+    def synth_verilog(self, params, text):
+        """The Verilog ``ncrtl lint`` synthesizes: ``text`` (from :meth:`verilog`), or the
+        block's own synthesis view (``synth_view``; PSUM: big bank memories as blackbox
+        SRAMs)."""
+        if self.synth_view:
+            return self.component(params).synth_verilog(self.top(**params))
+        return text
 
 
 _BLOCKS = {}
@@ -267,7 +280,7 @@ register(Block(
      Param("bank_bytes", int, 2048, "bytes per partition per bank",
            tuple(1 << k for k in range(3, 13)))),
     _make_psum, lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
-    "testbench.psum.test_psum"))
+    "testbench.psum.test_psum", synth_view=True))
 
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 

@@ -81,7 +81,7 @@ def _cmd_lint(args):
     for block, params in _expand(args.block, args.param, args):
         text, top = block.verilog(params)
         lint = lint_verilog(text, top)
-        synth = synth_check(text, top)
+        synth = synth_check(block.synth_verilog(params, text), top)
         ok = lint.ok and synth.ok
         failed += not ok
         print(f"{block.label(params):44s} lint {'clean' if lint.ok else 'FAILED'}   "

@@ -331,6 +331,14 @@ def test_verilog_lint_geometries(geometry):
     lint_verilog(Psum(*geometry, instance=True).verilog(top), top).check()
 
 
+def test_synth_view_blackboxes_big_banks():
+    """``ncrtl lint`` synthesizes big banks as blackbox SRAM macros, small ones for real."""
+    big = Psum(16, 8, 2048, instance=True).synth_verilog("t")
+    assert "(* blackbox *)\nmodule psum_bank_512x512(" in big
+    small = Psum(4, 4, 64, instance=True).synth_verilog("t")
+    assert "blackbox" not in small and "module psum_bank_128x16(" in small
+
+
 def test_verilog_needs_instance():
     p = Psum(4, 4, 64)
     p._MustUse__silence = True

@@ -43,12 +43,15 @@ from model.psum.isa import INSTR_BITS, Dtype, Geometry
 
 from ._util import equals
 from .arbiter import BankArbiter
-from .bank import BankMemory
+from .bank import BankMemory, blackbox_verilog
 from .control import WriteControl
 from .update import SlotUpdate
 
 __all__ = ["Psum", "REQ_FIELDS", "SEED_FIELDS", "ENGINES", "req_layout", "seed_layout",
-           "SLOT_MODULE", "bank_module", "psum_verilog"]
+           "SLOT_MODULE", "SYNTH_SRAM_BITS", "bank_module", "psum_verilog", "planar", "interleaved"]
+
+#: Largest bank memory (bits) :meth:`Psum.synth_verilog` synthesizes; larger ones are blackboxes.
+SYNTH_SRAM_BITS = 1 << 16
 
 #: Verilog module name of :class:`~hdl.psum.update.SlotUpdate` (one per partition).
 SLOT_MODULE = "psum_slot"
@@ -212,6 +215,14 @@ class Psum(wiring.Component):
     def verilog(self, name="psum"):
         """Complete Verilog: the slot and bank modules, then this top as module ``name``."""
         return psum_verilog(self, name)
+
+    def synth_verilog(self, name="psum", *, max_sram_bits=SYNTH_SRAM_BITS):
+        """The Verilog a synthesis check reads: :meth:`verilog`, except that a bank memory of
+        more than ``max_sram_bits`` bits is a blackbox (the SRAM macro of a real flow; Yosys
+        would otherwise build it from flip-flops: 2 Mbit at 16 x 8 x 2 KiB).  The bank module
+        itself is synthesized in the smaller geometries."""
+        return psum_verilog(self, name, blackbox_banks=32 * self.partitions * self.rows
+                            > max_sram_bits)
 
     def elaborate(self, platform):
         m = Module()
@@ -491,19 +502,23 @@ def _flat_verilog(component, name):
     return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
 
 
-def psum_verilog(psum, name="psum"):
+def psum_verilog(psum, name="psum", *, blackbox_banks=False):
     """The complete Verilog of a :class:`Psum` built with ``instance=True``: the slot module
     (:data:`SLOT_MODULE`) and the bank module (:func:`bank_module`), each once, then the top
-    ``name``.  ``amaranth.back.verilog.convert`` of the top alone lacks those two modules."""
+    ``name``.  ``amaranth.back.verilog.convert`` of the top alone lacks those two modules.
+    ``blackbox_banks``: declare the bank module as a ``(* blackbox *)`` (for synthesis)."""
     from amaranth.back import verilog
 
     if not psum.instance:
         raise ValueError("psum_verilog needs a Psum with instance=True (one slot and one bank "
                          "module); with instance=False convert it directly")
     g = psum.geometry
-    cells = (_flat_verilog(SlotUpdate(), SLOT_MODULE)
-             + _flat_verilog(BankMemory(32 * g.partitions, g.rows),
-                             bank_module(g.partitions, g.rows)))
+    width, bank = 32 * g.partitions, bank_module(g.partitions, g.rows)
+    cells = _flat_verilog(SlotUpdate(), SLOT_MODULE)
+    if blackbox_banks:
+        cells += blackbox_verilog(width, g.rows, bank)
+    else:
+        cells += _flat_verilog(BankMemory(width, g.rows), bank)
     return cells + verilog.convert(psum, name=name, emit_src=False)
 
 
