@@ -271,7 +271,6 @@ def test_response_backpressure_loses_nothing():
     """Reads on both ports every cycle with heavy backpressure and stalls: every response
     arrives once, in order; requests wait while responses cannot be held."""
     rng = np.random.default_rng(4)
-    g = Geometry(4, 4, 64)
     fill = [(Write(bank=b, col=0, n=16, flags=3), beat_values(rng, (16, 4))) for b in range(4)]
     ve = [EngineReq(0, 0, int(rng.integers(0, 4)), int(rng.integers(0, 16))) for _ in range(80)]
     se = [EngineReq(0, 0, int(rng.integers(0, 4)), int(rng.integers(0, 16))) for _ in range(80)]

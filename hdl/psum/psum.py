@@ -118,9 +118,12 @@ class Psum(wiring.Component):
 
     Microarchitecture
     -----------------
-    * One :class:`~amaranth.lib.memory.Memory` per bank: ``32 * partitions`` bits wide (memory
-      word ``(bank, row)`` holds every partition's slot), ``rows`` deep, one synchronous read
-      port, one write port with 16-bit write granularity (half-slot writes).
+    * One :class:`~amaranth.lib.memory.Memory` per bank (:class:`~hdl.psum.bank.BankMemory`):
+      ``32 * partitions`` bits wide (memory word ``(bank, row)`` holds every partition's slot),
+      ``rows`` deep, one synchronous read port, one write port with 16-bit write granularity
+      (half-slot writes).  Words are stored as two half planes, every partition's low half then
+      every high half (:func:`planar`), so that forwarding a half is one multiplexer; the ports
+      keep the partition-major layout.
     * Three requesters, TE (the write stream), VE and SE (the engine ports), arbitrated per bank
       by :class:`~hdl.psum.arbiter.BankArbiter`; up to three accesses per cycle to different banks.
     * One pipeline per requester, four stages: **G** (cycle ``t``: granted, memory read
@@ -149,6 +152,10 @@ class Psum(wiring.Component):
     ----------
     partitions, banks, bank_bytes : int
         The geometry (:class:`model.psum.isa.Geometry`); the hardware is 128 x 8 x 2048.
+    instance : bool
+        Place the slot units and bank memories as Verilog instances of one module each (True,
+        for :meth:`verilog`: the full size generates in seconds) or as Amaranth submodules
+        (False, for the Amaranth simulator).
 
     Attributes
     ----------

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.psum import Arbiter, Psum, isa
+from model.psum import Arbiter, Psum
 from model.psum.isa import Geometry
 from testbench.scoreboard import Scoreboard
 
