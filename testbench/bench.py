@@ -113,7 +113,7 @@ def _bench_tensor_engine(size):
         text, top = block.verilog(params)
         gen = time.perf_counter() - t0
         rss0 = _children_maxrss_mib()
-        built = sim.build(text, top, extra_args=block.sim_args)
+        built = sim.build(text, top, extra_args=block.build_args(params))
         rss = max(_children_maxrss_mib(), rss0)
         res = run_block(block, params, count=512, seed=1, stall=0.0,
                         testbench="testbench.tensor_engine.test_sim",
@@ -159,7 +159,7 @@ def _bench_psum(partitions, count):
             text, top = block.verilog(params)
             gen = time.perf_counter() - t0
             rss0 = _children_maxrss_mib()
-            built = sim.build(text, top, extra_args=block.sim_args)
+            built = sim.build(text, top, extra_args=block.build_args(params))
             rss = max(_children_maxrss_mib(), rss0)
             res = run_block(block, params, count=count, seed=1, stall=0.2)
         finally:

@@ -62,7 +62,7 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
     t0 = time.perf_counter()
     try:
         text, top = block.verilog(params)
-        built = sim.build(text, top, waves=waves, extra_args=block.sim_args)
+        built = sim.build(text, top, waves=waves, extra_args=block.build_args(params))
     except Exception as exc:  # a build failure is a result, not a crash of the whole run
         return BlockResult(label, False, message=f"build failed: {exc}",
                            seconds=time.perf_counter() - t0)

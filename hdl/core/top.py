@@ -23,10 +23,7 @@ into +0.0).  Use ``M = cols`` (or separate banks) where that matters.
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from hdl.common.checks import flat_module_verilog
-from hdl.psum.bank import BankMemory
-from hdl.psum.psum import SLOT_MODULE, Psum, bank_module
-from hdl.psum.update import SlotUpdate
+from hdl.psum.psum import Psum, psum_cells_verilog
 from hdl.tensor_engine.array import pe_verilog, tile_verilog
 from hdl.tensor_engine.top import TensorEngine
 
@@ -40,15 +37,6 @@ _PSUM_INTERNAL = ("i_data_valid", "i_data_ready", "i_data")
 PSUM_RENAME = {"i_instr_valid": "i_psum_instr_valid", "i_instr_ready": "i_psum_instr_ready",
                "i_instr": "i_psum_instr", "o_error": "o_psum_error",
                "o_error_code": "o_psum_error_code"}
-
-
-def _psum_cells_verilog(psum):
-    """PSUM's cell modules (slot unit, bank memory), each once: :func:`psum_verilog` without
-    its top."""
-    g = psum.geometry
-    return (flat_module_verilog(SlotUpdate(), SLOT_MODULE)
-            + flat_module_verilog(BankMemory(32 * g.partitions, g.rows),
-                                  bank_module(g.partitions, g.rows)))
 
 
 class MatmulCore(wiring.Component):
@@ -93,7 +81,7 @@ class MatmulCore(wiring.Component):
                              "convert it directly")
         block = self.te.array.block
         text = pe_verilog() + (tile_verilog(block) if block > 1 else "")
-        text += _psum_cells_verilog(self.psum)
+        text += psum_cells_verilog(self.psum.geometry)
         return text + verilog.convert(self, name=name, emit_src=False)
 
     def elaborate(self, platform):

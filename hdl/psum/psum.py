@@ -48,7 +48,8 @@ from .control import WriteControl
 from .update import SlotUpdate
 
 __all__ = ["Psum", "REQ_FIELDS", "SEED_FIELDS", "ENGINES", "req_layout", "seed_layout",
-           "SLOT_MODULE", "SYNTH_SRAM_BITS", "bank_module", "psum_verilog", "planar", "interleaved"]
+           "SLOT_MODULE", "SYNTH_SRAM_BITS", "bank_module", "psum_verilog", "psum_cells_verilog",
+           "planar", "interleaved"]
 
 #: Largest bank memory (bits) :meth:`Psum.synth_verilog` synthesizes; larger ones are blackboxes.
 SYNTH_SRAM_BITS = 1 << 16
@@ -496,17 +497,18 @@ class _Port:
         self.__dict__.update(sigs)
 
 
-def _flat_verilog(component, name):
-    """Verilog of ``component`` as ONE flat module ``name`` (the steps of
-    ``amaranth.back.verilog.convert`` plus a ``flatten``)."""
-    from amaranth._toolchain.yosys import find_yosys
-    from amaranth.back import rtlil
+def psum_cells_verilog(geometry, *, blackbox_banks=False):
+    """The cell modules of a PSUM of ``geometry``, each once: the slot unit
+    (:data:`SLOT_MODULE`) and the bank memory (:func:`bank_module`; a ``(* blackbox *)``
+    declaration with ``blackbox_banks``)."""
+    from hdl.common.checks import flat_module_verilog
 
-    text = rtlil.convert(component, name=name, emit_src=False)
-    yosys = find_yosys(lambda ver: ver >= (0, 40))
-    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", "proc -nomux -norom", "memory_collect",
-              f"hierarchy -top {name}", "flatten", "opt_clean", "write_verilog -norename"]
-    return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
+    g = geometry
+    width, bank = 32 * g.partitions, bank_module(g.partitions, g.rows)
+    cells = flat_module_verilog(SlotUpdate(), SLOT_MODULE)
+    if blackbox_banks:
+        return cells + blackbox_verilog(width, g.rows, bank)
+    return cells + flat_module_verilog(BankMemory(width, g.rows), bank)
 
 
 def psum_verilog(psum, name="psum", *, blackbox_banks=False):
@@ -519,13 +521,7 @@ def psum_verilog(psum, name="psum", *, blackbox_banks=False):
     if not psum.instance:
         raise ValueError("psum_verilog needs a Psum with instance=True (one slot and one bank "
                          "module); with instance=False convert it directly")
-    g = psum.geometry
-    width, bank = 32 * g.partitions, bank_module(g.partitions, g.rows)
-    cells = _flat_verilog(SlotUpdate(), SLOT_MODULE)
-    if blackbox_banks:
-        cells += blackbox_verilog(width, g.rows, bank)
-    else:
-        cells += _flat_verilog(BankMemory(width, g.rows), bank)
+    cells = psum_cells_verilog(psum.geometry, blackbox_banks=blackbox_banks)
     return cells + verilog.convert(psum, name=name, emit_src=False)
 
 
