@@ -13,6 +13,8 @@ See docs/psum.md for the contract.
 import enum
 from dataclasses import dataclass
 
+from model.fields import pack_fields, unpack_fields
+
 __all__ = ["Dtype", "Rounding", "Flag", "Error", "Write", "Geometry", "FIELDS", "INSTR_BITS",
            "encode", "decode", "check", "GroupState"]
 
@@ -129,21 +131,11 @@ class Write:
 
 def encode(w):
     """The instruction word (int) of ``w``."""
-    word, pos = 0, 0
-    for name, width in FIELDS:
-        v = int(getattr(w, name))
-        if not 0 <= v < 1 << width:
-            raise ValueError(f"PSUM write field {name}={v} does not fit its {width} bits")
-        word |= v << pos
-        pos += width
-    return word
+    return pack_fields(FIELDS, w, "PSUM write")
 
 
 def decode(word):
-    vals, pos = {}, 0
-    for name, width in FIELDS:
-        vals[name] = (int(word) >> pos) & ((1 << width) - 1)
-        pos += width
+    vals = unpack_fields(FIELDS, word)
     return Write(**vals)
 
 

@@ -10,6 +10,8 @@ drops the instruction.  :func:`encode` / :func:`decode` define the instruction w
 import enum
 from dataclasses import dataclass, replace
 
+from model.fields import pack_fields, unpack_fields
+
 __all__ = ["Op", "Mode", "Error", "Instruction", "FIELDS", "FP8_FORMATS", "MODE_FORMATS",
            "encode", "decode", "check", "instruction_bits", "MAX_N", "MIN_MM_CYCLES"]
 
@@ -128,21 +130,11 @@ def instruction_bits():
 
 def encode(ins):
     """The instruction word (int) of ``ins``; sizes are stored as given (0 = whole array)."""
-    word, pos = 0, 0
-    for name, width in FIELDS:
-        v = int(getattr(ins, name))
-        if not 0 <= v < 1 << width:
-            raise ValueError(f"instruction field {name}={v} does not fit its {width} bits")
-        word |= v << pos
-        pos += width
-    return word
+    return pack_fields(FIELDS, ins, "instruction")
 
 
 def decode(word):
-    vals, pos = {}, 0
-    for name, width in FIELDS:
-        vals[name] = (word >> pos) & ((1 << width) - 1)
-        pos += width
+    vals = unpack_fields(FIELDS, word)
     vals["op"] = Op(vals["op"])
     vals["transpose"] = bool(vals["transpose"])
     return Instruction(**vals)
