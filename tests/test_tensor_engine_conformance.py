@@ -53,3 +53,16 @@ def test_full_array_matmul(mode):
                     extra_env={"NCRTL_MATMUL": json.dumps({"k": 128, "m": 128, "n": 512})})
     _check(res)
     assert sum(u["vectors"] for u in res.units) >= 128 * 512
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bf16", "fp8", "transpose_bf16"])
+def test_tiled_programs_64x64(mode):
+    """64 x 64 array (8 x 8 tiles of PEs, column-group borders between tiles): random programs
+    whose groups run on 32-row / 32-column tiles of the hardware sizes, with stalls."""
+    block = blocks.get("pe_array")
+    p = block.resolve({"rows": "64", "cols": "64", "mode": mode, "max_n": "48"})
+    res = run_block(block, p, count=600, seed=11, stall=0.2)
+    _check(res)
+    assert sum(u["vectors"] for u in res.units) > 0

@@ -93,26 +93,42 @@ def _selection(rng, k, n, fmt):
     return sel.astype(get_format(fmt).storage_dtype)
 
 
+def _random_tile(rng, rows, cols):
+    """``(tile_row, tile_rows, tile_col, tile_cols)`` of a random row or column tile of the
+    hardware sizes (32 or 64), or the whole array; tiles need a 64 x 64 array or larger."""
+    if rows < 64 or cols < 64 or rng.random() < 0.4:
+        return 0, 0, 0, 0
+    size = int(rng.choice([32, 64]))
+    if rng.random() < 0.5:
+        return size * int(rng.integers(0, rows // size)), size, 0, 0
+    return 0, 0, size * int(rng.integers(0, cols // size)), size
+
+
 def random_program(rng, rows, cols, mode_name, *, groups=3, max_n=128, errors=True):
     """A random program of ``groups`` LS + 1..3 MM groups in one mode, with illegal
-    instructions mixed in when ``errors``."""
+    instructions mixed in when ``errors``; on arrays of 64 x 64 and more, most groups run on a
+    random row or column tile (not double_row, which cannot be tiled)."""
     mode, transpose = MODES[mode_name]
     prog = Program(rows, cols)
     names = isa.MODE_FORMATS[mode]
     for g in range(groups):
-        k = int(rng.integers(1, rows + 1))
-        m = int(rng.integers(1, cols + 1))
+        tr, trs, tc, tcs = (0, 0, 0, 0) if mode == Mode.DOUBLE_ROW else _random_tile(rng, rows,
+                                                                                    cols)
+        tile = dict(tile_row=tr, tile_rows=trs, tile_col=tc, tile_cols=tcs)
+        k = int(rng.integers(1, (trs or rows) + 1))
+        m = int(rng.integers(1, (tcs or cols) + 1))
         fs = int(rng.integers(0, len(names)))
         fm = int(rng.integers(0, len(names))) if mode in (Mode.FP8, Mode.DOUBLE_ROW) else fs
         if transpose:
             fm = fs
-        ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose)
+        ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         dr = mode == Mode.DOUBLE_ROW
         s_shape = (k, 2, m) if dr else (k, m)
         prog.steps.append(Step(ls, _values(rng, names[fs], s_shape)))
         for _ in range(int(rng.integers(1, 4))):
             n = int(rng.integers(1, max_n + 1))
-            mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose)
+            mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose,
+                             **tile)
             if transpose:
                 x = _selection(rng, k, n, names[fm])
             else:
