@@ -5,6 +5,7 @@ anything.  Builds are done in a fresh temporary build directory so the cache can
 cost; peak memory is the largest resident set of the build's child processes.
 """
 
+import contextlib
 import os
 import resource
 import tempfile
@@ -29,6 +30,33 @@ BENCH_CONFIGS = [
 
 def _children_maxrss_mib():
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+@contextlib.contextmanager
+def _fresh_build_dir():
+    """A temporary ``NCRTL_BUILD_DIR`` (so every build is measured from scratch), restored on
+    exit."""
+    old = os.environ.get("NCRTL_BUILD_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NCRTL_BUILD_DIR"] = tmp
+        try:
+            yield tmp
+        finally:
+            if old is None:
+                os.environ.pop("NCRTL_BUILD_DIR", None)
+            else:
+                os.environ["NCRTL_BUILD_DIR"] = old
+
+
+def _generate_and_build(block, params):
+    """``(text, generation s, Build, peak build MiB)`` of a fresh build of ``block``."""
+    from testbench import sim
+    t0 = time.perf_counter()
+    text, top = block.verilog(params)
+    gen = time.perf_counter() - t0
+    rss0 = _children_maxrss_mib()
+    built = sim.build(text, top, extra_args=block.build_args(params))
+    return text, gen, built, max(_children_maxrss_mib(), rss0)
 
 
 def _golden_rate(mode, n=200_000):
@@ -65,8 +93,7 @@ def _bench_fp(args):
     from testbench.conformance import run_block
     count = args.count
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["NCRTL_BUILD_DIR"] = tmp
+    with _fresh_build_dir():
         for name, p in BENCH_CONFIGS:
             block = blocks.get(name)
             params = block.resolve(p)
@@ -101,20 +128,13 @@ def _bench_tensor_engine(size):
     K = M = size, N = 512 matmul, and the golden model's time for the same tile."""
     import json
     from model.tensor_engine.matmul import matmul
-    from testbench import sim
     from testbench.conformance import run_block
     from testbench.tensor_engine.program import _values
 
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["NCRTL_BUILD_DIR"] = tmp
-        t0 = time.perf_counter()
-        text, top = block.verilog(params)
-        gen = time.perf_counter() - t0
-        rss0 = _children_maxrss_mib()
-        built = sim.build(text, top, extra_args=block.build_args(params))
-        rss = max(_children_maxrss_mib(), rss0)
+    with _fresh_build_dir():
+        text, gen, built, rss = _generate_and_build(block, params)
         res = run_block(block, params, count=512, seed=1, stall=0.0,
                         testbench="testbench.tensor_engine.test_sim",
                         extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512})})
@@ -146,27 +166,13 @@ def _bench_psum(partitions, count):
     conformance program (``testbench.psum.program``): latencies, beats per cycle without a
     conflict and while hammering one address, the shares of the TE and the VE port fighting
     for one bank, simulation speed."""
-    from testbench import sim
     from testbench.conformance import run_block
 
     block = blocks.get("psum")
     params = block.resolve({"partitions": str(partitions)})
-    old_dir = os.environ.get("NCRTL_BUILD_DIR")
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["NCRTL_BUILD_DIR"] = tmp
-        try:
-            t0 = time.perf_counter()
-            text, top = block.verilog(params)
-            gen = time.perf_counter() - t0
-            rss0 = _children_maxrss_mib()
-            built = sim.build(text, top, extra_args=block.build_args(params))
-            rss = max(_children_maxrss_mib(), rss0)
-            res = run_block(block, params, count=count, seed=1, stall=0.2)
-        finally:
-            if old_dir is None:
-                os.environ.pop("NCRTL_BUILD_DIR", None)
-            else:
-                os.environ["NCRTL_BUILD_DIR"] = old_dir
+    with _fresh_build_dir():
+        text, gen, built, rss = _generate_and_build(block, params)
+        res = run_block(block, params, count=count, seed=1, stall=0.2)
     c = res.counters
     comp = block.component(params)
     comp._MustUse__silence = True

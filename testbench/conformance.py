@@ -52,6 +52,13 @@ class BlockResult:
     def mismatches(self):
         return sum(u["mismatches"] for u in self.units)
 
+    def report(self):
+        """The label, the failure message and every scoreboard's mismatch count with its first
+        mismatches: what a failing test prints."""
+        detail = "\n".join(f"{u['name']}: {u['mismatches']}/{u['vectors']} "
+                           f"{u.get('first', [])[:3]}" for u in self.units)
+        return f"{self.label}: {self.message}\n{detail}"
+
 
 def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=None,
               testbench=None, extra_env=None):

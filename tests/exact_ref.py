@@ -29,11 +29,10 @@ def value_of_bits(bits, exp_bits, man_bits, bias, special="ieee", ignored=0):
     return sign * mag
 
 
-def round_rational(q, target="fp32", negzero=False):
-    """Encoding of the rational ``q`` rounded once, to nearest with ties to even.
-
-    ``negzero`` gives the sign of an exact zero.  Overflow gives Inf.
-    """
+def _round_on_grid(q, target, negzero, round_up):
+    """Encoding of the rational ``q`` rounded to ``target``'s grid: ``round_up(lo, frac)`` says
+    whether the magnitude ``(lo + frac) * ulp`` (``0 <= frac < 1``) goes up to ``lo + 1``.
+    ``negzero`` gives the sign of an exact zero; overflow gives Inf."""
     exp_bits, man_bits, bias = TARGETS[target]
     sign_bit = 1 << (exp_bits + man_bits)
     if q == 0:
@@ -49,11 +48,9 @@ def round_rational(q, target="fp32", negzero=False):
     while Fraction(2) ** (e + 1) <= q:
         e += 1
     e = max(e, emin)
-    ulp = Fraction(2) ** (e - man_bits)
-    n = q / ulp
+    n = q / Fraction(2) ** (e - man_bits)
     lo = n.numerator // n.denominator
-    frac = n - lo
-    if frac > Fraction(1, 2) or (frac == Fraction(1, 2) and lo % 2 == 1):
+    if round_up(lo, n - lo):
         lo += 1
     # lo * ulp is the rounded magnitude.
     if lo == 1 << (man_bits + 1):
@@ -64,6 +61,16 @@ def round_rational(q, target="fp32", negzero=False):
     if lo < 1 << man_bits:  # subnormal (only possible at e == emin)
         return sign | lo
     return sign | ((e + bias) << man_bits) | (lo - (1 << man_bits))
+
+
+def round_rational(q, target="fp32", negzero=False):
+    """Encoding of the rational ``q`` rounded once, to nearest with ties to even.
+
+    ``negzero`` gives the sign of an exact zero.  Overflow gives Inf.
+    """
+    half = Fraction(1, 2)
+    return _round_on_grid(q, target, negzero,
+                          lambda lo, frac: frac > half or (frac == half and lo % 2 == 1))
 
 
 def dot_add_reference(psum_bits, a_vals, b_vals, scale_exp=0):
@@ -141,32 +148,8 @@ def round_stochastic_rational(q, r, target="bf16", rbits=16, negzero=False):
     ``b`` when ``(|q| - a) / (b - a) + r / 2**rbits >= 1``, else ``a``, with the sign of ``q``
     (``negzero`` for an exact zero).  Rounding up past the largest finite code gives Inf.
     """
-    exp_bits, man_bits, bias = TARGETS[target]
-    sign_bit = 1 << (exp_bits + man_bits)
-    if q == 0:
-        return sign_bit if negzero else 0
-    sign = sign_bit if q < 0 else 0
-    q = abs(q)
-    emin = 1 - bias
-    emax = (1 << exp_bits) - 2 - bias
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    while Fraction(2) ** e > q:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= q:
-        e += 1
-    e = max(e, emin)
-    n = q / Fraction(2) ** (e - man_bits)
-    lo = n.numerator // n.denominator
-    if (n - lo) + Fraction(r, 1 << rbits) >= 1:
-        lo += 1
-    if lo == 1 << (man_bits + 1):
-        lo >>= 1
-        e += 1
-    if e > emax:
-        return sign | (((1 << exp_bits) - 1) << man_bits)
-    if lo < 1 << man_bits:
-        return sign | lo
-    return sign | ((e + bias) << man_bits) | (lo - (1 << man_bits))
+    return _round_on_grid(q, target, negzero,
+                          lambda lo, frac: frac + Fraction(r, 1 << rbits) >= 1)
 
 
 def fp32_add_reference(a_bits, b_bits):

@@ -21,9 +21,7 @@ def _id(p):
 
 
 def _check(res, vectors):
-    detail = "\n".join(f"{u['name']}: {u['mismatches']}/{u['vectors']} {u.get('first', [])[:3]}"
-                       for u in res.units)
-    assert res.passed, f"{res.label}: {res.message}\n{detail}"
+    assert res.passed, res.report()
     assert sum(u["vectors"] for u in res.units) >= vectors
 
 

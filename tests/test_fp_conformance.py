@@ -33,12 +33,10 @@ def _check(block_name, params, count, seed):
     block = blocks.get(block_name)
     params = block.resolve(params)
     res = run_block(block, params, count=count, seed=seed, stall=0.2)
-    detail = "\n".join(f"{u['name']}: {u['mismatches']}/{u['vectors']} {u.get('first', [])[:3]}"
-                       for u in res.units)
-    assert res.passed, f"{res.label}: {res.message}\n{detail}"
+    assert res.passed, res.report()
     # Multi-format modes split ``count`` over their format pairs; every board has its corners.
     need = _minimum_vectors(block_name, params, count)
-    assert sum(u["vectors"] for u in res.units) >= need, f"{res.label}: too few vectors\n{detail}"
+    assert sum(u["vectors"] for u in res.units) >= need, f"too few vectors: {res.report()}"
 
 
 @pytest.mark.sim

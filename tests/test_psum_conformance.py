@@ -19,9 +19,7 @@ def _id(p):
 
 
 def _check(res):
-    detail = "\n".join(f"{u['name']}: {u['mismatches']}/{u['vectors']} {u.get('first', [])[:3]}"
-                       for u in res.units)
-    assert res.passed, f"{res.label}: {res.message}\n{detail}"
+    assert res.passed, res.report()
     names = {u["name"] for u in res.units}
     for board in ("psum.grant", "psum.handshakes", "psum.ve_read", "psum.se_read",
                   "psum.ve_final", "psum.se_final", "psum.errors", "psum.done",

@@ -25,9 +25,7 @@ def _id(p):
 
 
 def _check(res):
-    detail = "\n".join(f"{u['name']}: {u['mismatches']}/{u['vectors']} {u.get('first', [])[:3]}"
-                       for u in res.units)
-    assert res.passed, f"{res.label}: {res.message}\n{detail}"
+    assert res.passed, res.report()
 
 
 @pytest.mark.sim

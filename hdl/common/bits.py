@@ -7,7 +7,7 @@ Verilog stays readable and each node is computed once (no duplicated expression 
 
 from amaranth.hdl import Cat, Const, Mux, Shape, Signal, unsigned
 
-__all__ = ["bits_for_range", "clamp", "count_leading_zeros", "shift_right_sticky"]
+__all__ = ["bits_for_range", "clamp", "count_leading_zeros", "shift_right_sticky", "equals"]
 
 
 def bits_for_range(lo, hi):
@@ -92,3 +92,13 @@ def shift_right_sticky(m, value, amount, *, name):
         sticky.eq((value & ~keep_mask).any()),
     ]
     return shifted, sticky
+
+
+def equals(value, const):
+    """``value == const`` for an integer ``const``; ``~value.any()`` when it is 0.
+
+    Amaranth writes a multi-bit ``x == 0`` as ``!x``, which ``verilator -Wall`` reports
+    (WIDTHTRUNC: LOGNOT expects 1 bit); ``~x.any()`` is the same logic, written as a reduction.
+    """
+    const = int(const)
+    return ~value.any() if const == 0 else value == const

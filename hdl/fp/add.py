@@ -18,15 +18,22 @@ class Fp32Add(wiring.Component):
 
     The FP32 decode is folded into the first :class:`AddRound` stage (it is a few gates).
 
+    Parameters
+    ----------
+    pipelined : bool
+        ``True`` (default): the four :class:`AddRound` stages, clock enable ``en``.  ``False``:
+        the same logic without registers (latency 0, no ``en``), for a parent that registers the
+        sum itself (the PSUM read-add-write, whose forwarding loop closes in one cycle).
+
     Attributes
     ----------
     latency : int
-        4 (that of :class:`AddRound`).
+        4 (that of :class:`AddRound`), or 0 when not ``pipelined``.
 
     Interface
     ---------
     en : In(1, init=1)
-        Clock enable of the pipeline.
+        Clock enable of the pipeline (only when ``pipelined``).
     i_a, i_b : In(32)
         FP32 encodings.
     o_result : Out(32)
@@ -35,9 +42,14 @@ class Fp32Add(wiring.Component):
 
     latency = AddRound.latency
 
-    def __init__(self):
+    def __init__(self, *, pipelined=True):
+        if not isinstance(pipelined, bool):
+            self._MustUse__silence = True
+            raise TypeError(f"Fp32Add pipelined must be a bool, not {pipelined!r}")
+        self.pipelined = pipelined
+        self.latency = AddRound.latency if pipelined else 0
         super().__init__({
-            "en": In(1, init=1),
+            **({"en": In(1, init=1)} if pipelined else {}),
             "i_a": In(32),
             "i_b": In(32),
             "o_result": Out(32),
@@ -48,8 +60,10 @@ class Fp32Add(wiring.Component):
         m.submodules.unpack_a = ua = Unpack(["fp32"])
         m.submodules.unpack_b = ub = Unpack(["fp32"])
         m.submodules.core = core = AddRound(ua.sig_width, ua.exp_range,
-                                            ub.sig_width, ub.exp_range)
-        m.d.comb += [ua.i_bits.eq(self.i_a), ub.i_bits.eq(self.i_b), core.en.eq(self.en)]
+                                            ub.sig_width, ub.exp_range, pipelined=self.pipelined)
+        m.d.comb += [ua.i_bits.eq(self.i_a), ub.i_bits.eq(self.i_b)]
+        if self.pipelined:
+            m.d.comb += core.en.eq(self.en)
         for op, u in (("a", ua), ("b", ub)):
             m.d.comb += [
                 getattr(core, f"i_{op}_sign").eq(u.o_sign),

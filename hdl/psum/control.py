@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from model.psum.isa import FIELDS, INSTR_BITS, Dtype, Error, Flag, Rounding
 
-from ._util import equals
+from hdl.common.bits import equals
 
 __all__ = ["WriteControl", "INSTR_LAYOUT", "check_logic"]
 

@@ -41,7 +41,7 @@ from model.fp.xorwow import Xorwow as ModelXorwow
 from model.psum.arbiter import PORTS
 from model.psum.isa import INSTR_BITS, Dtype, Geometry
 
-from ._util import equals
+from hdl.common.bits import equals
 from .arbiter import BankArbiter
 from .bank import BankMemory, blackbox_verilog
 from .control import WriteControl

@@ -4,12 +4,11 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.fp.add_round import AddRound
+from hdl.fp.add import Fp32Add
 from hdl.fp.convert import Fp32ToBf16
-from hdl.fp.unpack import Unpack
 from model.psum.isa import Dtype
 
-from ._util import equals
+from hdl.common.bits import equals
 
 __all__ = ["SlotUpdate"]
 
@@ -25,7 +24,7 @@ class SlotUpdate(wiring.Component):
     RAW16  ``value & 0xFFFF``             (illegal; never presented)
     ====== ============================== ====================================================
 
-    The add is a combinational :class:`~hdl.fp.add_round.AddRound` (``pipelined=False``) and the
+    The add is a combinational :class:`~hdl.fp.add.Fp32Add` (``pipelined=False``) and the
     BF16 rounding the combinational logic of :class:`~hdl.fp.convert.Fp32ToBf16`, whose output
     register is this unit's output register: the whole add+round is one cycle, so PSUM's
     forwarding loop (this register -> the next beat's operand -> this adder) closes every cycle.
@@ -67,27 +66,16 @@ class SlotUpdate(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.unpack_a = ua = Unpack(["fp32"])
-        m.submodules.unpack_b = ub = Unpack(["fp32"])
-        m.submodules.add = add = AddRound(ua.sig_width, ua.exp_range, ub.sig_width, ub.exp_range,
-                                          pipelined=False)
+        m.submodules.add = add = Fp32Add(pipelined=False)
         m.submodules.bf16 = bf16 = Fp32ToBf16()
         old_half = Mux(self.i_half, self.i_old[16:], self.i_old[:16])
         a = Signal(32, name="a")
         # A BF16 slot widens exactly to FP32 (its 16 bits in the upper half).
         m.d.comb += [
             a.eq(Mux(self.i_dtype == Dtype.BF16, Cat(Const(0, 16), old_half), self.i_old)),
-            ua.i_bits.eq(a),
-            ub.i_bits.eq(self.i_value),
+            add.i_a.eq(a),
+            add.i_b.eq(self.i_value),
         ]
-        for op, u in (("a", ua), ("b", ub)):
-            m.d.comb += [
-                getattr(add, f"i_{op}_sign").eq(u.o_sign),
-                getattr(add, f"i_{op}_exp").eq(u.o_exp),
-                getattr(add, f"i_{op}_sig").eq(u.o_sig),
-                getattr(add, f"i_{op}_inf").eq(u.o_inf),
-                getattr(add, f"i_{op}_nan").eq(u.o_nan),
-            ]
         x = Signal(32, name="x")            # the FP32 value to store or to round
         m.d.comb += [
             x.eq(Mux(self.i_overwrite, self.i_value, add.o_result)),

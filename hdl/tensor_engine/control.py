@@ -22,7 +22,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.common.bits import bits_for_range
+from hdl.common.bits import bits_for_range, equals
 from model.fp import encode, get_format
 from model.tensor_engine.isa import (FIELDS, MAX_N, MIN_MM_CYCLES, MODE_FORMATS, Error, Mode,
                                      Op)
@@ -37,11 +37,6 @@ INSTR_LAYOUT = data.StructLayout({name: width for name, width in FIELDS})
 
 #: Shape of ``o_error_code``.
 ERROR_SHAPE = bits_for_range(0, max(Error))
-
-
-def _eq0(value):
-    """``value == 0`` without the WIDTHTRUNC-ing ``!x`` Amaranth writes for multi-bit x."""
-    return ~value.any()
 
 
 def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
@@ -108,9 +103,9 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     bad_k = Signal(name="chk_k")
     bad_m = Signal(name="chk_m")
     bad_n = Signal(name="chk_n")
-    m.d.comb += [bad_k.eq(_eq0(ins.k) | (ins.k > tr)),
-                 bad_m.eq(_eq0(ins.m) | (ins.m > tc)),
-                 bad_n.eq((ins.op == Op.MM) & (_eq0(ins.n) | (ins.n > MAX_N)))]
+    m.d.comb += [bad_k.eq(equals(ins.k, 0) | (ins.k > tr)),
+                 bad_m.eq(equals(ins.m, 0) | (ins.m > tc)),
+                 bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | (ins.n > MAX_N)))]
     bad_nost = Signal(name="chk_no_stationary")
     m.d.comb += bad_nost.eq((ins.op == Op.MM) & ~st_valid)
     same = Signal(name="chk_same_as_ls")
@@ -233,20 +228,20 @@ class TensorControl(wiring.Component):
         rejected = Signal(name="rejected")
         m.d.comb += rejected.eq(code != Error.NONE)
         ii = Signal(range(5), name="ins_ii")
-        m.d.comb += ii.eq(Mux(_eq0(ins.mode), Mux(ins.transpose, 2, 4), 1))  # fp32
+        m.d.comb += ii.eq(Mux(equals(ins.mode, 0), Mux(ins.transpose, 2, 4), 1))  # fp32
 
         ls_free = Signal(name="ls_free")
         mm_free = Signal(name="mm_free")
-        m.d.comb += [ls_free.eq(_eq0(ls_beats) & _eq0(ls_phase)),
-                     mm_free.eq(_eq0(mm_slots) & _eq0(mm_phase))]
+        m.d.comb += [ls_free.eq(equals(ls_beats, 0) & equals(ls_phase, 0)),
+                     mm_free.eq(equals(mm_slots, 0) & equals(mm_phase, 0))]
         # LS: the loader is free and no moving beat reading the target bank is still to come.
         ls_can = Signal(name="ls_can_issue")
         m.d.comb += ls_can.eq(ls_free & ~(mm_beats.any() & (mm_bank == next_bank)))
         # MM: the sequencer is free and the LS has no beat after this cycle.
         ls_last_now = Signal(name="ls_last_beat_now")
-        m.d.comb += ls_last_now.eq((ls_beats == 1) & _eq0(ls_phase) & self.i_stat_valid)
+        m.d.comb += ls_last_now.eq((ls_beats == 1) & equals(ls_phase, 0) & self.i_stat_valid)
         mm_can = Signal(name="mm_can_issue")
-        m.d.comb += mm_can.eq(mm_free & (_eq0(ls_beats) | ls_last_now))
+        m.d.comb += mm_can.eq(mm_free & (equals(ls_beats, 0) | ls_last_now))
 
         take = Signal(name="instr_take")
         m.d.comb += take.eq(self.i_instr_valid & live & (
@@ -273,7 +268,7 @@ class TensorControl(wiring.Component):
             m.d.comb += [e_ls_beats.eq(ls_beats), e_ls_phase.eq(ls_phase), e_ls_ii.eq(ls_ii),
                          e_ls_bank.eq(ls_bank), e_ls_skip.eq(ls_skip)]
         ls_due = Signal(name="ls_due")
-        m.d.comb += ls_due.eq(e_ls_beats.any() & _eq0(e_ls_phase))
+        m.d.comb += ls_due.eq(e_ls_beats.any() & equals(e_ls_phase, 0))
         m.d.comb += self.o_stat_ready.eq(live & ls_due)
         ls_beat = Signal(name="ls_beat")
         m.d.comb += ls_beat.eq(live & ls_due & self.i_stat_valid)
@@ -320,7 +315,7 @@ class TensorControl(wiring.Component):
                          e_mm_bank.eq(mm_bank)]
         slot_start = Signal(name="mm_slot_start")
         mm_due = Signal(name="mm_due")
-        m.d.comb += [slot_start.eq(e_mm_slots.any() & _eq0(e_mm_phase)),
+        m.d.comb += [slot_start.eq(e_mm_slots.any() & equals(e_mm_phase, 0)),
                      mm_due.eq(slot_start & e_mm_beats.any())]
         m.d.comb += self.o_mov_ready.eq(live & mm_due)
         mm_beat = Signal(name="mm_beat")
@@ -410,10 +405,10 @@ class TensorControl(wiring.Component):
             inside = Signal(name=f"sel_in_r{r}")
             is_one = Signal(name=f"sel_one_r{r}")
             is_zero = Signal(name=f"sel_zero_r{r}")
-            lo_ok = (tag.row_lo <= r) if r else _eq0(tag.row_lo)
+            lo_ok = (tag.row_lo <= r) if r else equals(tag.row_lo, 0)
             m.d.comb += [inside.eq(lo_ok & (tag.row_hi > r)),
                          is_one.eq(inside & ((x & mask) == one)),
-                         is_zero.eq(_eq0(x & mag))]
+                         is_zero.eq(equals(x & mag, 0))]
             any_bad.append(inside & ~is_one & ~is_zero)
             ones.append(is_one)
         # At least one / at least two ones, as a tree.

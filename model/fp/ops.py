@@ -22,7 +22,7 @@ import numpy as np
 from .codec import QNAN, decode, round_to_format
 from .formats import format_of_dtype, get_format
 
-__all__ = ["two_sum", "exact_sum_round", "fp32_dot_add", "fp32_add", "fp32_to_bf16",
+__all__ = ["two_sum", "exact_sum_round", "fp32_dot_add", "fp32_add", "fp32_to_bf16", "check_rand",
            "fp32_to_fp16", "round_fp32", "MAX_SCALE_EXP"]
 
 #: Largest |scale_exp| accepted: keeps every scaled product a normal float64.
@@ -172,6 +172,20 @@ def round_fp32(values):
     return round_to_format(np.asarray(values, dtype=np.float64), _FP32).view(np.float32)
 
 
+def check_rand(rand, shape, what):
+    """``rand`` as an array of stochastic-rounding draws for operands of ``shape`` (named
+    ``what`` in messages): integers in [0, 65535], one per operand; ``ValueError`` otherwise."""
+    if rand is None:
+        raise ValueError(f"stochastic rounding needs rand (16-bit random values, same shape as "
+                         f"{what})")
+    r = np.asarray(rand)
+    if r.shape != tuple(shape):
+        raise ValueError(f"rand shape {r.shape} must equal {what} shape {tuple(shape)}")
+    if r.dtype.kind not in "iu" or (r.size and (int(r.min()) < 0 or int(r.max()) > 0xFFFF)):
+        raise ValueError("rand must hold integers in [0, 65535]")
+    return r
+
+
 def fp32_to_bf16(x, rounding="rne", rand=None):
     """Convert float32 to bfloat16.
 
@@ -196,13 +210,7 @@ def fp32_to_bf16(x, rounding="rne", rand=None):
         return round_to_format(wide, "bf16").view(ml_dtypes.bfloat16)
     if rounding != "sr":
         raise ValueError(f"unknown rounding {rounding!r}; allowed: 'rne', 'sr'")
-    if rand is None:
-        raise ValueError("stochastic rounding needs rand (16-bit random values, same shape as x)")
-    r = np.asarray(rand)
-    if r.shape != x.shape:
-        raise ValueError(f"rand shape {r.shape} must equal x shape {x.shape}")
-    if r.dtype.kind not in "iu" or (r.size and (int(r.min()) < 0 or int(r.max()) > 0xFFFF)):
-        raise ValueError("rand must hold integers in [0, 65535]")
+    r = check_rand(rand, x.shape, "x")
     bits = x.view(np.uint32).astype(np.uint64)
     sign = bits & 0x80000000
     mag = bits & 0x7FFFFFFF

@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from model.fp import Xorwow, fp32_add, fp32_to_bf16
+from model.fp.ops import check_rand
 
 from .isa import FIELDS, Dtype, Geometry, GroupState, Rounding, Write, check
 
@@ -113,13 +114,7 @@ def read_add_write(old, value, *, dtype, overwrite, rounding=Rounding.RNE, rand=
     v = _bits32(value, "value")
     r = None
     if rounding == Rounding.SR:
-        if rand is None:
-            raise ValueError("stochastic rounding needs rand (16-bit random values, one per slot)")
-        r = np.asarray(rand)
-        if r.shape != v.shape:
-            raise ValueError(f"rand shape {r.shape} must equal value shape {v.shape}")
-        if r.dtype.kind not in "iu" or (r.size and (int(r.min()) < 0 or int(r.max()) > 0xFFFF)):
-            raise ValueError("rand must hold integers in [0, 65535]")
+        r = check_rand(rand, v.shape, "value")
     if not overwrite:
         o = (_bits32 if dtype == Dtype.FP32 else _bits16)(old, "old")
         if o.shape != v.shape:
