@@ -5,11 +5,14 @@ the cocotb testbench that checks it against the golden model.  Groups name sets 
 ``(block, params)`` configurations that ``ncrtl lint`` and ``ncrtl conformance`` run together.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from ncrtl.hdl.tensor_engine import VERILATOR_CONFIG as TE_VERILATOR_CONFIG
+from ncrtl.model.modes import MODES, get_mode, operand_formats, operations
+
 __all__ = ["BlockError", "Param", "Block", "register", "get", "all_blocks", "GROUPS",
-           "DOT_ADD_MODES"]
+           "OPERAND_FORMATS", "TE_MODES", "CORE_MODES"]
 
 
 class BlockError(ValueError):
@@ -71,11 +74,11 @@ class Block:
     top : callable
         ``top(**params) -> str``: the Verilog module name of the top.
     testbench : str
-        cocotb test module checking the block (run by :mod:`testbench.conformance`).
-    synth_view : bool
-        The component has ``synth_verilog(top)``: the Verilog the synthesis check of ``ncrtl
-        lint`` reads instead of :meth:`verilog`'s (PSUM declares big bank memories as blackbox
-        SRAM macros).
+        cocotb test module checking the block (run by :mod:`ncrtl.testbench.conformance`).
+    sim_args : tuple of str
+        More Verilator arguments of the block's simulation build.
+    threads : callable or None
+        ``threads(**params) -> int``: Verilator threads of the simulation build (1 if None).
     """
 
     name: str
@@ -84,7 +87,6 @@ class Block:
     make: object
     top: object
     testbench: str = ""
-    notes: dict = field(default_factory=dict)
     sim_args: tuple = ()
     threads: object = None
 
@@ -93,7 +95,6 @@ class Block:
         ``--threads N`` when the block's ``threads(**params)`` asks for more than one."""
         n = self.threads(**params) if self.threads is not None else 1
         return tuple(self.sim_args) + (("--threads", str(n)) if n > 1 else ())
-    synth_view: bool = False
 
     def resolve(self, user):
         """Validate ``{name: text}`` from the command line; return the full parameter dict."""
@@ -114,24 +115,13 @@ class Block:
     def component(self, params):
         return self.make(**params)
 
-    def verilog(self, params):
-        """``(verilog_text, top_name)`` of the block for ``params``."""
-        from hdl.common.checks import emit_verilog
+    def verilog(self, params, *, synthesis=False):
+        """``(verilog_text, top_name)`` of the block for ``params``
+        (:func:`ncrtl.hdl.verilog.convert`; ``synthesis``: its synthesis view, SRAM macros as
+        blackboxes)."""
+        from ncrtl.hdl.verilog import convert
         top = self.top(**params)
-        comp = self.component(params)
-        # A block made of separately emitted cells (the PE array) writes its own Verilog: the
-        # cell module once, then the top that places it with Instance.
-        if callable(getattr(comp, "verilog", None)):
-            return comp.verilog(top), top
-        return emit_verilog(comp, top), top
-
-    def synth_verilog(self, params, text):
-        """The Verilog ``ncrtl lint`` synthesizes: ``text`` (from :meth:`verilog`), or the
-        block's own synthesis view (``synth_view``; PSUM: big bank memories as blackbox
-        SRAMs)."""
-        if self.synth_view:
-            return self.component(params).synth_verilog(self.top(**params))
-        return text
+        return convert(self.component(params), top, synthesis=synthesis), top
 
 
 _BLOCKS = {}
@@ -158,60 +148,45 @@ def all_blocks():
 
 # -- FP units ----------------------------------------------------------------------------------
 
-OPERAND_FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2",
-                   "fp8_e3m4", "fp4_e2m1fn")
-
-#: Fused dot-add configurations of the PE modes: (formats_a, formats_b, n_products, scale).
-DOT_ADD_MODES = {
-    "fp32": (("fp32",), ("fp32",), 1, False),
-    "tf32": (("tf32",), ("tf32",), 1, False),
-    "bf16": (("bf16",), ("bf16",), 1, False),
-    "fp16": (("fp16",), ("fp16",), 1, False),
-    "fp8": (("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4"),
-            ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4"), 1, False),
-    "double_row": (("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2"),
-                   ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2"), 2, False),
-    "mx": (("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn"),
-           ("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn"), 4, True),
-}
+#: Every operand format of some PE mode (the multiplier's format choices).
+OPERAND_FORMATS = operand_formats(MODES)
 
 _LANES = Param("lanes", int, 8, "parallel copies behind one stream (simulation throughput)",
                minimum=1, maximum=64)
 
 
 def _lanes(factory, lanes):
-    from hdl.common.stream import StreamLanes
+    from ncrtl.hdl.common.stream import StreamLanes
     return StreamLanes(factory, lanes)
 
 
 def _make_mul(fmt_a, fmt_b, lanes):
-    from hdl.fp.mul import ExactMul
+    from ncrtl.hdl.fp.mul import ExactMul
     return _lanes(lambda: ExactMul([fmt_a], [fmt_b]), lanes)
 
 
 def _make_dot_add(mode, lanes):
-    from hdl.fp.dot_add import FusedDotAdd
-    fa, fb, k, scale = DOT_ADD_MODES[mode]
-    return _lanes(lambda: FusedDotAdd(list(fa), list(fb), k, scale=scale), lanes)
+    from ncrtl.hdl.fp.dot_add import FusedDotAdd
+    return _lanes(lambda: FusedDotAdd.for_mode(get_mode(mode)), lanes)
 
 
 def _make_add(lanes):
-    from hdl.fp.add import Fp32Add
+    from ncrtl.hdl.fp.add import Fp32Add
     return _lanes(Fp32Add, lanes)
 
 
 def _make_bf16(lanes):
-    from hdl.fp.convert import Fp32ToBf16
+    from ncrtl.hdl.fp.convert import Fp32ToBf16
     return _lanes(Fp32ToBf16, lanes)
 
 
 def _make_fp16(lanes):
-    from hdl.fp.convert import Fp32ToFp16
+    from ncrtl.hdl.fp.convert import Fp32ToFp16
     return _lanes(Fp32ToFp16, lanes)
 
 
 def _make_xorwow(lanes):
-    from hdl.fp.xorwow import Xorwow
+    from ncrtl.hdl.fp.xorwow import Xorwow
     return _lanes(Xorwow, lanes)
 
 
@@ -220,32 +195,36 @@ register(Block(
     (Param("fmt_a", str, "fp8_e4m3", "format of operand a", OPERAND_FORMATS),
      Param("fmt_b", str, "fp8_e4m3", "format of operand b", OPERAND_FORMATS), _LANES),
     _make_mul, lambda fmt_a, fmt_b, lanes: f"fp_mul_{fmt_a}_{fmt_b}",
-    "testbench.fp.test_mul"))
+    "ncrtl.testbench.fp.test_mul"))
 register(Block(
     "fp.dot_add", "fused dot-product-add into FP32, one rounding (1, 2 or 4 products)",
-    (Param("mode", str, "bf16", "PE mode: operand formats, products per step, MX scale",
-           tuple(DOT_ADD_MODES)), _LANES),
-    _make_dot_add, lambda mode, lanes: f"fp_dot_add_{mode}", "testbench.fp.test_dot_add"))
+    (Param("mode", str, "bf16", "PE mode (the mode table): operand formats, products per step, "
+           "MX scale", tuple(m.name for m in MODES)), _LANES),
+    _make_dot_add, lambda mode, lanes: f"fp_dot_add_{mode}", "ncrtl.testbench.fp.test_dot_add"))
 register(Block("fp.add", "FP32 adder, one rounding", (_LANES,), _make_add,
-               lambda lanes: "fp_add", "testbench.fp.test_add"))
+               lambda lanes: "fp_add", "ncrtl.testbench.fp.test_add"))
 register(Block("fp.bf16", "FP32 -> BF16 converter, RNE or stochastic rounding", (_LANES,),
-               _make_bf16, lambda lanes: "fp_to_bf16", "testbench.fp.test_convert"))
+               _make_bf16, lambda lanes: "fp_to_bf16", "ncrtl.testbench.fp.test_convert"))
 register(Block("fp.fp16", "FP32 -> FP16 converter, RNE", (_LANES,), _make_fp16,
-               lambda lanes: "fp_to_fp16", "testbench.fp.test_convert"))
+               lambda lanes: "fp_to_fp16", "ncrtl.testbench.fp.test_convert"))
 register(Block("fp.xorwow", "XORWOW pseudo-random generator (stochastic-rounding bits)",
                (Param("lanes", int, 4, "independent generators behind one stream",
                       minimum=1, maximum=64),),
-               _make_xorwow, lambda lanes: "fp_xorwow", "testbench.fp.test_xorwow"))
+               _make_xorwow, lambda lanes: "fp_xorwow", "ncrtl.testbench.fp.test_xorwow"))
 
 # -- Tensor Engine ------------------------------------------------------------------------------
 
-TE_MODES = ("fp32", "tf32", "bf16", "fp16", "fp8", "double_row", "transpose_bf16", "transpose_fp8",
-            "transpose_fp32")
+#: Tensor Engine operations (a mode's matmul or transpose: ``ncrtl.model.modes.operations``).
+TE_MODES = operations()
+
+
+#: Verilator arguments of a Tensor Engine build: its tiles as hierarchical blocks.
+_TE_SIM_ARGS = ("--hierarchical", str(TE_VERILATOR_CONFIG))
 
 
 def _make_te(rows, cols, mode, max_n, block):
-    from hdl.tensor_engine.array import default_block
-    from hdl.tensor_engine.top import TensorEngine
+    from ncrtl.hdl.tensor_engine.array import default_block
+    from ncrtl.hdl.tensor_engine.top import TensorEngine
     if block and (rows % block or cols % block or 32 % block):
         raise BlockError(f"pe_array: parameter block={block} must divide rows={rows}, "
                          f"cols={cols} and the column tile granule 32")
@@ -274,16 +253,15 @@ register(Block(
      Param("block", int, 0, "PEs per side of the Verilog tile module (0: the default, 8 when "
            "it divides the array)", choices=(0, 1, 2, 4, 8, 16, 32))),
     _make_te, _te_top,
-    "testbench.tensor_engine.test_tensor_engine",
-    sim_args=("--hierarchical",
-              str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt")),
+    "ncrtl.testbench.tensor_engine.test_tensor_engine",
+    sim_args=_TE_SIM_ARGS,
     threads=_big_array_threads))
 
 # -- PSUM -----------------------------------------------------------------------------------------
 
 
 def _make_psum(partitions, banks, bank_bytes):
-    from hdl.psum.psum import Psum
+    from ncrtl.hdl.psum.psum import Psum
     return Psum(partitions, banks, bank_bytes, instance=True)
 
 
@@ -295,16 +273,17 @@ register(Block(
      Param("bank_bytes", int, 2048, "bytes per partition per bank",
            tuple(1 << k for k in range(3, 13)))),
     _make_psum, lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
-    "testbench.psum.test_psum", synth_view=True))
+    "ncrtl.testbench.psum.test_psum"))
 
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
-CORE_MODES = ("fp32", "bf16", "fp16", "fp8", "double_row", "transpose_bf16")
+#: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.
+CORE_MODES = operations(max_transpose_bits=16)
 
 
 def _make_core(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
-    from hdl.core.top import MatmulCore
-    from hdl.tensor_engine.array import default_block
+    from ncrtl.hdl.core.top import MatmulCore
+    from ncrtl.hdl.tensor_engine.array import default_block
     if block and (rows % block or cols % block or 32 % block):
         raise BlockError(f"core: parameter block={block} must divide rows={rows}, cols={cols} "
                          f"and the column tile granule 32")
@@ -342,9 +321,8 @@ register(Block(
      Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15),
      Param("block", int, 0, "PEs per side of the Verilog tile module (0: the default)",
            choices=(0, 1, 2, 4, 8, 16, 32))),
-    _make_core, _core_top, "testbench.core.test_core",
-    sim_args=("--hierarchical",
-              str(Path(__file__).resolve().parents[1] / "hdl" / "tensor_engine" / "verilator.vlt")),
+    _make_core, _core_top, "ncrtl.testbench.core.test_core",
+    sim_args=_TE_SIM_ARGS,
     threads=_big_array_threads))
 
 _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
@@ -353,7 +331,7 @@ _MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
 #: Named sets of configurations.
 GROUPS = {
     "fp": ([("fp.mul", {"fmt_a": a, "fmt_b": b}) for a, b in _MUL_PAIRS]
-           + [("fp.dot_add", {"mode": m}) for m in DOT_ADD_MODES]
+           + [("fp.dot_add", {"mode": m.name}) for m in MODES]
            + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]),
     "tensor_engine": [("pe_array", {"rows": r, "cols": c, "mode": m})
                  for m in TE_MODES for r, c in ((4, 4), (8, 8))],

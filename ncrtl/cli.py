@@ -76,12 +76,12 @@ def _expand(name, param_items, args=None):
 
 
 def _cmd_lint(args):
-    from hdl.common.checks import lint_verilog, synth_check
+    from ncrtl.testbench.lint import lint_verilog, synth_check
     failed = 0
     for block, params in _expand(args.block, args.param, args):
         text, top = block.verilog(params)
         lint = lint_verilog(text, top)
-        synth = synth_check(block.synth_verilog(params, text), top)
+        synth = synth_check(block.verilog(params, synthesis=True)[0], top)
         ok = lint.ok and synth.ok
         failed += not ok
         print(f"{block.label(params):44s} lint {'clean' if lint.ok else 'FAILED'}   "
@@ -94,7 +94,7 @@ def _cmd_lint(args):
 
 
 def _cmd_conformance(args):
-    from testbench.conformance import run_conformance
+    from ncrtl.testbench.conformance import run_conformance
     runs = _expand(args.block, args.param, args)
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
@@ -103,14 +103,14 @@ def _cmd_conformance(args):
 
 
 def _cmd_sim(args):
-    from testbench.tensor_engine.simulate import sim_matmul
+    from ncrtl.testbench.tensor_engine.simulate import sim_matmul
     if args.what != "matmul":
         raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
-    from ncrtl.blocks import TE_MODES
-    if args.dtype not in TE_MODES:
-        raise UsageError(f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(TE_MODES)}")
+    if args.dtype not in blocks.TE_MODES:
+        raise UsageError(f"--dtype {args.dtype!r} is not allowed; allowed: "
+                         f"{', '.join(blocks.TE_MODES)}")
     if args.psum is not None:
-        from testbench.core.simulate import sim_matmul_psum
+        from ncrtl.testbench.core.simulate import sim_matmul_psum
         if args.dtype not in blocks.CORE_MODES:
             raise UsageError(f"--dtype {args.dtype!r} is not allowed with --psum; allowed: "
                              f"{', '.join(blocks.CORE_MODES)}")
@@ -135,7 +135,7 @@ def _cmd_sim(args):
 
 
 def _cmd_bench(args):
-    from testbench.bench import run_bench
+    from ncrtl.testbench.bench import run_bench
     if not 0 <= args.psum_partitions <= 128:
         raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
     if args.psum_count < 1:
@@ -186,8 +186,9 @@ def build_parser():
     s.add_argument("what", help="matmul")
     s.add_argument("--rows", type=int, default=128)
     s.add_argument("--cols", type=int, default=128)
-    s.add_argument("--dtype", default="bf16", help="mode: fp32, tf32, bf16, fp16, fp8, double_row, "
-                   "transpose_bf16, transpose_fp8, transpose_fp32")
+    s.add_argument("--dtype", default="bf16", metavar="OPERATION",
+                   help=f"a mode's matmul or transpose (default bf16): "
+                   f"{', '.join(blocks.TE_MODES)}; with --psum: {', '.join(blocks.CORE_MODES)}")
     s.add_argument("--k", type=int, default=128)
     s.add_argument("--m", type=int, default=128)
     s.add_argument("--n", type=int, default=512)
@@ -202,8 +203,11 @@ def build_parser():
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
-    s.add_argument("--only", choices=("fp", "te", "psum"),
-                   help="run one section: the FP units, the Tensor Engine or PSUM")
+    s.add_argument("--only", choices=("pe", "fp", "te", "psum"),
+                   help="run one section: the PE in a C++ loop, the FP units, the Tensor Engine "
+                   "or PSUM")
+    s.add_argument("--pe-cycles", type=int, default=20000,
+                   help="tile cycles per operation of the PE measurement (default 20000)")
     s.add_argument("--psum-partitions", type=int, default=128,
                    help="PSUM partitions to measure, 8 banks x 2 KiB (0 skips it)")
     s.add_argument("--psum-count", type=int, default=1000,

@@ -10,10 +10,12 @@ import os
 import resource
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from ncrtl import blocks
+from ncrtl.model.modes import get_mode
 
 __all__ = ["run_bench", "BENCH_CONFIGS"]
 
@@ -50,7 +52,7 @@ def _fresh_build_dir():
 
 def _generate_and_build(block, params):
     """``(text, generation s, Build, peak build MiB)`` of a fresh build of ``block``."""
-    from testbench import sim
+    from ncrtl.testbench import sim
     t0 = time.perf_counter()
     text, top = block.verilog(params)
     gen = time.perf_counter() - t0
@@ -61,9 +63,10 @@ def _generate_and_build(block, params):
 
 def _golden_rate(mode, n=200_000):
     """Golden fused dot-add operations per second for a PE mode."""
-    from model.fp import fp32_dot_add, from_bits
-    from testbench.fp.vectors import random_codes
-    fa, fb, k, scale = blocks.DOT_ADD_MODES[mode]
+    from ncrtl.model.fp import fp32_dot_add, from_bits
+    from ncrtl.testbench.fp.vectors import random_codes
+    pe_mode = get_mode(mode)
+    fa, fb, k, scale = pe_mode.formats_s, pe_mode.formats_m, pe_mode.products, pe_mode.scale
     rng = np.random.default_rng(0)
     a = random_codes(rng, fa[0], n * k).reshape(n, k)
     b = random_codes(rng, fb[0], n * k).reshape(n, k)
@@ -78,6 +81,8 @@ def _golden_rate(mode, n=200_000):
 def run_bench(args):
     only = getattr(args, "only", None)
     ok = True
+    if only in (None, "pe"):
+        ok &= _bench_pe(getattr(args, "pe_cycles", 20000))
     if only in (None, "fp"):
         ok &= _bench_fp(args)
     if only in (None, "te") and args.te_size:
@@ -88,9 +93,35 @@ def run_bench(args):
     return 0 if ok else 1
 
 
+def _bench_pe(cycles, size=8, runs=5):
+    """ns per PE-cycle of one ``size x size`` tile in a C++ loop, per operation
+    (:mod:`ncrtl.testbench.tensor_engine.pe_loop`): the best of ``runs`` runs (the least
+    disturbed by the rest of the machine)."""
+    from ncrtl.testbench.tensor_engine.pe_loop import (OPERATIONS, build_tile_loop,
+                                                       run_tile_loop, tile_stimulus,
+                                                       write_stimulus)
+    with tempfile.TemporaryDirectory() as tmp:
+        binary, build_s = build_tile_loop(size, tmp)
+        print(f"\nPE: one {size} x {size} tile in a C++ loop (build {build_s:.1f} s), "
+              f"{cycles} cycles per operation, best of {runs} runs")
+        print(f"{'operation':18s}{'ns per PE-cycle':>17s}{'tile cycles/s':>15s}")
+        figures = []
+        for op in OPERATIONS:
+            path = Path(tmp) / f"{op}.stim"
+            write_stimulus(path, tile_stimulus(op, size, 1000), size)
+            best = min((run_tile_loop(binary, path, max(1, cycles // 1000))
+                        for _ in range(runs)), key=lambda r: r[1] / r[0])
+            n, ns = best
+            per = ns / (n * size * size)
+            figures.append(per)
+            print(f"{op:18s}{per:17.1f}{n / (ns / 1e9):15.0f}")
+        print(f"{'mean':18s}{sum(figures) / len(figures):17.1f}")
+    return True
+
+
 def _bench_fp(args):
-    from testbench import sim
-    from testbench.conformance import run_block
+    from ncrtl.testbench import sim
+    from ncrtl.testbench.conformance import run_block
     count = args.count
     rows = []
     with _fresh_build_dir():
@@ -127,16 +158,16 @@ def _bench_tensor_engine(size):
     """Generation, build and simulation of a ``size x size`` Tensor Engine running one bf16
     K = M = size, N = 512 matmul, and the golden model's time for the same tile."""
     import json
-    from model.tensor_engine.matmul import matmul
-    from testbench.conformance import run_block
-    from testbench.tensor_engine.program import _values
+    from ncrtl.model.tensor_engine.matmul import matmul
+    from ncrtl.testbench.conformance import run_block
+    from ncrtl.testbench.tensor_engine.program import _values
 
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
     with _fresh_build_dir():
         text, gen, built, rss = _generate_and_build(block, params)
         res = run_block(block, params, count=512, seed=1, stall=0.0,
-                        testbench="testbench.tensor_engine.test_sim",
+                        testbench="ncrtl.testbench.tensor_engine.test_sim",
                         extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512})})
     sim_s = max(res.seconds - res.build_seconds, 1e-9)
     rng = np.random.default_rng(0)
@@ -163,10 +194,10 @@ def _bench_tensor_engine(size):
 
 def _bench_psum(partitions, count):
     """PSUM of ``partitions`` x 8 banks x 2 KiB: generation, build, and the figures of its
-    conformance program (``testbench.psum.program``): latencies, beats per cycle without a
+    conformance program (``ncrtl.testbench.psum.program``): latencies, beats per cycle without a
     conflict and while hammering one address, the shares of the TE and the VE port fighting
     for one bank, simulation speed."""
-    from testbench.conformance import run_block
+    from ncrtl.testbench.conformance import run_block
 
     block = blocks.get("psum")
     params = block.resolve({"partitions": str(partitions)})

@@ -64,7 +64,7 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
               testbench=None, extra_env=None):
     """Build ``block`` with ``params`` and run its testbench (or the cocotb module
     ``testbench``) with ``extra_env``; return a :class:`BlockResult`."""
-    from testbench import sim
+    from ncrtl.testbench import sim
     label = block.label(params)
     t0 = time.perf_counter()
     try:

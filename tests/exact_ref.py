@@ -1,4 +1,4 @@
-"""Exact rational reference for the numeric contract, written independently of ``model.fp``.
+"""Exact rational reference for the numeric contract, written independently of ``ncrtl.model.fp``.
 
 Everything here is Python ``Fraction`` / ``int`` arithmetic on one element at a time: slow, but
 with no floating point anywhere, so it can judge the vectorised golden model.
@@ -124,7 +124,7 @@ class NegZero(Fraction):
 
 def exact_operand(bits, fmt):
     """Exact operand value of one encoding of a model format (with -0 preserved)."""
-    from model.fp.formats import get_format
+    from ncrtl.model.fp.formats import get_format
     f = get_format(fmt)
     v = value_of_bits(int(bits), f.exp_bits, f.man_bits, f.bias,
                       special=f.special if f.special in ("ieee", "fn") else "none",

@@ -1,16 +1,16 @@
-"""Amaranth-simulator driver of :class:`hdl.psum.psum.Psum` for the unit tests.
+"""Amaranth-simulator driver of :class:`ncrtl.hdl.psum.psum.Psum` for the unit tests.
 
-:func:`run_phases` streams program phases (``testbench.psum.program``) into the RTL with the same
+:func:`run_phases` streams program phases (``ncrtl.testbench.psum.program``) into the RTL with the same
 stall / backpressure rules as the cocotb testbench and feeds every cycle to the same
-:class:`~testbench.psum.replay.Replay`.
+:class:`~ncrtl.testbench.psum.replay.Replay`.
 """
 
 import numpy as np
 from amaranth.sim import Simulator
 
-from model.psum.isa import encode
-from testbench.psum.program import req_word, seed_word
-from testbench.psum.replay import ENGINES, Latencies, Replay, Sample
+from ncrtl.model.psum.isa import encode
+from ncrtl.testbench.psum.program import req_word, seed_word
+from ncrtl.testbench.psum.replay import ENGINES, Latencies, Replay, Sample
 
 __all__ = ["run_phases", "lanes", "unlanes"]
 

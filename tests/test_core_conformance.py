@@ -1,5 +1,5 @@
 """The matmul path (Tensor Engine -> PSUM) through cocotb on Verilator, against
-``model.core.nc_matmul`` into ``model.psum``: a contraction done as several matmuls accumulated in
+``ncrtl.model.core.nc_matmul`` into ``ncrtl.model.psum``: a contraction done as several matmuls accumulated in
 one PSUM group, read back bit for bit.
 
 The ``core`` group (8 x 8 engine, K = 32 as four matmuls, FP32 and BF16 PSUM with RNE and SR,
@@ -11,7 +11,7 @@ suite.
 import pytest
 
 from ncrtl import blocks
-from testbench.conformance import run_block
+from ncrtl.testbench.conformance import run_block
 
 CONFIGS = [p for _, p in blocks.GROUPS["core"]]
 

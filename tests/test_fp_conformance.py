@@ -7,9 +7,9 @@ FP8/FP4) plus 1e5 random vectors here, 1e6 in the slow suite.
 
 import pytest
 
-from model.fp import get_format
+from ncrtl.model.fp import get_format
 from ncrtl import blocks
-from testbench.conformance import run_block
+from ncrtl.testbench.conformance import run_block
 
 CONFIGS = [(b, p) for b, p in blocks.GROUPS["fp"]]
 

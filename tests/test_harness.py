@@ -1,7 +1,7 @@
-"""Tests of the cocotb/Verilator harness: testbench.sim, testbench.stream, testbench.scoreboard.
+"""Tests of the cocotb/Verilator harness: ncrtl.testbench.sim, ncrtl.testbench.stream, ncrtl.testbench.scoreboard.
 
-The ``sim``-marked tests build :class:`testbench.selftest.dut.StreamIncrement` (cached under
-``build/sim``) and run :mod:`testbench.selftest.test_stream` in Verilator.  With ``WAVES=1`` the
+The ``sim``-marked tests build :class:`ncrtl.testbench.selftest.dut.StreamIncrement` (cached under
+``build/sim``) and run :mod:`ncrtl.testbench.selftest.test_stream` in Verilator.  With ``WAVES=1`` the
 shared build is traced and every run must leave an FST file.
 """
 
@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 
-from testbench import sim
-from testbench.scoreboard import Scoreboard, write_counters
-from testbench.stream import pack_lanes, unpack_lanes
+from ncrtl.testbench import sim
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+from ncrtl.testbench.stream import pack_lanes, unpack_lanes
 
-SELFTEST = "testbench.selftest.test_stream"
+SELFTEST = "ncrtl.testbench.selftest.test_stream"
 TOP = "selftest_stream"
 
 
@@ -26,7 +26,7 @@ TOP = "selftest_stream"
 
 
 def _design(kind):
-    from testbench.selftest.dut import StreamIncrement, StreamPipeline
+    from ncrtl.testbench.selftest.dut import StreamIncrement, StreamPipeline
 
     return {"fifo": (StreamIncrement, TOP), "pipe": (StreamPipeline, "selftest_pipe")}[kind]
 
@@ -126,14 +126,14 @@ def test_no_matching_testcase_is_a_failure(selftest_build):
 
 @pytest.mark.sim
 def test_unimportable_module_is_a_failure(selftest_build):
-    r = selftest_build.run("testbench.selftest.no_such_module")
+    r = selftest_build.run("ncrtl.testbench.selftest.no_such_module")
     assert not r.passed and r.returncode != 0
     assert "did not import" in r.message
 
 
 @pytest.mark.sim
 def test_build_cache_hit(selftest_build):
-    from testbench.selftest.dut import StreamIncrement
+    from ncrtl.testbench.selftest.dut import StreamIncrement
 
     again = sim.build(StreamIncrement(), TOP, waves=selftest_build.waves)
     assert again.cached and again.directory == selftest_build.directory
@@ -142,7 +142,7 @@ def test_build_cache_hit(selftest_build):
 
 
 def test_cache_key():
-    from testbench.selftest.dut import StreamIncrement
+    from ncrtl.testbench.selftest.dut import StreamIncrement
 
     base = sim._plan(StreamIncrement(), TOP, waves=False)
     assert base.name == sim._plan(StreamIncrement(), TOP, waves=False).name  # stable text
@@ -159,7 +159,7 @@ def test_cache_key():
 
 @pytest.mark.sim
 def test_waves_fst(tmp_path):
-    from testbench.selftest.dut import StreamIncrement
+    from ncrtl.testbench.selftest.dut import StreamIncrement
 
     b = sim.build(StreamIncrement(), TOP, waves=True)
     assert b.waves and b.directory.name != sim.build(StreamIncrement(), TOP, waves=False).directory.name
@@ -187,9 +187,10 @@ def test_find_verilator():
 
 
 def test_control_file_lists_top_ports_only():
-    from testbench.selftest.dut import StreamIncrement
+    from ncrtl.hdl.verilog import convert
+    from ncrtl.testbench.selftest.dut import StreamIncrement
 
-    text = sim.to_verilog(StreamIncrement(), "dut_top")
+    text = convert(StreamIncrement(), "dut_top")
     assert "module dut_top" in text
     ports = set(sim._top_ports(text, "dut_top"))
     assert ports == {"clk", "rst", "i_valid", "i_ready", "i_data", "o_valid", "o_ready", "o_data"}
@@ -214,7 +215,7 @@ def test_build_argument_validation():
     with pytest.raises(TypeError, match=r"^Extra args must be an iterable of arguments"):
         sim.build("module x; endmodule", "x", extra_args="--foo")
     with pytest.raises(TypeError, match=r"^Design must be an amaranth.lib.wiring.Component"):
-        sim.to_verilog(object(), "x")
+        sim.build(object(), "x")
 
 
 # --------------------------------------------------------------------------------------------

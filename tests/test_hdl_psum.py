@@ -1,10 +1,10 @@
 """Amaranth-simulator tests of the PSUM RTL (``hdl/psum``).
 
 * Constructor validation (exact messages) and the documented latencies.
-* :class:`~hdl.psum.arbiter.BankArbiter` against :class:`model.psum.Arbiter`, cycle by cycle.
-* :class:`~hdl.psum.update.SlotUpdate` against :func:`model.psum.read_add_write` on corner and
+* :class:`~ncrtl.hdl.psum.arbiter.BankArbiter` against :class:`ncrtl.model.psum.Arbiter`, cycle by cycle.
+* :class:`~ncrtl.hdl.psum.update.SlotUpdate` against :func:`ncrtl.model.psum.read_add_write` on corner and
   random values, every dtype, overwrite and accumulate, RNE and SR, both halves.
-* The whole :class:`~hdl.psum.psum.Psum` through ``tests.psum_sim`` (the testbench's replay
+* The whole :class:`~ncrtl.hdl.psum.psum.Psum` through ``tests.psum_sim`` (the testbench's replay
   scoreboard): one address hammered by N = 1 accumulations every cycle (full rate, nothing
   lost), both halves of one word hammered with engine writes and reads of that word in between,
   every error code, response backpressure, SR from the reset generator states, a short random
@@ -18,15 +18,16 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hdl.common.checks import lint_verilog, synth_check
-from hdl.fp.xorwow import Xorwow
-from hdl.psum.arbiter import BankArbiter
-from hdl.psum.bank import BankMemory
-from hdl.psum.psum import SLOT_MODULE, Psum, bank_module
-from hdl.psum.update import SlotUpdate
-from model.psum import Arbiter, read_add_write
-from model.psum.isa import Dtype, Error, Flag, Geometry, Rounding, Write
-from testbench.psum.program import (CORNERS, EngineReq, Phase, beat_values, random_program)
+from ncrtl.hdl.fp.xorwow import Xorwow
+from ncrtl.hdl.psum.arbiter import BankArbiter
+from ncrtl.hdl.psum.bank import BankMemory
+from ncrtl.hdl.psum.psum import SLOT_MODULE, Psum, bank_module
+from ncrtl.hdl.psum.update import SlotUpdate
+from ncrtl.hdl.verilog import convert
+from ncrtl.testbench.lint import lint_verilog, synth_check
+from ncrtl.model.psum import Arbiter, read_add_write
+from ncrtl.model.psum.isa import Dtype, Error, Flag, Geometry, Rounding, Write
+from ncrtl.testbench.psum.program import (CORNERS, EngineReq, Phase, beat_values, random_program)
 from tests.psum_sim import run_phases
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -240,7 +241,7 @@ def test_every_error_code():
     """An illegal write of every rule (and random multi-rule words), their beats drained, legal
     writes around them unaffected; bad engine requests flagged with code 1 or 2 (a bad read still
     answers zeros)."""
-    from testbench.psum.program import _Planner
+    from ncrtl.testbench.psum.program import _Planner
     rng = np.random.default_rng(3)
     g = Geometry(4, 4, 64)
     pl = _Planner(rng, g)
@@ -315,41 +316,35 @@ def test_verilog_small_lint_and_synth():
     """4 x 4 x 64 B lint-clean; 2 x 2 x 16 B (the same logic, fewer copies) synthesizes without
     a latch."""
     top = "psum_4x4x64"
-    text = Psum(4, 4, 64, instance=True).verilog(top)
+    text = convert(Psum(4, 4, 64, instance=True), top)
     assert text.count(f"module {SLOT_MODULE}(") == 1
     assert text.count(f"module {bank_module(4, 16)}(") == 1
     lint_verilog(text, top).check()
     top = "psum_2x2x16"
-    synth_check(Psum(2, 2, 16, instance=True).verilog(top), top).check()
+    synth_check(convert(Psum(2, 2, 16, instance=True), top, synthesis=True), top).check()
 
 
 @pytest.mark.parametrize("geometry", [(1, 1, 8), (3, 16, 8), (8, 8, 128)],
                          ids=lambda g: "x".join(map(str, g)))
 def test_verilog_lint_geometries(geometry):
     top = "psum_t"
-    lint_verilog(Psum(*geometry, instance=True).verilog(top), top).check()
+    lint_verilog(convert(Psum(*geometry, instance=True), top), top).check()
 
 
 def test_synth_view_blackboxes_big_banks():
     """``ncrtl lint`` synthesizes big banks as blackbox SRAM macros, small ones for real."""
-    big = Psum(16, 8, 2048, instance=True).synth_verilog("t")
+    big = convert(Psum(16, 8, 2048, instance=True), "t", synthesis=True)
     assert "(* blackbox *)\nmodule psum_bank_512x512(" in big
-    small = Psum(4, 4, 64, instance=True).synth_verilog("t")
+    assert "blackbox" not in convert(Psum(16, 8, 2048, instance=True), "t")
+    small = convert(Psum(4, 4, 64, instance=True), "t", synthesis=True)
     assert "blackbox" not in small and "module psum_bank_128x16(" in small
-
-
-def test_verilog_needs_instance():
-    p = Psum(4, 4, 64)
-    p._MustUse__silence = True
-    with pytest.raises(ValueError, match="needs a Psum with instance=True"):
-        p.verilog()
 
 
 @pytest.mark.slow
 def test_verilog_full_size():
     """128 x 8 x 2 KiB: one slot module, one bank module, lint-clean."""
     top = "psum_128x8x2048"
-    text = Psum(instance=True).verilog(top)
+    text = convert(Psum(instance=True), top)
     assert text.count(f"module {SLOT_MODULE}(") == 1
     assert text.count(f"module {bank_module(128, 512)}(") == 1
     assert len(re.findall(rf"^\s*{SLOT_MODULE} ", text, re.M)) == 128

@@ -1,11 +1,11 @@
 """Amaranth-simulator tests of the Tensor Engine RTL (``hdl/tensor_engine``).
 
 * One PE in every mode (fp32, tf32, bf16, fp16, fp8 x 16 format pairs, double_row x 9, first-row
-  psum cut, bubbles, transpose words) against ``model.fp.fp32_dot_add``.
+  psum cut, bubbles, transpose words) against ``ncrtl.model.fp.fp32_dot_add``.
 * The systolic array alone: LS + MM bf16 4x4 against a chain computed with ``fp32_dot_add``.
 * The whole engine on tiny arrays: random LS / MM programs in every mode (values against
-  ``model.tensor_engine.matmul``, every output and error cycle against
-  ``model.tensor_engine.timing``), input stalls and output backpressure, illegal instructions
+  ``ncrtl.model.tensor_engine.matmul``, every output and error cycle against
+  ``ncrtl.model.tensor_engine.timing``), input stalls and output backpressure, illegal instructions
   (codes of ``isa.check``, engine usable afterwards), transpose NaN payloads and selection errors,
   row and column tiling (with a small ``tile_unit``), the hardware ``isa.check`` against the golden
   on random instruction words of a 128 x 128 engine.
@@ -23,16 +23,20 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hdl.common.checks import lint_verilog, synth_check
-from hdl.tensor_engine.array import (PE_MODULE, TILE_MODULE, SystolicArray, beat_tag_layout,
-                                     pe_blackbox_verilog, pe_verilog)
-from hdl.tensor_engine.control import INSTR_LAYOUT, LS_DESC_LAYOUT, check_logic
-from hdl.tensor_engine.pe import LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
-from hdl.tensor_engine.top import TensorEngine
-from model.fp import encode, fp32_dot_add, get_format
-from model.tensor_engine import isa, timing
-from model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
-from model.tensor_engine.matmul import matmul
+from ncrtl.hdl.tensor_engine.array import PE_MODULE, TILE_MODULE, SystolicArray, beat_tag_layout
+from ncrtl.hdl.tensor_engine.pe import PE
+from ncrtl.hdl.verilog import convert, flat_module
+from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT, LS_DESC_LAYOUT, check_logic
+from ncrtl.hdl.tensor_engine.pe import (LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT, decode_tag,
+                                        tag_fields)
+from ncrtl.model.modes import (ENGINE_MODES, MODES, get_mode, mode_by_code, operation,
+                               operations)
+from ncrtl.hdl.tensor_engine.top import TensorEngine
+from ncrtl.testbench.lint import lint_verilog, synth_check
+from ncrtl.model.fp import encode, fp32_dot_add, get_format
+from ncrtl.model.tensor_engine import isa, timing
+from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
+from ncrtl.model.tensor_engine.matmul import matmul
 from tests.test_hdl_fp import FP32_CORNERS, corner_codes, golden_dot_add, random_codes
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -59,6 +63,16 @@ def unlanes(value, n):
 
 # -- one PE -------------------------------------------------------------------------------------
 
+def beat_tag(tag, bank):
+    """The PE tag fields of a beat given as ``mode``, ``fmt_s``, ``fmt_m``, ``transpose``,
+    ``first_row`` (and ``valid=0`` for a bubble), through the mode table's decode."""
+    if not tag.get("valid", 1):
+        return {"valid": 0}
+    return tag_fields(mode_by_code(tag["mode"]), tag.get("fmt_s", 0), tag.get("fmt_m", 0),
+                      bool(tag.get("transpose", 0)), valid=1, bank=bank,
+                      first_row=bool(tag.get("first_row", 0)))
+
+
 def run_pe(beats):
     """Stream ``beats`` (dicts: ``s``, ``x``, ``psum`` words, ``tag`` fields) through one PE, one
     per cycle, each with its own stationary word (alternating banks; the LS beat shares the
@@ -76,9 +90,7 @@ def run_pe(beats):
                 ctx.set(dut.i_ls, b["s"])
                 ctx.set(dut.i_ls_ctl.as_value(), pack(LS_CTL_LAYOUT, valid=1, bank=i % 2))
                 ctx.set(dut.i_x, b["x"])
-                tag = dict(valid=1, bank=i % 2)
-                tag.update(b["tag"])
-                ctx.set(dut.i_tag.as_value(), pack(TAG_LAYOUT, **tag))
+                ctx.set(dut.i_tag.as_value(), pack(TAG_LAYOUT, **beat_tag(b["tag"], i % 2)))
             else:
                 ctx.set(dut.i_ls_ctl.as_value(), 0)
                 ctx.set(dut.i_tag.as_value(), 0)
@@ -159,7 +171,7 @@ def test_pe_transpose_words():
     ] + [(Mode.FP8, j, 0xFFFFFF7F, int(encode([1.0], f)[0]), 0x80)
          for j, f in enumerate(FP8_FORMATS)]
     for mode, fmt, s, one, other in cases:
-        width = get_format(isa.MODE_FORMATS[mode][fmt]).container_bits
+        width = get_format(mode_by_code(mode).formats_s[fmt]).container_bits
         raw = s & ((1 << width) - 1)
         for x, first, psum, w in ((one, 0, 0x1111, raw), (one, 1, 0x1111, raw),
                                   (other, 0, 0x7FC1, 0x7FC1), (other, 1, 0x7FC1, 0),
@@ -171,10 +183,41 @@ def test_pe_transpose_words():
     assert [hex(g) for g in got] == [hex(w) for w in want]
 
 
-def test_pe_constructor_and_latency():
-    assert P_PREFIX == timing.P_PREFIX
-    with pytest.raises(ValueError, match=r"^PE lanes must be 2"):
-        PE(lanes=4)
+def test_pe_latency_and_tag_decode():
+    """The PE's pipeline is the timing model's; the hardware tag decode (the control's) gives
+    the mode table's tag fields (:func:`tag_fields`) for every mode and format index."""
+    pe = PE()
+    pe._MustUse__silence = True
+    assert P_PREFIX is timing.P_PREFIX and pe.latency == P_PREFIX + 1
+    dut = _DecodeUnit()
+    cases = [(md, fs, fm, tr) for md in ENGINE_MODES for fs in range(len(md.formats_s))
+             for fm in range(len(md.formats_m)) for tr in ((False, True) if md.transposes
+                                                           else (False,))]
+
+    async def bench(ctx):
+        for md, fs, fm, tr in cases:
+            ctx.set(dut.i_mode, md.code)
+            ctx.set(dut.i_fmt_s, fs)
+            ctx.set(dut.i_fmt_m, fm)
+            ctx.set(dut.i_transpose, tr)
+            want = tag_fields(md, fs, fm, tr, valid=False)
+            assert ctx.get(dut.o_tag.as_value()) == pack(TAG_LAYOUT, **want), (md.name, fs, fm)
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+class _DecodeUnit(wiring.Component):
+    def __init__(self):
+        super().__init__({"i_mode": In(3), "i_fmt_s": In(2), "i_fmt_m": In(2),
+                          "i_transpose": In(1), "o_tag": Out(TAG_LAYOUT)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.o_tag.eq(decode_tag(m, self.i_mode, self.i_fmt_s, self.i_fmt_m,
+                                             self.i_transpose, valid=0, bank=0, first_row=0))
+        return m
 
 
 # -- the array alone ----------------------------------------------------------------------------
@@ -208,8 +251,8 @@ def test_array_ls_mm_bf16_chain():
             ctx.set(arr.i_ls, lanes(S[:, M - 1 - cyc]) if ls else 0)
             ctx.set(arr.i_ls_ctl.as_value(), pack(LS_CTL_LAYOUT, valid=ls, bank=1))
             ctx.set(arr.i_x, lanes(X[:, cyc - start]) if mv else 0)
-            ctx.set(arr.i_tag.as_value(), pack(tl, valid=mv, bank=1, mode=Mode.BF16,
-                                               row_lo=0, row_hi=K))
+            pe = pack(TAG_LAYOUT, **tag_fields(get_mode("bf16"), 0, 0, False, valid=mv, bank=1))
+            ctx.set(arr.i_tag.as_value(), pack(tl, pe=pe, row_lo=0, row_hi=K))
             await ctx.tick()
             j = cyc + 1 - start - arr.latency
             if 0 <= j < N:
@@ -304,25 +347,18 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     return results
 
 
-def tile_beats(ins, tile, rows, double_row=False):
-    """Beats of an instruction's data ``[K, X]`` (``[K, 2, X]`` double_row): lane ``tile_row + k``
-    of beat ``x`` holds element ``k``; LS beats go columns M-1 first."""
+def tile_beats(ins, tile, rows):
+    """Beats of an instruction's data ``[K, X]`` (``[K, P, X]`` with ``P`` products per step,
+    value ``j`` in bits ``[8j, 8j+8)``): lane ``tile_row + k`` of beat ``x`` holds element
+    ``k``; LS beats go columns M-1 first."""
     t = np.asarray(tile).astype(np.int64)
-    if double_row:
-        t = t[:, 0, :] | (t[:, 1, :] << 8)
+    if t.ndim == 3:
+        t = sum(t[:, j, :] << (8 * j) for j in range(t.shape[1]))
     beats = np.zeros((t.shape[1], rows), dtype=np.int64)
     beats[:, ins.tile_row:ins.tile_row + t.shape[0]] = t.T
     if ins.op == Op.LS:
         beats = beats[::-1]
     return [list(b) for b in beats]
-
-
-MODE_CASES = {  # name: (mode, transpose)
-    "fp32": (Mode.FP32, False), "tf32": (Mode.TF32, False), "bf16": (Mode.BF16, False),
-    "fp16": (Mode.FP16, False), "fp8": (Mode.FP8, False), "double_row": (Mode.DOUBLE_ROW, False),
-    "transpose_fp32": (Mode.FP32, True), "transpose_bf16": (Mode.BF16, True),
-    "transpose_fp8": (Mode.FP8, True),
-}
 
 
 def _codes(rng, fmt, shape):
@@ -358,9 +394,9 @@ def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True,
     Returns ``(program, expected)``: program as for :func:`run_engine`, expected the golden
     ``[M, N]`` result bits and column offset of every accepted MM, in order.
     """
-    mode, transpose = MODE_CASES[name]
-    names = isa.MODE_FORMATS[mode]
-    dr = mode == Mode.DOUBLE_ROW
+    pe_mode, transpose = operation(name)
+    mode, names = pe_mode.code, pe_mode.formats_s
+    shape = lambda k, x: (k, pe_mode.products, x) if pe_mode.products > 1 else (k, x)  # noqa
     program, expected = [], []
     for g in range(groups):
         r0, tr, c0, tc = tiles[g % len(tiles)]
@@ -368,19 +404,19 @@ def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True,
         k = int(rng.integers(1, (tr or rows) + 1))
         m = int(rng.integers(1, (tc or cols) + 1))
         fs = int(rng.integers(0, len(names)))
-        fm = int(rng.integers(0, len(names))) if mode in (Mode.FP8, Mode.DOUBLE_ROW) else fs
+        fm = int(rng.integers(0, len(names))) if len(names) > 1 else fs
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
-        s = _codes(rng, names[fs], (k, 2, m) if dr else (k, m))
-        program.append((ls, tile_beats(ls, s, rows, dr)))
+        s = _codes(rng, names[fs], shape(k, m))
+        program.append((ls, tile_beats(ls, s, rows)))
         for _ in range(mms or int(rng.integers(1, 3))):
             n = int(rng.integers(1, max_n + 1))
             mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm,
                              transpose=transpose, **tile)
             x = (_selection(rng, k, n, names[fm]) if transpose
-                 else _codes(rng, names[fm], (k, 2, n) if dr else (k, n)))
-            program.append((mm, tile_beats(mm, x, rows, dr)))
+                 else _codes(rng, names[fm], shape(k, n)))
+            program.append((mm, tile_beats(mm, x, rows)))
             res = matmul(_as_dtype(s, names[fs]), _as_dtype(x, names[fm]),
-                         perf_mode="double_row" if dr else None, is_transpose=transpose,
+                         perf_mode=pe_mode.perf_mode, is_transpose=transpose,
                          rows=rows, cols=cols, stationary_format=names[fs],
                          moving_format=names[fm],
                          tile_position=(r0, c0) if (tr or tc) else None,
@@ -444,7 +480,7 @@ def _illegal_program(rng, R):
         Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5),             # NO_STATIONARY
         replace_ins(ls, fmt_s=1),                                 # FORMAT
         Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, fmt_s=3),   # FORMAT (e3m4)
-        Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, transpose=True),  # DOUBLE_ROW_COMBO
+        Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, transpose=True),  # MODE_COMBO
         replace_ins(ls, tile_rows=2),                             # TILE
         replace_ins(ls, tile_row=1),                              # TILE
         replace_ins(ls, k=5), replace_ins(ls, k=0),               # K_RANGE
@@ -500,7 +536,7 @@ def engine4_runs():
     R = 4
     te = TensorEngine(R, R, instance=False)
     runs = {}
-    for name in MODE_CASES:
+    for name in operations():
         rng = np.random.default_rng(sum(map(ord, name)))
         runs[name] = make_program(rng, R, R, name)
     ill_prog, ill_exp, ill_codes = _illegal_program(np.random.default_rng(9), R)
@@ -513,7 +549,7 @@ def engine4_runs():
     return out
 
 
-@pytest.mark.parametrize("name", list(MODE_CASES))
+@pytest.mark.parametrize("name", operations())
 def test_engine_program_values_and_timing(engine4_runs, name):
     te, program, expected, ev = engine4_runs[name]
     check_engine_run(te, program, expected, ev, timed=True)
@@ -562,8 +598,10 @@ def test_row_and_column_tiles(monkeypatch):
     """Tiling on a 4x4 engine with tile_unit=1 (tile sizes 1 and 2, isa rules scaled alike):
     row tiles cut the psum chain at the tile's first row, column tiles load and emit at their
     columns; values equal the whole-array matmul, timing the model's."""
-    monkeypatch.setattr(isa, "_ROW_TILES", (1, 2))
-    monkeypatch.setattr(isa, "_COL_TILES", (1, 2))
+    from dataclasses import replace
+    scaled = {m.code: replace(m, row_tiles=tuple(s // 32 for s in m.row_tiles),
+                              col_tiles=tuple(s // 32 for s in m.col_tiles)) for m in MODES}
+    monkeypatch.setattr(isa, "mode_by_code", lambda code: scaled.get(int(code)))
     te = TensorEngine(4, 4, instance=False, tile_unit=1)
     rng = np.random.default_rng(21)
     tiles = ((2, 2, 0, 0), (3, 1, 0, 0), (0, 0, 2, 2), (0, 0, 1, 1), (0, 0, 3, 1), (1, 1, 0, 0))
@@ -586,8 +624,8 @@ class _CheckUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        code, _, _ = check_logic(m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid,
-                                 self.i_st)
+        code, _, _, _ = check_logic(m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid,
+                                    self.i_st)
         m.d.comb += self.o_code.eq(code)
         return m
 
@@ -661,8 +699,7 @@ def test_hardware_check_equals_isa_check():
 
 @pytest.mark.sim
 def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
-    te = TensorEngine(4, 4)
-    text = te.verilog("te_4x4")
+    text = convert(TensorEngine(4, 4), "te_4x4")
     assert re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M) == [
         f"module {PE_MODULE}(i_x, i_tag, i_ls, i_ls_ctl, i_psum, clk, rst, o_x, o_tag, o_ls, "
         f"o_ls_ctl, o_psum, en);"]                                         # one flat module
@@ -671,18 +708,18 @@ def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
     assert lint.ok, lint.log[:4000]
     # Latch-free: the PE on its own, then the top around PE black boxes (the same text
     # otherwise; synthesizing 16 PEs would take minutes).
-    pe = pe_verilog()
+    pe = flat_module(PE(), PE_MODULE)
     assert text.startswith(pe)
     synth = synth_check(pe, PE_MODULE)
     assert synth.ok, synth.log[-4000:]
-    synth = synth_check(pe_blackbox_verilog() + text[len(pe):], "te_4x4")
+    synth = synth_check(convert(TensorEngine(4, 4), "te_4x4", blackbox=[PE_MODULE]), "te_4x4")
     assert synth.ok, synth.log[-4000:]
     assert re.search(rf"\b16 +{PE_MODULE}\b", synth.log) or "yosys" != synth.tool
 
 
 @pytest.mark.slow
 def test_verilog_128x128_one_pe_module():
-    text = TensorEngine(128, 128).verilog("te_128x128")
+    text = convert(TensorEngine(128, 128), "te_128x128")
     pe_modules = re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M)
     assert len(pe_modules) == 1 and pe_modules[0].startswith(f"module {PE_MODULE}(")
     # 16 x 16 tiles of 8 x 8 PEs: 64 PE instances in the one tile module, 256 tile instances.

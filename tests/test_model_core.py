@@ -1,15 +1,15 @@
-"""``model.core``: Tensor Engine matmuls written into PSUM, checked against the composition of
+"""``ncrtl.model.core``: Tensor Engine matmuls written into PSUM, checked against the composition of
 the two proven goldens done by hand (chunk results folded with ``fp32_add`` / BF16 rounding)."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from model.core import chunk_flags, nc_matmul
-from model.fp import fp32_add, fp32_to_bf16
-from model.fp.xorwow import Xorwow
-from model.psum import Dtype, Geometry, Psum, Rounding, Write
-from model.tensor_engine.matmul import matmul
+from ncrtl.model.core import chunk_flags, nc_matmul
+from ncrtl.model.fp import fp32_add, fp32_to_bf16
+from ncrtl.model.fp.xorwow import Xorwow
+from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
+from ncrtl.model.tensor_engine.matmul import matmul
 
 
 def _chunks(rng, count, k, m, n, dtype=ml_dtypes.bfloat16):
@@ -85,6 +85,6 @@ def test_bad_input_names_the_rule_and_leaves_psum_alone():
     with pytest.raises(ValueError, match="K=9"):
         nc_matmul(psum, Write(0, 0, 4), np.zeros((9, 8), ml_dtypes.bfloat16),
                   np.zeros((9, 4), ml_dtypes.bfloat16), rows=8)
-    with pytest.raises(ValueError, match="must be a model.psum.Psum"):
+    with pytest.raises(ValueError, match="must be a ncrtl.model.psum.Psum"):
         nc_matmul(object(), Write(0, 0, 4), s, x)
     np.testing.assert_array_equal(psum.mem, before)

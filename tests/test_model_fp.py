@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from model.fp import (FORMATS, QNAN, Xorwow, bits_to_float, decode, encode, fp32_add,
+from ncrtl.model.fp import (FORMATS, QNAN, Xorwow, bits_to_float, decode, encode, fp32_add,
                       fp32_dot_add, fp32_to_bf16, fp32_to_fp16, from_bits, get_format, to_bits)
-from testbench.fp.vectors import random_codes
+from ncrtl.testbench.fp.vectors import random_codes
 from tests.exact_ref import dot_add_reference, exact_operand, marsaglia_xorwow, round_rational
 
 SMALL = [n for n, f in FORMATS.items() if f.container_bits <= 16]

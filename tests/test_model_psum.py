@@ -1,4 +1,4 @@
-"""The PSUM golden model (model.psum) against the contract (docs/psum.md).
+"""The PSUM golden model (ncrtl.model.psum) against the contract (docs/psum.md).
 
 The slot update is proven against the exact rational reference (tests/exact_ref.py); the state
 model against a naive per-element loop over that reference, with its own XORWOW streams and its
@@ -12,8 +12,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from model.fp import Xorwow
-from model.psum import (FIELDS, INSTR_BITS, PORTS, Arbiter, Dtype, Error, Flag, Geometry,
+from ncrtl.model.fp import Xorwow
+from ncrtl.model.psum import (FIELDS, INSTR_BITS, PORTS, Arbiter, Dtype, Error, Flag, Geometry,
                         GroupState, Psum, Rounding, Write, check, decode, encode, rand_states,
                         read_add_write)
 from tests.exact_ref import (MarsagliaStream, psum_slot_reference, round_stochastic_rational,

@@ -13,10 +13,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from model.fp import from_bits, get_format, to_bits
-from model.tensor_engine import (InstructionError, P_PREFIX, latency, matmul, matmul_bits,
+from ncrtl.model.fp import from_bits, get_format, to_bits
+from ncrtl.model.tensor_engine import (InstructionError, P_PREFIX, latency, matmul, matmul_bits,
                                  mode_of, result_bits, simulate, timing)
-from model.tensor_engine.isa import (FP8_FORMATS, MIN_MM_CYCLES, Error, Instruction, Mode, Op,
+from ncrtl.model.tensor_engine.isa import (FP8_FORMATS, MIN_MM_CYCLES, Error, Instruction, Mode, Op,
                                      check, encode)
 from tests.exact_ref import dot_add_reference, exact_operand
 
@@ -340,14 +340,14 @@ ERROR_CASES = [
      r"formats must be equal.*tf32 x fp32", Error.FORMAT),
     (z((4, 4)), z((4, 4), np.float16), {}, r"formats must be equal.*bf16 x fp16", Error.FORMAT),
     (z((4, 2, 4)), z((4, 2, 4)), dict(perf_mode="double_row"),
-     r"double_row needs FP8 operands.*bf16 x bf16", Error.FORMAT),
+     r"double_row stationary format bf16 is not allowed \(bf16 x bf16\)", Error.FORMAT),
     (z((4, 2, 4), ml_dtypes.float8_e3m4), z((4, 2, 4), f8), dict(perf_mode="double_row"),
-     r"double_row stationary format index 3 is not allowed", Error.FORMAT),
+     r"double_row stationary format fp8_e3m4 is not allowed", Error.FORMAT),
     (z((4, 2, 4), f8), z((4, 2, 4), f8),
      dict(perf_mode="double_row", tile_position=(0, 0), tile_size=(64, 128)),
-     r"double_row cannot be combined with tiling or transpose", Error.DOUBLE_ROW_COMBO),
+     r"double_row cannot be combined with tiling or transpose", Error.MODE_COMBO),
     (z((4, 2, 4), f8), z((4, 2, 4), f8), dict(perf_mode="double_row", is_transpose=True),
-     r"double_row cannot be combined with tiling or transpose", Error.DOUBLE_ROW_COMBO),
+     r"double_row cannot be combined with tiling or transpose", Error.MODE_COMBO),
     (z((4, 4), f8), z((4, 4), f8), dict(perf_mode="double_row"),
      r"operand shapes must be \[K, 2, M\] and \[K, 2, N\]", Error.NONE),
     (z((4, 2, 4), f8), z((4, 2, 4), f8), {}, r"operand shapes must be \[K, M\] and \[K, N\]",

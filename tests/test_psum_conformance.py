@@ -1,5 +1,5 @@
-"""PSUM RTL vs the golden (``model.psum``) through cocotb on Verilator: values bit for bit, error
-codes and cycles, group-complete events, arbitration (``o_grant`` vs ``model.psum.Arbiter``), the
+"""PSUM RTL vs the golden (``ncrtl.model.psum``) through cocotb on Verilator: values bit for bit, error
+codes and cycles, group-complete events, arbitration (``o_grant`` vs ``ncrtl.model.psum.Arbiter``), the
 final memory, and one beat per cycle in the stall-free phases.
 
 The ``psum`` group (small geometries) runs in ``make test``; the full 128 x 8 x 2 KiB PSUM runs in
@@ -9,7 +9,7 @@ the slow suite.
 import pytest
 
 from ncrtl import blocks
-from testbench.conformance import run_block
+from ncrtl.testbench.conformance import run_block
 
 GROUP = [p for _, p in blocks.GROUPS["psum"]]
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ncrtl import blocks
-from testbench.conformance import run_block
+from ncrtl.testbench.conformance import run_block
 
 # 16 x 16 is built of 2 x 2 tiles of 8 x 8 PEs (the default block); 8 x 8 with block 2 of 4 x 4
 # tiles of 2 x 2, and with block 1 of PEs placed one by one.
@@ -47,7 +47,7 @@ def test_full_array_matmul(mode):
     block = blocks.get("pe_array")
     p = block.resolve({"rows": "128", "cols": "128", "mode": mode})
     res = run_block(block, p, count=512, seed=5, stall=0.0,
-                    testbench="testbench.tensor_engine.test_sim",
+                    testbench="ncrtl.testbench.tensor_engine.test_sim",
                     extra_env={"NCRTL_MATMUL": json.dumps({"k": 128, "m": 128, "n": 512})})
     _check(res)
     assert sum(u["vectors"] for u in res.units) >= 128 * 512

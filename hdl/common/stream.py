@@ -1,18 +1,27 @@
 """Valid/ready stream wrapper around lanes of an ``en``-pipelined unit (test and top level)."""
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["StreamLanes"]
+
+
+def _port(unit, name):
+    """The port ``name`` of ``unit``; ``"o_product.sign"`` is a field of a struct port."""
+    value = unit
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
 
 
 class StreamLanes(wiring.Component):
     """``lanes`` copies of a unit behind ONE valid/ready input stream and ONE output stream.
 
     The unit is any :class:`~amaranth.lib.wiring.Component` with a fixed ``latency`` attribute,
-    flat ports only, inputs named ``i_*``, outputs named ``o_*``, and (when ``latency > 0``) a
-    clock enable ``en`` that freezes its whole pipeline.  Every lane gets the same ``en``, so
+    ports only (no nested interfaces; a port may have a struct layout, carried as its fields),
+    inputs named ``i_*``, outputs named ``o_*``, and (when ``latency > 0``) a clock enable ``en``
+    that freezes its whole pipeline.  Every lane gets the same ``en``, so
     the lanes move in lock step and one beat carries one operation per lane.
 
     Flow control: a ``latency``-bit shift register of valid flags runs alongside the pipeline.
@@ -50,7 +59,8 @@ class StreamLanes(wiring.Component):
     unit_latency : int
         The unit's own latency.
     in_fields, out_fields : list of (str, int)
-        ``(port name, width)`` of one lane's fields, LSB first.
+        ``(port name, width)`` of one lane's fields, LSB first; a struct port contributes one
+        field per member, named ``port.member`` (``o_product.sign``).
     in_lane_width, out_lane_width : int
         Bits per lane in ``i_data`` / ``o_data``.
 
@@ -105,11 +115,14 @@ class StreamLanes(wiring.Component):
             shape = Shape.cast(member.shape)
             if name == "en" and member.flow == In and shape.width == 1:
                 has_en = True
-            elif name.startswith("i_") and member.flow == In:
-                in_fields.append((name, shape.width))
-            elif name.startswith("o_") and member.flow == Out:
-                out_fields.append((name, shape.width))
-                signed_out[name] = shape.signed
+            elif name.startswith(("i_", "o_")) and member.flow == (In if name[0] == "i" else Out):
+                # A struct port (an exact value) is carried as its fields, in layout order.
+                fields = ([(f"{name}.{f}", Shape.cast(v.shape)) for f, v in member.shape]
+                          if isinstance(member.shape, data.StructLayout) else [(name, shape)])
+                target = in_fields if name[0] == "i" else out_fields
+                for fname, fshape in fields:
+                    target.append((fname, fshape.width))
+                    signed_out[fname] = fshape.signed
             else:
                 raise TypeError(f"Unit port {name!r} ({member.flow.name}) is neither an 'i_*' "
                                 f"input, an 'o_*' output nor a 1-bit 'en' input")
@@ -164,13 +177,13 @@ class StreamLanes(wiring.Component):
         # The pipeline also advances on cycles without an input beat; those bubbles reach the
         # units as all-zero operations, so a stateful unit (the XORWOW generator) sees "no load,
         # no step" instead of whatever the idle bus holds.
-        data = Signal.like(self.i_data, name="data")
-        m.d.comb += data.eq(Mux(self.i_valid, self.i_data, 0))
+        data_in = Signal.like(self.i_data, name="data")
+        m.d.comb += data_in.eq(Mux(self.i_valid, self.i_data, 0))
         for unit in self.units:
             for name, width in self.in_fields:
-                m.d.comb += getattr(unit, name).eq(data[in_pos:in_pos + width])
+                m.d.comb += _port(unit, name).eq(data_in[in_pos:in_pos + width])
                 in_pos += width
-            outs += [getattr(unit, name) for name, _ in self.out_fields]
+            outs += [_port(unit, name) for name, _ in self.out_fields]
         if self.unit_latency == 0:
             # Combinational unit: the output register is the pipeline.
             out_reg = Signal(len(self.o_data), name="out_reg", reset_less=True)

@@ -1,6 +1,6 @@
 """``MatmulCore``: the Tensor Engine writing its output vectors into PSUM.
 
-The NeuronCore's matmul path: :class:`~hdl.tensor_engine.top.TensorEngine`'s output stream
+The NeuronCore's matmul path: :class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`'s output stream
 (``o_valid`` / ``o_ready`` / ``o_data``, one FP32 value per PE column) is PSUM's data stream
 (``i_data_*``, one value per partition: PE column ``c`` is partition ``c``).  Where each MM's
 vectors go and how they combine with PSUM (bank, column, dtype, rounding, accumulate flags) is a
@@ -12,8 +12,8 @@ Ports: the Tensor Engine's input ports under their names (``i_instr_*``, ``i_sta
 ``i_mov_*``) with its error strobe as ``o_te_error`` / ``o_te_error_code``; PSUM's ports under
 their names with ``psum_`` for the instruction port and error strobe (``i_psum_instr_*``,
 ``o_psum_error*``) and the others unchanged (``o_done*``, ``i_ve_*`` / ``o_ve_*``, ``i_se_*`` /
-``o_se_*``, ``i_seed_*``, ``o_grant``).  See :mod:`hdl.tensor_engine.top` and
-:mod:`hdl.psum.psum` for each.
+``o_se_*``, ``i_seed_*``, ``o_grant``).  See :mod:`ncrtl.hdl.tensor_engine.top` and
+:mod:`ncrtl.hdl.psum.psum` for each.
 
 All ``cols`` lanes of a vector are written: lanes outside an MM's column range ``[tile_col,
 tile_col + M)`` carry +0.0, so they overwrite with +0.0 or accumulate +0.0 (which turns a -0.0
@@ -23,9 +23,8 @@ into +0.0).  Use ``M = cols`` (or separate banks) where that matters.
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from hdl.psum.psum import Psum, psum_cells_verilog
-from hdl.tensor_engine.array import pe_verilog, tile_verilog
-from hdl.tensor_engine.top import TensorEngine
+from ncrtl.hdl.psum.psum import Psum
+from ncrtl.hdl.tensor_engine.top import TensorEngine
 
 __all__ = ["MatmulCore", "TE_RENAME", "PSUM_RENAME"]
 
@@ -50,9 +49,9 @@ class MatmulCore(wiring.Component):
         PSUM geometry (8 banks of 2 KiB per partition on the hardware).
     instance : bool
         Build the PEs, PSUM slot units and bank memories as Verilog instances (True: for
-        :meth:`verilog`) or as Amaranth submodules (False: for the Amaranth simulator).
+        :meth:`cells`) or as Amaranth submodules (False: for the Amaranth simulator).
     block : int or None
-        Tensor Engine tile size (:class:`~hdl.tensor_engine.array.SystolicArray`).
+        Tensor Engine tile size (:class:`~ncrtl.hdl.tensor_engine.array.SystolicArray`).
     """
 
     def __init__(self, rows=128, cols=128, banks=8, bank_bytes=2048, *, instance=True,
@@ -72,17 +71,9 @@ class MatmulCore(wiring.Component):
                     members[rename.get(name, name)] = member
         super().__init__(members)
 
-    def verilog(self, name="matmul_core"):
-        """Complete Verilog: the PE module, the tile module, PSUM's cell modules, then this top
-        as module ``name``."""
-        from amaranth.back import verilog
-        if not self.instance:
-            raise ValueError("MatmulCore.verilog needs instance=True; with instance=False "
-                             "convert it directly")
-        block = self.te.array.block
-        text = pe_verilog() + (tile_verilog(block) if block > 1 else "")
-        text += psum_cells_verilog(self.psum.geometry)
-        return text + verilog.convert(self, name=name, emit_src=False)
+    def cells(self):
+        """The modules placed with ``Instance``: the Tensor Engine's, then PSUM's."""
+        return self.te.cells() + self.psum.cells()
 
     def elaborate(self, platform):
         m = Module()

@@ -2,7 +2,7 @@
 
 import functools
 
-from model.fp.formats import Format, get_format
+from ncrtl.model.fp.formats import Format, get_format
 
 __all__ = ["check_formats", "check_positive_int", "format_names", "validated_init"]
 

@@ -1,4 +1,4 @@
-"""FP32 adder: ``round_fp32(a + b)`` on :class:`~hdl.fp.add_round.AddRound`."""
+"""FP32 adder: ``round_fp32(a + b)`` on :class:`~ncrtl.hdl.fp.add_round.AddRound`."""
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
@@ -11,7 +11,7 @@ __all__ = ["Fp32Add"]
 
 
 class Fp32Add(wiring.Component):
-    """IEEE FP32 addition, round to nearest even (the golden :func:`model.fp.ops.fp32_add`).
+    """IEEE FP32 addition, round to nearest even (the golden :func:`ncrtl.model.fp.ops.fp32_add`).
 
     Subnormal inputs and results are kept, overflow gives +-Inf, a NaN input or ``Inf - Inf``
     gives ``0x7FC00000``, ``(-0) + (-0) = -0`` and every other exact zero sum is +0.
@@ -59,18 +59,10 @@ class Fp32Add(wiring.Component):
         m = Module()
         m.submodules.unpack_a = ua = Unpack(["fp32"])
         m.submodules.unpack_b = ub = Unpack(["fp32"])
-        m.submodules.core = core = AddRound(ua.sig_width, ua.exp_range,
-                                            ub.sig_width, ub.exp_range, pipelined=self.pipelined)
-        m.d.comb += [ua.i_bits.eq(self.i_a), ub.i_bits.eq(self.i_b)]
+        m.submodules.core = core = AddRound(ua.layout, ub.layout, pipelined=self.pipelined)
+        m.d.comb += [ua.i_bits.eq(self.i_a), ub.i_bits.eq(self.i_b),
+                     core.i_a.eq(ua.o_value), core.i_b.eq(ub.o_value),
+                     self.o_result.eq(core.o_result)]
         if self.pipelined:
             m.d.comb += core.en.eq(self.en)
-        for op, u in (("a", ua), ("b", ub)):
-            m.d.comb += [
-                getattr(core, f"i_{op}_sign").eq(u.o_sign),
-                getattr(core, f"i_{op}_exp").eq(u.o_exp),
-                getattr(core, f"i_{op}_sig").eq(u.o_sig),
-                getattr(core, f"i_{op}_inf").eq(u.o_inf),
-                getattr(core, f"i_{op}_nan").eq(u.o_nan),
-            ]
-        m.d.comb += self.o_result.eq(core.o_result)
         return m

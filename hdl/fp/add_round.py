@@ -4,11 +4,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.common.bits import bits_for_range, clamp, count_leading_zeros, shift_right_sticky
-from model.fp.codec import QNAN
-from model.fp.formats import get_format
+from ncrtl.hdl.common.bits import bits_for_range, clamp, count_leading_zeros, shift_right_sticky
+from ncrtl.model.fp.codec import QNAN
+from ncrtl.model.fp.formats import get_format
 
 from ._util import validated_init
+from .exact import ExactLayout
 from .round import round_pack
 
 __all__ = ["AddRound", "GUARD_BITS"]
@@ -19,19 +20,15 @@ GUARD_BITS = 3
 _FP32 = get_format("fp32")
 
 
-def _check_range(value, what):
-    if not isinstance(value, range) or value.step != 1 or len(value) == 0:
-        raise TypeError(f"{what} must be a non-empty range with step 1, not {value!r}")
-    return value
-
-
 class AddRound(wiring.Component):
     """``round_fp32(a + b)`` of two exact operands, with one round-to-nearest-even.
 
-    Each operand is ``(-1)**sign * sig * 2**exp`` with an integer significand of any width,
-    possibly unnormalized (leading zeros allowed, zero allowed) and an exponent of any range:
-    the operands are exact values (an FP32 number, an exact 48-bit product, a wide fixed-point
-    sum of products), and the result is the FP32 rounding of their exact sum.  Intermediate
+    Each operand is an exact value (:class:`~ncrtl.hdl.fp.exact.ExactLayout`):
+    ``(-1)**sign * sig * 2**exp`` with an integer significand of any width, possibly
+    unnormalized (leading zeros allowed, zero allowed) and an exponent of any range: an FP32
+    number, an exact 48-bit product, a wide fixed-point sum of products.  The result is the FP32
+    rounding of their exact sum.  The operands' ``zero`` flags are not read (a zero operand is
+    one with ``sig == 0``, carrying its sign).  Intermediate
     exponents are as wide as the operand ranges need, so nothing overflows or flushes before the
     single rounding.
 
@@ -42,10 +39,10 @@ class AddRound(wiring.Component):
 
     Parameters
     ----------
-    a_width, b_width : int
-        Significand widths of the operands.
-    a_exp, b_exp : range
-        Every LSB exponent the operand can carry (wider ranges only cost exponent bits).
+    a, b : ExactLayout
+        Layouts of the operands: their significand widths and every LSB exponent they can carry
+        (wider ranges only cost exponent bits).  Connect a producer's value of the same layout
+        (``add.i_a.eq(unpack.o_value)``).
     pipelined : bool
         ``True`` (default): the four steps below are separated by registers (latency 4, clock
         enable ``en``).  ``False``: the same logic without any register (latency 0, no ``en``),
@@ -59,7 +56,8 @@ class AddRound(wiring.Component):
         (3) add or subtract and count the leading zeros of the sum, (4) normalize, round, pack,
         specials.
     width : int
-        ``max(a_width, b_width, 24)``: the significand width both operands are normalized to.
+        ``max(a.sig_width, b.sig_width, 24)``: the significand width both operands are
+        normalized to.
     window : int
         ``width + GUARD_BITS``: the alignment window.
 
@@ -68,9 +66,9 @@ class AddRound(wiring.Component):
     en : In(1, init=1)
         Clock enable of the whole pipeline; every register holds while it is 0.  Only when
         ``pipelined``.
-    i_a_sign, i_a_exp, i_a_sig, i_a_inf, i_a_nan : In
-        Operand A (``i_a_sig`` and ``i_a_exp`` are ignored when ``i_a_inf`` or ``i_a_nan``).
-    i_b_sign, i_b_exp, i_b_sig, i_b_inf, i_b_nan : In
+    i_a : In(a)
+        Operand A (``sig`` and ``exp`` are ignored when ``inf`` or ``nan``).
+    i_b : In(b)
         Operand B.
     o_result : Out(32)
         FP32 encoding of the rounded sum, ``latency`` enabled cycles after the operands (in the
@@ -96,38 +94,28 @@ class AddRound(wiring.Component):
     latency = 4
 
     @validated_init
-    def __init__(self, a_width, a_exp, b_width, b_exp, *, pipelined=True):
-        for value, what in ((a_width, "a_width"), (b_width, "b_width")):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise TypeError(f"AddRound {what} must be a positive integer, not {value!r}")
-        self.a_width, self.b_width = a_width, b_width
+    def __init__(self, a, b, *, pipelined=True):
+        for value, what in ((a, "a"), (b, "b")):
+            if not isinstance(value, ExactLayout):
+                raise TypeError(f"AddRound {what} must be an ExactLayout, not {value!r}")
         if not isinstance(pipelined, bool):
             raise TypeError(f"AddRound pipelined must be a bool, not {pipelined!r}")
+        self.a, self.b = a, b
         self.pipelined = pipelined
         self.latency = 4 if pipelined else 0
-        self.a_exp = _check_range(a_exp, "AddRound a_exp")
-        self.b_exp = _check_range(b_exp, "AddRound b_exp")
-        self.width = max(a_width, b_width, _FP32.precision)
+        self.width = max(a.sig_width, b.sig_width, _FP32.precision)
         self.window = self.width + GUARD_BITS
         # Exponent of the MSB of a normalized operand: exp + width_i - 1 - lzc, lzc in [0, W].
-        tops = [(r.start + w - 1 - self.width, r.stop - 1 + w - 1)
-                for r, w in ((a_exp, a_width), (b_exp, b_width))]
+        tops = [(lay.exp_range.start + lay.sig_width - 1 - self.width,
+                 lay.exp_range.stop - 1 + lay.sig_width - 1) for lay in (a, b)]
         self._top_lo = min(t[0] for t in tops)
         self._top_hi = max(t[1] for t in tops)
         members = {"en": In(1, init=1)} if pipelined else {}
-        super().__init__({
-            **members,
-            "i_a_sign": In(1), "i_a_exp": In(bits_for_range(a_exp.start, a_exp.stop - 1)),
-            "i_a_sig": In(a_width), "i_a_inf": In(1), "i_a_nan": In(1),
-            "i_b_sign": In(1), "i_b_exp": In(bits_for_range(b_exp.start, b_exp.stop - 1)),
-            "i_b_sig": In(b_width), "i_b_inf": In(1), "i_b_nan": In(1),
-            "o_result": Out(32),
-        })
+        super().__init__({**members, "i_a": In(a), "i_b": In(b), "o_result": Out(32)})
 
     def __repr__(self):
         extra = "" if self.pipelined else ", pipelined=False"
-        return (f"AddRound({self.a_width}, {self.a_exp!r}, {self.b_width}, {self.b_exp!r}"
-                f"{extra})")
+        return f"AddRound({self.a!r}, {self.b!r}{extra})"
 
     def elaborate(self, platform):
         m = Module()
@@ -147,9 +135,9 @@ class AddRound(wiring.Component):
 
         # ---- stage 1: normalize each operand to W bits with its MSB at the top ---------------
         norm = {}
-        for op, width in (("a", self.a_width), ("b", self.b_width)):
-            sig = getattr(self, f"i_{op}_sig")
-            exp = getattr(self, f"i_{op}_exp")
+        for op, layout in (("a", self.a), ("b", self.b)):
+            value = getattr(self, f"i_{op}")
+            sig, exp, width = value.sig, value.exp, layout.sig_width
             wide = Signal(W, name=f"s1_{op}_wide")
             m.d.comb += wide.eq(sig << (W - width))
             lz = count_leading_zeros(m, wide, name=f"s1_{op}_lzc")
@@ -161,9 +149,9 @@ class AddRound(wiring.Component):
                 sig=stage(f"r1_{op}_sig", shifted),
                 top=stage(f"r1_{op}_top", top, top_shape),
                 zero=stage(f"r1_{op}_zero", ~sig.any()),
-                sign=stage(f"r1_{op}_sign", getattr(self, f"i_{op}_sign")),
-                inf=stage(f"r1_{op}_inf", getattr(self, f"i_{op}_inf")),
-                nan=stage(f"r1_{op}_nan", getattr(self, f"i_{op}_nan")),
+                sign=stage(f"r1_{op}_sign", value.sign),
+                inf=stage(f"r1_{op}_inf", value.inf),
+                nan=stage(f"r1_{op}_nan", value.nan),
             )
         a, b = norm["a"], norm["b"]
 

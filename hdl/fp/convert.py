@@ -6,8 +6,8 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from model.fp.codec import QNAN
-from model.fp.formats import get_format
+from ncrtl.model.fp.codec import QNAN
+from ncrtl.model.fp.formats import get_format
 
 from .round import round_pack
 from .unpack import Unpack
@@ -22,7 +22,7 @@ class Bf16Rounding(enum.IntEnum):
 
 
 class Fp32ToBf16(wiring.Component):
-    """FP32 -> BF16 conversion, RNE or stochastic (the golden :func:`model.fp.ops.fp32_to_bf16`).
+    """FP32 -> BF16 conversion, RNE or stochastic (the golden :func:`ncrtl.model.fp.ops.fp32_to_bf16`).
 
     RNE: ``(bits + 0x7FFF + bits[16]) >> 16`` on the magnitude.  BF16 has FP32's exponent range,
     so this one addition rounds normals and subnormals alike, carries into the exponent when the
@@ -48,7 +48,7 @@ class Fp32ToBf16(wiring.Component):
     i_mode : In(1)
         :class:`Bf16Rounding`: 0 RNE, 1 SR.
     i_rand : In(16)
-        Random bits for SR (e.g. the upper 16 bits of :class:`~hdl.fp.xorwow.Xorwow`'s
+        Random bits for SR (e.g. the upper 16 bits of :class:`~ncrtl.hdl.fp.xorwow.Xorwow`'s
         ``o_value``); ignored in RNE mode.
     o_result : Out(16)
         BF16 encoding, ``latency`` enabled cycles later.
@@ -130,16 +130,17 @@ class Fp32ToFp16(wiring.Component):
         # MSB exponent assuming the implicit bit: exact for normals; subnormals end up far
         # below the FP16 range either way (see the class docstring).
         e_top = Signal(range(-160, 160), name="e_top")
-        m.d.comb += e_top.eq(up.o_exp + (up.sig_width - 1))
-        mag, ovf = round_pack(m, fp16, e_top, up.o_sig, Const(0, 1), name="rnd")
+        v = up.o_value
+        m.d.comb += e_top.eq(v.exp + (up.sig_width - 1))
+        mag, ovf = round_pack(m, fp16, e_top, v.sig, Const(0, 1), name="rnd")
         inf_code = ((1 << fp16.exp_bits) - 1) << fp16.man_bits
         result = Signal(16, name="result")
-        with m.If(up.o_nan):
+        with m.If(v.nan):
             m.d.comb += result.eq(QNAN["fp16"])
-        with m.Elif(up.o_inf | ovf):
-            m.d.comb += result.eq(Cat(Const(inf_code, 15), up.o_sign))
+        with m.Elif(v.inf | ovf):
+            m.d.comb += result.eq(Cat(Const(inf_code, 15), v.sign))
         with m.Else():
-            m.d.comb += result.eq(Cat(mag, up.o_sign))
+            m.d.comb += result.eq(Cat(mag, v.sign))
         out = Signal(16, name="out", reset_less=True)
         with m.If(self.en):
             m.d.sync += out.eq(result)

@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Cat, Mux, Signal
 
-from hdl.common.bits import bits_for_range, clamp, shift_right_sticky
+from ncrtl.hdl.common.bits import bits_for_range, clamp, shift_right_sticky
 
 __all__ = ["round_pack"]
 

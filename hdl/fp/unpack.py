@@ -4,9 +4,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.common.bits import bits_for_range
-
 from ._util import check_formats, format_names, validated_init
+from .exact import ExactLayout
 
 __all__ = ["Unpack", "exp_field_range", "unpack_geometry"]
 
@@ -37,11 +36,12 @@ def unpack_geometry(formats):
 class Unpack(wiring.Component):
     """Decode an encoding of one of several number formats into sign, exponent and significand.
 
-    A finite encoding decodes *exactly* to ``(-1)**o_sign * o_sig * 2**o_exp`` (the decomposition
-    of :func:`model.fp.codec.decode_fields`): ``o_sig`` is the integer significand with the
-    implicit bit included for normals, ``o_exp`` the exponent of its least significant bit.
-    Subnormals decode with the minimum exponent and no implicit bit; zeros decode to ``o_sig = 0``.
-    The parameters of every format come from :data:`model.fp.formats.FORMATS`.
+    A finite encoding decodes *exactly* to ``(-1)**sign * sig * 2**exp`` of ``o_value`` (the
+    decomposition of :func:`ncrtl.model.fp.codec.decode_fields`): ``sig`` is the integer
+    significand with the implicit bit included for normals, ``exp`` the exponent of its least
+    significant bit.  Subnormals decode with the minimum exponent and no implicit bit; zeros
+    decode to ``sig = 0``.
+    The parameters of every format come from :data:`ncrtl.model.fp.formats.FORMATS`.
 
     TF32 (``ignored_low_bits = 13``) masks the low 13 mantissa bits of its FP32 container before
     decoding, so an FP32 NaN whose payload lies only in those bits decodes as Inf (as the golden
@@ -60,9 +60,11 @@ class Unpack(wiring.Component):
         Width of ``i_bits``: the widest container of the listed formats.  Narrower formats read
         the low bits of ``i_bits`` (the upper bits are ignored).
     sig_width : int
-        Width of ``o_sig``: the largest precision (implicit bit included) of the listed formats.
+        Significand width: the largest precision (implicit bit included) of the listed formats.
     exp_range : range
-        Every value ``o_exp`` can take (Inf / NaN encodings included).
+        Every exponent ``o_value`` can carry (Inf / NaN encodings included).
+    layout : ExactLayout
+        ``ExactLayout(sig_width, exp_range)``: the layout of ``o_value``.
     latency : int
         0: purely combinational (so no ``en`` input).
 
@@ -72,14 +74,10 @@ class Unpack(wiring.Component):
         The encoding.
     i_fmt : In(range(len(formats)))
         Format index; only present when more than one format is listed.
-    o_sign : Out(1)
-        Sign bit (0 for the unsigned E8M0).
-    o_exp : Out(signed)
-        Exponent of the significand's LSB (meaningful for finite encodings).
-    o_sig : Out(sig_width)
-        Significand; 0 for zeros, Inf and NaN.
-    o_zero, o_inf, o_nan : Out(1)
-        Classification; at most one is set.
+    o_value : Out(ExactLayout(sig_width, exp_range))
+        ``sign`` (0 for the unsigned E8M0); ``exp``, the exponent of the significand's LSB
+        (meaningful for finite encodings); ``sig``, 0 for zeros, Inf and NaN; ``zero``, ``inf``,
+        ``nan``, the classification (at most one is set).
     """
 
     latency = 0
@@ -88,18 +86,11 @@ class Unpack(wiring.Component):
     def __init__(self, formats):
         self.formats = check_formats(formats, "Unpack formats", allow_scale=True)
         self.in_width, self.sig_width, self.exp_range = unpack_geometry(self.formats)
-        lo, hi = self.exp_range.start, self.exp_range.stop - 1
+        self.layout = ExactLayout(self.sig_width, self.exp_range)
         members = {"i_bits": In(self.in_width)}
         if len(self.formats) > 1:
             members["i_fmt"] = In(range(len(self.formats)))
-        members.update({
-            "o_sign": Out(1),
-            "o_exp": Out(bits_for_range(lo, hi)),
-            "o_sig": Out(self.sig_width),
-            "o_zero": Out(1),
-            "o_inf": Out(1),
-            "o_nan": Out(1),
-        })
+        members["o_value"] = Out(self.layout)
         super().__init__(members)
 
     def __repr__(self):
@@ -113,7 +104,7 @@ class Unpack(wiring.Component):
         man = bits[fmt.ignored_low_bits:fmt.man_bits]
         ef = bits[fmt.man_bits:fmt.man_bits + fmt.exp_bits]
         s_sign = Signal(name=p + "sign")
-        s_exp = Signal(self.o_exp.shape(), name=p + "exp")
+        s_exp = Signal(self.o_value.exp.shape(), name=p + "exp")
         s_sig = Signal(self.sig_width, name=p + "sig")
         s_zero, s_inf, s_nan = (Signal(name=p + n) for n in ("zero", "inf", "nan"))
         # Shared nodes are named signals so that each is built once.
@@ -149,7 +140,8 @@ class Unpack(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         decoded = [self._decode(m, fmt, i) for i, fmt in enumerate(self.formats)]
-        outs = (self.o_sign, self.o_exp, self.o_sig, self.o_zero, self.o_inf, self.o_nan)
+        v = self.o_value
+        outs = (v.sign, v.exp, v.sig, v.zero, v.inf, v.nan)
 
         def drive(sigs):
             m.d.comb += [o.eq(s) for o, s in zip(outs, sigs)]

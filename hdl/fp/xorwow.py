@@ -4,7 +4,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from model.fp.xorwow import XORWOW_D_STEP, XORWOW_INIT
+from ncrtl.model.fp.xorwow import XORWOW_D_STEP, XORWOW_INIT
 
 __all__ = ["Xorwow", "STATE_WORDS", "pack_state"]
 
@@ -15,7 +15,7 @@ STATE_WORDS = ("x", "y", "z", "w", "v", "d")
 def pack_state(words):
     """The ``i_state`` integer of six state words ``(x, y, z, w, v, d)`` (x in bits 0..31).
 
-    E.g. ``pack_state(model.fp.xorwow.Xorwow.seed_state(seed))``.
+    E.g. ``pack_state(ncrtl.model.fp.xorwow.Xorwow.seed_state(seed))``.
     """
     words = [int(w) for w in words]
     if len(words) != 6 or any(not 0 <= w < 1 << 32 for w in words):
@@ -31,7 +31,7 @@ def _step(x, y, z, w, v, d):
 
 
 class Xorwow(wiring.Component):
-    """XORWOW generator, bit-exact with :class:`model.fp.xorwow.Xorwow`.
+    """XORWOW generator, bit-exact with :class:`ncrtl.model.fp.xorwow.Xorwow`.
 
     State ``(x, y, z, w, v, d)``; one step::
 
@@ -39,7 +39,7 @@ class Xorwow(wiring.Component):
         v = (v ^ (v << 4)) ^ (t ^ (t << 1));  d += 362437;  output = v + d   (mod 2**32)
 
     Seeding is software's job, as on the hardware: the six state words are written through
-    ``i_state`` (``model.fp.xorwow.Xorwow.seed_state(seed)`` expands a 64-bit seed into them;
+    ``i_state`` (``ncrtl.model.fp.xorwow.Xorwow.seed_state(seed)`` expands a 64-bit seed into them;
     :func:`pack_state` packs them).  Reset loads Marsaglia's published state
     (``XORWOW_INIT``) unless ``init`` gives other words.
 
@@ -54,7 +54,7 @@ class Xorwow(wiring.Component):
 
     So after loading the state of seed ``s`` together with ``i_next`` (or loading, then one
     ``i_next``) and ``k - 1`` further ``i_next`` cycles, ``o_value`` equals the ``k``-th value
-    returned by ``model.fp.xorwow.Xorwow(s).next_u32()``; a stochastic-rounding draw is
+    returned by ``ncrtl.model.fp.xorwow.Xorwow(s).next_u32()``; a stochastic-rounding draw is
     ``o_value[16:]`` (``next_u16``).  Right after a load without ``i_next``, ``o_value`` is
     ``v + d`` of the loaded state, which the model never returns.
 
@@ -63,7 +63,7 @@ class Xorwow(wiring.Component):
     init : sequence of 6 int, optional
         Reset state ``(x, y, z, w, v, d)``; default ``XORWOW_INIT``.  A block with many
         generators (PSUM: one per partition) gives each its own, e.g.
-        ``model.fp.xorwow.Xorwow.seed_state(p)``, so that they are independent out of reset.
+        ``ncrtl.model.fp.xorwow.Xorwow.seed_state(p)``, so that they are independent out of reset.
 
     Attributes
     ----------
@@ -72,7 +72,7 @@ class Xorwow(wiring.Component):
     latency : int
         1: the effect of an input cycle is visible on ``o_value`` after the next clock edge.
         The generator holds its state while ``en`` is 0, so it fits
-        :class:`~hdl.common.stream.StreamLanes` directly (one beat = one load and/or step, the
+        :class:`~ncrtl.hdl.common.stream.StreamLanes` directly (one beat = one load and/or step, the
         output beat is ``o_value`` after it; one lane = one independent generator).
 
     Interface

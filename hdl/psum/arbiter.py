@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from model.psum.arbiter import PORTS
+from ncrtl.model.psum.arbiter import PORTS
 
 __all__ = ["BankArbiter"]
 
@@ -13,7 +13,7 @@ class BankArbiter(wiring.Component):
     """Grant at most one requester per bank and cycle, least recently granted first.
 
     The policy of docs/psum.md ("Ordering, hazards and arbitration"), bit-exact with
-    :class:`model.psum.Arbiter`: a priority order of the requesters (initially TE, VE, SE);
+    :class:`ncrtl.model.psum.Arbiter`: a priority order of the requesters (initially TE, VE, SE);
     going down the order a presenting requester is granted unless one granted before it in this
     cycle has its bank; after the cycle every granted requester that beat another presenting
     requester for its bank moves to the end of the order, the movers keeping their relative
@@ -41,7 +41,7 @@ class BankArbiter(wiring.Component):
     Interface
     ---------
     i_present : In(3)
-        Bit ``i``: requester :data:`~model.psum.PORTS` ``[i]`` presents a bank this cycle.
+        Bit ``i``: requester :data:`~ncrtl.model.psum.PORTS` ``[i]`` presents a bank this cycle.
     i_bank : In(12)
         Requester ``i``'s bank in bits ``[4i, 4i + 4)``.
     o_grant : Out(3)

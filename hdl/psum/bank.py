@@ -1,26 +1,11 @@
 """One PSUM bank: an SRAM word of every partition's slot, one read and one write port."""
 
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["BankMemory", "blackbox_verilog"]
-
-
-def blackbox_verilog(width, depth, name):
-    """A ``(* blackbox *)`` declaration of the :class:`BankMemory` module ``name`` (ports only):
-    the bank as the SRAM macro a synthesis flow would place."""
-    bank = BankMemory(width, depth)
-    bank._MustUse__silence = True
-    ports, decls = ["clk", "rst"], ["  input clk;", "  input rst;"]
-    for port, member in bank.signature.members.items():
-        w = Shape.cast(member.shape).width
-        rng = f"[{w - 1}:0] " if w > 1 else ""
-        ports.append(port)
-        decls.append(f"  {'input' if member.flow == In else 'output'} {rng}{port};")
-    return ("(* blackbox *)\n" + f"module {name}({', '.join(ports)});\n" + "\n".join(decls)
-            + "\nendmodule\n")
+__all__ = ["BankMemory"]
 
 
 class BankMemory(wiring.Component):

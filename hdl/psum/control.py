@@ -4,9 +4,9 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from model.psum.isa import FIELDS, INSTR_BITS, Dtype, Error, Flag, Rounding
+from ncrtl.model.psum.isa import FIELDS, INSTR_BITS, Dtype, Error, Flag, Rounding
 
-from hdl.common.bits import equals
+from ncrtl.hdl.common.bits import equals
 
 __all__ = ["WriteControl", "INSTR_LAYOUT", "check_logic"]
 
@@ -32,13 +32,13 @@ ENTRY_LAYOUT = data.StructLayout({
 
 
 def check_logic(m, ins, geometry, group_open, group_dtype, *, name="check"):
-    """The :func:`model.psum.isa.check` rules as logic: the :class:`Error` code (0 when legal).
+    """The :func:`ncrtl.model.psum.isa.check` rules as logic: the :class:`Error` code (0 when legal).
 
     Parameters
     ----------
     m : Module
     ins : View of INSTR_LAYOUT
-    geometry : model.psum.isa.Geometry
+    geometry : ncrtl.model.psum.isa.Geometry
     group_open, group_dtype : Value
         The group state of the addressed bank (don't care when the bank is out of range).
 
@@ -78,7 +78,7 @@ class WriteControl(wiring.Component):
 
     Instructions are checked (:func:`check_logic`) when they are taken; a legal one updates its
     bank's group state at once (bit0 or bit2 open the group with the write's dtype, bit1 closes
-    it), exactly as :meth:`model.psum.Psum.issue` does, so the next instruction is checked
+    it), exactly as :meth:`ncrtl.model.psum.Psum.issue` does, so the next instruction is checked
     against the state it would see in the golden.  Checking at take time is exact because only
     takes change the group state.
 
@@ -95,7 +95,7 @@ class WriteControl(wiring.Component):
 
     Parameters
     ----------
-    geometry : model.psum.isa.Geometry
+    geometry : ncrtl.model.psum.isa.Geometry
 
     Interface
     ---------
@@ -118,7 +118,7 @@ class WriteControl(wiring.Component):
     o_error : Out(1)
         One-cycle pulse, the cycle after an instruction breaking a rule is taken.
     o_error_code : Out(4)
-        Its :class:`~model.psum.isa.Error` (valid with ``o_error``).
+        Its :class:`~ncrtl.model.psum.isa.Error` (valid with ``o_error``).
     """
 
     def __init__(self, geometry):

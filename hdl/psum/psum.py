@@ -36,30 +36,32 @@ from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from hdl.fp.xorwow import STATE_WORDS, Xorwow
-from model.fp.xorwow import Xorwow as ModelXorwow
-from model.psum.arbiter import PORTS
-from model.psum.isa import INSTR_BITS, Dtype, Geometry
+from ncrtl.hdl.fp.xorwow import STATE_WORDS, Xorwow
+from ncrtl.model.fp.xorwow import Xorwow as ModelXorwow
+from ncrtl.model.psum.arbiter import PORTS
+from ncrtl.model.psum.isa import INSTR_BITS, Dtype, Geometry
 
-from hdl.common.bits import equals
+from ncrtl.hdl.common.bits import equals
+from ncrtl.hdl.verilog import Cell
 from .arbiter import BankArbiter
-from .bank import BankMemory, blackbox_verilog
+from .bank import BankMemory
 from .control import WriteControl
 from .update import SlotUpdate
 
 __all__ = ["Psum", "REQ_FIELDS", "SEED_FIELDS", "ENGINES", "req_layout", "seed_layout",
-           "SLOT_MODULE", "SYNTH_SRAM_BITS", "bank_module", "psum_verilog", "psum_cells_verilog",
+           "SLOT_MODULE", "SYNTH_SRAM_BITS", "bank_module",
            "planar", "interleaved"]
 
-#: Largest bank memory (bits) :meth:`Psum.synth_verilog` synthesizes; larger ones are blackboxes.
+#: Largest bank memory (bits) the synthesis view synthesizes; larger ones are SRAM macros
+#: (:meth:`Psum.cells`).
 SYNTH_SRAM_BITS = 1 << 16
 
-#: Verilog module name of :class:`~hdl.psum.update.SlotUpdate` (one per partition).
+#: Verilog module name of :class:`~ncrtl.hdl.psum.update.SlotUpdate` (one per partition).
 SLOT_MODULE = "psum_slot"
 
 
 def bank_module(partitions, rows):
-    """Verilog module name of the :class:`~hdl.psum.bank.BankMemory` of a geometry."""
+    """Verilog module name of the :class:`~ncrtl.hdl.psum.bank.BankMemory` of a geometry."""
     return f"psum_bank_{32 * partitions}x{rows}"
 
 #: Engine request word, LSB first: (field, width); ``data`` is ``32 * partitions`` wide.
@@ -119,14 +121,14 @@ class Psum(wiring.Component):
 
     Microarchitecture
     -----------------
-    * One :class:`~amaranth.lib.memory.Memory` per bank (:class:`~hdl.psum.bank.BankMemory`):
+    * One :class:`~amaranth.lib.memory.Memory` per bank (:class:`~ncrtl.hdl.psum.bank.BankMemory`):
       ``32 * partitions`` bits wide (memory word ``(bank, row)`` holds every partition's slot),
       ``rows`` deep, one synchronous read port, one write port with 16-bit write granularity
       (half-slot writes).  Words are stored as two half planes, every partition's low half then
       every high half (:func:`planar`), so that forwarding a half is one multiplexer; the ports
       keep the partition-major layout.
     * Three requesters, TE (the write stream), VE and SE (the engine ports), arbitrated per bank
-      by :class:`~hdl.psum.arbiter.BankArbiter`; up to three accesses per cycle to different banks.
+      by :class:`~ncrtl.hdl.psum.arbiter.BankArbiter`; up to three accesses per cycle to different banks.
     * One pipeline per requester, four stages: **G** (cycle ``t``: granted, memory read
       address), **F** (``t + 1``: read data, forwarded), **E** (``t + 2``: forwarded again,
       add+round, engine read response), **W** (``t + 3``: memory write).  A fifth register
@@ -138,11 +140,11 @@ class Psum(wiring.Component):
       accesses in one stage were granted in one cycle, so at most one of them matches a given
       address.  The loop W register -> E operand -> add+round -> W register is one cycle:
       hammering one address with accumulations every cycle runs at full rate.
-    * :class:`~hdl.psum.update.SlotUpdate` per partition: combinational add and BF16 rounding,
+    * :class:`~ncrtl.hdl.psum.update.SlotUpdate` per partition: combinational add and BF16 rounding,
       one output register (the W stage).
-    * :class:`~hdl.psum.control.WriteControl`: in-order instructions, rules, group state, a
+    * :class:`~ncrtl.hdl.psum.control.WriteControl`: in-order instructions, rules, group state, a
       prefetched next write.
-    * One :class:`~hdl.fp.xorwow.Xorwow` per partition (reset state ``seed_state(p)``), all
+    * One :class:`~ncrtl.hdl.fp.xorwow.Xorwow` per partition (reset state ``seed_state(p)``), all
       stepped in the cycle an SR beat is granted; the draw is captured at F.  A seed loaded in
       the same cycle as an SR beat is granted is loaded first (the beat draws from it).
     * Engine ports: a read response FIFO of :attr:`resp_depth` entries per port and a credit
@@ -152,11 +154,11 @@ class Psum(wiring.Component):
     Parameters
     ----------
     partitions, banks, bank_bytes : int
-        The geometry (:class:`model.psum.isa.Geometry`); the hardware is 128 x 8 x 2048.
+        The geometry (:class:`ncrtl.model.psum.isa.Geometry`); the hardware is 128 x 8 x 2048.
     instance : bool
         Place the slot units and bank memories as Verilog instances of one module each (True,
-        for :meth:`verilog`: the full size generates in seconds) or as Amaranth submodules
-        (False, for the Amaranth simulator).
+        for Verilog generation, see :meth:`cells`: the full size generates in seconds) or as
+        Amaranth submodules (False, for the Amaranth simulator).
 
     Attributes
     ----------
@@ -220,17 +222,19 @@ class Psum(wiring.Component):
         g = self.geometry
         return f"Psum({g.partitions}, {g.banks}, {g.bank_bytes})"
 
-    def verilog(self, name="psum"):
-        """Complete Verilog: the slot and bank modules, then this top as module ``name``."""
-        return psum_verilog(self, name)
-
-    def synth_verilog(self, name="psum", *, max_sram_bits=SYNTH_SRAM_BITS):
-        """The Verilog a synthesis check reads: :meth:`verilog`, except that a bank memory of
-        more than ``max_sram_bits`` bits is a blackbox (the SRAM macro of a real flow; Yosys
-        would otherwise build it from flip-flops: 2 Mbit at 16 x 8 x 2 KiB).  The bank module
-        itself is synthesized in the smaller geometries."""
-        return psum_verilog(self, name, blackbox_banks=32 * self.partitions * self.rows
-                            > max_sram_bits)
+    def cells(self):
+        """The modules PSUM places with ``Instance`` (:class:`ncrtl.hdl.verilog.Cell`; none with
+        ``instance=False``): the slot unit (:data:`SLOT_MODULE`) and the bank memory
+        (:func:`bank_module`).  A bank of more than :data:`SYNTH_SRAM_BITS` bits is a
+        ``macro``: the synthesis view declares it as a blackbox, the SRAM macro of a real flow
+        (Yosys would build it from flip-flops: 2 Mbit at 16 x 8 x 2 KiB).  The bank module itself
+        is synthesized in the smaller geometries."""
+        if not self.instance:
+            return []
+        width, rows = 32 * self.partitions, self.rows
+        return [Cell(SLOT_MODULE, SlotUpdate),
+                Cell(bank_module(self.partitions, rows), lambda: BankMemory(width, rows),
+                     macro=width * rows > SYNTH_SRAM_BITS)]
 
     def elaborate(self, platform):
         m = Module()
@@ -495,34 +499,6 @@ class _Port:
 
     def __init__(self, sigs):
         self.__dict__.update(sigs)
-
-
-def psum_cells_verilog(geometry, *, blackbox_banks=False):
-    """The cell modules of a PSUM of ``geometry``, each once: the slot unit
-    (:data:`SLOT_MODULE`) and the bank memory (:func:`bank_module`; a ``(* blackbox *)``
-    declaration with ``blackbox_banks``)."""
-    from hdl.common.checks import flat_module_verilog
-
-    g = geometry
-    width, bank = 32 * g.partitions, bank_module(g.partitions, g.rows)
-    cells = flat_module_verilog(SlotUpdate(), SLOT_MODULE)
-    if blackbox_banks:
-        return cells + blackbox_verilog(width, g.rows, bank)
-    return cells + flat_module_verilog(BankMemory(width, g.rows), bank)
-
-
-def psum_verilog(psum, name="psum", *, blackbox_banks=False):
-    """The complete Verilog of a :class:`Psum` built with ``instance=True``: the slot module
-    (:data:`SLOT_MODULE`) and the bank module (:func:`bank_module`), each once, then the top
-    ``name``.  ``amaranth.back.verilog.convert`` of the top alone lacks those two modules.
-    ``blackbox_banks``: declare the bank module as a ``(* blackbox *)`` (for synthesis)."""
-    from amaranth.back import verilog
-
-    if not psum.instance:
-        raise ValueError("psum_verilog needs a Psum with instance=True (one slot and one bank "
-                         "module); with instance=False convert it directly")
-    cells = psum_cells_verilog(psum.geometry, blackbox_banks=blackbox_banks)
-    return cells + verilog.convert(psum, name=name, emit_src=False)
 
 
 class _Updates(wiring.Component):

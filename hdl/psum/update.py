@@ -4,17 +4,17 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.fp.add import Fp32Add
-from hdl.fp.convert import Fp32ToBf16
-from model.psum.isa import Dtype
+from ncrtl.hdl.fp.add import Fp32Add
+from ncrtl.hdl.fp.convert import Fp32ToBf16
+from ncrtl.model.psum.isa import Dtype
 
-from hdl.common.bits import equals
+from ncrtl.hdl.common.bits import equals
 
 __all__ = ["SlotUpdate"]
 
 
 class SlotUpdate(wiring.Component):
-    """New contents of one 32-bit PSUM slot after one beat (:func:`model.psum.read_add_write`).
+    """New contents of one 32-bit PSUM slot after one beat (:func:`ncrtl.model.psum.read_add_write`).
 
     ====== ============================== ====================================================
     dtype  overwrite                      accumulate
@@ -24,8 +24,8 @@ class SlotUpdate(wiring.Component):
     RAW16  ``value & 0xFFFF``             (illegal; never presented)
     ====== ============================== ====================================================
 
-    The add is a combinational :class:`~hdl.fp.add.Fp32Add` (``pipelined=False``) and the
-    BF16 rounding the combinational logic of :class:`~hdl.fp.convert.Fp32ToBf16`, whose output
+    The add is a combinational :class:`~ncrtl.hdl.fp.add.Fp32Add` (``pipelined=False``) and the
+    BF16 rounding the combinational logic of :class:`~ncrtl.hdl.fp.convert.Fp32ToBf16`, whose output
     register is this unit's output register: the whole add+round is one cycle, so PSUM's
     forwarding loop (this register -> the next beat's operand -> this adder) closes every cycle.
 
@@ -41,7 +41,7 @@ class SlotUpdate(wiring.Component):
     i_value : In(32)
         The beat (FP32 Tensor Engine output).
     i_dtype : In(2)
-        :class:`~model.psum.isa.Dtype`.
+        :class:`~ncrtl.model.psum.isa.Dtype`.
     i_half : In(1)
         16-bit dtypes: the half of the slot written (the accumulate reads that half of ``i_old``).
     i_overwrite : In(1)

@@ -13,12 +13,12 @@ A beat applied to ``i_x`` / ``i_tag`` in cycle ``t`` (with ``en``) is in ``x_reg
 ``(r, c)`` in cycle ``t + r + c + 1`` and its psum is in ``o_psum`` in cycle
 ``t + rows + cols + P_PREFIX + 1`` (:attr:`SystolicArray.latency`).
 
-PEs are placed as ``Instance(PE_MODULE, ...)`` of the one PE module (:func:`pe_verilog`) when
-``instance=True`` (Verilog generation: one PE definition for the whole array), or as Amaranth
-submodules otherwise (the Amaranth simulator cannot run instances).  With ``instance=True`` and a
-``block`` size ``B > 1``, the PEs are grouped into ``B x B`` tiles: one tile module
-(:data:`TILE_MODULE`, :class:`PETile`, emitted once by :func:`tile_verilog`) that places its PEs,
-and the array places ``(rows / B) x (cols / B)`` tile instances.  The tiles are pure wiring (the
+PEs are placed as ``Instance(PE_MODULE, ...)`` of the one PE module when ``instance=True``
+(Verilog generation: :meth:`SystolicArray.cells` lists the PE, and :func:`ncrtl.hdl.verilog.convert`
+emits it once for the whole array), or as Amaranth submodules otherwise (the Amaranth simulator
+cannot run instances).  With ``instance=True`` and a ``block`` size ``B > 1``, the PEs are grouped
+into ``B x B`` tiles: one tile module (:data:`TILE_MODULE`, :class:`PETile`, also a cell) that
+places its PEs, and the array places ``(rows / B) x (cols / B)`` tile instances.  The tiles are pure wiring (the
 timing is that of the PE grid), but they let a simulator compile one flat tile and reuse it: a
 Verilator hierarchical block per tile instead of per PE (see hdl/tensor_engine/verilator.vlt).
 """
@@ -28,12 +28,12 @@ from amaranth.hdl import (Cat, ClockSignal, Const, Instance, Module, Mux, ResetS
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.common.bits import bits_for_range
+from ncrtl.hdl.common.bits import bits_for_range
+from ncrtl.hdl.verilog import Cell
 
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, PE_SIGNATURE, TAG_LAYOUT
 
-__all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "pe_verilog", "tile_verilog",
-           "pe_blackbox_verilog", "default_block"]
+__all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "default_block"]
 
 #: Verilog module name of the PE.
 PE_MODULE = "te_pe"
@@ -55,33 +55,12 @@ def default_block(rows, cols, granule):
 
 
 def beat_tag_layout(rows):
-    """Tag of a moving beat at the array's left edge (before the per-row valid / first_row):
-    the PE tag fields plus the row range ``[row_lo, row_hi)`` of the rows that compute."""
+    """Tag of a moving beat at the array's left edge: the PE tag (``pe``, its ``first_row`` not
+    yet set) and the row range ``[row_lo, row_hi)`` of the rows that compute; each row derives
+    its own ``valid`` and ``first_row`` from the range."""
     return data.StructLayout({
-        "valid": 1, "bank": 1, "mode": 3, "fmt_s": 2, "fmt_m": 2, "transpose": 1,
-        "row_lo": bits_for_range(0, rows), "row_hi": bits_for_range(0, rows),
+        "pe": TAG_LAYOUT, "row_lo": bits_for_range(0, rows), "row_hi": bits_for_range(0, rows),
     })
-
-
-def pe_verilog():
-    """Verilog text of the PE: ONE flat module :data:`PE_MODULE` (its decoders, multipliers and
-    adder inlined), emitted once for any array."""
-    from hdl.common.checks import flat_module_verilog
-    return flat_module_verilog(PE(), PE_MODULE)
-
-
-def pe_blackbox_verilog():
-    """A ``(* blackbox *)`` declaration of :data:`PE_MODULE` (ports only): with it, a synthesis
-    check of an array or top covers everything but the PE in seconds (check the PE itself with
-    :func:`pe_verilog`)."""
-    ports, decls = ["clk", "rst"], ["  input clk;", "  input rst;"]
-    for name, member in PE_SIGNATURE.members.items():
-        width = Shape.cast(member.shape).width
-        rng = f"[{width - 1}:0] " if width > 1 else ""
-        ports.append(name)
-        decls.append(f"  {'input' if member.flow == In else 'output'} {rng}{name};")
-    return ("(* blackbox *)\n" + f"module {PE_MODULE}({', '.join(ports)});\n"
-            + "\n".join(decls) + "\nendmodule\n")
 
 
 def _place_pe(m, name, en, x, tag, ls, lsc, psum):
@@ -155,13 +134,6 @@ class PETile(wiring.Component):
         return m
 
 
-def tile_verilog(size):
-    """Verilog of the tile module :data:`TILE_MODULE` of ``size x size`` PE instances (the PE
-    module itself comes from :func:`pe_verilog`)."""
-    from amaranth.back import verilog
-    return verilog.convert(PETile(size), name=TILE_MODULE, emit_src=False)
-
-
 class SystolicArray(wiring.Component):
     """``rows x cols`` PEs with their skew lines (see the module docstring).
 
@@ -171,7 +143,7 @@ class SystolicArray(wiring.Component):
         Array size.
     instance : bool
         Place the PEs as ``Instance`` of :data:`PE_MODULE` (True; the Verilog then needs the PE
-        module of :func:`pe_verilog`) or as Amaranth submodules (False, for simulation).
+        module: :meth:`cells`) or as Amaranth submodules (False, for simulation).
     tile_granule : int
         Column-group width of column tiles (32 on the hardware; smaller in tests).
     block : int or None
@@ -235,6 +207,17 @@ class SystolicArray(wiring.Component):
             "o_psum": Out(cols * LANE_WIDTH),
         })
 
+    def cells(self):
+        """The modules the array places with ``Instance`` (:class:`ncrtl.hdl.verilog.Cell`):
+        the PE, and the tile module when the PEs are tiled; none with ``instance=False``."""
+        if not self.instance:
+            return []
+        cells = [Cell(PE_MODULE, PE)]
+        if self.block > 1:
+            block = self.block
+            cells.append(Cell(TILE_MODULE, lambda: PETile(block), flat=False))
+        return cells
+
     def elaborate(self, platform):
         m = Module()
         rows, cols, W = self.rows, self.cols, LANE_WIDTH
@@ -268,9 +251,8 @@ class SystolicArray(wiring.Component):
             # (Row 0 compares with ~x.any(): Amaranth writes x == 0 as a WIDTHTRUNC-ing !x.)
             m.d.comb += [
                 inside.eq((bt.row_lo <= r if r else ~bt.row_lo.any()) & (bt.row_hi > r)),
-                pt.valid.eq(bt.valid & inside),
-                pt.bank.eq(bt.bank), pt.mode.eq(bt.mode), pt.fmt_s.eq(bt.fmt_s),
-                pt.fmt_m.eq(bt.fmt_m), pt.transpose.eq(bt.transpose),
+                pt.eq(bt.pe),
+                pt.valid.eq(bt.pe.valid & inside),
                 pt.first_row.eq(bt.row_lo == r if r else ~bt.row_lo.any()),
             ]
             x_in.append(delay(f"x_skew_r{r}", self.i_x[r * W:(r + 1) * W], r))

@@ -1,6 +1,6 @@
 """Tensor Engine control: instruction issue and validation, LS loader, MM sequencer, output info.
 
-Implements the timing conventions of docs/tensor_engine.md (``model.tensor_engine.timing``)
+Implements the timing conventions of docs/tensor_engine.md (``ncrtl.model.tensor_engine.timing``)
 cycle for cycle:
 
 * one instruction word per cycle at most, in order; a rejected instruction (``isa.check`` rules,
@@ -22,13 +22,13 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.common.bits import bits_for_range, equals
-from model.fp import encode, get_format
-from model.tensor_engine.isa import (FIELDS, MAX_N, MIN_MM_CYCLES, MODE_FORMATS, Error, Mode,
-                                     Op)
+from ncrtl.hdl.common.bits import bits_for_range, equals
+from ncrtl.model.fp import get_format
+from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
+from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N, MIN_MM_CYCLES, Error, Op
 
 from .array import beat_tag_layout
-from .pe import LANE0_FORMATS, LANE_WIDTH, LS_CTL_LAYOUT, SKIP_BITS, lane0_format_index
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, SKIP_BITS, WIDE_FORMATS, decode_tag, one_code
 
 __all__ = ["TensorControl", "INSTR_LAYOUT", "ERROR_SHAPE", "check_logic"]
 
@@ -38,64 +38,100 @@ INSTR_LAYOUT = data.StructLayout({name: width for name, width in FIELDS})
 #: Shape of ``o_error_code``.
 ERROR_SHAPE = bits_for_range(0, max(Error))
 
+#: The longest beat interval of any engine mode (fp32: 4 cycles per beat).
+MAX_INTERVAL = max(max(m.interval(False), m.interval(True) or 1) for m in ENGINE_MODES)
+
+assert all(set(m.row_tiles) | set(m.col_tiles) <= set(TILE_SIZES) for m in ENGINE_MODES), \
+    "the control places tiles of the sizes TILE_SIZES only"
+
+
+def mode_rules(m, ins, tile_unit):
+    """The instruction's mode as the mode table describes it, as signals: ``known`` (a mode the
+    engine serves), ``bad_fmt`` (a format index the mode lacks), ``no_transpose``,
+    ``no_tiling``, ``row_size_ok`` / ``col_size_ok`` (the tile size, scaled by ``tile_unit /
+    32``, is one the mode accepts) and ``ii`` (cycles per beat of this instruction)."""
+    rules = {name: Signal(name=f"mode_{name}") for name in
+             ("known", "bad_fmt", "no_transpose", "no_tiling", "row_size_ok", "col_size_ok")}
+    ii = Signal(range(MAX_INTERVAL + 1), name="mode_ii")
+    size = bits_for_range(0, 255)
+    tr = Signal(size, name="mode_tile_rows")
+    tc = Signal(size, name="mode_tile_cols")
+    m.d.comb += [tr.eq(ins.tile_rows), tc.eq(ins.tile_cols)]
+
+    def one_of(value, sizes):
+        hits = [value == s * tile_unit // 32 for s in sizes]
+        return Cat(*hits).any() if hits else Const(0, 1)
+
+    with m.Switch(ins.mode):
+        for pe_mode in ENGINE_MODES:
+            with m.Case(pe_mode.code):
+                bad = []
+                for field, formats in ((ins.fmt_s, pe_mode.formats_s),
+                                       (ins.fmt_m, pe_mode.formats_m)):
+                    if len(formats) < 1 << FORMAT_BITS:
+                        bad.append(field >= len(formats))
+                m.d.comb += [
+                    rules["known"].eq(1),
+                    rules["bad_fmt"].eq(Cat(*bad).any() if bad else 0),
+                    rules["no_transpose"].eq(not pe_mode.transposes),
+                    rules["no_tiling"].eq(not pe_mode.tiles),
+                    rules["row_size_ok"].eq(one_of(tr, pe_mode.row_tiles)),
+                    rules["col_size_ok"].eq(one_of(tc, pe_mode.col_tiles)),
+                    ii.eq(Mux(ins.transpose, pe_mode.interval(True) or 1,
+                              pe_mode.interval(False))),
+                ]
+        with m.Default():
+            m.d.comb += [v.eq(0) for v in rules.values()] + [ii.eq(0)]
+    return rules, ii
+
 
 def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     """Hardware ``isa.check``: the code of the first rule ``ins`` breaks (0 if none).
 
     ``ins`` is an :data:`INSTR_LAYOUT` view, ``st`` a view of the last accepted LS (fields
     ``mode, fmt_s, k, m, transpose, tile_row, tile_rows, tile_col, tile_cols`` with the tile
-    sizes already made whole), ``st_valid`` whether there is one.  Tile sizes are
-    ``(tile_unit, 2 * tile_unit)`` (32, 64 on the hardware).  Returns ``(code, tr, tc)``: the
-    error code signal and the instruction's whole tile sizes.
+    sizes already made whole), ``st_valid`` whether there is one.  Tile sizes are the mode
+    table's scaled by ``tile_unit / 32`` (32 and 64 on the hardware).  Returns
+    ``(code, tr, tc, ii)``: the error code signal, the instruction's whole tile sizes and its
+    cycles per beat.
     """
     size = bits_for_range(0, 255)
     tr = Signal(size, name="chk_tile_rows")
     tc = Signal(size, name="chk_tile_cols")
     m.d.comb += [tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, rows)),
                  tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, cols))]
-    mode = ins.mode
-    bad_mode = Signal(name="chk_mode")
-    m.d.comb += bad_mode.eq(mode > max(Mode))
-    # Formats each mode accepts per side: fp8 all 4, double_row 3, the others only index 0.
-    n_fmt = {md: len(MODE_FORMATS[md]) for md in Mode}
-    bad_fmt = Signal(name="chk_format")
-    with m.Switch(mode):
-        for md in Mode:
-            with m.Case(md):
-                lim = n_fmt[md]
-                if lim >= 4:
-                    m.d.comb += bad_fmt.eq(0)
-                elif lim == 1:
-                    m.d.comb += bad_fmt.eq(ins.fmt_s.any() | ins.fmt_m.any())
-                else:
-                    m.d.comb += bad_fmt.eq((ins.fmt_s >= lim) | (ins.fmt_m >= lim))
-        with m.Default():
-            m.d.comb += bad_fmt.eq(0)
+    whole = Signal(INSTR_LAYOUT, name="chk_whole")
+    m.d.comb += [whole.eq(ins), whole.tile_rows.eq(tr), whole.tile_cols.eq(tc)]
+    rules, ii = mode_rules(m, whole, tile_unit)
     row_t = Signal(name="chk_row_tiled")
     col_t = Signal(name="chk_col_tiled")
     tiled = Signal(name="chk_tiled")
     m.d.comb += [row_t.eq(tr != rows), col_t.eq(tc != cols),
                  tiled.eq(row_t | col_t | ins.tile_row.any() | ins.tile_col.any())]
-    bad_combo = Signal(name="chk_dr_combo")
-    m.d.comb += bad_combo.eq((mode == Mode.DOUBLE_ROW) & (tiled | ins.transpose))
+    bad_combo = Signal(name="chk_mode_combo")
+    m.d.comb += bad_combo.eq((ins.transpose & rules["no_transpose"])
+                             | (tiled & rules["no_tiling"]))
     u = tile_unit
-    ok_sizes = (u, 2 * u)
+    sizes = sorted({s * u // 32 for s in TILE_SIZES})
 
-    def pos_bad(name, pos, t, whole, total):
-        """``pos % t or pos + t > total`` for ``t`` in {u, 2u} or, when not tiled on this axis,
-        ``t == total`` (then: ``pos != 0``)."""
+    def pos_bad(name, pos, t, whole_axis, total):
+        """``pos % t or pos + t > total`` for ``t`` one of the tile sizes or, when not tiled on
+        this axis, ``t == total`` (then: ``pos != 0``)."""
         low = Signal(name=f"chk_{name}_bad")
-        if (u & (u - 1)) == 0:
-            lb = u.bit_length() - 1
-            mis = Mux(t == u, pos[:lb].any() if lb else 0, pos[:lb + 1].any())
-        else:
-            mis = Mux(t == u, pos % u != 0, pos % (2 * u) != 0)
-        m.d.comb += low.eq(Mux(whole, pos.any(), mis | (pos + t > total)))
+        mis = Const(0, 1)
+        for s in sizes:     # t is one of them, or the size check flags the instruction
+            if s & (s - 1) == 0:
+                lb = s.bit_length() - 1
+                off = pos[:lb].any() if lb else Const(0, 1)
+            else:
+                off = pos % s != 0
+            mis = Mux(t == s, off, mis)
+        m.d.comb += low.eq(Mux(whole_axis, pos.any(), mis | (pos + t > total)))
         return low
 
     bad_tile = Signal(name="chk_tile")
-    row_size_bad = ~((tr == ok_sizes[0]) | (tr == ok_sizes[1])) | ins.tile_col.any()
-    col_size_bad = ~((tc == ok_sizes[0]) | (tc == ok_sizes[1])) | ins.tile_row.any()
+    row_size_bad = ~rules["row_size_ok"] | ins.tile_col.any()
+    col_size_bad = ~rules["col_size_ok"] | ins.tile_row.any()
     m.d.comb += bad_tile.eq(tiled & (
         (row_t & col_t) | (row_t & row_size_bad) | (col_t & col_size_bad)
         | pos_bad("tile_row", ins.tile_row, tr, ~row_t, rows)
@@ -109,30 +145,30 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     bad_nost = Signal(name="chk_no_stationary")
     m.d.comb += bad_nost.eq((ins.op == Op.MM) & ~st_valid)
     same = Signal(name="chk_same_as_ls")
-    m.d.comb += same.eq((st.mode == mode) & (st.fmt_s == ins.fmt_s) & (st.k == ins.k)
+    m.d.comb += same.eq((st.mode == ins.mode) & (st.fmt_s == ins.fmt_s) & (st.k == ins.k)
                         & (st.m == ins.m) & (st.transpose == ins.transpose)
                         & (st.tile_row == ins.tile_row) & (st.tile_rows == tr)
                         & (st.tile_col == ins.tile_col) & (st.tile_cols == tc))
     bad_mismatch = Signal(name="chk_mismatch")
     m.d.comb += bad_mismatch.eq((ins.op == Op.MM) & ~same)
     code = Signal(ERROR_SHAPE, name="chk_code")
-    rules = [(bad_mode, Error.MODE), (bad_fmt, Error.FORMAT), (bad_combo, Error.DOUBLE_ROW_COMBO),
-             (bad_tile, Error.TILE), (bad_k, Error.K_RANGE), (bad_m, Error.M_RANGE),
-             (bad_n, Error.N_RANGE), (bad_nost, Error.NO_STATIONARY),
-             (bad_mismatch, Error.MODE_MISMATCH)]
-    with m.If(rules[0][0]):
-        m.d.comb += code.eq(rules[0][1])
-    for cond, err in rules[1:]:
+    checks = [(~rules["known"], Error.MODE), (rules["bad_fmt"], Error.FORMAT),
+              (bad_combo, Error.MODE_COMBO), (bad_tile, Error.TILE), (bad_k, Error.K_RANGE),
+              (bad_m, Error.M_RANGE), (bad_n, Error.N_RANGE), (bad_nost, Error.NO_STATIONARY),
+              (bad_mismatch, Error.MODE_MISMATCH)]
+    with m.If(checks[0][0]):
+        m.d.comb += code.eq(checks[0][1])
+    for cond, err in checks[1:]:
         with m.Elif(cond):
             m.d.comb += code.eq(err)
     with m.Else():
         m.d.comb += code.eq(Error.NONE)
-    return code, tr, tc
+    return code, tr, tc, ii
 
 
 #: The last accepted LS, as the MM rules compare it (tile sizes whole).
 LS_DESC_LAYOUT = data.StructLayout({
-    "mode": 3, "fmt_s": 2, "k": 8, "m": 8, "transpose": 1,
+    "mode": MODE_BITS, "fmt_s": FORMAT_BITS, "k": 8, "m": 8, "transpose": 1,
     "tile_row": 8, "tile_rows": 8, "tile_col": 8, "tile_cols": 8,
 })
 
@@ -197,183 +233,149 @@ class TensorControl(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rows, cols = self.rows, self.cols
-        en = self.en
-        ins = self.i_instr
         live = Signal(name="live")                  # a cycle in which handshakes may happen
-        m.d.comb += live.eq(en & ~ResetSignal())
+        m.d.comb += live.eq(self.en & ~ResetSignal())
+        s = _State(self.rows)
+        issue = self._issue(m, s, live)
+        self._loader(m, s, live, issue)
+        sel_error = self._sequencer(m, s, live, issue)
+        self._accept(m, s, issue)
+        self._errors(m, issue, sel_error)
+        return m
 
-        # ---- architectural state ---------------------------------------------------------
-        next_bank = Signal(name="next_bank")        # bank of the next accepted LS
-        st_valid = Signal(name="st_valid")          # an LS was accepted
-        st = Signal(LS_DESC_LAYOUT, name="st_desc", reset_less=True)
-        # LS loader
-        ls_beats = Signal(range(256), name="ls_beats_left")
-        ls_phase = Signal(range(4), name="ls_phase")
-        ls_ii = Signal(range(5), name="ls_ii", reset_less=True)
-        ls_bank = Signal(name="ls_bank", reset_less=True)
-        ls_skip = Signal(SKIP_BITS, name="ls_skip", reset_less=True)
-        # MM sequencer
-        mm_beats = Signal(range(MAX_N + 1), name="mm_beats_left")
-        mm_slots = Signal(range(MAX_N + 1), name="mm_slots_left")
-        mm_phase = Signal(range(4), name="mm_phase")
-        mm_ii = Signal(range(5), name="mm_ii", reset_less=True)
-        mm_tag = Signal(beat_tag_layout(rows), name="mm_tag", reset_less=True)
-        mm_cols = Signal(OUT_INFO_LAYOUT, name="mm_cols", reset_less=True)
-        mm_flagged = Signal(name="mm_sel_flagged")  # selection error reported for this MM
-        mm_bank = Signal(name="mm_bank", reset_less=True)
-
-        # ---- decode and check the presented instruction ----------------------------------
-        code, tr, tc = check_logic(m, ins, rows, cols, self.tile_unit, st_valid, st)
+    def _issue(self, m, s, live):
+        """Check the presented instruction and decide whether it issues (or is dropped) now."""
+        ins = self.i_instr
+        code, tr, tc, ii = check_logic(m, ins, self.rows, self.cols, self.tile_unit,
+                                       s.st_valid, s.st)
         rejected = Signal(name="rejected")
         m.d.comb += rejected.eq(code != Error.NONE)
-        ii = Signal(range(5), name="ins_ii")
-        m.d.comb += ii.eq(Mux(equals(ins.mode, 0), Mux(ins.transpose, 2, 4), 1))  # fp32
-
         ls_free = Signal(name="ls_free")
         mm_free = Signal(name="mm_free")
-        m.d.comb += [ls_free.eq(equals(ls_beats, 0) & equals(ls_phase, 0)),
-                     mm_free.eq(equals(mm_slots, 0) & equals(mm_phase, 0))]
+        m.d.comb += [ls_free.eq(equals(s.ls_beats, 0) & equals(s.ls_phase, 0)),
+                     mm_free.eq(equals(s.mm_slots, 0) & equals(s.mm_phase, 0))]
         # LS: the loader is free and no moving beat reading the target bank is still to come.
         ls_can = Signal(name="ls_can_issue")
-        m.d.comb += ls_can.eq(ls_free & ~(mm_beats.any() & (mm_bank == next_bank)))
+        m.d.comb += ls_can.eq(ls_free & ~(s.mm_beats.any() & (s.mm_bank == s.next_bank)))
         # MM: the sequencer is free and the LS has no beat after this cycle.
         ls_last_now = Signal(name="ls_last_beat_now")
-        m.d.comb += ls_last_now.eq((ls_beats == 1) & equals(ls_phase, 0) & self.i_stat_valid)
+        m.d.comb += ls_last_now.eq((s.ls_beats == 1) & equals(s.ls_phase, 0)
+                                   & self.i_stat_valid)
         mm_can = Signal(name="mm_can_issue")
-        m.d.comb += mm_can.eq(mm_free & (equals(ls_beats, 0) | ls_last_now))
-
+        m.d.comb += mm_can.eq(mm_free & (equals(s.ls_beats, 0) | ls_last_now))
+        ready = Signal(name="instr_ready")
+        m.d.comb += ready.eq(live & (rejected | Mux(ins.op == Op.LS, ls_can, mm_can)))
         take = Signal(name="instr_take")
-        m.d.comb += take.eq(self.i_instr_valid & live & (
-            rejected | Mux(ins.op == Op.LS, ls_can, mm_can)))
-        m.d.comb += self.o_instr_ready.eq(live & (rejected | Mux(ins.op == Op.LS, ls_can, mm_can)))
+        m.d.comb += [take.eq(self.i_instr_valid & ready), self.o_instr_ready.eq(ready)]
         ls_issue = Signal(name="ls_issue")
         mm_issue = Signal(name="mm_issue")
         m.d.comb += [ls_issue.eq(take & ~rejected & (ins.op == Op.LS)),
                      mm_issue.eq(take & ~rejected & (ins.op == Op.MM))]
+        return dict(code=code, tr=tr, tc=tc, ii=ii, rejected=rejected, take=take,
+                    ls=ls_issue, mm=mm_issue)
 
-        # ---- LS loader: effective state this cycle (a new LS starts in its issue cycle) ----
-        e_ls_beats = Signal.like(ls_beats, name="e_ls_beats")
-        e_ls_phase = Signal.like(ls_phase, name="e_ls_phase")
-        e_ls_ii = Signal.like(ls_ii, name="e_ls_ii")
-        e_ls_bank = Signal(name="e_ls_bank")
-        e_ls_skip = Signal(SKIP_BITS, name="e_ls_skip")
-        skip_of = (ins.tile_col >> (self.tile_unit.bit_length() - 1)
-                   if (self.tile_unit & (self.tile_unit - 1)) == 0
-                   else ins.tile_col // self.tile_unit)
-        with m.If(ls_issue):
-            m.d.comb += [e_ls_beats.eq(ins.m), e_ls_phase.eq(0), e_ls_ii.eq(ii),
-                         e_ls_bank.eq(next_bank), e_ls_skip.eq(skip_of)]
+    def _loader(self, m, s, live, issue):
+        """The LoadStationary loader: one stationary beat every ``II`` cycles from the issue
+        cycle on (a new LS starts in its issue cycle); a missing beat stalls it."""
+        ins, en = self.i_instr, self.en
+        e_beats = Signal.like(s.ls_beats, name="e_ls_beats")
+        e_phase = Signal.like(s.ls_phase, name="e_ls_phase")
+        e_ii = Signal.like(s.ls_ii, name="e_ls_ii")
+        e_bank = Signal(name="e_ls_bank")
+        e_skip = Signal(SKIP_BITS, name="e_ls_skip")
+        u = self.tile_unit
+        skip_of = ins.tile_col >> (u.bit_length() - 1) if u & (u - 1) == 0 else ins.tile_col // u
+        with m.If(issue["ls"]):
+            m.d.comb += [e_beats.eq(ins.m), e_phase.eq(0), e_ii.eq(issue["ii"]),
+                         e_bank.eq(s.next_bank), e_skip.eq(skip_of)]
         with m.Else():
-            m.d.comb += [e_ls_beats.eq(ls_beats), e_ls_phase.eq(ls_phase), e_ls_ii.eq(ls_ii),
-                         e_ls_bank.eq(ls_bank), e_ls_skip.eq(ls_skip)]
-        ls_due = Signal(name="ls_due")
-        m.d.comb += ls_due.eq(e_ls_beats.any() & equals(e_ls_phase, 0))
-        m.d.comb += self.o_stat_ready.eq(live & ls_due)
-        ls_beat = Signal(name="ls_beat")
-        m.d.comb += ls_beat.eq(live & ls_due & self.i_stat_valid)
-        m.d.comb += [self.o_ls_ctl.valid.eq(ls_beat), self.o_ls_ctl.bank.eq(e_ls_bank),
-                     self.o_ls_ctl.skip.eq(e_ls_skip)]
+            m.d.comb += [e_beats.eq(s.ls_beats), e_phase.eq(s.ls_phase), e_ii.eq(s.ls_ii),
+                         e_bank.eq(s.ls_bank), e_skip.eq(s.ls_skip)]
+        due = Signal(name="ls_due")
+        m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
+        m.d.comb += self.o_stat_ready.eq(live & due)
+        beat = Signal(name="ls_beat")
+        m.d.comb += beat.eq(live & due & self.i_stat_valid)
+        m.d.comb += [self.o_ls_ctl.valid.eq(beat), self.o_ls_ctl.bank.eq(e_bank),
+                     self.o_ls_ctl.skip.eq(e_skip)]
         with m.If(en):
-            m.d.sync += [ls_ii.eq(e_ls_ii), ls_bank.eq(e_ls_bank), ls_skip.eq(e_ls_skip)]
-            with m.If(ls_beat):
-                m.d.sync += [ls_beats.eq(e_ls_beats - 1), ls_phase.eq(e_ls_ii - 1)]
-            with m.Elif(~ls_due):
-                m.d.sync += [ls_beats.eq(e_ls_beats),
-                             ls_phase.eq(Mux(e_ls_phase.any(), e_ls_phase - 1, 0))]
+            m.d.sync += [s.ls_ii.eq(e_ii), s.ls_bank.eq(e_bank), s.ls_skip.eq(e_skip)]
+            with m.If(beat):
+                m.d.sync += [s.ls_beats.eq(e_beats - 1), s.ls_phase.eq(e_ii - 1)]
+            with m.Elif(~due):
+                m.d.sync += [s.ls_beats.eq(e_beats),
+                             s.ls_phase.eq(Mux(e_phase.any(), e_phase - 1, 0))]
             with m.Else():                          # stalled on a missing stationary beat
-                m.d.sync += [ls_beats.eq(e_ls_beats), ls_phase.eq(e_ls_phase)]
+                m.d.sync += [s.ls_beats.eq(e_beats), s.ls_phase.eq(e_phase)]
 
-        # ---- MM sequencer --------------------------------------------------------------
-        e_mm_beats = Signal.like(mm_beats, name="e_mm_beats")
-        e_mm_slots = Signal.like(mm_slots, name="e_mm_slots")
-        e_mm_phase = Signal.like(mm_phase, name="e_mm_phase")
-        e_mm_ii = Signal.like(mm_ii, name="e_mm_ii")
-        e_mm_tag = Signal(beat_tag_layout(rows), name="e_mm_tag")
-        e_mm_cols = Signal(OUT_INFO_LAYOUT, name="e_mm_cols")
-        e_mm_flagged = Signal(name="e_mm_flagged")
-        e_mm_bank = Signal(name="e_mm_bank")
-        new_tag = Signal(beat_tag_layout(rows), name="new_mm_tag")
-        m.d.comb += [
-            new_tag.valid.eq(1), new_tag.bank.eq(~next_bank), new_tag.mode.eq(ins.mode),
-            new_tag.fmt_s.eq(ins.fmt_s), new_tag.fmt_m.eq(ins.fmt_m),
-            new_tag.transpose.eq(ins.transpose),
-            new_tag.row_lo.eq(ins.tile_row), new_tag.row_hi.eq(ins.tile_row + ins.k),
-        ]
-        with m.If(mm_issue):
+    def _sequencer(self, m, s, live, issue):
+        """The MultiplyMoving sequencer: ``max(N, 64)`` beat slots of ``II`` cycles, a moving
+        beat in each of the first ``N`` (a missing beat stalls it); the beat and its tag go to
+        the array, its output info down the latency line.  Returns the selection-error
+        strobe."""
+        ins, en = self.i_instr, self.en
+        e_beats = Signal.like(s.mm_beats, name="e_mm_beats")
+        e_slots = Signal.like(s.mm_slots, name="e_mm_slots")
+        e_phase = Signal.like(s.mm_phase, name="e_mm_phase")
+        e_ii = Signal.like(s.mm_ii, name="e_mm_ii")
+        e_tag = Signal(beat_tag_layout(self.rows), name="e_mm_tag")
+        e_cols = Signal(OUT_INFO_LAYOUT, name="e_mm_cols")
+        e_flagged = Signal(name="e_mm_flagged")
+        e_bank = Signal(name="e_mm_bank")
+        new_tag = Signal(beat_tag_layout(self.rows), name="new_mm_tag")
+        pe_tag = decode_tag(m, ins.mode, ins.fmt_s, ins.fmt_m, ins.transpose, valid=1,
+                            bank=~s.next_bank, first_row=0, name="new_pe_tag")
+        m.d.comb += [new_tag.pe.eq(pe_tag), new_tag.row_lo.eq(ins.tile_row),
+                     new_tag.row_hi.eq(ins.tile_row + ins.k)]
+        with m.If(issue["mm"]):
             m.d.comb += [
-                e_mm_beats.eq(ins.n),
-                e_mm_slots.eq(Mux(ins.n > MIN_MM_CYCLES, ins.n, MIN_MM_CYCLES)),
-                e_mm_phase.eq(0), e_mm_ii.eq(ii), e_mm_tag.eq(new_tag),
-                e_mm_cols.col_lo.eq(ins.tile_col), e_mm_cols.col_hi.eq(ins.tile_col + ins.m),
-                e_mm_flagged.eq(0), e_mm_bank.eq(~next_bank),
+                e_beats.eq(ins.n),
+                e_slots.eq(Mux(ins.n > MIN_MM_CYCLES, ins.n, MIN_MM_CYCLES)),
+                e_phase.eq(0), e_ii.eq(issue["ii"]), e_tag.eq(new_tag),
+                e_cols.col_lo.eq(ins.tile_col), e_cols.col_hi.eq(ins.tile_col + ins.m),
+                e_flagged.eq(0), e_bank.eq(~s.next_bank),
             ]
         with m.Else():
-            m.d.comb += [e_mm_beats.eq(mm_beats), e_mm_slots.eq(mm_slots),
-                         e_mm_phase.eq(mm_phase), e_mm_ii.eq(mm_ii), e_mm_tag.eq(mm_tag),
-                         e_mm_cols.eq(mm_cols), e_mm_flagged.eq(mm_flagged),
-                         e_mm_bank.eq(mm_bank)]
+            m.d.comb += [e_beats.eq(s.mm_beats), e_slots.eq(s.mm_slots),
+                         e_phase.eq(s.mm_phase), e_ii.eq(s.mm_ii), e_tag.eq(s.mm_tag),
+                         e_cols.eq(s.mm_cols), e_flagged.eq(s.mm_flagged),
+                         e_bank.eq(s.mm_bank)]
         slot_start = Signal(name="mm_slot_start")
-        mm_due = Signal(name="mm_due")
-        m.d.comb += [slot_start.eq(e_mm_slots.any() & equals(e_mm_phase, 0)),
-                     mm_due.eq(slot_start & e_mm_beats.any())]
-        m.d.comb += self.o_mov_ready.eq(live & mm_due)
-        mm_beat = Signal(name="mm_beat")
-        m.d.comb += mm_beat.eq(live & mm_due & self.i_mov_valid)
+        due = Signal(name="mm_due")
+        m.d.comb += [slot_start.eq(e_slots.any() & equals(e_phase, 0)),
+                     due.eq(slot_start & e_beats.any())]
+        m.d.comb += self.o_mov_ready.eq(live & due)
+        beat = Signal(name="mm_beat")
+        m.d.comb += beat.eq(live & due & self.i_mov_valid)
         stalled = Signal(name="mm_stalled")
-        m.d.comb += stalled.eq(mm_due & ~mm_beat)
+        m.d.comb += stalled.eq(due & ~beat)
 
         # Transpose: every lane of the tile must be 0 or 1 in the moving format, one 1 at most.
-        sel_bad = self._selection_check(m, e_mm_tag)
+        sel_bad = self._selection_check(m, e_tag)
         zero_beat = Signal(name="zero_beat")
-        m.d.comb += zero_beat.eq(e_mm_tag.transpose & sel_bad)
+        m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
         m.d.comb += self.o_x.eq(Mux(zero_beat, 0, self.i_mov))
-        m.d.comb += [self.o_tag.eq(e_mm_tag), self.o_tag.valid.eq(mm_beat)]
+        m.d.comb += [self.o_tag.eq(e_tag), self.o_tag.pe.valid.eq(beat)]
         new_flag = Signal(name="sel_error_now")
-        m.d.comb += new_flag.eq(mm_beat & zero_beat & ~e_mm_flagged)
+        m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
 
         with m.If(en):
-            m.d.sync += [mm_ii.eq(e_mm_ii), mm_tag.eq(e_mm_tag), mm_cols.eq(e_mm_cols),
-                         mm_bank.eq(e_mm_bank), mm_flagged.eq(e_mm_flagged | new_flag)]
+            m.d.sync += [s.mm_ii.eq(e_ii), s.mm_tag.eq(e_tag), s.mm_cols.eq(e_cols),
+                         s.mm_bank.eq(e_bank), s.mm_flagged.eq(e_flagged | new_flag)]
             with m.If(stalled):
-                m.d.sync += [mm_beats.eq(e_mm_beats), mm_slots.eq(e_mm_slots),
-                             mm_phase.eq(e_mm_phase)]
+                m.d.sync += [s.mm_beats.eq(e_beats), s.mm_slots.eq(e_slots),
+                             s.mm_phase.eq(e_phase)]
             with m.Elif(slot_start):
-                m.d.sync += [mm_beats.eq(e_mm_beats - mm_beat), mm_slots.eq(e_mm_slots - 1),
-                             mm_phase.eq(e_mm_ii - 1)]
+                m.d.sync += [s.mm_beats.eq(e_beats - beat), s.mm_slots.eq(e_slots - 1),
+                             s.mm_phase.eq(e_ii - 1)]
             with m.Else():
-                m.d.sync += [mm_beats.eq(e_mm_beats), mm_slots.eq(e_mm_slots),
-                             mm_phase.eq(Mux(e_mm_phase.any(), e_mm_phase - 1, 0))]
+                m.d.sync += [s.mm_beats.eq(e_beats), s.mm_slots.eq(e_slots),
+                             s.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0))]
 
-        # ---- architectural updates on accepted instructions -------------------------------
-        with m.If(en & ls_issue):
-            m.d.sync += [
-                next_bank.eq(~next_bank), st_valid.eq(1),
-                st.mode.eq(ins.mode), st.fmt_s.eq(ins.fmt_s), st.k.eq(ins.k), st.m.eq(ins.m),
-                st.transpose.eq(ins.transpose), st.tile_row.eq(ins.tile_row),
-                st.tile_rows.eq(tr), st.tile_col.eq(ins.tile_col), st.tile_cols.eq(tc),
-            ]
-
-        # ---- errors: registered, high in one enabled cycle ----------------------------------
-        err = Signal(name="err_pending")
-        err_code = Signal(ERROR_SHAPE, name="err_code")
-        sel_pending = Signal(name="sel_err_pending")
-        instr_err = Signal(name="instr_err")
-        m.d.comb += instr_err.eq(take & rejected)
-        with m.If(en):
-            with m.If(instr_err):
-                m.d.sync += [err.eq(1), err_code.eq(code),
-                             sel_pending.eq(sel_pending | new_flag)]
-            with m.Elif(sel_pending | new_flag):
-                m.d.sync += [err.eq(1), err_code.eq(Error.SELECTION), sel_pending.eq(0)]
-            with m.Else():
-                m.d.sync += [err.eq(0), err_code.eq(Error.NONE)]
-        m.d.comb += [self.o_error.eq(err & en), self.o_error_code.eq(err_code)]
-
-        # ---- output info delay line ------------------------------------------------------
+        # The output info follows the beat through a `latency`-stage delay line.
         info = Signal(OUT_INFO_LAYOUT, name="info_in")
-        m.d.comb += [info.valid.eq(mm_beat), info.last.eq(e_mm_beats == 1),
-                     info.col_lo.eq(e_mm_cols.col_lo), info.col_hi.eq(e_mm_cols.col_hi)]
+        m.d.comb += [info.valid.eq(beat), info.last.eq(e_beats == 1),
+                     info.col_lo.eq(e_cols.col_lo), info.col_hi.eq(e_cols.col_hi)]
         value = info
         for i in range(self.latency):
             stage = Signal(OUT_INFO_LAYOUT, name=f"info_d{i + 1}")
@@ -381,24 +383,52 @@ class TensorControl(wiring.Component):
                 m.d.sync += stage.eq(value)
             value = stage
         m.d.comb += self.o_info.eq(value)
-        return m
+        return new_flag
+
+    def _accept(self, m, s, issue):
+        """Architectural state of an accepted LS: the bank toggles, the LS is remembered."""
+        ins = self.i_instr
+        with m.If(self.en & issue["ls"]):
+            m.d.sync += [
+                s.next_bank.eq(~s.next_bank), s.st_valid.eq(1),
+                s.st.mode.eq(ins.mode), s.st.fmt_s.eq(ins.fmt_s), s.st.k.eq(ins.k),
+                s.st.m.eq(ins.m), s.st.transpose.eq(ins.transpose),
+                s.st.tile_row.eq(ins.tile_row), s.st.tile_rows.eq(issue["tr"]),
+                s.st.tile_col.eq(ins.tile_col), s.st.tile_cols.eq(issue["tc"]),
+            ]
+
+    def _errors(self, m, issue, sel_error):
+        """``o_error``: registered, high in one enabled cycle per rejected instruction and per
+        transpose MM with a bad selection beat (an instruction error wins the cycle; the
+        selection error follows in the next)."""
+        en = self.en
+        err = Signal(name="err_pending")
+        err_code = Signal(ERROR_SHAPE, name="err_code")
+        sel_pending = Signal(name="sel_err_pending")
+        instr_err = Signal(name="instr_err")
+        m.d.comb += instr_err.eq(issue["take"] & issue["rejected"])
+        with m.If(en):
+            with m.If(instr_err):
+                m.d.sync += [err.eq(1), err_code.eq(issue["code"]),
+                             sel_pending.eq(sel_pending | sel_error)]
+            with m.Elif(sel_pending | sel_error):
+                m.d.sync += [err.eq(1), err_code.eq(Error.SELECTION), sel_pending.eq(0)]
+            with m.Else():
+                m.d.sync += [err.eq(0), err_code.eq(Error.NONE)]
+        m.d.comb += [self.o_error.eq(err & en), self.o_error_code.eq(err_code)]
 
     def _selection_check(self, m, tag):
         """1 when the moving beat on ``i_mov`` is not a selection column over the rows
         ``[row_lo, row_hi)`` in the moving format of ``tag``."""
-        fmt = Signal(range(len(LANE0_FORMATS)), name="sel_fmt")
-        m.d.comb += fmt.eq(lane0_format_index(tag.mode, tag.fmt_m))
         one = Signal(LANE_WIDTH, name="sel_one_code")
         mask = Signal(LANE_WIDTH, name="sel_mask")          # bits that count
         mag = Signal(LANE_WIDTH, name="sel_mag_mask")       # ... without the sign
-        with m.Switch(fmt):
-            for i, name in enumerate(LANE0_FORMATS):
-                f = get_format(name)
-                code = int(encode([1.0], f)[0])
-                msk = ((1 << f.container_bits) - 1) & ~((1 << f.ignored_low_bits) - 1)
+        with m.Switch(tag.pe.fmt_m):
+            for i, name in enumerate(WIDE_FORMATS):
+                code, msk = one_code(name)
                 with m.Case(i):
                     m.d.comb += [one.eq(code), mask.eq(msk),
-                                 mag.eq(msk & ~(1 << (f.bits - 1)))]
+                                 mag.eq(msk & ~(1 << (get_format(name).bits - 1)))]
         any_bad, ones = [], []
         for r in range(self.rows):
             x = self.i_mov[r * LANE_WIDTH:(r + 1) * LANE_WIDTH]
@@ -418,9 +448,9 @@ class TensorControl(wiring.Component):
             nxt = []
             for j in range(0, len(nodes) - 1, 2):
                 (a1, t1), (a2, t2) = nodes[j], nodes[j + 1]
-                a, t = Signal(name=f"sel_any{level}_{j}"), Signal(name=f"sel_two{level}_{j}")
-                m.d.comb += [a.eq(a1 | a2), t.eq(t1 | t2 | (a1 & a2))]
-                nxt.append((a, t))
+                a, two = Signal(name=f"sel_any{level}_{j}"), Signal(name=f"sel_two{level}_{j}")
+                m.d.comb += [a.eq(a1 | a2), two.eq(t1 | t2 | (a1 & a2))]
+                nxt.append((a, two))
             if len(nodes) % 2:
                 nxt.append(nodes[-1])
             nodes = nxt
@@ -428,3 +458,28 @@ class TensorControl(wiring.Component):
         bad = Signal(name="sel_bad")
         m.d.comb += bad.eq(Cat(*any_bad).any() | nodes[0][1])
         return bad
+
+
+class _State:
+    """The control's registers: the bank of the next LS and the last accepted LS, the loader's
+    and the sequencer's counters."""
+
+    def __init__(self, rows):
+        self.next_bank = Signal(name="next_bank")        # bank of the next accepted LS
+        self.st_valid = Signal(name="st_valid")          # an LS was accepted
+        self.st = Signal(LS_DESC_LAYOUT, name="st_desc", reset_less=True)
+        # LS loader
+        self.ls_beats = Signal(range(256), name="ls_beats_left")
+        self.ls_phase = Signal(range(MAX_INTERVAL), name="ls_phase")
+        self.ls_ii = Signal(range(MAX_INTERVAL + 1), name="ls_ii", reset_less=True)
+        self.ls_bank = Signal(name="ls_bank", reset_less=True)
+        self.ls_skip = Signal(SKIP_BITS, name="ls_skip", reset_less=True)
+        # MM sequencer
+        self.mm_beats = Signal(range(MAX_N + 1), name="mm_beats_left")
+        self.mm_slots = Signal(range(MAX_N + 1), name="mm_slots_left")
+        self.mm_phase = Signal(range(MAX_INTERVAL), name="mm_phase")
+        self.mm_ii = Signal(range(MAX_INTERVAL + 1), name="mm_ii", reset_less=True)
+        self.mm_tag = Signal(beat_tag_layout(rows), name="mm_tag", reset_less=True)
+        self.mm_cols = Signal(OUT_INFO_LAYOUT, name="mm_cols", reset_less=True)
+        self.mm_flagged = Signal(name="mm_sel_flagged")  # selection error reported for this MM
+        self.mm_bank = Signal(name="mm_bank", reset_less=True)

@@ -27,42 +27,40 @@ port                width  meaning
 ==================  =====  ===================================================================
 
 Verilog: the array places every PE as an instance of the one PE module
-(:data:`~hdl.tensor_engine.array.PE_MODULE`); :func:`tensor_engine_verilog` (or
-:meth:`TensorEngine.verilog`) returns the PE module followed by the top, a complete design.
-``amaranth.back.verilog.convert`` of the top alone lacks the PE module.
+(:data:`~ncrtl.hdl.tensor_engine.array.PE_MODULE`), listed with the tile module in
+:meth:`TensorEngine.cells`; :func:`ncrtl.hdl.verilog.convert` emits them once, then the top.
 """
 
-from amaranth.back import verilog as _verilog
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from model.tensor_engine.isa import instruction_bits
+from ncrtl.model.tensor_engine.isa import instruction_bits
 
-from .array import SystolicArray, pe_verilog, tile_verilog
+from .array import SystolicArray
 from .control import ERROR_SHAPE, TensorControl
 from .pe import LANE_WIDTH
 
-__all__ = ["TensorEngine", "tensor_engine_verilog"]
+__all__ = ["TensorEngine"]
 
 
 class TensorEngine(wiring.Component):
-    """The Tensor Engine: :class:`~hdl.tensor_engine.control.TensorControl` driving a
-    :class:`~hdl.tensor_engine.array.SystolicArray` (ports in the module docstring).
+    """The Tensor Engine: :class:`~ncrtl.hdl.tensor_engine.control.TensorControl` driving a
+    :class:`~ncrtl.hdl.tensor_engine.array.SystolicArray` (ports in the module docstring).
 
     Parameters
     ----------
     rows, cols : int
         Array size (128 x 128 on the hardware).
     instance : bool
-        PEs as Verilog instances of the one PE module (True, for Verilog generation:
-        :meth:`verilog`) or as Amaranth submodules (False, for the Amaranth simulator).
+        PEs as Verilog instances of the one PE module (True, for Verilog generation: see
+        :meth:`cells`) or as Amaranth submodules (False, for the Amaranth simulator).
     tile_unit : int
         Tile sizes are ``tile_unit`` and ``2 * tile_unit`` rows / columns: 32 on the hardware
         (``isa.check``); smaller values let tests exercise tiling on small arrays.
     block : int or None
-        PEs per side of the Verilog tile module (see :class:`~hdl.tensor_engine.array.PETile`);
-        ``None``: :func:`~hdl.tensor_engine.array.default_block` (8 at 128 x 128).
+        PEs per side of the Verilog tile module (see :class:`~ncrtl.hdl.tensor_engine.array.PETile`);
+        ``None``: :func:`~ncrtl.hdl.tensor_engine.array.default_block` (8 at 128 x 128).
 
     Attributes
     ----------
@@ -90,9 +88,9 @@ class TensorEngine(wiring.Component):
             "o_error": Out(1), "o_error_code": Out(ERROR_SHAPE),
         })
 
-    def verilog(self, name="tensor_engine"):
-        """Complete Verilog: the PE module, then this top as module ``name``."""
-        return tensor_engine_verilog(self, name)
+    def cells(self):
+        """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""
+        return self.array.cells()
 
     def elaborate(self, platform):
         m = Module()
@@ -122,15 +120,3 @@ class TensorEngine(wiring.Component):
         m.d.comb += [self.o_valid.eq(info.valid), self.o_last.eq(info.last),
                      self.o_data.eq(Cat(*lanes))]
         return m
-
-
-def tensor_engine_verilog(engine, name="tensor_engine"):
-    """The complete Verilog of a :class:`TensorEngine` built with ``instance=True``: the PE
-    module (:data:`PE_MODULE`, once), the tile module (:data:`TILE_MODULE`, once, when the array
-    is tiled) and the top ``name``."""
-    if not engine.instance:
-        raise ValueError("tensor_engine_verilog needs a TensorEngine with instance=True (one PE "
-                         "module); with instance=False convert it directly")
-    top = _verilog.convert(engine, name=name, emit_src=False)
-    tile = tile_verilog(engine.array.block) if engine.array.block > 1 else ""
-    return pe_verilog() + tile + top

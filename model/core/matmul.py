@@ -1,18 +1,18 @@
 """``nc_matmul``: one Tensor Engine matmul whose output vectors PSUM combines into a bank.
 
-The composition the RTL ``hdl.core.MatmulCore`` implements: the Tensor Engine result
-``out[m, n]`` (:func:`model.tensor_engine.matmul.matmul`) leaves the array as ``N`` output
+The composition the RTL ``ncrtl.hdl.core.MatmulCore`` implements: the Tensor Engine result
+``out[m, n]`` (:func:`ncrtl.model.tensor_engine.matmul.matmul`) leaves the array as ``N`` output
 vectors of ``cols`` lanes (lane ``tile_col + m`` carries ``out[m, n]``, the other lanes +0.0, raw
 transpose words zero-extended to 32 bits), and PSUM applies them as the ``N`` beats of one write
-instruction (:meth:`model.psum.Psum.write`).  A contraction longer than the array is split into
+instruction (:meth:`ncrtl.model.psum.Psum.write`).  A contraction longer than the array is split into
 chunks of ``rows`` partitions, each chunk one ``nc_matmul`` of one accumulation group
 (:func:`chunk_flags`).
 """
 
 import numpy as np
 
-from model.psum import Flag, Psum, Write
-from model.tensor_engine.matmul import matmul_bits
+from ncrtl.model.psum import Flag, Psum, Write
+from ncrtl.model.tensor_engine.matmul import matmul_bits
 
 __all__ = ["nc_matmul", "chunk_flags"]
 
@@ -38,12 +38,12 @@ def nc_matmul(psum, write, stationary, moving, *, tile_position=None, **matmul_k
 
     Parameters
     ----------
-    psum : model.psum.Psum
+    psum : ncrtl.model.psum.Psum
         PSUM state; its partitions are the array's columns (``cols``).
-    write : model.psum.Write
+    write : ncrtl.model.psum.Write
         Where the ``N`` output vectors go (``write.n`` must equal ``N``).
     stationary, moving, tile_position, **matmul_kwargs
-        As :func:`model.tensor_engine.matmul.matmul` (``cols`` defaults to the partitions).
+        As :func:`ncrtl.model.tensor_engine.matmul.matmul` (``cols`` defaults to the partitions).
 
     Returns
     -------
@@ -57,7 +57,7 @@ def nc_matmul(psum, write, stationary, moving, *, tile_position=None, **matmul_k
         rule (PSUM unchanged).
     """
     if not isinstance(psum, Psum):
-        raise ValueError(f"psum must be a model.psum.Psum, not {type(psum).__name__}")
+        raise ValueError(f"psum must be a ncrtl.model.psum.Psum, not {type(psum).__name__}")
     cols = matmul_kwargs.setdefault("cols", psum.geometry.partitions)
     if cols != psum.geometry.partitions:
         raise ValueError(f"the array's {cols} columns must equal PSUM's "

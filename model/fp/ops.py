@@ -196,7 +196,7 @@ def fp32_to_bf16(x, rounding="rne", rand=None):
         ``"rne"``: round to nearest even.  ``"sr"``: stochastic rounding, the magnitude bits plus
         ``rand`` (16-bit) truncated to the upper 16 bits; the sign is kept, Inf passes unchanged.
     rand : ndarray of uint16-range integers
-        The random values for ``"sr"`` (see :class:`model.fp.xorwow.Xorwow`), same shape as x.
+        The random values for ``"sr"`` (see :class:`ncrtl.model.fp.xorwow.Xorwow`), same shape as x.
 
     NaN gives the canonical BF16 quiet NaN 0x7FC0 in both modes.
     """

@@ -12,7 +12,7 @@ Seeding is software's job, as on the hardware, whose generator state is written 
 :meth:`Xorwow.seed_state` expands a 64-bit seed with SplitMix64 (Steele, Lea, Flood 2014) into the
 five xorshift words ``x, y, z, w, v`` (three SplitMix64 outputs, low word first; an all-zero
 xorshift state, which would stay zero, is replaced by Marsaglia's published one) and ``d`` starts at
-Marsaglia's 6615241.  The RTL generator (``hdl.fp.xorwow``) loads those six words.  Hashing the seed
+Marsaglia's 6615241.  The RTL generator (``ncrtl.hdl.fp.xorwow``) loads those six words.  Hashing the seed
 matters: seeds that differ in a few low bits (one per PSUM partition) would otherwise give nearly
 equal first outputs.  A stochastic-rounding draw is the upper 16 bits of one output.
 """

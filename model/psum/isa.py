@@ -5,7 +5,7 @@ they combine with what is there (NKI ``psum_accumulate_flag``).  :func:`check` r
 rule a write breaks (an :class:`Error` code and a message) or ``None``; the golden raises
 ``ValueError`` with the message, the RTL pulses ``o_error`` with the code, consumes the write's
 ``n`` data beats without writing anything and stays usable.  :func:`encode` / :func:`decode` define
-the 32-bit instruction word of ``hdl.psum``; the layout is :data:`FIELDS` (LSB first).
+the 32-bit instruction word of ``ncrtl.hdl.psum``; the layout is :data:`FIELDS` (LSB first).
 
 See docs/psum.md for the contract.
 """
@@ -13,7 +13,7 @@ See docs/psum.md for the contract.
 import enum
 from dataclasses import dataclass
 
-from model.fields import pack_fields, unpack_fields
+from ncrtl.model.fields import pack_fields, unpack_fields
 
 __all__ = ["Dtype", "Rounding", "Flag", "Error", "Write", "Geometry", "FIELDS", "INSTR_BITS",
            "encode", "decode", "check", "GroupState"]

@@ -5,14 +5,14 @@ The contract is docs/psum.md.  :func:`read_add_write` is the pure function of on
 bank, one XORWOW generator per partition) and changes it exactly as the RTL does, one write
 instruction and one data beat at a time (:meth:`Psum.issue`, :meth:`Psum.beat`), or one whole
 instruction at a time (:meth:`Psum.write`).  Accesses are atomic and in issue order, so replaying
-the RTL's grant order (:class:`model.psum.Arbiter`) through this model predicts its memory.
+the RTL's grant order (:class:`ncrtl.model.psum.Arbiter`) through this model predicts its memory.
 """
 
 import ml_dtypes
 import numpy as np
 
-from model.fp import Xorwow, fp32_add, fp32_to_bf16
-from model.fp.ops import check_rand
+from ncrtl.model.fp import Xorwow, fp32_add, fp32_to_bf16
+from ncrtl.model.fp.ops import check_rand
 
 from .isa import FIELDS, Dtype, Geometry, GroupState, Rounding, Write, check
 

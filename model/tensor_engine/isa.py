@@ -4,16 +4,18 @@ One :class:`Instruction` is a LoadStationary (LS) or a MultiplyMoving (MM).  :fu
 returns the first rule an instruction breaks (an :class:`Error` code and a message) or ``None``;
 the golden raises ``ValueError`` with the message, the RTL raises ``o_error`` with the code and
 drops the instruction.  :func:`encode` / :func:`decode` define the instruction word of
-``hdl.tensor_engine``; the field layout is :data:`FIELDS` (LSB first).
+``ncrtl.hdl.tensor_engine``; the field layout is :data:`FIELDS` (LSB first).
 """
 
 import enum
 from dataclasses import dataclass, replace
 
-from model.fields import pack_fields, unpack_fields
+from ncrtl.model.fields import pack_fields, unpack_fields
+from ncrtl.model.modes import (ENGINE_MODES, FORMAT_BITS, FP8_FORMATS, MODE_BITS, MODES,
+                               mode_by_code)
 
-__all__ = ["Op", "Mode", "Error", "Instruction", "FIELDS", "FP8_FORMATS", "MODE_FORMATS",
-           "encode", "decode", "check", "instruction_bits", "MAX_N", "MIN_MM_CYCLES"]
+__all__ = ["Op", "Mode", "Error", "Instruction", "FIELDS", "FP8_FORMATS", "encode", "decode",
+           "check", "instruction_bits", "MAX_N", "MIN_MM_CYCLES"]
 
 #: Largest moving free size of one MM (one PSUM bank of FP32).
 MAX_N = 512
@@ -26,24 +28,10 @@ class Op(enum.IntEnum):
     MM = 1
 
 
-class Mode(enum.IntEnum):
-    """Datapath mode of an instruction (selects the PE decoders and the rate)."""
-    FP32 = 0
-    TF32 = 1
-    BF16 = 2
-    FP16 = 3
-    FP8 = 4
-    DOUBLE_ROW = 5
-
-
-#: FP8 formats of the fp8 / double_row modes, by their index in the fmt fields.
-FP8_FORMATS = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4")
-
-#: Formats each mode accepts on each side (index into FP8_FORMATS for the FP8 modes).
-MODE_FORMATS = {
-    Mode.FP32: ("fp32",), Mode.TF32: ("tf32",), Mode.BF16: ("bf16",), Mode.FP16: ("fp16",),
-    Mode.FP8: FP8_FORMATS, Mode.DOUBLE_ROW: FP8_FORMATS[:3],
-}
+#: The instruction's mode field: one member per row of the mode table
+#: (:data:`ncrtl.model.modes.MODES`), named after it (``Mode.BF16``, ``Mode.DOUBLE_ROW``).
+Mode = enum.IntEnum("Mode", [(m.name.upper(), m.code) for m in MODES])
+Mode.__doc__ = "Datapath mode of an instruction: the ``code`` of a row of the mode table."
 
 
 class Error(enum.IntEnum):
@@ -54,11 +42,11 @@ class Error(enum.IntEnum):
     N_RANGE = 3          # MM with N == 0 or N > 512
     FORMAT = 4           # a format index the mode does not accept
     TILE = 5             # tile size / position not allowed
-    DOUBLE_ROW_COMBO = 6  # double_row with tiling or transpose
+    MODE_COMBO = 6       # a tiling or a transpose the mode cannot run (double_row)
     NO_STATIONARY = 7    # MM before any LS
     MODE_MISMATCH = 8    # MM whose mode / formats / shape differ from the loaded stationary
     SELECTION = 9        # transpose with a moving beat that is not a selection column
-    MODE = 10            # unknown mode number
+    MODE = 10            # a mode number the Tensor Engine does not serve
 
 
 @dataclass(frozen=True)
@@ -70,8 +58,8 @@ class Instruction:
     op : Op
     mode : Mode
     fmt_s, fmt_m : int
-        Stationary / moving format index into :data:`FP8_FORMATS` for the FP8 modes (0 for the
-        others; fp8 may mix formats between the two sides).
+        Stationary / moving format: index into the mode's ``formats_s`` / ``formats_m``
+        (:data:`ncrtl.model.modes.MODES`; 0 in the one-format modes).
     k : int
         Rows used (contraction partitions; double_row: partitions, each holding 2 elements).
     m : int
@@ -103,22 +91,27 @@ class Instruction:
         return replace(self, tile_rows=self.tile_rows or rows, tile_cols=self.tile_cols or cols)
 
     @property
+    def pe_mode(self):
+        """The row of the mode table (:class:`ncrtl.model.modes.PeMode`), or None."""
+        return mode_by_code(self.mode)
+
+    @property
     def formats(self):
-        """``(stationary format, moving format)`` names."""
-        names = MODE_FORMATS[Mode(self.mode)]
-        return names[self.fmt_s % len(names)], names[self.fmt_m % len(names)]
+        """``(stationary format, moving format)`` names (of a valid instruction)."""
+        mode = self.pe_mode
+        return mode.formats_s[self.fmt_s], mode.formats_m[self.fmt_m]
 
     @property
     def beat_interval(self):
-        """Cycles per stationary or moving beat (1/4 rate fp32 matmul, 1/2 fp32 transpose)."""
-        if self.mode == Mode.FP32:
-            return 2 if self.transpose else 4
-        return 1
+        """Cycles per stationary or moving beat: the mode's (1/4 rate fp32 matmul, 1/2 fp32
+        transpose)."""
+        return self.pe_mode.interval(self.transpose)
 
 
 #: Instruction word layout, LSB first: (field, width).
 FIELDS = (
-    ("op", 1), ("mode", 3), ("fmt_s", 2), ("fmt_m", 2), ("transpose", 1),
+    ("op", 1), ("mode", MODE_BITS), ("fmt_s", FORMAT_BITS), ("fmt_m", FORMAT_BITS),
+    ("transpose", 1),
     ("k", 8), ("m", 8), ("n", 10),
     ("tile_row", 8), ("tile_rows", 8), ("tile_col", 8), ("tile_cols", 8),
 )
@@ -140,8 +133,9 @@ def decode(word):
     return Instruction(**vals)
 
 
-_ROW_TILES = (32, 64)
-_COL_TILES = (32, 64)
+def _sizes(sizes, sep="|"):
+    """``64|32``: tile sizes, largest first; ``none`` when the axis cannot be tiled."""
+    return sep.join(map(str, sorted(sizes, reverse=True))) or "none"
 
 
 def check(ins, rows, cols, stationary=None):
@@ -159,31 +153,34 @@ def check(ins, rows, cols, stationary=None):
     -------
     (Error, str) or None
     """
-    try:
-        mode = Mode(ins.mode)
-    except ValueError:
-        return Error.MODE, f"unknown mode {int(ins.mode)}; modes: {', '.join(m.name.lower() for m in Mode)}"
+    mode = mode_by_code(ins.mode)
+    if mode is None or not mode.engine:
+        what = f"unknown mode {int(ins.mode)}" if mode is None else (
+            f"mode {int(ins.mode)} ({mode.name}) is not served by the Tensor Engine")
+        return Error.MODE, (f"{what}; modes: "
+                            f"{', '.join(f'{m.code}={m.name}' for m in ENGINE_MODES)}")
     ins = ins.whole(rows, cols)
-    names = MODE_FORMATS[mode]
-    for side, idx in (("stationary", ins.fmt_s), ("moving", ins.fmt_m)):
+    for side, idx, names in (("stationary", ins.fmt_s, mode.formats_s),
+                             ("moving", ins.fmt_m, mode.formats_m)):
         if idx >= len(names):
-            return Error.FORMAT, (f"{mode.name.lower()} {side} format index {idx} is not allowed; "
+            return Error.FORMAT, (f"{mode.name} {side} format index {idx} is not allowed; "
                                   f"allowed: {', '.join(f'{i}={n}' for i, n in enumerate(names))}")
-    tiled = (ins.tile_rows, ins.tile_cols) != (rows, cols) or ins.tile_row or ins.tile_col
-    if mode == Mode.DOUBLE_ROW and (tiled or ins.transpose):
-        return Error.DOUBLE_ROW_COMBO, "double_row cannot be combined with tiling or transpose"
+    row_t = ins.tile_rows != rows
+    col_t = ins.tile_cols != cols
+    tiled = row_t or col_t or ins.tile_row or ins.tile_col
+    if (ins.transpose and not mode.transposes) or (tiled and not mode.tiles):
+        return Error.MODE_COMBO, f"{mode.name} cannot be combined with tiling or transpose"
     if tiled:
-        row_t = ins.tile_rows != rows
-        col_t = ins.tile_cols != cols
         if row_t and col_t:
             return Error.TILE, (f"tile_size ({ins.tile_rows}, {ins.tile_cols}) tiles rows and "
-                                f"columns at once; allowed: (64|32, {cols}) or ({rows}, 64|32)")
-        if row_t and (ins.tile_rows not in _ROW_TILES or ins.tile_col):
+                                f"columns at once; allowed: ({_sizes(mode.row_tiles)}, {cols}) "
+                                f"or ({rows}, {_sizes(mode.col_tiles)})")
+        if row_t and (ins.tile_rows not in mode.row_tiles or ins.tile_col):
             return Error.TILE, (f"row tile size {ins.tile_rows} at column {ins.tile_col} is not "
-                                f"allowed; allowed: 64 or 32 at column 0")
-        if col_t and (ins.tile_cols not in _COL_TILES or ins.tile_row):
+                                f"allowed; allowed: {_sizes(mode.row_tiles, ' or ')} at column 0")
+        if col_t and (ins.tile_cols not in mode.col_tiles or ins.tile_row):
             return Error.TILE, (f"column tile size {ins.tile_cols} at row {ins.tile_row} is not "
-                                f"allowed; allowed: 64 or 32 at row 0")
+                                f"allowed; allowed: {_sizes(mode.col_tiles, ' or ')} at row 0")
         if ins.tile_row < 0 or ins.tile_row % ins.tile_rows or ins.tile_row + ins.tile_rows > rows:
             return Error.TILE, (f"tile_position row {ins.tile_row} is not a multiple of the tile "
                                 f"size {ins.tile_rows} within {rows} rows")

@@ -6,29 +6,31 @@ call is one LoadStationary + MultiplyMoving pair on a ``rows x cols`` array:
 * **matmul**: ``out[m, n]`` is the FP32 psum leaving the bottom of PE column ``m`` for moving
   vector ``n``: ``p = +0.0``; for ``k = 0 .. K-1``: ``p = round_fp32(p + s[k, m] * x[k, n])``
   (double_row: ``round_fp32(p + s[k,0,m]*x[k,0,n] + s[k,1,m]*x[k,1,n])``), each step one correctly
-  rounded :func:`model.fp.fp32_dot_add`.
+  rounded :func:`ncrtl.model.fp.fp32_dot_add`.
 * **transpose**: ``out[m, n]`` is the raw encoding of ``stationary[k, m]`` for the single ``k``
   with ``moving[k, n] == 1``; no arithmetic, so NaN payloads survive.
 
-Every rule is checked through :func:`model.tensor_engine.isa.check` on the LS / MM instructions
+Every rule is checked through :func:`ncrtl.model.tensor_engine.isa.check` on the LS / MM instructions
 built from the arguments, so the golden and the RTL reject exactly the same instructions; the
 golden raises :class:`InstructionError` (a ``ValueError``) with the rule's message and code.
 """
 
 import numpy as np
 
-from model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
+from ncrtl.model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
 
-from .isa import FP8_FORMATS, Error, Instruction, Mode, Op, check
+from ncrtl.model.modes import ENGINE_MODES, mode_by_code, operand_formats
+
+from .isa import Error, Instruction, Mode, Op, check
 
 __all__ = ["matmul", "matmul_bits", "result_bits", "mode_of", "InstructionError",
            "OPERAND_FORMATS", "PERF_MODES"]
 
 #: Formats a Tensor Engine operand may have (TF32 is float32 data with ``*_format="tf32"``).
-OPERAND_FORMATS = ("fp32", "tf32", "bf16", "fp16") + FP8_FORMATS
+OPERAND_FORMATS = operand_formats(ENGINE_MODES)
 
 #: Accepted ``perf_mode`` values (None: one product per PE step).
-PERF_MODES = (None, "double_row")
+PERF_MODES = (None,) + tuple(m.perf_mode for m in ENGINE_MODES if m.perf_mode)
 
 
 class InstructionError(ValueError):
@@ -47,7 +49,7 @@ class InstructionError(ValueError):
 
 
 def _format(spec, what):
-    """The :class:`model.fp.Format` of a dtype, a dtype-like or a format name."""
+    """The :class:`ncrtl.model.fp.Format` of a dtype, a dtype-like or a format name."""
     if isinstance(spec, Format):
         return spec
     if isinstance(spec, str):
@@ -67,7 +69,7 @@ def mode_of(stationary, moving, perf_mode=None):
 
     Parameters
     ----------
-    stationary, moving : numpy dtype, dtype-like, format name or model.fp.Format
+    stationary, moving : numpy dtype, dtype-like, format name or ncrtl.model.fp.Format
         Operand formats (a format name such as ``"tf32"`` or ``"fp8_e5m2"``, or a dtype such as
         ``ml_dtypes.bfloat16``; a float32 dtype means fp32).
     perf_mode : None or "double_row"
@@ -75,17 +77,16 @@ def mode_of(stationary, moving, perf_mode=None):
     Returns
     -------
     (Mode, int, int)
-        ``(mode, fmt_s, fmt_m)``; the format indices index :data:`isa.FP8_FORMATS` in the FP8
-        modes and are 0 otherwise.  For double_row an FP8 format that the mode does not accept
-        (e3m4) is returned by index so that :func:`isa.check` reports it (``Error.FORMAT``), as
-        the RTL does.
+        ``(mode, fmt_s, fmt_m)``: the engine mode (:data:`ncrtl.model.modes.ENGINE_MODES`)
+        that multiplies the two formats (the one ``perf_mode`` names, else the first without a
+        ``perf_mode``) and the formats' indices in its ``formats_s`` / ``formats_m``.
 
     Raises
     ------
     InstructionError
-        For a format that is no operand format, fp32/tf32 mixed with another format, bf16 x fp16,
-        double_row with a non-FP8 format, or an unknown ``perf_mode``: pairs no instruction can
-        encode.
+        For a format that is no operand format, fp32/tf32 mixed with another format, a pair no
+        mode multiplies (bf16 x fp16), a format the ``perf_mode`` does not take, or an unknown
+        ``perf_mode``: pairs no instruction can encode.
     """
     if perf_mode not in PERF_MODES:
         raise InstructionError(f"perf_mode {perf_mode!r} is not supported; allowed: "
@@ -97,23 +98,24 @@ def mode_of(stationary, moving, perf_mode=None):
             raise InstructionError(f"{side} format {f.name} is not a Tensor Engine operand "
                                    f"format; allowed: {', '.join(OPERAND_FORMATS)}", Error.FORMAT)
     pair = f"{fs.name} x {fm.name}"
-    fp8 = fs.name in FP8_FORMATS and fm.name in FP8_FORMATS
-    if perf_mode == "double_row":
-        if not fp8:
-            raise InstructionError(f"double_row needs FP8 operands (fp8_e4m3, fp8_e4m3fn, "
-                                   f"fp8_e5m2) on both sides, got {pair}", Error.FORMAT)
-        return Mode.DOUBLE_ROW, FP8_FORMATS.index(fs.name), FP8_FORMATS.index(fm.name)
-    if fp8:
-        return Mode.FP8, FP8_FORMATS.index(fs.name), FP8_FORMATS.index(fm.name)
-    wide = {"fp32", "tf32"}
-    if (fs.name in wide) != (fm.name in wide):
-        raise InstructionError(f"fp32/tf32 operands cannot be mixed with narrower formats, "
-                               f"got {pair}", Error.FORMAT)
-    if fs.name != fm.name:
+    if perf_mode is not None:
+        mode = next(m for m in ENGINE_MODES if m.perf_mode == perf_mode)
+        for f, side, names in ((fs, "stationary", mode.formats_s),
+                               (fm, "moving", mode.formats_m)):
+            if f.name not in names:
+                raise InstructionError(f"{mode.name} {side} format {f.name} is not allowed "
+                                       f"({pair}); allowed: {', '.join(names)}", Error.FORMAT)
+    else:
+        mode = next((m for m in ENGINE_MODES if m.perf_mode is None
+                     and fs.name in m.formats_s and fm.name in m.formats_m), None)
+    if mode is None:
+        wide = {"fp32", "tf32"}
+        if (fs.name in wide) != (fm.name in wide):
+            raise InstructionError(f"fp32/tf32 operands cannot be mixed with narrower formats, "
+                                   f"got {pair}", Error.FORMAT)
         raise InstructionError(f"stationary and moving formats must be equal outside the fp8 "
                                f"modes, got {pair}", Error.FORMAT)
-    return {"fp32": Mode.FP32, "tf32": Mode.TF32, "bf16": Mode.BF16,
-            "fp16": Mode.FP16}[fs.name], 0, 0
+    return Mode(mode.code), mode.formats_s.index(fs.name), mode.formats_m.index(fm.name)
 
 
 def _operand(arr, fmt, what):
@@ -178,9 +180,11 @@ def _validate(stationary, moving, perf_mode, is_transpose, tile_position, tile_s
     s, fs = _operand(stationary, stationary_format, "stationary")
     x, fm = _operand(moving, moving_format, "moving")
     mode, fmt_s, fmt_m = mode_of(fs, fm, perf_mode)
-    if mode == Mode.DOUBLE_ROW:
-        want = "[K, 2, M] and [K, 2, N] (double_row)"
-        ok = s.ndim == 3 and x.ndim == 3 and s.shape[1] == 2 and x.shape[1] == 2
+    products = mode_by_code(mode).products
+    if products > 1:
+        want = (f"[K, {products}, M] and [K, {products}, N] ({mode_by_code(mode).name})")
+        ok = (s.ndim == 3 and x.ndim == 3 and s.shape[1] == products
+              and x.shape[1] == products)
     else:
         want = "[K, M] and [K, N]"
         ok = s.ndim == 2 and x.ndim == 2
@@ -246,14 +250,13 @@ def matmul(stationary, moving, *, perf_mode=None, is_transpose=False, tile_posit
         stationary_format, moving_format)
     if is_transpose:
         return _transpose(s, fs, x, fm)
-    if mode == Mode.DOUBLE_ROW:
-        s_k = lambda i: s[i].T[:, None, :]   # [M, 1, 2]
-        x_k = lambda i: x[i].T[None, :, :]   # [1, N, 2]
-        width = 2
+    width = mode_by_code(mode).products
+    if width > 1:
+        s_k = lambda i: s[i].T[:, None, :]   # [M, 1, products]
+        x_k = lambda i: x[i].T[None, :, :]   # [1, N, products]
     else:
         s_k = lambda i: s[i][:, None, None]  # [M, 1, 1]
         x_k = lambda i: x[i][None, :, None]  # [1, N, 1]
-        width = 1
     # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
     p = np.zeros((m, n), dtype=np.float32)

@@ -1,6 +1,6 @@
 """Cycle-level timing model of the Tensor Engine control (docs/tensor_engine.md, timing).
 
-The RTL (``hdl.tensor_engine``) is built to match this model cycle for cycle; the testbench
+The RTL (``ncrtl.hdl.tensor_engine``) is built to match this model cycle for cycle; the testbench
 compares every event.  The model assumes always-valid instruction, stationary and moving streams
 and an always-ready output; cycles are enabled clock cycles (a backpressure freeze does not
 count).
@@ -54,12 +54,15 @@ streaming; this model has no data and does not predict it.
 
 from dataclasses import dataclass, field
 
-from .isa import MIN_MM_CYCLES, Error, Instruction, Mode, Op, check, decode
+from ncrtl.model.modes import get_mode, mode_by_code
+
+from .isa import MIN_MM_CYCLES, Error, Instruction, Op, check, decode
 
 __all__ = ["P_PREFIX", "ERROR_DELAY", "CLOCK_HZ", "latency", "simulate", "Record", "Schedule",
            "macs_per_beat", "peak_macs_per_cycle", "peak_tflops"]
 
-#: Pipeline stages of the PE product prefix (decode, exact multiply, product sum) before AddRound.
+#: Pipeline stages of the PE product prefix (decode and exact multiply; product sum) before its
+#: psum adder.  The PE (``ncrtl.hdl.tensor_engine.pe``) is built with this many stages.
 P_PREFIX = 2
 #: ``o_error`` is high this many cycles after the rejected instruction's issue cycle.
 ERROR_DELAY = 1
@@ -73,17 +76,18 @@ def latency(rows, cols):
 
 
 def macs_per_beat(ins):
-    """Multiply-accumulates one moving beat of MM ``ins`` performs (0 for LS and transpose)."""
+    """Multiply-accumulates one moving beat of MM ``ins`` performs (0 for LS and transpose):
+    ``K * M`` times the mode's products per PE step."""
     if ins.op != Op.MM or ins.transpose:
         return 0
-    return ins.k * ins.m * (2 if ins.mode == Mode.DOUBLE_ROW else 1)
+    return ins.k * ins.m * ins.pe_mode.products
 
 
 def peak_macs_per_cycle(rows, cols, mode):
-    """Peak MACs per cycle of a mode: ``rows*cols`` (x2 double_row, /4 fp32)."""
-    mode = Mode(mode)
-    rate = {Mode.FP32: 0.25, Mode.DOUBLE_ROW: 2.0}.get(mode, 1.0)
-    return rows * cols * rate
+    """Peak MACs per cycle of a mode (a :class:`Mode`, code or name): ``rows*cols`` times its
+    products per step over its beat interval (x2 double_row, /4 fp32)."""
+    pe_mode = get_mode(mode) if isinstance(mode, str) else mode_by_code(mode)
+    return pe_mode.macs_per_cycle(rows, cols)
 
 
 def peak_tflops(rows, cols, mode, clock_hz=CLOCK_HZ):

@@ -1,11 +1,10 @@
 """``ncrtl sim matmul --psum``: a K-long contraction as K / rows Tensor Engine matmuls
 accumulated in one PSUM group, on the ``core`` block (Tensor Engine -> PSUM), with its figures."""
 
-from model.tensor_engine.isa import Mode
+from ncrtl.model.modes import operation
 from ncrtl import blocks
-from testbench.conformance import run_block
-from testbench.tensor_engine.program import MODES
-from testbench.tensor_engine.simulate import CLOCK_HZ
+from ncrtl.testbench.conformance import run_block
+from ncrtl.testbench.tensor_engine.simulate import CLOCK_HZ
 
 __all__ = ["sim_matmul_psum"]
 
@@ -20,13 +19,13 @@ def sim_matmul_psum(*, rows, cols, dtype, k, n, psum, rounding="rne", seed=1, wa
                             "bank_bytes": str(bank_bytes)})
     res = run_block(block, params, count=n, seed=seed, stall=0.0,
                     waves=True if waves else None)
-    mode, transpose = MODES[dtype]
+    pe_mode, transpose = operation(dtype)
     c = res.counters
     if not c.get("cycles"):
         print(f"simulation failed: {res.message}")
         return 1
     cycles = c["cycles"]
-    products = 2 if mode == Mode.DOUBLE_ROW else 1
+    products = pe_mode.products
     macs = 0 if transpose else k * products * cols * n
     print(f"matmul {dtype} K={k * products} M={cols} N={n} on a {rows}x{cols} array: "
           f"{chunks} matmul(s) of K={rows * products} accumulated in a "
@@ -41,7 +40,7 @@ def sim_matmul_psum(*, rows, cols, dtype, k, n, psum, rounding="rne", seed=1, wa
     for u in res.units:
         print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
     print(f"  accumulated result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden "
-          f"model (model.core.nc_matmul into model.psum)")
+          f"model (ncrtl.model.core.nc_matmul into ncrtl.model.psum)")
     if not res.passed:
         print(res.message)
     return 0 if res.passed else 1

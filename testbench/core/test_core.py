@@ -1,9 +1,9 @@
-"""cocotb conformance of :class:`hdl.core.top.MatmulCore`: Tensor Engine matmuls accumulated in
-PSUM, against the golden :func:`model.core.nc_matmul`.
+"""cocotb conformance of :class:`ncrtl.hdl.core.top.MatmulCore`: Tensor Engine matmuls accumulated in
+PSUM, against the golden :func:`ncrtl.model.core.nc_matmul`.
 
 A contraction of ``chunks`` x ``rows`` partitions is done as ``chunks`` LoadStationary +
 MultiplyMoving pairs whose PSUM writes form one accumulation group in one bank (the first
-overwrites, the last closes the group: :func:`model.core.chunk_flags`); the usual way to
+overwrites, the last closes the group: :func:`ncrtl.model.core.chunk_flags`); the usual way to
 multiply a K = 512 contraction on a 128-row array.  The testbench streams the Tensor Engine
 instructions and data and the PSUM write instructions, waits for the group-complete event, reads
 the bank back through the Vector Engine port and compares every word bit for bit with the golden
@@ -15,16 +15,18 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from model.core import chunk_flags, nc_matmul
-from model.psum import Dtype, Geometry, Psum, Rounding, Write
-from model.psum import encode as psum_encode
-from model.tensor_engine import isa
-from model.tensor_engine.isa import Instruction, Mode, Op
-from testbench.conformance import tb_settings
-from testbench.psum.program import EngineReq, req_word
-from testbench.scoreboard import Scoreboard, write_counters
-from testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
-from testbench.tensor_engine.program import MODES, _as_dtype, _selection, _values, lane_words
+from ncrtl.model.core import chunk_flags, nc_matmul
+from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
+from ncrtl.model.psum import encode as psum_encode
+from ncrtl.model.tensor_engine import isa
+from ncrtl.model.modes import operation
+from ncrtl.model.tensor_engine.isa import Instruction, Op
+from ncrtl.testbench.conformance import tb_settings
+from ncrtl.testbench.psum.program import EngineReq, req_word
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+from ncrtl.testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
+from ncrtl.testbench.tensor_engine.program import (_as_dtype, _selection, _values, lane_words,
+                                                   tile_shape)
 
 LANE = 32
 
@@ -32,9 +34,8 @@ LANE = 32
 def chunked_program(params, seed):
     """``[(ls, stationary codes, mm, moving codes, Write)]`` of the block parameters."""
     rows, cols = params["rows"], params["cols"]
-    mode, transpose = MODES[params["mode"]]
-    fmt = isa.MODE_FORMATS[mode][0]
-    dr = mode == Mode.DOUBLE_ROW
+    pe_mode, transpose = operation(params["mode"])
+    mode, fmt = pe_mode.code, pe_mode.formats_s[0]
     n, chunks, bank = params["n"], params["chunks"], params["bank"]
     dtype = Dtype.RAW16 if transpose else Dtype[params["psum"].upper()]
     rounding = Rounding[params["rounding"].upper()]
@@ -44,9 +45,9 @@ def chunked_program(params, seed):
         k = rows
         ls = Instruction(Op.LS, mode, k=k, m=cols, transpose=transpose)
         mm = Instruction(Op.MM, mode, k=k, m=cols, n=n, transpose=transpose)
-        st = _values(rng, fmt, (k, 2, cols) if dr else (k, cols), special=0.002)
+        st = _values(rng, fmt, tile_shape(pe_mode, k, cols), special=0.002)
         mv = (_selection(rng, k, n, fmt) if transpose
-              else _values(rng, fmt, (k, 2, n) if dr else (k, n), special=0.002))
+              else _values(rng, fmt, tile_shape(pe_mode, k, n), special=0.002))
         flags = 3 if transpose else chunk_flags(i, chunks)
         w = Write(bank=bank, col=0, n=n, dtype=dtype, rounding=rounding, flags=flags)
         prog.append((ls, st, mm, mv, w))
@@ -60,9 +61,8 @@ def golden(params, prog):
     done = []
     for ls, st, mm, mv, w in prog:
         fs, fm = mm.formats
-        dr = mm.mode == Mode.DOUBLE_ROW
         bank = nc_matmul(psum, w, _as_dtype(st, fs), _as_dtype(mv, fm),
-                         perf_mode="double_row" if dr else None, is_transpose=mm.transpose,
+                         perf_mode=mm.pe_mode.perf_mode, is_transpose=mm.transpose,
                          rows=params["rows"], stationary_format=fs, moving_format=fm)
         if bank is not None:
             done.append(bank)
@@ -123,10 +123,8 @@ class MatmulCoreTB:
         words = []
         for ls, st, mm, mv, w in prog:
             words += [isa.encode(ls), isa.encode(mm)]
-            fs, fm = mm.formats
-            dr = mm.mode == Mode.DOUBLE_ROW
-            for tile, fmt, src, rev in ((st, fs, self.stat, True), (mv, fm, self.mov, False)):
-                lanes = lane_words(tile, fmt, dr)                     # [X, K]
+            for tile, src, rev in ((st, self.stat, True), (mv, self.mov, False)):
+                lanes = lane_words(tile)                              # [X, K]
                 beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
                 beats[:, :lanes.shape[1]] = lanes.astype(np.uint64)
                 src.send(pack_lanes(beats[::-1] if rev else beats, LANE))  # LS: columns M-1 first

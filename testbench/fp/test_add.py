@@ -1,4 +1,4 @@
-"""cocotb conformance of :class:`hdl.fp.add.Fp32Add` against ``model.fp.fp32_add``.
+"""cocotb conformance of :class:`ncrtl.hdl.fp.add.Fp32Add` against ``ncrtl.model.fp.fp32_add``.
 
 Vectors: the FP32 corner cross product, near-cancelling pairs (``b = -a`` nudged by a few ulps),
 pairs a few binades apart (alignment, ties, carries) and uniformly random encodings.
@@ -7,12 +7,12 @@ pairs a few binades apart (alignment, ties, carries) and uniformly random encodi
 import cocotb
 import numpy as np
 
-from model.fp import fp32_add
+from ncrtl.model.fp import fp32_add
 from ncrtl.blocks import get
-from testbench.fp.vectors import fp32_corner_codes, random_codes
-from testbench.conformance import tb_settings as settings
-from testbench.lanes import LanesTB
-from testbench.scoreboard import Scoreboard
+from ncrtl.testbench.fp.vectors import fp32_corner_codes, random_codes
+from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.lanes import LanesTB
+from ncrtl.testbench.scoreboard import Scoreboard
 
 
 def add_vectors(rng, count):

@@ -1,4 +1,4 @@
-"""cocotb conformance of the FP32 converters (:mod:`hdl.fp.convert`) against the golden.
+"""cocotb conformance of the FP32 converters (:mod:`ncrtl.hdl.fp.convert`) against the golden.
 
 Every BF16 value as the upper half of an FP32 input, with low halves 0, 0x7FFF, 0x8000 (ties),
 0x8001, 0xFFFF and a random one, plus ``count`` random FP32 encodings.  ``fp.bf16`` runs each
@@ -10,12 +10,12 @@ import cocotb
 import ml_dtypes
 import numpy as np
 
-from model.fp import fp32_to_bf16, fp32_to_fp16, to_bits
+from ncrtl.model.fp import fp32_to_bf16, fp32_to_fp16, to_bits
 from ncrtl.blocks import get
-from testbench.conformance import tb_block, tb_settings as settings
-from testbench.fp.vectors import random_codes
-from testbench.lanes import LanesTB
-from testbench.scoreboard import Scoreboard
+from ncrtl.testbench.conformance import tb_block, tb_settings as settings
+from ncrtl.testbench.fp.vectors import random_codes
+from ncrtl.testbench.lanes import LanesTB
+from ncrtl.testbench.scoreboard import Scoreboard
 
 
 def convert_inputs(rng, count):

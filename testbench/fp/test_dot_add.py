@@ -1,6 +1,6 @@
-"""cocotb conformance of :class:`hdl.fp.dot_add.FusedDotAdd` against ``model.fp.fp32_dot_add``.
+"""cocotb conformance of :class:`ncrtl.hdl.fp.dot_add.FusedDotAdd` against ``ncrtl.model.fp.fp32_dot_add``.
 
-Run through :mod:`testbench.conformance` (``ncrtl conformance fp.dot_add --param mode=mx``): the
+Run through :mod:`ncrtl.testbench.conformance` (``ncrtl conformance fp.dot_add --param mode=mx``): the
 block parameters, vector count, seed and stall probability come from the environment.  For every
 pair of formats the mode accepts, a corner block (exhaustive code pairs where both formats are
 FP8/FP4 and equal) and ``count / pairs`` random vectors stream through the unit with random stalls
@@ -12,12 +12,13 @@ import itertools
 import cocotb
 import numpy as np
 
-from model.fp import QNAN, fp32_dot_add, from_bits, get_format
-from ncrtl.blocks import DOT_ADD_MODES, get
-from testbench.fp.vectors import dot_add_vectors
-from testbench.conformance import tb_settings as settings
-from testbench.lanes import LanesTB
-from testbench.scoreboard import Scoreboard
+from ncrtl.model.fp import QNAN, fp32_dot_add, from_bits, get_format
+from ncrtl.blocks import get
+from ncrtl.model.modes import get_mode
+from ncrtl.testbench.fp.vectors import dot_add_vectors
+from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.lanes import LanesTB
+from ncrtl.testbench.scoreboard import Scoreboard
 
 
 def golden(psum, a, b, fa, fb, scale_exp, scale_nan):
@@ -32,7 +33,9 @@ class DotAddTB(LanesTB):
 
     def __init__(self, dut, params, *, stall, seed):
         self.params = params
-        self.formats_a, self.formats_b, self.k, self.scale = DOT_ADD_MODES[params["mode"]]
+        mode = get_mode(params["mode"])
+        self.formats_a, self.formats_b = mode.formats_s, mode.formats_m
+        self.k, self.scale = mode.products, mode.scale
         super().__init__(dut, get("fp.dot_add").component(params), stall=stall, seed=seed)
 
     def fields(self, psum, a, b, ia, ib, scale_exp, scale_nan):

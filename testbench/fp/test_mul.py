@@ -1,4 +1,4 @@
-"""cocotb conformance of :class:`hdl.fp.mul.ExactMul`: the exact product of every code pair.
+"""cocotb conformance of :class:`ncrtl.hdl.fp.mul.ExactMul`: the exact product of every code pair.
 
 For FP8 and FP4 formats every ``a x b`` code pair is checked (exhaustive); wider formats get
 their corner cross product and ``count`` random pairs.  The product must be exact, so the
@@ -10,12 +10,12 @@ zero / Inf / NaN flags bit for bit.
 import cocotb
 import numpy as np
 
-from model.fp import decode_fields, get_format
+from ncrtl.model.fp import decode_fields, get_format
 from ncrtl.blocks import get
-from testbench.fp.vectors import corner_codes, exhaustive_pairs, random_codes
-from testbench.conformance import tb_settings as settings
-from testbench.lanes import LanesTB
-from testbench.scoreboard import Scoreboard
+from ncrtl.testbench.fp.vectors import corner_codes, exhaustive_pairs, random_codes
+from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.lanes import LanesTB
+from ncrtl.testbench.scoreboard import Scoreboard
 
 CANON_NAN = np.float64(np.nan).view(np.uint64)
 
@@ -42,18 +42,18 @@ class MulTB(LanesTB):
     def __init__(self, dut, params, *, stall, seed):
         self.fa, self.fb = get_format(params["fmt_a"]), get_format(params["fmt_b"])
         super().__init__(dut, get("fp.mul").component(params), stall=stall, seed=seed)
-        self.exp_width = dict(self.top.out_fields)["o_exp"]
+        self.exp_width = dict(self.top.out_fields)["o_product.exp"]
 
     def rtl_product(self, out):
         """The same ``(value bits, flags)`` computed from the unit's output fields."""
-        sig = np.array([float(x) for x in out["o_sig"]])
-        exp = _signed(out["o_exp"], self.exp_width).astype(np.int64)
-        sign = out["o_sign"].astype(np.int64)
+        sig = np.array([float(x) for x in out["o_product.sig"]])
+        exp = _signed(out["o_product.exp"], self.exp_width).astype(np.int64)
+        sign = out["o_product.sign"].astype(np.int64)
         mag = np.ldexp(sig, exp.astype(np.int32))
         v = np.where(sign == 1, -mag, mag)
-        inf = out["o_inf"].astype(np.int64) == 1
-        nan = out["o_nan"].astype(np.int64) == 1
-        zero = out["o_zero"].astype(np.int64) == 1
+        inf = out["o_product.inf"].astype(np.int64) == 1
+        nan = out["o_product.nan"].astype(np.int64) == 1
+        zero = out["o_product.zero"].astype(np.int64) == 1
         v = np.where(inf, np.where(sign == 1, -np.inf, np.inf), v)
         v = np.where(zero, np.where(sign == 1, -0.0, 0.0), v)
         bits = np.where(nan, CANON_NAN, v.view(np.uint64))

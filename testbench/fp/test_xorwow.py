@@ -1,4 +1,4 @@
-"""cocotb conformance of :class:`hdl.fp.xorwow.Xorwow` against ``model.fp.Xorwow``.
+"""cocotb conformance of :class:`ncrtl.hdl.fp.xorwow.Xorwow` against ``ncrtl.model.fp.Xorwow``.
 
 Each lane is one generator.  Every beat may load the state of a fresh 64-bit seed (expanded by
 ``Xorwow.seed_state``, as software does), step the generator, both or neither; the output beat is
@@ -9,12 +9,12 @@ Each lane is one generator.  Every beat may load the state of a fresh 64-bit see
 import cocotb
 import numpy as np
 
-from hdl.fp.xorwow import pack_state
-from model.fp import Xorwow
+from ncrtl.hdl.fp.xorwow import pack_state
+from ncrtl.model.fp import Xorwow
 from ncrtl.blocks import get
-from testbench.conformance import tb_settings as settings
-from testbench.lanes import LanesTB
-from testbench.scoreboard import Scoreboard
+from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.lanes import LanesTB
+from ncrtl.testbench.scoreboard import Scoreboard
 
 
 def xorwow_program(rng, n):

@@ -6,7 +6,7 @@ Everything returns numpy arrays of encodings (the format's storage dtype), gener
 
 import numpy as np
 
-from model.fp import bits_to_float, encode, fp32_dot_add, from_bits, get_format
+from ncrtl.model.fp import bits_to_float, encode, fp32_dot_add, from_bits, get_format
 
 __all__ = ["corner_codes", "random_codes", "exhaustive_pairs", "psum_for", "dot_add_vectors",
            "fp32_corner_codes"]

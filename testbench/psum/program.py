@@ -1,8 +1,8 @@
 """PSUM stimulus: phases of write instructions with their beats, engine requests and seed loads.
 
-A :class:`Program` is a list of :class:`Phase`; the testbench (``testbench.psum.test_psum``)
+A :class:`Program` is a list of :class:`Phase`; the testbench (``ncrtl.testbench.psum.test_psum``)
 streams one phase at a time into the RTL (all its streams concurrently), waits until it has
-drained, and replays everything it observes through the golden (``testbench.psum.replay``).
+drained, and replays everything it observes through the golden (``ncrtl.testbench.psum.replay``).
 
 :func:`random_program` draws the conformance program of a geometry:
 
@@ -10,7 +10,7 @@ drained, and replays everything it observes through the golden (``testbench.psum
   random flag sequences (bit0 or bit2 first, bit1 last), RNE and SR, single RAW16 writes, corner
   values (NaN with payloads, +-Inf so that Inf - Inf happens, subnormals, beats cancelling the
   group's first write to an exact zero, FP32 values that overflow BF16), illegal instructions of
-  every :class:`~model.psum.isa.Error` code (and random illegal words breaking several rules at
+  every :class:`~ncrtl.model.psum.isa.Error` code (and random illegal words breaking several rules at
   once), seed loads, and engine reads and writes (good and
   bad) concentrated on the banks and rows the Tensor Engine is writing;
 * ``seeds``: BF16 SR writes back to back while a seed is loaded every cycle;
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdl.psum.psum import REQ_FIELDS, SEED_FIELDS
-from model.fp.xorwow import Xorwow
-from model.psum import isa
-from model.psum.isa import Dtype, Error, Flag, Geometry, GroupState, Rounding, Write
+from ncrtl.hdl.psum.psum import REQ_FIELDS, SEED_FIELDS
+from ncrtl.model.fp.xorwow import Xorwow
+from ncrtl.model.psum import isa
+from ncrtl.model.psum.isa import Dtype, Error, Flag, Geometry, GroupState, Rounding, Write
 
 __all__ = ["EngineReq", "Phase", "Program", "random_program", "req_word", "seed_word",
            "beat_values"]
@@ -79,7 +79,7 @@ class Program:
 
 
 def req_word(req, partitions):
-    """The ``i_{e}_req`` integer of an :class:`EngineReq` (``hdl.psum.REQ_FIELDS``)."""
+    """The ``i_{e}_req`` integer of an :class:`EngineReq` (``ncrtl.hdl.psum.REQ_FIELDS``)."""
     data = 0
     if req.data is not None:
         data = int.from_bytes(np.asarray(req.data, dtype="<u4").tobytes(), "little")
@@ -93,7 +93,7 @@ def req_word(req, partitions):
 
 
 def seed_word(partition, words):
-    """The ``i_seed`` integer: partition, then ``x, y, z, w, v, d`` (``hdl.psum.SEED_FIELDS``)."""
+    """The ``i_seed`` integer: partition, then ``x, y, z, w, v, d`` (``ncrtl.hdl.psum.SEED_FIELDS``)."""
     values = [partition, *words]
     word, pos = 0, 0
     for v, (_, width) in zip(values, SEED_FIELDS):

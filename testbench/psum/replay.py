@@ -1,4 +1,4 @@
-"""Replay of what the PSUM RTL did, cycle by cycle, through the golden (``model.psum``).
+"""Replay of what the PSUM RTL did, cycle by cycle, through the golden (``ncrtl.model.psum``).
 
 The RTL's behaviour is observable at its ports: instruction, data, request and response
 handshakes, seed loads, ``o_grant``, the error pulses and ``o_done``.  :class:`Replay` takes one
@@ -6,13 +6,13 @@ handshakes, seed loads, ``o_grant``, the error pulses and ``o_done``.  :class:`R
 
 1. loads the seeds taken in the cycle into the golden generators (a seed taken with an SR beat
    is loaded first, as the RTL does);
-2. issues into the golden :class:`~model.psum.Psum` the instructions taken in earlier cycles, as
+2. issues into the golden :class:`~ncrtl.model.psum.Psum` the instructions taken in earlier cycles, as
    soon as the previous write has all its beats (the golden's group state only changes at issue,
    so the rule check is the one the RTL made when it took them);
 3. works out what each requester presents (the TE: a data beat offered for a legal current
    write; an engine: a request with a good bank and row, and for a read a free response slot,
    counted from the handshakes as the RTL's credit counter counts them), runs
-   :class:`model.psum.Arbiter` on it and compares its grants with ``o_grant``;
+   :class:`ncrtl.model.psum.Arbiter` on it and compares its grants with ``o_grant``;
 4. applies the accesses granted in the cycle (different banks, so in any order): the TE beat
    through :meth:`Psum.beat` (a drained beat of a rejected write too), engine writes and reads
    through :meth:`Psum.engine_write` / :meth:`Psum.engine_read`, queueing the expected
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.psum import Arbiter, Psum
-from model.psum.isa import Geometry
-from testbench.scoreboard import Scoreboard
+from ncrtl.model.psum import Arbiter, Psum
+from ncrtl.model.psum.isa import Geometry
+from ncrtl.testbench.scoreboard import Scoreboard
 
 __all__ = ["Sample", "Replay", "Latencies", "ENGINES"]
 
@@ -40,7 +40,7 @@ ENGINES = ("ve", "se")
 
 @dataclass(frozen=True)
 class Latencies:
-    """The RTL's documented latencies (``hdl.psum.Psum`` attributes) the replay times events by."""
+    """The RTL's documented latencies (``ncrtl.hdl.psum.Psum`` attributes) the replay times events by."""
 
     done: int = 4          # last beat granted -> o_done
     error: int = 1         # instruction / request taken -> error pulse

@@ -1,10 +1,10 @@
-"""cocotb conformance of :class:`hdl.psum.psum.Psum` against the golden ``model.psum``.
+"""cocotb conformance of :class:`ncrtl.hdl.psum.psum.Psum` against the golden ``ncrtl.model.psum``.
 
-A random program (``testbench.psum.program``) streams into every input of the RTL: write
+A random program (``ncrtl.testbench.psum.program``) streams into every input of the RTL: write
 instructions and their beats, requests on both engine ports, seed loads; both response ports
 take their words with random backpressure.  A monitor samples the port activity every cycle and
-feeds it to :class:`~testbench.psum.replay.Replay`, which replays the golden in the observed
-grant order and checks ``o_grant`` against :class:`model.psum.Arbiter`, every handshake, every
+feeds it to :class:`~ncrtl.testbench.psum.replay.Replay`, which replays the golden in the observed
+grant order and checks ``o_grant`` against :class:`ncrtl.model.psum.Arbiter`, every handshake, every
 engine read response, every error pulse (code and cycle), every group-complete event (bank and
 cycle) and, through the final read-back, the whole memory.  The stall-free phases also check the
 throughput: one TE beat per cycle, without a bubble, when no engine fights for its bank (also
@@ -17,12 +17,12 @@ from cocotb.triggers import ClockCycles
 
 import numpy as np
 
-from model.psum.isa import Geometry, encode
-from testbench.conformance import tb_settings
-from testbench.psum.program import random_program, req_word, seed_word
-from testbench.psum.replay import ENGINES, Latencies, Replay, Sample
-from testbench.scoreboard import Scoreboard, write_counters
-from testbench.stream import StreamSink, StreamSource, pack_lanes
+from ncrtl.model.psum.isa import Geometry, encode
+from ncrtl.testbench.conformance import tb_settings
+from ncrtl.testbench.psum.program import random_program, req_word, seed_word
+from ncrtl.testbench.psum.replay import ENGINES, Latencies, Replay, Sample
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+from ncrtl.testbench.stream import StreamSink, StreamSource, pack_lanes
 
 
 class PsumTB:

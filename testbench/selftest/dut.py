@@ -4,7 +4,7 @@ Small enough to build in seconds, but they have the properties the stream harnes
 right: back-pressure and a latency of more than one cycle, so a driver that drops, duplicates or
 reorders words is caught by the scoreboard.  :class:`StreamIncrement` is a FIFO (registered
 ``i_ready``); :class:`StreamPipeline` is a stall-the-whole-pipeline design whose ``i_ready``
-depends combinationally on ``o_ready``, like :class:`hdl.common.stream.StreamLanes`.
+depends combinationally on ``o_ready``, like :class:`ncrtl.hdl.common.stream.StreamLanes`.
 """
 
 from amaranth.hdl import Module, Signal

@@ -1,8 +1,8 @@
-"""cocotb self-test of the stream harness against the DUTs of :mod:`testbench.selftest.dut`.
+"""cocotb self-test of the stream harness against the DUTs of :mod:`ncrtl.testbench.selftest.dut`.
 
-Runs inside the simulator (``testbench.sim.Build.run("testbench.selftest.test_stream")``) on
-either :class:`~testbench.selftest.dut.StreamIncrement` or
-:class:`~testbench.selftest.dut.StreamPipeline` (same ports, 3-4 cycles of latency).
+Runs inside the simulator (``ncrtl.testbench.sim.Build.run("ncrtl.testbench.selftest.test_stream")``) on
+either :class:`~ncrtl.testbench.selftest.dut.StreamIncrement` or
+:class:`~ncrtl.testbench.selftest.dut.StreamPipeline` (same ports, 3-4 cycles of latency).
 Environment knobs:
 
 ``SELFTEST_WORDS``
@@ -28,8 +28,8 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer
 
-from testbench.scoreboard import Scoreboard, write_counters
-from testbench.stream import StreamSink, StreamSource
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+from ncrtl.testbench.stream import StreamSink, StreamSource
 
 LANES = 4
 LANE_BITS = 16

@@ -3,32 +3,32 @@
 A :class:`Program` is a list of :class:`Step` (an instruction plus the stationary or moving tile it
 streams).  :func:`random_program` draws one for a mode; :meth:`Program.expected` runs the golden
 model (values) and the timing model (cycles) on it.  The cocotb testbench
-(``testbench.tensor_engine.test_tensor_engine``) streams a program into the RTL and compares.
+(``ncrtl.testbench.tensor_engine.test_tensor_engine``) streams a program into the RTL and compares.
 """
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.fp import encode, get_format
-from model.tensor_engine import isa
-from model.tensor_engine.isa import Instruction, Mode, Op
+from ncrtl.model.fp import encode, get_format
+from ncrtl.model.modes import operation
+from ncrtl.model.tensor_engine import isa
+from ncrtl.model.tensor_engine.isa import Instruction, Op
 
-__all__ = ["Step", "Program", "random_program", "MODES", "lane_words"]
+__all__ = ["Step", "Program", "random_program", "lane_words", "tile_shape"]
 
-#: Conformance modes: name -> (Mode, transpose).
-MODES = {
-    "fp32": (Mode.FP32, False), "tf32": (Mode.TF32, False), "bf16": (Mode.BF16, False),
-    "fp16": (Mode.FP16, False), "fp8": (Mode.FP8, False), "double_row": (Mode.DOUBLE_ROW, False),
-    "transpose_bf16": (Mode.BF16, True), "transpose_fp8": (Mode.FP8, True),
-    "transpose_fp32": (Mode.FP32, True),
-}
+
+def tile_shape(pe_mode, k, x):
+    """Shape of a stationary (``x = M``) or moving (``x = N``) tile of encodings in a mode:
+    ``[K, X]``, or ``[K, P, X]`` with ``P`` products per PE step (double_row: 2)."""
+    return (k, pe_mode.products, x) if pe_mode.products > 1 else (k, x)
 
 
 @dataclass
 class Step:
     """One instruction and its data (encodings, uint arrays): stationary ``[K, M]`` (or
-    ``[K, 2, M]``) for an LS, moving ``[K, N]`` (or ``[K, 2, N]``) for an MM."""
+    ``[K, P, M]``, :func:`tile_shape`) for an LS, moving ``[K, N]`` (or ``[K, P, N]``) for an
+    MM."""
 
     ins: Instruction
     data: np.ndarray = None
@@ -55,12 +55,13 @@ class Program:
         return out
 
 
-def lane_words(tile, fmt, double_row):
+def lane_words(tile):
     """Beat lane words of a tile of encodings: ``[K, X]`` -> one int per (x, k) lane, as
-    ``[X, K]`` object array (double_row packs value j in bits [8j, 8j+8))."""
+    ``[X, K]`` array; a ``[K, P, X]`` tile (``P`` products per step) packs value ``j`` in bits
+    ``[8j, 8j+8)`` of the lane word."""
     t = np.asarray(tile).astype(np.int64)
-    if double_row:
-        t = t[:, 0, :] | (t[:, 1, :] << 8)
+    if t.ndim == 3:
+        t = sum(t[:, j, :] << (8 * j) for j in range(t.shape[1]))
     return t.T
 
 
@@ -93,46 +94,47 @@ def _selection(rng, k, n, fmt):
     return sel.astype(get_format(fmt).storage_dtype)
 
 
-def _random_tile(rng, rows, cols):
-    """``(tile_row, tile_rows, tile_col, tile_cols)`` of a random row or column tile of the
-    hardware sizes (32 or 64), or the whole array; tiles need a 64 x 64 array or larger."""
-    if rows < 64 or cols < 64 or rng.random() < 0.4:
+def _random_tile(rng, rows, cols, pe_mode):
+    """``(tile_row, tile_rows, tile_col, tile_cols)`` of a random row or column tile of a size
+    the mode accepts, or the whole array; tiles need a 64 x 64 array or larger."""
+    axes = [a for a, sizes in (("row", pe_mode.row_tiles), ("col", pe_mode.col_tiles)) if sizes]
+    if rows < 64 or cols < 64 or not axes or rng.random() < 0.4:
         return 0, 0, 0, 0
-    size = int(rng.choice([32, 64]))
-    if rng.random() < 0.5:
+    axis = axes[int(rng.integers(0, len(axes)))]
+    size = int(rng.choice(pe_mode.row_tiles if axis == "row" else pe_mode.col_tiles))
+    if axis == "row":
         return size * int(rng.integers(0, rows // size)), size, 0, 0
     return 0, 0, size * int(rng.integers(0, cols // size)), size
 
 
-def random_program(rng, rows, cols, mode_name, *, groups=3, max_n=128, errors=True):
-    """A random program of ``groups`` LS + 1..3 MM groups in one mode, with illegal
+def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True):
+    """A random program of ``groups`` LS + 1..3 MM groups of one operation
+    (:func:`ncrtl.model.modes.operations`: a mode's matmul or transpose), with illegal
     instructions mixed in when ``errors``; on arrays of 64 x 64 and more, most groups run on a
-    random row or column tile (not double_row, which cannot be tiled)."""
-    mode, transpose = MODES[mode_name]
+    random row or column tile of the mode (double_row has none)."""
+    pe_mode, transpose = operation(op_name)
+    mode = pe_mode.code
     prog = Program(rows, cols)
-    names = isa.MODE_FORMATS[mode]
     for g in range(groups):
-        tr, trs, tc, tcs = (0, 0, 0, 0) if mode == Mode.DOUBLE_ROW else _random_tile(rng, rows,
-                                                                                    cols)
+        tr, trs, tc, tcs = _random_tile(rng, rows, cols, pe_mode)
         tile = dict(tile_row=tr, tile_rows=trs, tile_col=tc, tile_cols=tcs)
         k = int(rng.integers(1, (trs or rows) + 1))
         m = int(rng.integers(1, (tcs or cols) + 1))
-        fs = int(rng.integers(0, len(names)))
-        fm = int(rng.integers(0, len(names))) if mode in (Mode.FP8, Mode.DOUBLE_ROW) else fs
-        if transpose:
+        fs = int(rng.integers(0, len(pe_mode.formats_s)))
+        fm = int(rng.integers(0, len(pe_mode.formats_m))) if len(pe_mode.formats_m) > 1 else 0
+        if transpose:       # the selection matrix is in the stationary format
             fm = fs
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
-        dr = mode == Mode.DOUBLE_ROW
-        s_shape = (k, 2, m) if dr else (k, m)
-        prog.steps.append(Step(ls, _values(rng, names[fs], s_shape)))
+        s_fmt, m_fmt = ls.formats
+        prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m))))
         for _ in range(int(rng.integers(1, 4))):
             n = int(rng.integers(1, max_n + 1))
             mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose,
                              **tile)
             if transpose:
-                x = _selection(rng, k, n, names[fm])
+                x = _selection(rng, k, n, m_fmt)
             else:
-                x = _values(rng, names[fm], (k, 2, n) if dr else (k, n))
+                x = _values(rng, m_fmt, tile_shape(pe_mode, k, n))
             prog.steps.append(Step(mm, x))
             if errors and rng.random() < 0.3:
                 bad = [Instruction(Op.MM, mode, k=k, m=m, n=isa.MAX_N + 1, fmt_s=fs, fmt_m=fm,
@@ -146,7 +148,7 @@ def random_program(rng, rows, cols, mode_name, *, groups=3, max_n=128, errors=Tr
 
 def expected_outputs(prog):
     """Golden output vectors, in emission order: list of (mm step index, ``[M, N]`` bits)."""
-    from model.tensor_engine.matmul import matmul
+    from ncrtl.model.tensor_engine.matmul import matmul
     outs = []
     valid = prog.valid_steps()
     for idx, (s, ls) in enumerate(valid):
@@ -154,10 +156,9 @@ def expected_outputs(prog):
             continue
         st = next(x for x, _ in valid if x.ins is ls)
         fs, fm = s.ins.formats
-        dr = s.ins.mode == Mode.DOUBLE_ROW
         a = _as_dtype(st.data, fs)
         b = _as_dtype(s.data, fm)
-        res = matmul(a, b, perf_mode="double_row" if dr else None, is_transpose=s.ins.transpose,
+        res = matmul(a, b, perf_mode=s.ins.pe_mode.perf_mode, is_transpose=s.ins.transpose,
                      rows=prog.rows, cols=prog.cols,
                      stationary_format=fs, moving_format=fm)
         res = np.asarray(res)

@@ -1,16 +1,15 @@
 """``ncrtl sim matmul``: one matmul on the Tensor Engine RTL, with its cycle figures.
 
 Builds the engine, runs one LoadStationary + MultiplyMoving through
-``testbench.tensor_engine.test_sim`` (values checked against the golden, output cycles against
+``ncrtl.testbench.tensor_engine.test_sim`` (values checked against the golden, output cycles against
 the timing model) and prints cycles, utilization and the equivalent TFLOPS at 2.4 GHz.
 """
 
 import json
 
-from model.tensor_engine.isa import Mode
+from ncrtl.model.modes import operation
 from ncrtl import blocks
-from testbench.conformance import run_block
-from testbench.tensor_engine.program import MODES
+from ncrtl.testbench.conformance import run_block
 
 __all__ = ["sim_matmul", "CLOCK_HZ"]
 
@@ -23,20 +22,20 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
     res = run_block(block, params, count=n, seed=seed, stall=0.0, waves=True if waves else None,
-                    testbench="testbench.tensor_engine.test_sim",
+                    testbench="ncrtl.testbench.tensor_engine.test_sim",
                     extra_env={"NCRTL_MATMUL": json.dumps({"k": k, "m": m, "n": n})})
-    mode, transpose = MODES[dtype]
+    pe_mode, transpose = operation(dtype)
     c = res.counters
     if not c.get("last_out"):
         print(f"simulation failed: {res.message}")
         return 1
     cycles = c["last_out"] - c["first_instr"] + 1
-    products = 2 if mode == Mode.DOUBLE_ROW else 1
+    products = pe_mode.products
     macs = 0 if transpose else k * m * n * products
-    peak = rows * cols * products / (4 if (mode == Mode.FP32 and not transpose) else 1)
+    peak = pe_mode.macs_per_cycle(rows, cols)
     util = macs / (cycles * rows * cols * products) if macs else 0.0
     tflops = 2 * macs / (cycles / CLOCK_HZ) / 1e12
-    stream = n * (4 if mode == Mode.FP32 and not transpose else 2 if mode == Mode.FP32 else 1)
+    stream = n * pe_mode.interval(transpose)
     print(f"matmul {dtype} K={k} M={m} N={n} on a {rows}x{cols} array")
     print(f"  cycles (first instruction to last output vector): {cycles}")
     print(f"  first output vector after {c['first_out'] - c['first_instr']} cycles; "

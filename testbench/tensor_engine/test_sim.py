@@ -8,25 +8,27 @@ import os
 import cocotb
 import numpy as np
 
-from model.tensor_engine.isa import Instruction, Mode, Op
-from testbench.conformance import tb_settings
-from testbench.scoreboard import write_counters
-from testbench.tensor_engine.program import MODES, Program, Step, _selection, _values
-from testbench.tensor_engine.test_tensor_engine import run_program
+from ncrtl.model.modes import operation
+from ncrtl.model.tensor_engine.isa import Instruction, Op
+from ncrtl.testbench.conformance import tb_settings
+from ncrtl.testbench.scoreboard import write_counters
+from ncrtl.testbench.tensor_engine.program import (Program, Step, _selection, _values,
+                                                   tile_shape)
+from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
 
-def matmul_program(rows, cols, mode_name, k, m, n, seed):
-    mode, transpose = MODES[mode_name]
+def matmul_program(rows, cols, op_name, k, m, n, seed):
+    """One LS + MM of an operation (a mode's matmul or transpose), formats of index 0."""
+    pe_mode, transpose = operation(op_name)
     rng = np.random.default_rng(seed)
-    from model.tensor_engine.isa import MODE_FORMATS
-    fmt = MODE_FORMATS[mode][0]
-    dr = mode == Mode.DOUBLE_ROW
+    fs, fm = pe_mode.formats_s[0], pe_mode.formats_m[0]
     prog = Program(rows, cols)
-    prog.steps.append(Step(Instruction(Op.LS, mode, k=k, m=m, transpose=transpose),
-                           _values(rng, fmt, (k, 2, m) if dr else (k, m), special=0)))
-    x = _selection(rng, k, n, fmt) if transpose else _values(rng, fmt, (k, 2, n) if dr else (k, n),
-                                                           special=0)
-    prog.steps.append(Step(Instruction(Op.MM, mode, k=k, m=m, n=n, transpose=transpose), x))
+    prog.steps.append(Step(Instruction(Op.LS, pe_mode.code, k=k, m=m, transpose=transpose),
+                           _values(rng, fs, tile_shape(pe_mode, k, m), special=0)))
+    x = (_selection(rng, k, n, fs) if transpose
+         else _values(rng, fm, tile_shape(pe_mode, k, n), special=0))
+    prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, k=k, m=m, n=n, transpose=transpose),
+                           x))
     return prog
 
 

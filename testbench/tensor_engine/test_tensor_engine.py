@@ -1,10 +1,10 @@
-"""cocotb conformance of :class:`hdl.tensor_engine.top.TensorEngine` against the golden and the
+"""cocotb conformance of :class:`ncrtl.hdl.tensor_engine.top.TensorEngine` against the golden and the
 timing model.
 
-A random program (``testbench.tensor_engine.program``) of LS / MM instructions in one mode, with
+A random program (``ncrtl.testbench.tensor_engine.program``) of LS / MM instructions in one mode, with
 illegal instructions mixed in, streams into the engine; every output vector is compared bit for bit
-with ``model.tensor_engine.matmul``, every error pulse with ``isa.check``, and (in the stall-free
-test) the cycle of every output vector and error with ``model.tensor_engine.timing``.
+with ``ncrtl.model.tensor_engine.matmul``, every error pulse with ``isa.check``, and (in the stall-free
+test) the cycle of every output vector and error with ``ncrtl.model.tensor_engine.timing``.
 """
 
 import time
@@ -14,12 +14,12 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from model.tensor_engine import isa
-from model.tensor_engine.isa import Op
-from testbench.conformance import tb_settings
-from testbench.scoreboard import Scoreboard, write_counters
-from testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
-from testbench.tensor_engine.program import expected_outputs, lane_words, random_program
+from ncrtl.model.tensor_engine import isa
+from ncrtl.model.tensor_engine.isa import Op
+from ncrtl.testbench.conformance import tb_settings
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+from ncrtl.testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
+from ncrtl.testbench.tensor_engine.program import expected_outputs, lane_words, random_program
 
 LANE = 32
 
@@ -70,9 +70,7 @@ class TensorEngineTB:
         self.instr.send([isa.encode(s.ins) for s in prog.steps])
         for s, _ in prog.valid_steps():
             ins = s.ins.whole(self.rows, self.cols)
-            fs, fm = ins.formats
-            dr = ins.mode == isa.Mode.DOUBLE_ROW
-            words = lane_words(s.data, fs if ins.op == Op.LS else fm, dr)  # [X, K]
+            words = lane_words(s.data)                                      # [X, K]
             beats = np.zeros((words.shape[0], self.rows), dtype=np.uint64)
             beats[:, ins.tile_row:ins.tile_row + ins.k] = words.astype(np.uint64)
             if ins.op == Op.LS:
@@ -133,7 +131,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
 
     boards = [sb, eb]
     if check_timing:
-        from model.tensor_engine import timing
+        from ncrtl.model.tensor_engine import timing
         sched = timing.simulate(prog.instructions(), rows, cols)
         t0 = tb.accepted[0]
         want_out = [c for r in sched.records for c in r.outputs]

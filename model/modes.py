@@ -1,0 +1,186 @@
+"""The mode table: every PE mode, with what it computes and what it costs.
+
+One row (:class:`PeMode`) per mode.  Everything that depends on the mode reads this table: the
+golden (:mod:`ncrtl.model.tensor_engine.matmul`), the instruction rules
+(:func:`ncrtl.model.tensor_engine.isa.check`) and the timing model, the PE and the control of the
+RTL (``hdl/tensor_engine``), the fused dot-add unit's configurations, the block registry and the
+CLI help.  A new mode is a new row.
+
+What a mode fixes (the build options of an engine, such as its size or tile modules, are not
+here):
+
+* the formats of each side, indexed by the instruction's ``fmt_s`` / ``fmt_m`` fields;
+* products per PE step: one fused, singly rounded ``psum + sum_j s_j * x_j`` per step;
+* whether the product sum is scaled by E8M0 block scales (MX);
+* the beat interval: cycles per stationary or moving beat, and for a transpose;
+* the tilings the Tensor Engine accepts.
+
+The MX row (quad MXFP8 / MXFP4, NeuronCore-v4) is a mode of the fused dot-add unit; the Tensor
+Engine does not serve it yet (``engine=False``): its instructions are rejected with the unknown
+mode code.
+"""
+
+from dataclasses import dataclass
+
+from .fp.formats import get_format
+
+__all__ = ["PeMode", "MODES", "ENGINE_MODES", "FP8_FORMATS", "MX_FORMATS", "get_mode",
+           "mode_by_code", "operand_formats", "operations", "operation", "MODE_BITS",
+           "FORMAT_BITS"]
+
+#: The FP8 formats of the fp8 mode, in fmt-field order.
+FP8_FORMATS = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4")
+
+#: The element formats of the MX mode (OCP MXFP8 / MXFP4), in fmt-field order.
+MX_FORMATS = ("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn")
+
+#: Tile sizes of the row and column tiling modes (2 x 64 on NeuronCore-v2+, 4 x 32 on v3+).
+TILE_SIZES = (32, 64)
+
+#: Width of the instruction's mode field and of each format field.
+MODE_BITS = 3
+FORMAT_BITS = 2
+
+
+@dataclass(frozen=True)
+class PeMode:
+    """One row of the mode table.
+
+    Parameters
+    ----------
+    name : str
+        The mode's name (``"bf16"``, ``"double_row"``).
+    code : int
+        Value of the instruction's ``mode`` field.
+    formats_s, formats_m : tuple of str
+        Formats of the stationary and the moving side, indexed by ``fmt_s`` / ``fmt_m``.
+    products : int
+        Products per PE step (MACs per PE per beat): 1, 2 (double_row), 4 (MX).
+    scale : bool
+        The product sum is scaled by two E8M0 block scales (MX).
+    beat_interval : int
+        Cycles per stationary and per moving beat of a matmul (4 for fp32: quarter rate).
+    transpose_interval : int or None
+        Cycles per beat of a transpose in this mode; None: the mode cannot transpose.
+    row_tiles, col_tiles : tuple of int
+        Row / column tile sizes the mode accepts (empty: no tiling on that axis).
+    engine : bool
+        The Tensor Engine serves the mode.
+    perf_mode : str or None
+        The ``perf_mode`` argument of ``nc_matmul`` that selects the mode (``"double_row"``).
+    """
+
+    name: str
+    code: int
+    formats_s: tuple
+    formats_m: tuple
+    products: int = 1
+    scale: bool = False
+    beat_interval: int = 1
+    transpose_interval: object = 1
+    row_tiles: tuple = TILE_SIZES
+    col_tiles: tuple = TILE_SIZES
+    engine: bool = True
+    perf_mode: object = None
+
+    def __post_init__(self):
+        for side in (self.formats_s, self.formats_m):
+            if not side or len(side) > 1 << FORMAT_BITS:
+                raise ValueError(f"mode {self.name}: 1..{1 << FORMAT_BITS} formats per side, "
+                                 f"not {len(side)}")
+            for f in side:
+                get_format(f)                      # a known format
+        if not 0 <= self.code < 1 << MODE_BITS:
+            raise ValueError(f"mode {self.name}: code {self.code} does not fit {MODE_BITS} bits")
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def transposes(self):
+        """The mode can run a transpose."""
+        return self.transpose_interval is not None
+
+    def interval(self, transpose=False):
+        """Cycles per beat of a matmul or (``transpose``) a transpose in this mode."""
+        return self.transpose_interval if transpose else self.beat_interval
+
+    def format_of(self, side, index):
+        """Format name of ``index`` on ``side`` (``"s"`` or ``"m"``), or None if out of range."""
+        formats = self.formats_s if side == "s" else self.formats_m
+        return formats[index] if 0 <= index < len(formats) else None
+
+    def macs_per_cycle(self, rows, cols):
+        """Peak MACs per cycle of a ``rows x cols`` array in this mode."""
+        return rows * cols * self.products / self.beat_interval
+
+    @property
+    def tiles(self):
+        """The mode accepts a row or a column tiling."""
+        return bool(self.row_tiles or self.col_tiles)
+
+
+MODES = (
+    PeMode("fp32", 0, ("fp32",), ("fp32",), beat_interval=4, transpose_interval=2),
+    PeMode("tf32", 1, ("tf32",), ("tf32",)),
+    PeMode("bf16", 2, ("bf16",), ("bf16",)),
+    PeMode("fp16", 3, ("fp16",), ("fp16",)),
+    PeMode("fp8", 4, FP8_FORMATS, FP8_FORMATS),
+    PeMode("double_row", 5, FP8_FORMATS[:3], FP8_FORMATS[:3], products=2,
+           transpose_interval=None, row_tiles=(), col_tiles=(), perf_mode="double_row"),
+    PeMode("mx", 6, MX_FORMATS, MX_FORMATS, products=4, scale=True, transpose_interval=None,
+           col_tiles=(), engine=False),
+)
+
+#: The modes the Tensor Engine serves.
+ENGINE_MODES = tuple(m for m in MODES if m.engine)
+
+_BY_NAME = {m.name: m for m in MODES}
+_BY_CODE = {m.code: m for m in MODES}
+assert len(_BY_NAME) == len(_BY_CODE) == len(MODES), "mode names and codes must be unique"
+
+
+def get_mode(name):
+    """The :class:`PeMode` called ``name``; ``ValueError`` listing the modes otherwise."""
+    if isinstance(name, PeMode):
+        return name
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown mode {name!r}; modes: {', '.join(_BY_NAME)}") from None
+
+
+def mode_by_code(code):
+    """The :class:`PeMode` of an instruction's mode field value, or None."""
+    return _BY_CODE.get(int(code))
+
+
+def operand_formats(modes=ENGINE_MODES):
+    """Every format some mode of ``modes`` takes on either side, in table order."""
+    out = []
+    for m in modes:
+        for f in m.formats_s + m.formats_m:
+            if f not in out:
+                out.append(f)
+    return tuple(out)
+
+
+def operations(modes=ENGINE_MODES, *, max_transpose_bits=32):
+    """Names of the Tensor Engine operations of ``modes``: a matmul in each mode (its name), and
+    a transpose in each mode that can transpose (``transpose_<mode>``) whose stationary
+    container has at most ``max_transpose_bits`` bits.  ``ncrtl sim matmul --dtype`` and the
+    conformance programs take these names."""
+    out = [m.name for m in modes]
+    out += [f"transpose_{m.name}" for m in modes if m.transposes
+            and max(get_format(f).container_bits for f in m.formats_s) <= max_transpose_bits]
+    return tuple(out)
+
+
+def operation(name):
+    """``(PeMode, transpose)`` of an operation name (:func:`operations`)."""
+    transpose = isinstance(name, str) and name.startswith("transpose_")
+    mode = get_mode(name[len("transpose_"):] if transpose else name)
+    if transpose and not mode.transposes:
+        raise ValueError(f"mode {mode.name} cannot transpose; operations: "
+                         f"{', '.join(operations())}")
+    return mode, transpose

