@@ -1,7 +1,7 @@
 """cocotb testbench base for blocks wrapped in :class:`ncrtl.hdl.common.stream.StreamLanes`.
 
-A :class:`LanesTB` owns the clock, the reset, a :class:`~ncrtl.testbench.stream.StreamSource` on the
-``i_*`` stream and a :class:`~ncrtl.testbench.stream.StreamSink` on the ``o_*`` stream.  Test vectors are
+A :class:`LanesTB` owns the clock, the reset, a :class:`~ncrtl.testbench.stream.StreamSource` on
+the ``i_stream`` and a :class:`~ncrtl.testbench.stream.StreamSink` on the ``o_stream``.  Test vectors are
 given per field as numpy arrays (one element per operation); the TB packs them into beats of
 ``lanes`` operations (lane 0 in the low bits, fields in the unit's signature order, the layout
 :class:`StreamLanes` documents), streams them with random stalls and backpressure, and unpacks the
@@ -13,7 +13,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from ncrtl.testbench.scoreboard import write_counters
-from ncrtl.testbench.stream import StreamSink, StreamSource
+from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
 __all__ = ["LanesTB", "pack_fields", "unpack_fields"]
 
@@ -69,8 +69,7 @@ class LanesTB:
     Parameters
     ----------
     dut : cocotb handle
-        The top (ports ``clk``, ``rst``, ``i_valid``, ``i_ready``, ``i_data``, ``o_valid``,
-        ``o_ready``, ``o_data``).
+        The top (ports ``clk``, ``rst`` and the streams ``i_stream``, ``o_stream``).
     top : StreamLanes
         The Amaranth component the Verilog came from (for the field layout).
     stall : float
@@ -85,9 +84,9 @@ class LanesTB:
         self.lanes = len(top.units)
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        self.source = StreamSource(dut.clk, dut.i_valid, dut.i_ready, dut.i_data, stall=stall,
-                                   seed=seed)
-        self.sink = StreamSink(dut.clk, dut.o_valid, dut.o_ready, dut.o_data,
+        self.source = StreamSource(StreamBus.from_prefix(dut, "i_stream"), dut.clk, dut.rst,
+                                   stall=stall, seed=seed)
+        self.sink = StreamSink(StreamBus.from_prefix(dut, "o_stream"), dut.clk, dut.rst,
                                backpressure=stall, seed=seed + 1)
 
     async def reset(self, cycles=2):

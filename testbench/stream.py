@@ -1,14 +1,28 @@
 """Valid/ready stream driver and monitor for cocotb 2.x, plus lane packing helpers.
 
 A *stream* is three signals on one clock: ``valid`` (producer -> consumer), ``ready``
-(consumer -> producer) and a packed ``data`` word.  A word is transferred at a rising edge where
-``valid`` and ``ready`` are both 1.  Once the producer raises ``valid`` it holds ``valid`` and
-``data`` until that transfer happens.
+(consumer -> producer) and a packed ``payload`` word.  A word is transferred at a rising edge
+where ``valid`` and ``ready`` are both 1.  Once the producer raises ``valid`` it holds ``valid``
+and ``payload`` until that transfer happens.  Every stream of the design is an
+:class:`amaranth.lib.stream.Signature`; a stream ``x`` of a Verilog top has the ports
+``x__valid``, ``x__ready`` and ``x__payload``, which :meth:`StreamBus.from_prefix` finds.
 
-:class:`StreamSource` plays the producer (drives ``valid``/``data``, samples ``ready``) and
-:class:`StreamSink` the consumer (drives ``ready``, samples ``valid``/``data``), in the style of
-cocotbext-axi: each runs one background task started by its constructor, with a queue on the
-Python side and events to wait on.
+:class:`StreamSource` plays the producer (drives ``valid``/``payload``, samples ``ready``) and
+:class:`StreamSink` the consumer (drives ``ready``, samples ``valid``/``payload``), in the style
+of cocotbext-axi: each takes a :class:`StreamBus`, the clock and optionally the reset, and runs
+one background task started by its constructor, with a queue on the Python side and events to
+wait on.  A new block's stream is one call::
+
+    self.instr = StreamSource(StreamBus.from_prefix(dut, "instr"), dut.clk, dut.rst,
+                              stall=0.2, seed=1)
+
+Reset
+-----
+With a reset (active high), nothing transfers while it is asserted: a source drives ``valid``
+low and keeps its words (the word it was presenting goes back to the head of its queue), and
+presents them after the release; a sink drives ``ready`` low and records nothing.  Words the
+DUT accepted before the reset are the DUT's to lose.  The reset is watched by its own task on
+its edges, so it costs nothing per cycle.
 
 Sampling contract
 -----------------
@@ -17,13 +31,13 @@ there, without ``ReadOnly``.  In cocotb's timing model an edge trigger returns b
 reacts to the edge, so the values read are the ones the flops sampled at that edge, and writes
 made then take effect after the edge, like a non-blocking assignment.  cocotb's documentation
 warns that Verilator may run edge triggers after evaluating the edge instead; with cocotb 2.1,
-Verilator 5.048 and ``COCOTB_TRUST_INERTIAL_WRITES=1`` (set by :mod:`ncrtl.testbench.sim`) it does
-not: the clock write is applied between model evaluations, and the edge trigger fires before
-the model evaluates the edge.  This was checked with both the C++ and the Python
-:class:`cocotb.clock.Clock`, and the self-test (:mod:`ncrtl.testbench.selftest.test_stream`) guards it
-with a loss/duplication scoreboard and a one-word-per-cycle throughput test.  Not using
-``ReadOnly`` halves the awaits per cycle, and awaits and VPI round-trips are what limit cocotb's
-speed.
+Verilator 5.048 and ``COCOTB_TRUST_INERTIAL_WRITES=1`` (set by :mod:`ncrtl.testbench.sim`) it
+does not: the clock write is applied between model evaluations, and the edge trigger fires
+before the model evaluates the edge.  This was checked with both the C++ and the Python
+:class:`cocotb.clock.Clock`, and the self-test (:mod:`ncrtl.testbench.selftest.test_stream`)
+guards it with a loss/duplication scoreboard and a one-word-per-cycle throughput test.  Not
+using ``ReadOnly`` halves the awaits per cycle, and awaits and VPI round-trips are what limit
+cocotb's speed.
 
 Lanes
 -----
@@ -41,7 +55,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["pack_lanes", "unpack_lanes", "StreamSource", "StreamSink"]
+__all__ = ["pack_lanes", "unpack_lanes", "StreamBus", "StreamSource", "StreamSink"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,19 +203,87 @@ def _name_of(handle) -> str:
     return getattr(handle, "_path", None) or getattr(handle, "_name", None) or repr(handle)
 
 
-class StreamSource:
-    """Drive words into a DUT's valid/ready input.
+class StreamBus:
+    """The three signal handles of one stream of a DUT.
 
     Parameters
     ----------
+    valid, ready, payload : cocotb signal handles
+        ``valid`` and ``ready`` 1 bit wide.
+    """
+
+    def __init__(self, valid, ready, payload):
+        self.valid = _check_signal("Valid", valid, 1)
+        self.ready = _check_signal("Ready", ready, 1)
+        self.payload = _check_signal("Payload", payload)
+
+    @classmethod
+    def from_prefix(cls, dut, prefix):
+        """The stream ``prefix`` of a DUT: its ports ``prefix__valid``, ``prefix__ready`` and
+        ``prefix__payload`` (how Amaranth names the members of an ``amaranth.lib.stream``
+        interface).
+
+        Raises
+        ------
+        AttributeError
+            A port is missing; the message names the three ports looked for.
+        """
+        handles = []
+        for member in ("valid", "ready", "payload"):
+            try:
+                handles.append(getattr(dut, f"{prefix}__{member}"))
+            except AttributeError:
+                raise AttributeError(
+                    f"{_name_of(dut)} has no stream {prefix!r}: looked for the ports "
+                    f"{prefix}__valid, {prefix}__ready and {prefix}__payload") from None
+        return cls(*handles)
+
+    def __repr__(self):
+        return f"StreamBus({_name_of(self.payload)})"
+
+
+class _ResetWatch:
+    """Follow an active-high reset on its edges (no per-cycle cost): ``asserted`` and an event
+    ``released`` set while it is deasserted."""
+
+    def __init__(self, reset):
+        import cocotb
+        from cocotb.triggers import Event
+
+        self.reset = reset
+        self.released = Event()
+        self.asserted = reset is not None and reset.value == 1
+        if not self.asserted:
+            self.released.set()
+        self._task = cocotb.start_soon(self._run()) if reset is not None else None
+
+    async def _run(self):
+        while True:
+            if self.asserted:
+                await self.reset.falling_edge
+                self.asserted = False
+                self.released.set()
+            else:
+                await self.reset.rising_edge
+                self.asserted = True
+                self.released.clear()
+
+    def stop(self):
+        if self._task is not None:
+            self._task.cancel()
+
+
+class StreamSource:
+    """Drive words into a DUT's stream input.
+
+    Parameters
+    ----------
+    bus : StreamBus
+        ``valid`` and ``payload`` driven by the source, ``ready`` by the DUT.
     clock : cocotb signal handle
         Clock; transfers happen at its rising edges.
-    valid : cocotb signal handle
-        1-bit, driven by the source.
-    ready : cocotb signal handle
-        1-bit, driven by the DUT.
-    data : cocotb signal handle
-        Packed data word, driven by the source.
+    reset : cocotb signal handle, optional
+        Active-high reset (see the module docstring).
     stall : float
         Probability that the source leaves ``valid`` low for a cycle although it has a word
         queued (a random idle cycle).  Never applied while a word is waiting for ``ready``.
@@ -211,32 +293,35 @@ class StreamSource:
     Notes
     -----
     Construct it in a cocotb test (it starts its task with :func:`cocotb.start_soon`) and not in
-    the ``ReadOnly`` phase.  Words are sent in queue order, each exactly once; ``data`` is only
-    written when a new word is presented and stays stable while ``valid and not ready``.  A word
-    queued while the source is idle is presented immediately (in the current cycle) unless the
-    stall draw says otherwise.  There is no reset input: queue words once the DUT is out of reset,
-    since a DUT in reset may show ``ready`` high and swallow them.
+    the ``ReadOnly`` phase.  Words are sent in queue order, each exactly once; ``payload`` is
+    only written when a new word is presented and stays stable while ``valid and not ready``.  A
+    word queued while the source is idle is presented immediately (in the current cycle) unless
+    the stall draw says otherwise.  Without a reset, queue words once the DUT is out of reset:
+    a DUT in reset may show ``ready`` high and swallow them.
     """
 
-    def __init__(self, clock, valid, ready, data, *, stall=0.0, seed=0):
+    def __init__(self, bus, clock, reset=None, *, stall=0.0, seed=0):
         import cocotb
         from cocotb.triggers import Event
 
+        if not isinstance(bus, StreamBus):
+            raise TypeError(f"Bus must be a StreamBus, not {bus!r}")
         self._clock = _check_signal("Clock", clock, 1)
-        self._valid = _check_signal("Valid", valid, 1)
-        self._ready = _check_signal("Ready", ready, 1)
-        self._data = _check_signal("Data", data)
+        if reset is not None:
+            _check_signal("Reset", reset, 1)
+        self._valid, self._ready, self._data = bus.valid, bus.ready, bus.payload
         self.stall = stall
-        if not isinstance(seed, int):
+        if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"Seed must be an integer, not {seed!r}")
         self._rng = random.Random(seed)
-        self._width = len(data)
+        self._width = len(bus.payload)
         self._queue: collections.deque[int] = collections.deque()
         self._sent = 0
         self._idle = Event()
         self._idle.set()
         self._active = Event()
         self._valid.value = 0
+        self._reset = _ResetWatch(reset)
         self._task = cocotb.start_soon(self._run())
 
     @property
@@ -250,7 +335,7 @@ class StreamSource:
 
     @property
     def width(self) -> int:
-        """Width of ``data`` in bits."""
+        """Width of the payload in bits."""
         return self._width
 
     @property
@@ -269,7 +354,7 @@ class StreamSource:
         return self._idle.is_set()
 
     def send(self, words) -> None:
-        """Queue one word or an iterable of words (non-negative ints that fit in ``data``)."""
+        """Queue one word or an iterable of words (non-negative ints that fit the payload)."""
         if isinstance(words, (int, np.integer)):
             words = [words]
         words = [int(w) for w in words]
@@ -289,7 +374,7 @@ class StreamSource:
         Raises
         ------
         ValueError
-            The packed rows do not fill ``data`` exactly.
+            The packed rows do not fill the payload exactly.
         """
         arr = np.asarray(values)
         lanes = arr.shape[-1] if arr.ndim else 0
@@ -308,14 +393,16 @@ class StreamSource:
     def stop(self) -> None:
         """Cancel the driver task (``valid`` keeps its last value)."""
         self._task.cancel()
+        self._reset.stop()
 
     async def _run(self) -> None:
         # Hot loop: locals only, one await and at most one VPI read per cycle; valid is only
         # written when it changes and data only when a new word is presented.
         edge = self._clock.rising_edge
         valid, ready, data = self._valid, self._ready, self._data
-        queue, rng = self._queue, self._rng
+        queue, rng, reset = self._queue, self._rng, self._reset
         driving = False  # the valid we drive, i.e. a word is presented
+        word = None      # the word presented
         while True:
             if not driving and not queue:
                 self._idle.set()
@@ -324,14 +411,24 @@ class StreamSource:
                 # Present the new word right away: valid is low, so nothing is in flight.
             else:
                 await edge
-                if driving:
+                if driving and not reset.asserted:
                     # Read at the edge = the value the DUT saw at this edge (module docstring).
                     if ready.value != 1:
                         continue  # not taken: hold valid and data
                     self._sent += 1
+                    word = None
+            if reset.asserted:
+                # Nothing transfers in reset: the presented word goes back to the queue's head.
+                if driving:
+                    valid.value = 0
+                    driving = False
+                    queue.appendleft(word)
+                    word = None
+                await reset.released.wait()
             stall = self._stall
             if queue and not (stall and rng.random() < stall):
-                data.value = queue.popleft()
+                word = queue.popleft()
+                data.value = word
                 if not driving:
                     valid.value = 1
                     driving = True
@@ -341,18 +438,16 @@ class StreamSource:
 
 
 class StreamSink:
-    """Accept words from a DUT's valid/ready output and record them.
+    """Accept words from a DUT's stream output and record them.
 
     Parameters
     ----------
+    bus : StreamBus
+        ``ready`` driven by the sink, ``valid`` and ``payload`` by the DUT.
     clock : cocotb signal handle
         Clock; transfers happen at its rising edges.
-    valid : cocotb signal handle
-        1-bit, driven by the DUT.
-    ready : cocotb signal handle
-        1-bit, driven by the sink.
-    data : cocotb signal handle
-        Packed data word, driven by the DUT.
+    reset : cocotb signal handle, optional
+        Active-high reset: ``ready`` is low and nothing is accepted while it is asserted.
     backpressure : float
         Probability that ``ready`` is low in a cycle (drawn independently every cycle).
     seed : int
@@ -368,23 +463,25 @@ class StreamSink:
 
     Notes
     -----
-    ``data`` is only read at edges that transfer a word.  An X/Z bit in an accepted word raises
-    :class:`ValueError` in the sink task, which fails the test.
+    ``payload`` is only read at edges that transfer a word.  An X/Z bit in an accepted word
+    raises :class:`ValueError` in the sink task, which fails the test.
     """
 
-    def __init__(self, clock, valid, ready, data, *, backpressure=0.0, seed=0):
+    def __init__(self, bus, clock, reset=None, *, backpressure=0.0, seed=0):
         import cocotb
         from cocotb.triggers import Event
 
+        if not isinstance(bus, StreamBus):
+            raise TypeError(f"Bus must be a StreamBus, not {bus!r}")
         self._clock = _check_signal("Clock", clock, 1)
-        self._valid = _check_signal("Valid", valid, 1)
-        self._ready = _check_signal("Ready", ready, 1)
-        self._data = _check_signal("Data", data)
+        if reset is not None:
+            _check_signal("Reset", reset, 1)
+        self._valid, self._ready, self._data = bus.valid, bus.ready, bus.payload
         self.backpressure = backpressure
-        if not isinstance(seed, int):
+        if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"Seed must be an integer, not {seed!r}")
         self._rng = random.Random(seed)
-        self._width = len(data)
+        self._width = len(bus.payload)
         self.words: list[int] = []
         self.cycles: list[int] = []
         self._read = 0
@@ -394,6 +491,8 @@ class StreamSink:
         self._last_progress = 0
         self._timed_out = False
         self._event = Event()
+        # In reset the sink drives ready low and records nothing; it keeps counting cycles.
+        self._reset = _ResetWatch(reset)
         self._ready_driven = self._draw_ready()
         self._ready.value = int(self._ready_driven)
         self._task = cocotb.start_soon(self._run())
@@ -429,7 +528,7 @@ class StreamSink:
 
     def _draw_ready(self) -> bool:
         bp = self._backpressure
-        return not (bp and self._rng.random() < bp)
+        return not (bp and self._rng.random() < bp) and not self._reset.asserted
 
     async def wait(self, n: int, *, timeout: int | None = 10_000) -> None:
         """Wait until at least ``n`` words have been accepted in total.
@@ -492,19 +591,20 @@ class StreamSink:
     def stop(self) -> None:
         """Cancel the monitor task (``ready`` keeps its last value)."""
         self._task.cancel()
+        self._reset.stop()
 
     async def _run(self) -> None:
         # Hot loop: one await, one VPI read of valid per cycle (plus data on a transfer).
         edge = self._clock.rising_edge
         valid, ready, data = self._valid, self._ready, self._data
-        words, cycles, rng = self.words, self.cycles, self._rng
+        words, cycles, rng, reset = self.words, self.cycles, self._rng, self._reset
         driven = self._ready_driven
         cycle = self._cycle
         while True:
             await edge
             cycle += 1
             self._cycle = cycle
-            if driven and valid.value == 1:
+            if driven and not reset.asserted and valid.value == 1:
                 value = data.value
                 try:
                     words.append(value.to_unsigned())
@@ -522,7 +622,7 @@ class StreamSink:
                 self._timed_out = True
                 self._event.set()
             bp = self._backpressure
-            r = not (bp and rng.random() < bp)
+            r = not (bp and rng.random() < bp) and not reset.asserted
             if r != driven:
                 ready.value = int(r)
                 driven = r

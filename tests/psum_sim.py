@@ -75,21 +75,22 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
             quiet = 0
             for _ in range(max_cycles):
                 iv, dv, sv = src["instr"].present(), src["data"].present(), src["seed"].present()
-                ctx.set(dut.i_instr_valid, iv)
-                ctx.set(dut.i_instr, src["instr"].word())
-                ctx.set(dut.i_data_valid, dv)
-                ctx.set(dut.i_data, src["data"].word())
-                ctx.set(dut.i_seed_valid, sv)
-                ctx.set(dut.i_seed, src["seed"].word())
+                ctx.set(dut.instr.valid, iv)
+                ctx.set(dut.instr.payload.as_value(), src["instr"].word())
+                ctx.set(dut.data.valid, dv)
+                ctx.set(dut.data.payload.data, src["data"].word())
+                ctx.set(dut.seed.valid, sv)
+                ctx.set(dut.seed.payload.as_value(), src["seed"].word())
                 ready = {}
                 for e in ENGINES:
-                    ctx.set(getattr(dut, f"i_{e}_valid"), src[e].present())
-                    ctx.set(getattr(dut, f"i_{e}_req"), src[e].word())
+                    req, resp = getattr(dut, f"{e}_req"), getattr(dut, f"{e}_resp")
+                    ctx.set(req.valid, src[e].present())
+                    ctx.set(req.payload.as_value(), src[e].word())
                     ready[e] = not (p and rng.random() < p)
-                    ctx.set(getattr(dut, f"o_{e}_ready"), ready[e])
-                s = Sample(instr=iv and bool(ctx.get(dut.i_instr_ready)), data_valid=dv,
-                           data=dv and bool(ctx.get(dut.i_data_ready)),
-                           seed=sv and bool(ctx.get(dut.i_seed_ready)),
+                    ctx.set(resp.ready, ready[e])
+                s = Sample(instr=iv and bool(ctx.get(dut.instr.ready)), data_valid=dv,
+                           data=dv and bool(ctx.get(dut.data.ready)),
+                           seed=sv and bool(ctx.get(dut.seed.ready)),
                            grant=ctx.get(dut.o_grant))
                 if ctx.get(dut.o_error):
                     s.error = ctx.get(dut.o_error_code)
@@ -98,10 +99,11 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
                 for e in ENGINES:
                     v = src[e].valid
                     s.req_valid[e] = v
-                    s.req_ready[e] = v and bool(ctx.get(getattr(dut, f"i_{e}_ready")))
-                    s.resp[e] = ready[e] and bool(ctx.get(getattr(dut, f"o_{e}_valid")))
+                    req, resp = getattr(dut, f"{e}_req"), getattr(dut, f"{e}_resp")
+                    s.req_ready[e] = v and bool(ctx.get(req.ready))
+                    s.resp[e] = ready[e] and bool(ctx.get(resp.valid))
                     if s.resp[e]:
-                        responses[e].append(ctx.get(getattr(dut, f"o_{e}_data")))
+                        responses[e].append(ctx.get(resp.payload))
                     if ctx.get(getattr(dut, f"o_{e}_error")):
                         s.eng_error[e] = ctx.get(getattr(dut, f"o_{e}_error_code"))
                 replay.step(s)

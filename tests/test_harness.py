@@ -97,7 +97,8 @@ def test_stream_full_throughput(stream_build, tmp_path):
 
 @pytest.mark.sim
 def test_stream_handshake_corners(stream_build):
-    cases = ["test_hold_under_backpressure", "test_sink_timeout", "test_vpi_visibility"]
+    cases = ["test_hold_under_backpressure", "test_reset_holds_words", "test_sink_timeout",
+             "test_vpi_visibility"]
     r = stream_build.run(SELFTEST, testcase=cases)
     r.check()
     assert r.tests == len(cases)
@@ -193,10 +194,11 @@ def test_control_file_lists_top_ports_only():
     text = convert(StreamIncrement(), "dut_top")
     assert "module dut_top" in text
     ports = set(sim._top_ports(text, "dut_top"))
-    assert ports == {"clk", "rst", "i_valid", "i_ready", "i_data", "o_valid", "o_ready", "o_data"}
+    assert ports == {"clk", "rst"} | {f"{s}__{m}" for s in ("i_stream", "o_stream")
+                                      for m in ("valid", "ready", "payload")}
     vlt = sim._control_file(text, "dut_top")
     assert vlt.startswith("`verilator_config")
-    assert 'public_flat_rw -module "dut_top" -var "i_data"' in vlt
+    assert 'public_flat_rw -module "dut_top" -var "i_stream__payload"' in vlt
     assert '-var "*"' not in vlt
 
 

@@ -742,7 +742,8 @@ def test_xorwow_matches_model():
 # -- StreamLanes --------------------------------------------------------------------------------
 
 def _stream_run(top, beats, rng, p_valid=0.7, p_ready=0.6, max_cycles=5000):
-    """Drive a StreamLanes top with random i_valid / o_ready; return the o_data beats."""
+    """Drive a StreamLanes top with random input valid / output ready; return the output
+    payloads."""
     got = []
 
     async def bench(ctx):
@@ -752,12 +753,12 @@ def _stream_run(top, beats, rng, p_valid=0.7, p_ready=0.6, max_cycles=5000):
             cycles += 1
             assert cycles < max_cycles, "stream stalled"
             offer = bool(pending) and rng.random() < p_valid
-            ctx.set(top.i_valid, int(offer))
-            ctx.set(top.i_data, pending[0] if offer else int(rng.integers(0, 1 << 30)))
+            ctx.set(top.i_stream.valid, int(offer))
+            ctx.set(top.i_stream.payload, pending[0] if offer else int(rng.integers(0, 1 << 30)))
             ready = rng.random() < p_ready
-            ctx.set(top.o_ready, int(ready))
+            ctx.set(top.o_stream.ready, int(ready))
             _, _, i_ready, o_valid, o_data = await ctx.tick().sample(
-                top.i_ready, top.o_valid, top.o_data)
+                top.i_stream.ready, top.o_stream.valid, top.o_stream.payload)
             if offer and i_ready:
                 pending.pop(0)
             if o_valid and ready:
@@ -794,7 +795,7 @@ def test_stream_lanes_mx_layout_and_stream():
     assert top.in_fields == [("i_psum", 32), ("i_a", 32), ("i_b", 32), ("i_fmt_a", 2),
                              ("i_fmt_b", 2), ("i_scale_exp", 10), ("i_scale_nan", 1)]
     assert top.out_fields == [("o_result", 32)]
-    assert len(top.i_data) == 2 * 111 and len(top.o_data) == 64
+    assert len(top.i_stream.payload) == 2 * 111 and len(top.o_stream.payload) == 64
     word = top.pack_inputs([{"i_psum": 1, "i_scale_exp": -1}, {"i_psum": 2, "i_fmt_b": 3}])
     assert word & 0xFFFFFFFF == 1 and (word >> 100) & 0x3FF == 0x3FF
     assert (word >> 111) & 0xFFFFFFFF == 2 and (word >> (111 + 98)) & 3 == 3
@@ -828,24 +829,24 @@ def test_stream_lanes_combinational_unit():
     assert top.out_fields == out_fields
 
     async def bench(ctx):
-        ctx.set(top.i_valid, 1)
-        ctx.set(top.o_ready, 0)
-        ctx.set(top.i_data, 0x3C | (0x84 << 8))          # 1.0 and -2^-14
-        assert ctx.get(top.i_ready) == 1 and ctx.get(top.o_valid) == 0
+        ctx.set(top.i_stream.valid, 1)
+        ctx.set(top.o_stream.ready, 0)
+        ctx.set(top.i_stream.payload, 0x3C | (0x84 << 8))          # 1.0 and -2^-14
+        assert ctx.get(top.i_stream.ready) == 1 and ctx.get(top.o_stream.valid) == 0
         await ctx.tick()
-        ctx.set(top.i_data, 0x7C)                        # held off: o_ready is 0
-        assert ctx.get(top.o_valid) == 1 and ctx.get(top.i_ready) == 0
+        ctx.set(top.i_stream.payload, 0x7C)                        # held off: output ready is 0
+        assert ctx.get(top.o_stream.valid) == 1 and ctx.get(top.i_stream.ready) == 0
         await ctx.tick()
-        lanes = top.unpack_outputs(ctx.get(top.o_data))
+        lanes = top.unpack_outputs(ctx.get(top.o_stream.payload))
         value = lambda sign, exp, sig, zero, inf, nan: {  # noqa: E731
             "o_value.sign": sign, "o_value.exp": exp, "o_value.sig": sig,
             "o_value.zero": zero, "o_value.inf": inf, "o_value.nan": nan}
         assert lanes[0] == value(0, -2, 4, 0, 0, 0)
         assert lanes[1] == value(1, -16, 4, 0, 0, 0)
-        ctx.set(top.o_ready, 1)
-        assert ctx.get(top.i_ready) == 1
+        ctx.set(top.o_stream.ready, 1)
+        assert ctx.get(top.i_stream.ready) == 1
         await ctx.tick()
-        lanes = top.unpack_outputs(ctx.get(top.o_data))
+        lanes = top.unpack_outputs(ctx.get(top.o_stream.payload))
         assert lanes[0]["o_value.inf"] == 1 and lanes[1]["o_value.zero"] == 1
 
     sim = Simulator(top)

@@ -74,8 +74,9 @@ def test_geometry_and_latencies():
     assert (p.partitions, p.banks, p.bank_bytes, p.rows) == (128, 8, 2048, 512)
     assert (p.raw_latency, p.read_latency, p.done_latency, p.error_latency, p.resp_depth) == (
         3, 3, 4, 1, 4)
-    assert len(p.i_data) == 128 * 32 and len(p.i_ve_req) == 18 + 128 * 32
-    assert len(p.i_seed) == 8 + 6 * 32 and len(p.o_grant) == 3
+    assert len(p.data.payload.data) == 128 * 32
+    assert len(p.ve_req.payload.as_value()) == 18 + 128 * 32
+    assert len(p.seed.payload.as_value()) == 8 + 6 * 32 and len(p.o_grant) == 3
     small = Psum(4, 4, 64)
     assert repr(small) == "Psum(4, 4, 64)"
     for unused in (p, small):

@@ -309,24 +309,25 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                 vs = qs < len(stat) and rng.random() >= stall
                 vm = qm < len(mov) and rng.random() >= stall
                 ready = rng.random() >= backpressure
-                ctx.set(te.i_instr_valid, vi)
-                ctx.set(te.i_instr, words[qi] if qi < len(words) else 0)
-                ctx.set(te.i_stat_valid, vs)
-                ctx.set(te.i_stat, lanes(stat[qs]) if qs < len(stat) else 0)
-                ctx.set(te.i_mov_valid, vm)
-                ctx.set(te.i_mov, lanes(mov[qm]) if qm < len(mov) else 0)
-                ctx.set(te.o_ready, ready)
-                if vi and ctx.get(te.i_instr_ready):
+                ctx.set(te.instr.valid, vi)
+                ctx.set(te.instr.payload.as_value(), words[qi] if qi < len(words) else 0)
+                ctx.set(te.stationary.valid, vs)
+                ctx.set(te.stationary.payload, lanes(stat[qs]) if qs < len(stat) else 0)
+                ctx.set(te.moving.valid, vm)
+                ctx.set(te.moving.payload, lanes(mov[qm]) if qm < len(mov) else 0)
+                ctx.set(te.result.ready, ready)
+                if vi and ctx.get(te.instr.ready):
                     ev["issue"].append(cyc)
                     qi += 1
-                if vs and ctx.get(te.i_stat_ready):
+                if vs and ctx.get(te.stationary.ready):
                     ev["stat"].append(cyc)
                     qs += 1
-                if vm and ctx.get(te.i_mov_ready):
+                if vm and ctx.get(te.moving.ready):
                     ev["mov"].append(cyc)
                     qm += 1
-                if ctx.get(te.o_valid) and ready:
-                    ev["out"].append((cyc, unlanes(ctx.get(te.o_data), cols), ctx.get(te.o_last)))
+                if ctx.get(te.result.valid) and ready:
+                    ev["out"].append((cyc, unlanes(ctx.get(te.result.payload.data), cols),
+                                      ctx.get(te.result.payload.last)))
                 if ctx.get(te.o_error):
                     ev["err"].append((cyc, ctx.get(te.o_error_code)))
                 await ctx.tick()
@@ -335,9 +336,9 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                 quiet = quiet + 1 if done else 0
                 if quiet > rows + cols + 4:         # error strobes landed, LS chains drained
                     break
-            ctx.set(te.i_instr_valid, 0)
-            ctx.set(te.i_stat_valid, 0)
-            ctx.set(te.i_mov_valid, 0)
+            ctx.set(te.instr.valid, 0)
+            ctx.set(te.stationary.valid, 0)
+            ctx.set(te.moving.valid, 0)
             results.append(ev)
 
     sim = Simulator(top)

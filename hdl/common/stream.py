@@ -1,10 +1,25 @@
-"""Valid/ready stream wrapper around lanes of an ``en``-pipelined unit (test and top level)."""
+"""Valid/ready stream wrapper around lanes of an ``en``-pipelined unit (test and top level).
+
+Every valid/ready interface of the design is an :class:`amaranth.lib.stream.Signature`: a
+``payload``, ``valid`` (producer to consumer) and ``ready`` (consumer to producer); a payload
+is transferred at a rising edge where ``valid`` and ``ready`` are both 1, and a producer holds
+``valid`` and the payload until then.  Blocks are joined with :func:`amaranth.lib.wiring.connect`,
+and a stream named ``x`` of a Verilog top has the ports ``x__valid``, ``x__ready`` and
+``x__payload`` (the testbench's :class:`~ncrtl.testbench.stream.StreamBus`).
+"""
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamLanes"]
+__all__ = ["StreamLanes", "vector_layout"]
+
+
+def vector_layout(lanes):
+    """Payload of a stream of vectors of 32-bit lane words (the Tensor Engine's output, PSUM's
+    write data): ``data``, lane ``c`` in bits ``[32c, 32c + 32)``, and ``last``, the vector ends
+    its instruction."""
+    return data.StructLayout({"data": 32 * lanes, "last": 1})
 
 
 def _port(unit, name):
@@ -26,21 +41,20 @@ class StreamLanes(wiring.Component):
 
     Flow control: a ``latency``-bit shift register of valid flags runs alongside the pipeline.
     The pipeline advances (``en = 1``) when its output slot is empty or being taken
-    (``advance = ~o_valid | o_ready``), and an input beat is accepted exactly when it advances
-    (``i_ready = advance``), so no beat is lost or duplicated under any ``o_ready`` pattern;
-    ``o_data`` holds steady while ``o_valid & ~o_ready``.  Cycles without an input beat still
-    advance the pipeline and reach the units as all-zero inputs (a bubble), which a stateful
-    unit must treat as "do nothing" (the XORWOW generator does: no load, no step).
-    ``i_ready`` depends combinationally on
-    ``o_ready`` (no skid buffer).  Bubbles inside the pipeline are not squeezed out while the
-    output is stalled.  A combinational unit (``latency == 0``, no ``en``) gets one output
-    register, loaded on ``advance``, so that every top is clocked the same way (``clk``, ``rst``)
-    and has a latency of at least 1.
+    (``advance = ~o_stream.valid | o_stream.ready``), and an input beat is accepted exactly when
+    it advances (``i_stream.ready = advance``), so no beat is lost or duplicated under any
+    ready pattern; the output payload holds steady while it waits.  Cycles without an input beat
+    still advance the pipeline and reach the units as all-zero inputs (a bubble), which a
+    stateful unit must treat as "do nothing" (the XORWOW generator does: no load, no step).
+    ``i_stream.ready`` depends combinationally on ``o_stream.ready`` (no skid buffer).  Bubbles
+    inside the pipeline are not squeezed out while the output is stalled.  A combinational unit
+    (``latency == 0``, no ``en``) gets one output register, loaded on ``advance``, so that every
+    top is clocked the same way (``clk``, ``rst``) and has a latency of at least 1.
 
-    Data layout: ``i_data`` is the concatenation of every lane's ``i_*`` ports, lane 0 in the
-    low bits and, within a lane, the ports in signature order starting at the lane's LSB (see
-    :attr:`in_fields`); ``o_data`` likewise for the ``o_*`` ports (:attr:`out_fields`).
-    Signed ports are carried as their two's complement bits.
+    Payload layout: the input payload is the concatenation of every lane's ``i_*`` ports, lane 0
+    in the low bits and, within a lane, the ports in signature order starting at the lane's LSB
+    (see :attr:`in_fields`); the output payload likewise for the ``o_*`` ports
+    (:attr:`out_fields`).  Signed ports are carried as their two's complement bits.
 
     Parameters
     ----------
@@ -54,7 +68,7 @@ class StreamLanes(wiring.Component):
     units : list of Component
         The lane instances.
     latency : int
-        ``max(unit latency, 1)``: a beat accepted at a clock edge appears at ``o_data``
+        ``max(unit latency, 1)``: a beat accepted at a clock edge appears on ``o_stream``
         ``latency`` pipeline advances later.
     unit_latency : int
         The unit's own latency.
@@ -62,12 +76,14 @@ class StreamLanes(wiring.Component):
         ``(port name, width)`` of one lane's fields, LSB first; a struct port contributes one
         field per member, named ``port.member`` (``o_product.sign``).
     in_lane_width, out_lane_width : int
-        Bits per lane in ``i_data`` / ``o_data``.
+        Bits per lane of the input / output payload.
 
     Interface
     ---------
-    i_valid : In(1), i_ready : Out(1), i_data : In(lanes * in_lane_width)
-    o_valid : Out(1), o_ready : In(1), o_data : Out(lanes * out_lane_width)
+    i_stream : In(stream.Signature(lanes * in_lane_width))
+        Operations, one per lane.
+    o_stream : Out(stream.Signature(lanes * out_lane_width))
+        Results, one per lane.
     """
 
     def __init__(self, factory, lanes):
@@ -89,12 +105,8 @@ class StreamLanes(wiring.Component):
                     unit._MustUse__silence = True
             raise
         super().__init__({
-            "i_valid": In(1),
-            "i_ready": Out(1),
-            "i_data": In(lanes * self.in_lane_width),
-            "o_valid": Out(1),
-            "o_ready": In(1),
-            "o_data": Out(lanes * self.out_lane_width),
+            "i_stream": In(stream.Signature(lanes * self.in_lane_width)),
+            "o_stream": Out(stream.Signature(lanes * self.out_lane_width)),
         })
 
     def _inspect(self, units):
@@ -142,7 +154,7 @@ class StreamLanes(wiring.Component):
 
     # -- packing helpers for testbenches ---------------------------------------------------------
     def pack_inputs(self, lane_values):
-        """Pack a list (one per lane) of ``{port name: int}`` dicts into an ``i_data`` integer."""
+        """Pack a list (one per lane) of ``{port name: int}`` dicts into an input payload."""
         if len(lane_values) != self.lanes:
             raise ValueError(f"Expected values for {self.lanes} lanes, got {len(lane_values)}")
         word, pos = 0, 0
@@ -153,7 +165,7 @@ class StreamLanes(wiring.Component):
         return word
 
     def unpack_outputs(self, word):
-        """Split an ``o_data`` integer into a list (one per lane) of ``{port name: int}`` dicts.
+        """Split an output payload into a list (one per lane) of ``{port name: int}`` dicts.
 
         Signed ports are sign-extended.
         """
@@ -177,8 +189,9 @@ class StreamLanes(wiring.Component):
         # The pipeline also advances on cycles without an input beat; those bubbles reach the
         # units as all-zero operations, so a stateful unit (the XORWOW generator) sees "no load,
         # no step" instead of whatever the idle bus holds.
-        data_in = Signal.like(self.i_data, name="data")
-        m.d.comb += data_in.eq(Mux(self.i_valid, self.i_data, 0))
+        i, o = self.i_stream, self.o_stream
+        data_in = Signal.like(i.payload, name="data")
+        m.d.comb += data_in.eq(Mux(i.valid, i.payload, 0))
         for unit in self.units:
             for name, width in self.in_fields:
                 m.d.comb += _port(unit, name).eq(data_in[in_pos:in_pos + width])
@@ -186,20 +199,20 @@ class StreamLanes(wiring.Component):
             outs += [_port(unit, name) for name, _ in self.out_fields]
         if self.unit_latency == 0:
             # Combinational unit: the output register is the pipeline.
-            out_reg = Signal(len(self.o_data), name="out_reg", reset_less=True)
-            m.d.comb += self.o_data.eq(out_reg)
+            out_reg = Signal(len(o.payload), name="out_reg", reset_less=True)
+            m.d.comb += o.payload.eq(out_reg)
         else:
-            m.d.comb += self.o_data.eq(Cat(*outs))
+            m.d.comb += o.payload.eq(Cat(*outs))
 
         valid = Signal(self.latency, name="valid")       # valid[k]: stage k+1 holds a beat
         advance = Signal(name="advance")
         m.d.comb += [
-            advance.eq(~valid[-1] | self.o_ready),
-            self.i_ready.eq(advance),
-            self.o_valid.eq(valid[-1]),
+            advance.eq(~valid[-1] | o.ready),
+            i.ready.eq(advance),
+            o.valid.eq(valid[-1]),
         ]
         with m.If(advance):
-            m.d.sync += valid.eq(Cat(self.i_valid, valid[:-1]))
+            m.d.sync += valid.eq(Cat(i.valid, valid[:-1]))
             if self.unit_latency == 0:
                 m.d.sync += out_reg.eq(Cat(*outs))
         if self.unit_latency > 0:

@@ -1,12 +1,12 @@
 """PSUM write-instruction control: the instruction queue, the rules, the accumulation groups."""
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ncrtl.model.psum.isa import FIELDS, INSTR_BITS, Dtype, Error, Flag, Rounding
-
 from ncrtl.hdl.common.bits import equals
+from ncrtl.hdl.common.stream import vector_layout
+from ncrtl.model.psum.isa import FIELDS, INSTR_BITS, Dtype, Error, Flag, Rounding
 
 __all__ = ["WriteControl", "INSTR_LAYOUT", "check_logic"]
 
@@ -83,14 +83,14 @@ class WriteControl(wiring.Component):
     takes change the group state.
 
     Taken writes wait in a two-entry queue, ``cur`` (the write owning the next data beat) and
-    ``nxt`` (prefetched).  ``i_instr_ready`` is high while ``nxt`` is free or ``cur`` ends in
+    ``nxt`` (prefetched).  ``instr.ready`` is high while ``nxt`` is free or ``cur`` ends in
     this cycle, and a write taken into an empty queue goes straight to ``cur``: a write taken in
     cycle ``c`` presents its first beat from cycle ``c + 1`` on (once the writes before it are
     done), and back-to-back writes, even of one beat each, run at one beat per cycle.
 
     A legal ``cur`` presents its bank when a data beat is valid (``o_present``); the beat is taken
     when the arbiter grants it (``i_grant``).  The beats of a rejected write are taken as they
-    come (``o_data_ready``) without presenting: they are drained, nothing is written.  A rejected
+    come (``data.ready``) without presenting: they are drained, nothing is written.  A rejected
     write with ``n = 0`` has no beats and never enters the queue.
 
     Parameters
@@ -99,14 +99,12 @@ class WriteControl(wiring.Component):
 
     Interface
     ---------
-    i_instr_valid : In(1)
-    i_instr_ready : Out(1)
-    i_instr : In(32)
-        ``isa.encode`` word.
-    i_data_valid : In(1)
-        A Tensor Engine data beat is offered.
-    o_data_ready : Out(1)
-        The beat is taken this cycle (granted, or drained).
+    instr : In(stream.Signature(INSTR_LAYOUT))
+        ``isa.encode`` words (32 bits).
+    data : In(stream.Signature(vector_layout(partitions)))
+        Tensor Engine data beats: ``ready`` is high in the cycle a beat is taken (granted, or
+        drained).  The payload is not read here (the pipeline takes it); ``last`` is not read
+        at all: the write instruction's ``n`` counts the beats.
     o_present : Out(1)
         ``cur`` is legal and a beat is offered: request ``o_bank`` from the arbiter.
     i_grant : In(1)
@@ -124,8 +122,8 @@ class WriteControl(wiring.Component):
     def __init__(self, geometry):
         self.geometry = geometry
         super().__init__({
-            "i_instr_valid": In(1), "i_instr_ready": Out(1), "i_instr": In(INSTR_BITS),
-            "i_data_valid": In(1), "o_data_ready": Out(1),
+            "instr": In(stream.Signature(INSTR_LAYOUT)),
+            "data": In(stream.Signature(vector_layout(geometry.partitions))),
             "o_present": Out(1), "i_grant": In(1),
             "o_bank": Out(4), "o_elem": Out(COL_BITS), "o_dtype": Out(2), "o_sr": Out(1),
             "o_overwrite": Out(1), "o_done": Out(1),
@@ -135,7 +133,7 @@ class WriteControl(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.geometry
-        ins = data.View(INSTR_LAYOUT, self.i_instr)
+        ins = self.instr.payload
 
         # Group state per bank.
         g_open = [Signal(name=f"group{b}_open") for b in range(g.banks)]
@@ -158,10 +156,10 @@ class WriteControl(wiring.Component):
         # -- the beat of cur ------------------------------------------------------------------
         take_beat = Signal(name="take_beat")
         m.d.comb += [
-            self.o_present.eq(cur_valid & cur.legal & self.i_data_valid),
+            self.o_present.eq(cur_valid & cur.legal & self.data.valid),
             # A legal beat is taken when granted; a rejected write's beat whenever offered.
-            self.o_data_ready.eq(Mux(cur.legal, self.i_grant, cur_valid)),
-            take_beat.eq(cur_valid & self.i_data_valid & self.o_data_ready),
+            self.data.ready.eq(Mux(cur.legal, self.i_grant, cur_valid)),
+            take_beat.eq(cur_valid & self.data.valid & self.data.ready),
             self.o_bank.eq(cur.bank), self.o_elem.eq(cur.elem), self.o_dtype.eq(cur.dtype),
             self.o_sr.eq(cur.sr), self.o_overwrite.eq(cur.overwrite),
             self.o_done.eq(cur.closes & (cur.left == 1)),
@@ -174,8 +172,8 @@ class WriteControl(wiring.Component):
         push = Signal(name="push")        # it has beats: it joins the queue
         new = Signal(ENTRY_LAYOUT, name="new")
         m.d.comb += [
-            self.i_instr_ready.eq(~nxt_valid | pop),
-            take.eq(self.i_instr_valid & self.i_instr_ready),
+            self.instr.ready.eq(~nxt_valid | pop),
+            take.eq(self.instr.valid & self.instr.ready),
             push.eq(take & ins.n.any()),
             new.legal.eq(~code.any()),
             new.bank.eq(ins.bank),

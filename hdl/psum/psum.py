@@ -1,51 +1,49 @@
 """``Psum``: the PSUM top: bank memories, read-add-write pipelines, forwarding, engine ports.
 
-Ports (all synchronous to ``clk``, reset ``rst``; ``P`` = partitions):
+Ports (all synchronous to ``clk``, reset ``rst``; ``P`` = partitions).  Each stream ``x`` is an
+:class:`amaranth.lib.stream.Signature` with the Verilog ports ``x__valid``, ``x__ready`` and
+``x__payload``:
 
-===================  ==========  ===============================================================
-port                 width       meaning
-===================  ==========  ===============================================================
-``i_instr_valid``    1           write instructions (valid / ready)
-``i_instr_ready``    1           out
-``i_instr``          32          ``isa.encode`` word (``isa.FIELDS``, LSB first)
-``i_data_valid``     1           Tensor Engine output vectors (valid / ready)
-``i_data_ready``     1           out
-``i_data``           32*P        partition ``p`` in bits ``[32p, 32p + 32)``
-``o_error``          1           pulse: a taken instruction broke a rule
-``o_error_code``     4           its ``isa.Error``
-``o_done``           1           pulse: group complete (last beat of a legal bit1 write written)
-``o_done_bank``      4           its bank
-``i_{e}_valid``      1           engine ``e`` in ``ve``, ``se``: request (valid / ready)
-``i_{e}_ready``      1           out
-``i_{e}_req``        18+32*P     LSB first: ``we`` 1, ``mask`` 2, ``bank`` 4, ``row`` 11,
-                                 ``data`` 32*P (:data:`REQ_FIELDS`)
-``o_{e}_valid``      1           read response (valid / ready), in request order
-``o_{e}_ready``      1           in
-``o_{e}_data``       32*P        the word read (zeros for a bad read)
-``o_{e}_error``      1           pulse: a taken request had a bad bank or row
-``o_{e}_error_code`` 2           1 bank, 2 row
-``i_seed_valid``     1           generator state load (valid / ready; always ready)
-``i_seed_ready``     1           out
-``i_seed``           200         LSB first: ``partition`` 8, then ``x, y, z, w, v, d`` 32 each
-``o_grant``          3           bit0 TE, bit1 VE, bit2 SE granted a bank this cycle
-===================  ==========  ===============================================================
+===================  ===================  ========================================================
+port                 payload / width      meaning
+===================  ===================  ========================================================
+``instr``            32                   in: write instructions, ``isa.encode`` words
+``data``             ``vector_layout(P)`` in: Tensor Engine output vectors, partition ``p`` in
+                                          bits ``[32p, 32p + 32)`` of ``data`` (``last`` unread)
+``o_error``          1                    pulse: a taken instruction broke a rule
+``o_error_code``     4                    its ``isa.Error``
+``o_done``           1                    pulse: group complete (last beat of a legal bit1 write
+                                          written)
+``o_done_bank``      4                    its bank
+``{e}_req``          18+32*P              in, engine ``e`` in ``ve``, ``se``: requests, LSB
+                                          first: ``we`` 1, ``mask`` 2, ``bank`` 4, ``row`` 11,
+                                          ``data`` 32*P (:data:`REQ_FIELDS`)
+``{e}_resp``         32*P                 out: read responses in request order (zeros for a bad
+                                          read)
+``o_{e}_error``      1                    pulse: a taken request had a bad bank or row
+``o_{e}_error_code`` 2                    1 bank, 2 row
+``seed``             200                  in: generator state loads (always ready), LSB first:
+                                          ``partition`` 8, then ``x, y, z, w, v, d`` 32 each
+``o_grant``          3                    bit0 TE, bit1 VE, bit2 SE granted a bank this cycle
+===================  ===================  ========================================================
 """
 
-from amaranth.hdl import ClockSignal, Cat, Instance, Module, Mux, ResetSignal, Signal
-from amaranth.lib import data, wiring
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ncrtl.hdl.fp.xorwow import STATE_WORDS, Xorwow
 from ncrtl.model.fp.xorwow import Xorwow as ModelXorwow
 from ncrtl.model.psum.arbiter import PORTS
-from ncrtl.model.psum.isa import INSTR_BITS, Dtype, Geometry
+from ncrtl.model.psum.isa import Dtype, Geometry
 
 from ncrtl.hdl.common.bits import equals
+from ncrtl.hdl.common.stream import vector_layout
 from ncrtl.hdl.verilog import Cell
 from .arbiter import BankArbiter
 from .bank import BankMemory
-from .control import WriteControl
+from .control import INSTR_LAYOUT, WriteControl
 from .update import SlotUpdate
 
 __all__ = ["Psum", "REQ_FIELDS", "SEED_FIELDS", "ENGINES", "req_layout", "seed_layout",
@@ -200,20 +198,19 @@ class Psum(wiring.Component):
         self.req_layout = req_layout(g.partitions)
         self.seed_layout = seed_layout()
         members = {
-            "i_instr_valid": In(1), "i_instr_ready": Out(1), "i_instr": In(INSTR_BITS),
-            "i_data_valid": In(1), "i_data_ready": Out(1), "i_data": In(width),
+            "instr": In(stream.Signature(INSTR_LAYOUT)),
+            "data": In(stream.Signature(vector_layout(g.partitions))),
             "o_error": Out(1), "o_error_code": Out(4),
             "o_done": Out(1), "o_done_bank": Out(4),
         }
         for e in ENGINES:
             members.update({
-                f"i_{e}_valid": In(1), f"i_{e}_ready": Out(1),
-                f"i_{e}_req": In(self.req_layout.size),
-                f"o_{e}_valid": Out(1), f"o_{e}_ready": In(1), f"o_{e}_data": Out(width),
+                f"{e}_req": In(stream.Signature(self.req_layout)),
+                f"{e}_resp": Out(stream.Signature(width)),
                 f"o_{e}_error": Out(1), f"o_{e}_error_code": Out(2),
             })
         members.update({
-            "i_seed_valid": In(1), "i_seed_ready": Out(1), "i_seed": In(self.seed_layout.size),
+            "seed": In(stream.Signature(self.seed_layout)),
             "o_grant": Out(len(PORTS)),
         })
         super().__init__(members)
@@ -238,72 +235,41 @@ class Psum(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        g = self.geometry
-        P, B, R = g.partitions, g.banks, g.rows
+        m.submodules.control = ctl = WriteControl(self.geometry)
+        m.submodules.arbiter = arb = BankArbiter(self.banks)
+        connect(m, flipped(self.instr), ctl.instr)
+        connect(m, flipped(self.data), ctl.data)
+        m.d.comb += [self.o_error.eq(ctl.o_error), self.o_error_code.eq(ctl.o_error_code),
+                     self.o_grant.eq(arb.o_grant)]
+        p = _Pipeline(self.geometry)
+        banks = [_Port(self._bank(m, b)) for b in range(self.banks)]
+        # The TE's W word is the slot units' output register.
+        m.submodules.update = update = _Updates(self.partitions, self.instance)
+        p.w[_TE]["wdata"] = Signal(32 * self.partitions, name="w_te_wdata")
+        m.d.comb += p.w[_TE]["wdata"].eq(planar(update.o_word, self.partitions))
+        rng = self._generators(m, ctl)
+        fifos = self._grant(m, p, ctl, arb, banks)
+        self._read(m, p, banks, rng)
+        self._compute(m, p, update, fifos)
+        self._write(m, p, banks)
+        return m
+
+    def _grant(self, m, p, ctl, arb, banks):
+        """G (cycle ``t``): the TE write stream and the engine requests ask for banks, the
+        arbiter grants, the granted requester of each bank presents its read address.  Returns
+        the engines' response FIFOs."""
+        P, B, R = self.partitions, self.banks, self.rows
         W = 32 * P
-        row_bits = max(1, (R - 1).bit_length())
-        H = W // 2              # a half plane: one 16-bit half of every partition
-
-        m.submodules.control = ctl = WriteControl(g)
-        m.submodules.arbiter = arb = BankArbiter(B)
-
-        # -- memories ---------------------------------------------------------------------------
-        banks = [_Port(self._bank(m, b)) for b in range(B)]
-
-        def stage_regs(stage, lane):
-            """The access record of one pipeline stage of one requester."""
-            p = f"{stage}_{PORTS[lane]}_"
-            return dict(
-                valid=Signal(name=p + "valid"),
-                bank=Signal(4, name=p + "bank", reset_less=True),
-                row=Signal(row_bits, name=p + "row", reset_less=True),
-                mask=Signal(2, name=p + "mask", reset_less=True),   # halves it writes
-                read=Signal(name=p + "read", reset_less=True),      # engine read: responds
-                bad=Signal(name=p + "bad", reset_less=True),        # bad request: zeros
-                # TE: the beat (port layout); engine: the write data (planar)
-                data=Signal(W, name=p + "data", reset_less=True),
-            )
-
-        lanes = range(len(PORTS))
-        f = [stage_regs("f", i) for i in lanes]
-        e = [stage_regs("e", i) for i in lanes]
-        w = [stage_regs("w", i) for i in lanes]
-        s = [stage_regs("s", i) for i in lanes]
-        for i in lanes:
-            e[i]["old"] = Signal(W, name=f"e_{PORTS[i]}_old", reset_less=True)
-            del w[i]["read"], w[i]["bad"], s[i]["read"], s[i]["bad"]
-        del w[_TE]["data"]      # the TE's W word is the SlotUpdate output register
-        # TE extras: how the beat combines with the slot.
-        te_f = dict(dtype=Signal(2, name="f_te_dtype", reset_less=True),
-                    half=Signal(name="f_te_half", reset_less=True),
-                    overwrite=Signal(name="f_te_overwrite", reset_less=True),
-                    sr=Signal(name="f_te_sr", reset_less=True),
-                    done=Signal(name="f_te_done", reset_less=True))
-        te_e = {k: Signal.like(v, name=f"e_te_{k}") for k, v in te_f.items()}
-        te_e["rand"] = Signal(16 * P, name="e_te_rand", reset_less=True)
-        w_te_done = Signal(name="w_te_done")
-
-        # -- G: requests, arbitration, read addresses ------------------------------------------
-        present = [Signal(name=f"present_{p}") for p in PORTS]
-        bank_g = [Signal(4, name=f"bank_{p}") for p in PORTS]
-        row_g = [Signal(row_bits, name=f"row_{p}") for p in PORTS]
-        grant = [Signal(name=f"grant_{p}") for p in PORTS]
-        m.d.comb += [
-            arb.i_present.eq(Cat(*present)),
-            arb.i_bank.eq(Cat(*bank_g)),
-            Cat(*grant).eq(arb.o_grant),
-            self.o_grant.eq(arb.o_grant),
-        ]
+        present, bank_g, row_g, grant = p.present, p.bank_g, p.row_g, p.grant
+        m.d.comb += [arb.i_present.eq(Cat(*present)), arb.i_bank.eq(Cat(*bank_g)),
+                     Cat(*grant).eq(arb.o_grant)]
 
         # TE: the write stream.
         fp32 = equals(ctl.o_dtype, Dtype.FP32)
         te_mask = Signal(2, name="te_mask")
+        f, te_f = p.f[_TE], p.te_f
         m.d.comb += [
-            ctl.i_instr_valid.eq(self.i_instr_valid), ctl.i_instr.eq(self.i_instr),
-            self.i_instr_ready.eq(ctl.i_instr_ready),
-            ctl.i_data_valid.eq(self.i_data_valid), self.i_data_ready.eq(ctl.o_data_ready),
             ctl.i_grant.eq(grant[_TE]),
-            self.o_error.eq(ctl.o_error), self.o_error_code.eq(ctl.o_error_code),
             present[_TE].eq(ctl.o_present),
             bank_g[_TE].eq(ctl.o_bank),
             # FP32 element c is word c; a 16-bit element c is half c % 2 of word c // 2.
@@ -311,10 +277,10 @@ class Psum(wiring.Component):
             te_mask.eq(Mux(fp32, 0b11, Mux(ctl.o_elem[0], 0b10, 0b01))),
         ]
         m.d.sync += [
-            f[_TE]["valid"].eq(grant[_TE]),
-            f[_TE]["bank"].eq(bank_g[_TE]), f[_TE]["row"].eq(row_g[_TE]),
-            f[_TE]["mask"].eq(te_mask), f[_TE]["read"].eq(0), f[_TE]["bad"].eq(0),
-            f[_TE]["data"].eq(self.i_data),
+            f["valid"].eq(grant[_TE]),
+            f["bank"].eq(bank_g[_TE]), f["row"].eq(row_g[_TE]),
+            f["mask"].eq(te_mask), f["read"].eq(0), f["bad"].eq(0),
+            f["data"].eq(self.data.payload.data),
             te_f["dtype"].eq(ctl.o_dtype), te_f["half"].eq(ctl.o_elem[0]),
             te_f["overwrite"].eq(ctl.o_overwrite), te_f["sr"].eq(ctl.o_sr),
             te_f["done"].eq(ctl.o_done),
@@ -324,9 +290,8 @@ class Psum(wiring.Component):
         depth = self.resp_depth
         fifos = {}
         for i, name in enumerate(ENGINES, start=1):
-            req = data.View(self.req_layout, getattr(self, f"i_{name}_req"))
-            valid = getattr(self, f"i_{name}_valid")
-            ready = getattr(self, f"i_{name}_ready")
+            stream_in, stream_out = getattr(self, f"{name}_req"), getattr(self, f"{name}_resp")
+            req = stream_in.payload
             bad_bank = Signal(name=f"{name}_bad_bank")
             bad_row = Signal(name=f"{name}_bad_row")
             ok = Signal(name=f"{name}_ok")
@@ -337,93 +302,87 @@ class Psum(wiring.Component):
                 bad_bank.eq(req.bank >= B), bad_row.eq(req.row >= R),
                 ok.eq(~bad_bank & ~bad_row),
                 can.eq(req.we | (credits < depth)),
-                present[i].eq(valid & ok & can),
+                present[i].eq(stream_in.valid & ok & can),
                 bank_g[i].eq(req.bank), row_g[i].eq(req.row),
                 # A bad request touches no bank: taken without arbitration (a read still needs
                 # a response slot, for its zeros).
-                ready.eq(Mux(ok, grant[i], can)),
-                taken.eq(valid & ready),
+                stream_in.ready.eq(Mux(ok, grant[i], can)),
+                taken.eq(stream_in.valid & stream_in.ready),
             ]
+            f = p.f[i]
             m.d.sync += [
                 getattr(self, f"o_{name}_error").eq(taken & ~ok),
                 getattr(self, f"o_{name}_error_code").eq(Mux(bad_bank, 1, 2)),
-                f[i]["valid"].eq(taken),
-                f[i]["bank"].eq(req.bank), f[i]["row"].eq(req.row),
-                f[i]["mask"].eq(Mux(req.we & ok, req.mask, 0)),
-                f[i]["read"].eq(~req.we), f[i]["bad"].eq(~ok),
-                f[i]["data"].eq(planar(req.data, P)),
+                f["valid"].eq(taken),
+                f["bank"].eq(req.bank), f["row"].eq(req.row),
+                f["mask"].eq(Mux(req.we & ok, req.mask, 0)),
+                f["read"].eq(~req.we), f["bad"].eq(~ok),
+                f["data"].eq(planar(req.data, P)),
             ]
             m.submodules[f"{name}_responses"] = fifo = SyncFIFO(width=W, depth=depth)
             fifos[i] = fifo
             popped = fifo.r_rdy & fifo.r_en
             m.d.sync += credits.eq(credits + (taken & ~req.we) - popped)
-            m.d.comb += [
-                getattr(self, f"o_{name}_valid").eq(fifo.r_rdy),
-                getattr(self, f"o_{name}_data").eq(fifo.r_data),
-                fifo.r_en.eq(getattr(self, f"o_{name}_ready")),
-            ]
+            m.d.comb += [stream_out.valid.eq(fifo.r_rdy), stream_out.payload.eq(fifo.r_data),
+                         fifo.r_en.eq(stream_out.ready)]
 
         # Read ports: the requester granted each bank presents its row.
         for b in range(B):
             mem = banks[b]
-            sel = [grant[i] & equals(bank_g[i], b) for i in lanes]
+            sel = [grant[i] & equals(bank_g[i], b) for i in p.lanes]
             m.d.comb += mem.ren.eq(Cat(*sel).any())
             with m.If(sel[0]):
                 m.d.comb += mem.raddr.eq(row_g[0])
-            for i in lanes[1:]:
+            for i in p.lanes[1:]:
                 with m.Elif(sel[i]):
                     m.d.comb += mem.raddr.eq(row_g[i])
+        return fifos
 
-        # -- forwarding -------------------------------------------------------------------------
-        def forward(base, bank, row, sources, name):
-            """``base`` (a planar word) with every matching source's halves laid over it, oldest
-            source first: per half plane, one multiplexer per source."""
-            lo, hi = base[:H], base[H:]
-            for k, src in enumerate(sources):
-                hit = Signal(name=f"{name}_hit{k}")
-                nlo = Signal(H, name=f"{name}_lo{k}")
-                nhi = Signal(H, name=f"{name}_hi{k}")
-                m.d.comb += [
-                    hit.eq(src["valid"] & (src["bank"] == bank) & (src["row"] == row)),
-                    nlo.eq(Mux(hit & src["mask"][0], src["wdata"][:H], lo)),
-                    nhi.eq(Mux(hit & src["mask"][1], src["wdata"][H:], hi)),
-                ]
-                lo, hi = nlo, nhi
-            return Cat(lo, hi)
+    def _forward(self, m, base, bank, row, sources, name):
+        """``base`` (a planar word) with every matching source's halves laid over it, oldest
+        source first: per half plane, one multiplexer per source."""
+        H = 16 * self.partitions
+        lo, hi = base[:H], base[H:]
+        for k, src in enumerate(sources):
+            hit = Signal(name=f"{name}_hit{k}")
+            nlo = Signal(H, name=f"{name}_lo{k}")
+            nhi = Signal(H, name=f"{name}_hi{k}")
+            m.d.comb += [
+                hit.eq(src["valid"] & (src["bank"] == bank) & (src["row"] == row)),
+                nlo.eq(Mux(hit & src["mask"][0], src["wdata"][:H], lo)),
+                nhi.eq(Mux(hit & src["mask"][1], src["wdata"][H:], hi)),
+            ]
+            lo, hi = nlo, nhi
+        return Cat(lo, hi)
 
-        # What each W stage writes (the TE word comes from the SlotUpdate registers).
-        m.submodules.update = update = _Updates(P, self.instance)
-        rng = []
-        for p in range(P):
-            rng.append(Xorwow(init=ModelXorwow.seed_state(p)))
-            m.submodules[f"rng{p}"] = rng[-1]
-        for i in lanes:
-            if i == _TE:
-                w[i]["wdata"] = Signal(W, name="w_te_wdata")
-                m.d.comb += w[i]["wdata"].eq(planar(update.o_word, P))
-            else:
-                w[i]["wdata"] = w[i]["data"]
-            s[i]["wdata"] = s[i]["data"]
-
-        # -- F: read data, forward from S (written last cycle) and W (written this cycle) -----
-        for i in lanes:
+    def _read(self, m, p, banks, rng):
+        """F (cycle ``t + 1``): the read data, forwarded from S (written last cycle) and W
+        (written this cycle); the SR draw of a beat granted at G."""
+        W = 32 * self.partitions
+        f, e, s, w = p.f, p.e, p.s, p.w
+        for i in p.lanes:
             rd = Signal(W, name=f"f_{PORTS[i]}_rd")
             with m.Switch(f[i]["bank"]):
-                for b in range(B):
+                for b in range(self.banks):
                     with m.Case(b):
                         m.d.comb += rd.eq(banks[b].rdata)
                 with m.Default():
                     m.d.comb += rd.eq(0)        # a bad engine request's bank
-            old = forward(rd, f[i]["bank"], f[i]["row"], s + w, f"f_{PORTS[i]}_fwd")
+            old = self._forward(m, rd, f[i]["bank"], f[i]["row"], s + w, f"f_{PORTS[i]}_fwd")
             m.d.sync += [e[i][k].eq(f[i][k]) for k in f[i]]
             m.d.sync += e[i]["old"].eq(old)
-        m.d.sync += [te_e[k].eq(te_f[k]) for k in te_f]
+        m.d.sync += [p.te_e[k].eq(p.te_f[k]) for k in p.te_f]
         # The draw of an SR beat granted at G: the generators stepped at its grant.
-        m.d.sync += te_e["rand"].eq(Cat(*(x.o_value[16:] for x in rng)))
+        m.d.sync += p.te_e["rand"].eq(Cat(*(x.o_value[16:] for x in rng)))
 
-        # -- E: forward from W (the access one cycle ahead), compute, respond -----------------
-        for i in lanes:
-            old = forward(e[i]["old"], e[i]["bank"], e[i]["row"], w, f"e_{PORTS[i]}_fwd")
+    def _compute(self, m, p, update, fifos):
+        """E (cycle ``t + 2``): forwarded once more from W (the access one cycle ahead); the
+        TE beat is added and rounded (:class:`SlotUpdate`), an engine read answered."""
+        P = self.partitions
+        e, w, te_e = p.e, p.w, p.te_e
+        for i in p.lanes:
+            old = self._forward(m, e[i]["old"], e[i]["bank"], e[i]["row"], w,
+                                f"e_{PORTS[i]}_fwd")
             if i == _TE:
                 m.d.comb += [
                     update.i_old.eq(interleaved(old, P)), update.i_value.eq(e[i]["data"]),
@@ -431,10 +390,10 @@ class Psum(wiring.Component):
                     update.i_overwrite.eq(te_e["overwrite"]), update.i_sr.eq(te_e["sr"]),
                     update.i_rand.eq(te_e["rand"]),
                 ]
-                m.d.sync += w_te_done.eq(e[i]["valid"] & te_e["done"])
+                m.d.sync += p.w_te_done.eq(e[i]["valid"] & te_e["done"])
             else:
                 fifo = fifos[i]
-                resp = Signal(W, name=f"e_{PORTS[i]}_resp")
+                resp = Signal(32 * P, name=f"e_{PORTS[i]}_resp")
                 m.d.comb += [
                     resp.eq(Mux(e[i]["bad"], 0, old)),
                     fifo.w_en.eq(e[i]["valid"] & e[i]["read"]),
@@ -443,37 +402,43 @@ class Psum(wiring.Component):
                 m.d.sync += w[i]["data"].eq(e[i]["data"])
             m.d.sync += [w[i][k].eq(e[i][k]) for k in ("valid", "bank", "row", "mask")]
 
-        # -- W: memory writes; S keeps them one more cycle -------------------------------------
-        for b in range(B):
+    def _write(self, m, p, banks):
+        """W (cycle ``t + 3``): the memory writes; S keeps each one more cycle (forwarding);
+        the group-complete event."""
+        P = self.partitions
+        w, s = p.w, p.s
+        for b in range(self.banks):
             mem = banks[b]
-            sel = [w[i]["valid"] & equals(w[i]["bank"], b) & w[i]["mask"].any() for i in lanes]
-            with m.If(sel[0]):
-                m.d.comb += [mem.waddr.eq(w[0]["row"]), mem.wdata.eq(w[0]["wdata"]),
-                             mem.wen.eq(Cat(w[0]["mask"][0].replicate(P),
-                                                 w[0]["mask"][1].replicate(P)))]
-            for i in lanes[1:]:
-                with m.Elif(sel[i]):
+            sel = [w[i]["valid"] & equals(w[i]["bank"], b) & w[i]["mask"].any() for i in p.lanes]
+            for i in p.lanes:
+                with (m.If if i == 0 else m.Elif)(sel[i]):
                     m.d.comb += [mem.waddr.eq(w[i]["row"]), mem.wdata.eq(w[i]["wdata"]),
                                  mem.wen.eq(Cat(w[i]["mask"][0].replicate(P),
-                                                         w[i]["mask"][1].replicate(P)))]
-        for i in lanes:
+                                                w[i]["mask"][1].replicate(P)))]
+        for i in p.lanes:
             m.d.sync += [s[i]["valid"].eq(w[i]["valid"]), s[i]["bank"].eq(w[i]["bank"]),
                          s[i]["row"].eq(w[i]["row"]), s[i]["mask"].eq(w[i]["mask"]),
                          s[i]["data"].eq(w[i]["wdata"])]
-        m.d.sync += [self.o_done.eq(w[_TE]["valid"] & w_te_done),
+        m.d.sync += [self.o_done.eq(w[_TE]["valid"] & p.w_te_done),
                      self.o_done_bank.eq(w[_TE]["bank"])]
 
-        # -- stochastic-rounding generators ----------------------------------------------------
-        seed = data.View(self.seed_layout, self.i_seed)
-        step = grant[_TE] & ctl.o_sr
-        m.d.comb += self.i_seed_ready.eq(1)
-        for p, x in enumerate(rng):
+    def _generators(self, m, ctl):
+        """One XORWOW generator per partition (the stochastic-rounding draws), stepped at the
+        grant of an SR beat; ``seed`` loads one (always ready)."""
+        rng = []
+        for part in range(self.partitions):
+            rng.append(Xorwow(init=ModelXorwow.seed_state(part)))
+            m.submodules[f"rng{part}"] = rng[-1]
+        seed = self.seed.payload
+        step = Signal(name="rng_step")
+        m.d.comb += [step.eq(ctl.i_grant & ctl.o_sr), self.seed.ready.eq(1)]
+        for part, x in enumerate(rng):
             m.d.comb += [
                 x.i_next.eq(step),
-                x.i_load.eq(self.i_seed_valid & equals(seed.partition, p)),
+                x.i_load.eq(self.seed.valid & equals(seed.partition, part)),
                 x.i_state.eq(Cat(*(getattr(seed, n) for n in STATE_WORDS))),
             ]
-        return m
+        return rng
 
     def _bank(self, m, b):
         """Place bank ``b``'s memory; return its port signals (a dict)."""
@@ -492,6 +457,56 @@ class Psum(wiring.Component):
             i_i_raddr=sig["raddr"], i_i_ren=sig["ren"], o_o_rdata=sig["rdata"],
             i_i_waddr=sig["waddr"], i_i_wen=sig["wen"], i_i_wdata=sig["wdata"])
         return sig
+
+
+class _Pipeline:
+    """The access records of the read-add-write pipeline: one per stage (F, E, W, S) and
+    requester (TE, VE, SE), the TE's extras, and the G-stage request signals."""
+
+    def __init__(self, geometry):
+        P, R = geometry.partitions, geometry.rows
+        W = 32 * P
+        row_bits = max(1, (R - 1).bit_length())
+        self.lanes = range(len(PORTS))
+
+        def record(stage, lane):
+            name = f"{stage}_{PORTS[lane]}_"
+            return dict(
+                valid=Signal(name=name + "valid"),
+                bank=Signal(4, name=name + "bank", reset_less=True),
+                row=Signal(row_bits, name=name + "row", reset_less=True),
+                mask=Signal(2, name=name + "mask", reset_less=True),   # halves it writes
+                read=Signal(name=name + "read", reset_less=True),      # engine read: responds
+                bad=Signal(name=name + "bad", reset_less=True),        # bad request: zeros
+                # TE: the beat (port layout); engine: the write data (planar)
+                data=Signal(W, name=name + "data", reset_less=True),
+            )
+
+        self.f = [record("f", i) for i in self.lanes]
+        self.e = [record("e", i) for i in self.lanes]
+        self.w = [record("w", i) for i in self.lanes]
+        self.s = [record("s", i) for i in self.lanes]
+        for i in self.lanes:
+            self.e[i]["old"] = Signal(W, name=f"e_{PORTS[i]}_old", reset_less=True)
+            del self.w[i]["read"], self.w[i]["bad"], self.s[i]["read"], self.s[i]["bad"]
+            if i != _TE:                    # what an engine's W stage writes: its data
+                self.w[i]["wdata"] = self.w[i]["data"]
+            self.s[i]["wdata"] = self.s[i]["data"]
+        del self.w[_TE]["data"]     # the TE's W word is the SlotUpdate output register
+        # TE extras: how the beat combines with the slot.
+        self.te_f = dict(dtype=Signal(2, name="f_te_dtype", reset_less=True),
+                         half=Signal(name="f_te_half", reset_less=True),
+                         overwrite=Signal(name="f_te_overwrite", reset_less=True),
+                         sr=Signal(name="f_te_sr", reset_less=True),
+                         done=Signal(name="f_te_done", reset_less=True))
+        self.te_e = {k: Signal.like(v, name=f"e_te_{k}") for k, v in self.te_f.items()}
+        self.te_e["rand"] = Signal(16 * P, name="e_te_rand", reset_less=True)
+        self.w_te_done = Signal(name="w_te_done")
+        # G: what each requester asks for, and the grants.
+        self.present = [Signal(name=f"present_{p}") for p in PORTS]
+        self.bank_g = [Signal(4, name=f"bank_{p}") for p in PORTS]
+        self.row_g = [Signal(row_bits, name=f"row_{p}") for p in PORTS]
+        self.grant = [Signal(name=f"grant_{p}") for p in PORTS]
 
 
 class _Port:

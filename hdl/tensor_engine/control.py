@@ -19,7 +19,7 @@ output info (valid, last, column range) follows it through a ``latency``-stage d
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range, equals
@@ -193,16 +193,16 @@ class TensorControl(wiring.Component):
     ---------
     en : In(1, init=1)
         Global clock enable (0 freezes every register; no handshake happens).
-    i_instr_valid, i_instr, o_instr_ready
-        Instruction stream (``INSTR_LAYOUT``).
-    i_stat_valid, o_stat_ready
-        Stationary stream handshake (the data goes straight to the array).
-    i_mov_valid, i_mov, o_mov_ready
-        Moving stream; ``i_mov`` is checked (transpose selection) and passed on as ``o_x``.
+    instr : In(stream.Signature(INSTR_LAYOUT))
+        Instructions.
+    stationary : In(stream.Signature(rows * 32))
+        Stationary beats; the payload goes to the array as ``o_ls``.
+    moving : In(stream.Signature(rows * 32))
+        Moving beats; the payload is checked (transpose selection) and passed on as ``o_x``.
     o_x : Out(rows * 32), o_tag : Out(beat_tag_layout(rows))
-        Moving beat and tag for the array (``o_tag.valid`` = a beat was consumed).
-    o_ls_ctl : Out(LS_CTL_LAYOUT)
-        LS control for the array (``valid`` = a stationary beat was consumed).
+        Moving beat and tag for the array (``o_tag.pe.valid`` = a beat was consumed).
+    o_ls : Out(rows * 32), o_ls_ctl : Out(LS_CTL_LAYOUT)
+        LS beat and control for the array (``valid`` = a stationary beat was consumed).
     o_info : Out(OUT_INFO_LAYOUT)
         Info of the output vector in the array's output register (``latency`` cycles after its
         beat): valid, last of its MM, its column range ``[col_lo, col_hi)``.
@@ -222,11 +222,11 @@ class TensorControl(wiring.Component):
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
         super().__init__({
             "en": In(1, init=1),
-            "i_instr_valid": In(1), "i_instr": In(INSTR_LAYOUT), "o_instr_ready": Out(1),
-            "i_stat_valid": In(1), "o_stat_ready": Out(1),
-            "i_mov_valid": In(1), "i_mov": In(rows * LANE_WIDTH), "o_mov_ready": Out(1),
+            "instr": In(stream.Signature(INSTR_LAYOUT)),
+            "stationary": In(stream.Signature(rows * LANE_WIDTH)),
+            "moving": In(stream.Signature(rows * LANE_WIDTH)),
             "o_x": Out(rows * LANE_WIDTH), "o_tag": Out(beat_tag_layout(rows)),
-            "o_ls_ctl": Out(LS_CTL_LAYOUT),
+            "o_ls": Out(rows * LANE_WIDTH), "o_ls_ctl": Out(LS_CTL_LAYOUT),
             "o_info": Out(OUT_INFO_LAYOUT),
             "o_error": Out(1), "o_error_code": Out(ERROR_SHAPE),
         })
@@ -245,7 +245,7 @@ class TensorControl(wiring.Component):
 
     def _issue(self, m, s, live):
         """Check the presented instruction and decide whether it issues (or is dropped) now."""
-        ins = self.i_instr
+        ins = self.instr.payload
         code, tr, tc, ii = check_logic(m, ins, self.rows, self.cols, self.tile_unit,
                                        s.st_valid, s.st)
         rejected = Signal(name="rejected")
@@ -260,13 +260,13 @@ class TensorControl(wiring.Component):
         # MM: the sequencer is free and the LS has no beat after this cycle.
         ls_last_now = Signal(name="ls_last_beat_now")
         m.d.comb += ls_last_now.eq((s.ls_beats == 1) & equals(s.ls_phase, 0)
-                                   & self.i_stat_valid)
+                                   & self.stationary.valid)
         mm_can = Signal(name="mm_can_issue")
         m.d.comb += mm_can.eq(mm_free & (equals(s.ls_beats, 0) | ls_last_now))
         ready = Signal(name="instr_ready")
         m.d.comb += ready.eq(live & (rejected | Mux(ins.op == Op.LS, ls_can, mm_can)))
         take = Signal(name="instr_take")
-        m.d.comb += [take.eq(self.i_instr_valid & ready), self.o_instr_ready.eq(ready)]
+        m.d.comb += [take.eq(self.instr.valid & ready), self.instr.ready.eq(ready)]
         ls_issue = Signal(name="ls_issue")
         mm_issue = Signal(name="mm_issue")
         m.d.comb += [ls_issue.eq(take & ~rejected & (ins.op == Op.LS)),
@@ -277,7 +277,7 @@ class TensorControl(wiring.Component):
     def _loader(self, m, s, live, issue):
         """The LoadStationary loader: one stationary beat every ``II`` cycles from the issue
         cycle on (a new LS starts in its issue cycle); a missing beat stalls it."""
-        ins, en = self.i_instr, self.en
+        ins, en = self.instr.payload, self.en
         e_beats = Signal.like(s.ls_beats, name="e_ls_beats")
         e_phase = Signal.like(s.ls_phase, name="e_ls_phase")
         e_ii = Signal.like(s.ls_ii, name="e_ls_ii")
@@ -293,11 +293,11 @@ class TensorControl(wiring.Component):
                          e_bank.eq(s.ls_bank), e_skip.eq(s.ls_skip)]
         due = Signal(name="ls_due")
         m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
-        m.d.comb += self.o_stat_ready.eq(live & due)
+        m.d.comb += self.stationary.ready.eq(live & due)
         beat = Signal(name="ls_beat")
-        m.d.comb += beat.eq(live & due & self.i_stat_valid)
+        m.d.comb += beat.eq(live & due & self.stationary.valid)
         m.d.comb += [self.o_ls_ctl.valid.eq(beat), self.o_ls_ctl.bank.eq(e_bank),
-                     self.o_ls_ctl.skip.eq(e_skip)]
+                     self.o_ls_ctl.skip.eq(e_skip), self.o_ls.eq(self.stationary.payload)]
         with m.If(en):
             m.d.sync += [s.ls_ii.eq(e_ii), s.ls_bank.eq(e_bank), s.ls_skip.eq(e_skip)]
             with m.If(beat):
@@ -313,7 +313,7 @@ class TensorControl(wiring.Component):
         beat in each of the first ``N`` (a missing beat stalls it); the beat and its tag go to
         the array, its output info down the latency line.  Returns the selection-error
         strobe."""
-        ins, en = self.i_instr, self.en
+        ins, en = self.instr.payload, self.en
         e_beats = Signal.like(s.mm_beats, name="e_mm_beats")
         e_slots = Signal.like(s.mm_slots, name="e_mm_slots")
         e_phase = Signal.like(s.mm_phase, name="e_mm_phase")
@@ -344,9 +344,9 @@ class TensorControl(wiring.Component):
         due = Signal(name="mm_due")
         m.d.comb += [slot_start.eq(e_slots.any() & equals(e_phase, 0)),
                      due.eq(slot_start & e_beats.any())]
-        m.d.comb += self.o_mov_ready.eq(live & due)
+        m.d.comb += self.moving.ready.eq(live & due)
         beat = Signal(name="mm_beat")
-        m.d.comb += beat.eq(live & due & self.i_mov_valid)
+        m.d.comb += beat.eq(live & due & self.moving.valid)
         stalled = Signal(name="mm_stalled")
         m.d.comb += stalled.eq(due & ~beat)
 
@@ -354,7 +354,7 @@ class TensorControl(wiring.Component):
         sel_bad = self._selection_check(m, e_tag)
         zero_beat = Signal(name="zero_beat")
         m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
-        m.d.comb += self.o_x.eq(Mux(zero_beat, 0, self.i_mov))
+        m.d.comb += self.o_x.eq(Mux(zero_beat, 0, self.moving.payload))
         m.d.comb += [self.o_tag.eq(e_tag), self.o_tag.pe.valid.eq(beat)]
         new_flag = Signal(name="sel_error_now")
         m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
@@ -387,7 +387,7 @@ class TensorControl(wiring.Component):
 
     def _accept(self, m, s, issue):
         """Architectural state of an accepted LS: the bank toggles, the LS is remembered."""
-        ins = self.i_instr
+        ins = self.instr.payload
         with m.If(self.en & issue["ls"]):
             m.d.sync += [
                 s.next_bank.eq(~s.next_bank), s.st_valid.eq(1),
@@ -418,7 +418,7 @@ class TensorControl(wiring.Component):
         m.d.comb += [self.o_error.eq(err & en), self.o_error_code.eq(err_code)]
 
     def _selection_check(self, m, tag):
-        """1 when the moving beat on ``i_mov`` is not a selection column over the rows
+        """1 when the moving payload is not a selection column over the rows
         ``[row_lo, row_hi)`` in the moving format of ``tag``."""
         one = Signal(LANE_WIDTH, name="sel_one_code")
         mask = Signal(LANE_WIDTH, name="sel_mask")          # bits that count
@@ -431,7 +431,7 @@ class TensorControl(wiring.Component):
                                  mag.eq(msk & ~(1 << (get_format(name).bits - 1)))]
         any_bad, ones = [], []
         for r in range(self.rows):
-            x = self.i_mov[r * LANE_WIDTH:(r + 1) * LANE_WIDTH]
+            x = self.moving.payload[r * LANE_WIDTH:(r + 1) * LANE_WIDTH]
             inside = Signal(name=f"sel_in_r{r}")
             is_one = Signal(name=f"sel_one_r{r}")
             is_zero = Signal(name=f"sel_zero_r{r}")

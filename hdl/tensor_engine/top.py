@@ -1,30 +1,26 @@
-"""``TensorEngine``: the Tensor Engine top (control + systolic array), and its Verilog.
+"""``TensorEngine``: the Tensor Engine top (control + systolic array).
 
-Ports (all synchronous to ``clk``, reset ``rst``):
+Ports (all synchronous to ``clk``, reset ``rst``); each stream ``x`` is an
+:class:`amaranth.lib.stream.Signature` with the Verilog ports ``x__valid``, ``x__ready`` and
+``x__payload``:
 
-==================  =====  ===================================================================
-port                width  meaning
-==================  =====  ===================================================================
-``i_instr_valid``   1      instruction stream (valid / ready)
-``i_instr_ready``   1      out
-``i_instr``         67     ``isa.encode`` word (``isa.FIELDS``, LSB first)
-``i_stat_valid``    1      stationary stream
-``i_stat_ready``    1      out
-``i_stat``          rows*32  lane word ``r`` = ``stationary[r - tile_row, m]`` (PE row ``r``); beat
-                           ``j`` is column ``m = M - 1 - j``
-``i_mov_valid``     1      moving stream
-``i_mov_ready``     1      out
-``i_mov``           rows*32  lane word ``r`` = ``moving[r - tile_row, n]``
-``o_valid``         1      output stream
-``o_ready``         1      in; ``o_valid & ~o_ready`` freezes the whole engine for that cycle
-``o_data``          cols*32  lane word ``c`` = result of PE column ``c`` (FP32 bits, or the raw
-                           transpose word zero-extended); lanes outside ``[tile_col,
-                           tile_col + M)`` are 0
-``o_last``          1      the vector is the last (``n = N - 1``) of its MM
-``o_error``         1      one (enabled) cycle per rejected instruction, or per transpose MM
-                           with a non-selection moving beat
-``o_error_code``    4      ``isa.Error`` of that strobe
-==================  =====  ===================================================================
+=================  ======================  =======================================================
+port               payload                 meaning
+=================  ======================  =======================================================
+``instr``          ``INSTR_LAYOUT`` (67)   in: ``isa.encode`` words (``isa.FIELDS``, LSB first)
+``stationary``     rows*32                 in: lane word ``r`` = ``stationary[r - tile_row, m]``
+                                           (PE row ``r``); beat ``j`` is column ``m = M - 1 - j``
+``moving``         rows*32                 in: lane word ``r`` = ``moving[r - tile_row, n]``
+``result``         ``vector_layout(cols)`` out: ``data`` lane word ``c`` = result of PE column
+                                           ``c`` (FP32 bits, or the raw transpose word
+                                           zero-extended; lanes outside ``[tile_col, tile_col +
+                                           M)`` are 0); ``last``: the vector is the last
+                                           (``n = N - 1``) of its MM.  ``result.valid &
+                                           ~result.ready`` freezes the whole engine that cycle
+``o_error``        1                       one (enabled) cycle per rejected instruction, or per
+                                           transpose MM with a non-selection moving beat
+``o_error_code``   4                       ``isa.Error`` of that strobe
+=================  ======================  =======================================================
 
 Verilog: the array places every PE as an instance of the one PE module
 (:data:`~ncrtl.hdl.tensor_engine.array.PE_MODULE`), listed with the tile module in
@@ -32,13 +28,13 @@ Verilog: the array places every PE as an instance of the one PE module
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
 
-from ncrtl.model.tensor_engine.isa import instruction_bits
+from ncrtl.hdl.common.stream import vector_layout
 
 from .array import SystolicArray
-from .control import ERROR_SHAPE, TensorControl
+from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
 from .pe import LANE_WIDTH
 
 __all__ = ["TensorEngine"]
@@ -80,11 +76,10 @@ class TensorEngine(wiring.Component):
         self.rows, self.cols, self.instance, self.tile_unit = rows, cols, instance, tile_unit
         self.latency = self.array.latency
         super().__init__({
-            "i_instr_valid": In(1), "i_instr_ready": Out(1), "i_instr": In(instruction_bits()),
-            "i_stat_valid": In(1), "i_stat_ready": Out(1), "i_stat": In(rows * LANE_WIDTH),
-            "i_mov_valid": In(1), "i_mov_ready": Out(1), "i_mov": In(rows * LANE_WIDTH),
-            "o_valid": Out(1), "o_ready": In(1), "o_data": Out(cols * LANE_WIDTH),
-            "o_last": Out(1),
+            "instr": In(stream.Signature(INSTR_LAYOUT)),
+            "stationary": In(stream.Signature(rows * LANE_WIDTH)),
+            "moving": In(stream.Signature(rows * LANE_WIDTH)),
+            "result": Out(stream.Signature(vector_layout(cols))),
             "o_error": Out(1), "o_error_code": Out(ERROR_SHAPE),
         })
 
@@ -96,17 +91,16 @@ class TensorEngine(wiring.Component):
         m = Module()
         m.submodules.control = ctl = self.control
         m.submodules.array = arr = self.array
+        # Output backpressure freezes the whole engine (the array has no skid buffer).
         en = Signal(name="en")
-        m.d.comb += en.eq(~(self.o_valid & ~self.o_ready))
+        m.d.comb += en.eq(~(self.result.valid & ~self.result.ready))
+        connect(m, flipped(self.instr), ctl.instr)
+        connect(m, flipped(self.stationary), ctl.stationary)
+        connect(m, flipped(self.moving), ctl.moving)
         m.d.comb += [
             ctl.en.eq(en), arr.en.eq(en),
-            ctl.i_instr_valid.eq(self.i_instr_valid), ctl.i_instr.eq(self.i_instr),
-            self.i_instr_ready.eq(ctl.o_instr_ready),
-            ctl.i_stat_valid.eq(self.i_stat_valid), self.i_stat_ready.eq(ctl.o_stat_ready),
-            ctl.i_mov_valid.eq(self.i_mov_valid), ctl.i_mov.eq(self.i_mov),
-            self.i_mov_ready.eq(ctl.o_mov_ready),
             arr.i_x.eq(ctl.o_x), arr.i_tag.eq(ctl.o_tag),
-            arr.i_ls.eq(self.i_stat), arr.i_ls_ctl.eq(ctl.o_ls_ctl),
+            arr.i_ls.eq(ctl.o_ls), arr.i_ls_ctl.eq(ctl.o_ls_ctl),
             self.o_error.eq(ctl.o_error), self.o_error_code.eq(ctl.o_error_code),
         ]
         info = ctl.o_info
@@ -117,6 +111,6 @@ class TensorEngine(wiring.Component):
             lo_ok = (info.col_lo <= c) if c else ~info.col_lo.any()
             m.d.comb += keep.eq(lo_ok & (info.col_hi > c))
             lanes.append(Mux(keep, arr.o_psum[c * W:(c + 1) * W], 0))
-        m.d.comb += [self.o_valid.eq(info.valid), self.o_last.eq(info.last),
-                     self.o_data.eq(Cat(*lanes))]
+        m.d.comb += [self.result.valid.eq(info.valid), self.result.payload.last.eq(info.last),
+                     self.result.payload.data.eq(Cat(*lanes))]
         return m

@@ -24,7 +24,7 @@ from ncrtl.model.tensor_engine.isa import Instruction, Op
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.psum.program import EngineReq, req_word
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
-from ncrtl.testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
+from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
 from ncrtl.testbench.tensor_engine.program import (_as_dtype, _selection, _values, lane_words,
                                                    tile_shape)
 
@@ -82,21 +82,17 @@ class MatmulCoreTB:
         clk = dut.clk
         Clock(clk, 10, unit="ns").start()
         dut.rst.value = 1
-        self.instr = StreamSource(clk, dut.i_instr_valid, dut.i_instr_ready, dut.i_instr,
-                                  stall=stall, seed=seed)
-        self.stat = StreamSource(clk, dut.i_stat_valid, dut.i_stat_ready, dut.i_stat,
-                                 stall=stall, seed=seed + 1)
-        self.mov = StreamSource(clk, dut.i_mov_valid, dut.i_mov_ready, dut.i_mov,
-                                stall=stall, seed=seed + 2)
-        self.pinstr = StreamSource(clk, dut.i_psum_instr_valid, dut.i_psum_instr_ready,
-                                   dut.i_psum_instr, stall=stall, seed=seed + 3)
-        self.ve = StreamSource(clk, dut.i_ve_valid, dut.i_ve_ready, dut.i_ve_req,
-                               stall=stall, seed=seed + 4)
-        self.ve_resp = StreamSink(clk, dut.o_ve_valid, dut.o_ve_ready, dut.o_ve_data,
-                                  backpressure=stall, seed=seed + 5)
-        dut.i_se_valid.value = 0
-        dut.o_se_ready.value = 1
-        dut.i_seed_valid.value = 0
+        rst = dut.rst
+        bus = lambda name: StreamBus.from_prefix(dut, name)  # noqa: E731
+        self.instr = StreamSource(bus("te_instr"), clk, rst, stall=stall, seed=seed)
+        self.stat = StreamSource(bus("stationary"), clk, rst, stall=stall, seed=seed + 1)
+        self.mov = StreamSource(bus("moving"), clk, rst, stall=stall, seed=seed + 2)
+        self.pinstr = StreamSource(bus("psum_instr"), clk, rst, stall=stall, seed=seed + 3)
+        self.ve = StreamSource(bus("ve_req"), clk, rst, stall=stall, seed=seed + 4)
+        self.ve_resp = StreamSink(bus("ve_resp"), clk, rst, backpressure=stall, seed=seed + 5)
+        dut.se_req__valid.value = 0
+        dut.se_resp__ready.value = 1
+        dut.seed__valid.value = 0
         self.done = []        # (cycle, bank) of each o_done pulse
         self.errors = []      # (cycle, "te" | "psum", code)
         self.cycle = 0

@@ -22,7 +22,7 @@ from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.psum.program import random_program, req_word, seed_word
 from ncrtl.testbench.psum.replay import ENGINES, Latencies, Replay, Sample
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
-from ncrtl.testbench.stream import StreamSink, StreamSource, pack_lanes
+from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes
 
 
 class PsumTB:
@@ -43,21 +43,18 @@ class PsumTB:
         self.dut, self.g, self.stall = dut, geometry, stall
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        clk = dut.clk
-        self.instr = StreamSource(clk, dut.i_instr_valid, dut.i_instr_ready, dut.i_instr,
-                                  stall=stall, seed=seed)
-        self.data = StreamSource(clk, dut.i_data_valid, dut.i_data_ready, dut.i_data,
-                                 stall=stall, seed=seed + 1)
-        self.seed = StreamSource(clk, dut.i_seed_valid, dut.i_seed_ready, dut.i_seed,
-                                 stall=stall, seed=seed + 2)
+        clk, rst = dut.clk, dut.rst
+        self.bus = {name: StreamBus.from_prefix(dut, name) for name in (
+            "instr", "data", "seed", *(f"{e}_{k}" for e in ENGINES for k in ("req", "resp")))}
+        self.instr = StreamSource(self.bus["instr"], clk, rst, stall=stall, seed=seed)
+        self.data = StreamSource(self.bus["data"], clk, rst, stall=stall, seed=seed + 1)
+        self.seed = StreamSource(self.bus["seed"], clk, rst, stall=stall, seed=seed + 2)
         self.req, self.resp = {}, {}
         for k, e in enumerate(ENGINES):
-            self.req[e] = StreamSource(clk, getattr(dut, f"i_{e}_valid"),
-                                       getattr(dut, f"i_{e}_ready"), getattr(dut, f"i_{e}_req"),
-                                       stall=stall, seed=seed + 3 + k)
-            self.resp[e] = StreamSink(clk, getattr(dut, f"o_{e}_valid"),
-                                      getattr(dut, f"o_{e}_ready"), getattr(dut, f"o_{e}_data"),
-                                      backpressure=stall, seed=seed + 5 + k)
+            self.req[e] = StreamSource(self.bus[f"{e}_req"], clk, rst, stall=stall,
+                                       seed=seed + 3 + k)
+            self.resp[e] = StreamSink(self.bus[f"{e}_resp"], clk, rst, backpressure=stall,
+                                      seed=seed + 5 + k)
         self.replay = Replay(geometry, Latencies())
         self.resp_cycles = {e: [] for e in ENGINES}
         self._monitor = None
@@ -80,16 +77,16 @@ class PsumTB:
 
     async def _watch(self):
         """One :class:`Sample` per cycle: the values the flops see at the rising edge."""
-        dut, replay = self.dut, self.replay
+        dut, replay, bus = self.dut, self.replay, self.bus
         edge = dut.clk.rising_edge
-        iv, ir = dut.i_instr_valid, dut.i_instr_ready
-        dv, dr = dut.i_data_valid, dut.i_data_ready
-        sv = dut.i_seed_valid
+        iv, ir = bus["instr"].valid, bus["instr"].ready
+        dv, dr = bus["data"].valid, bus["data"].ready
+        sv = bus["seed"].valid
         grant, err, err_code = dut.o_grant, dut.o_error, dut.o_error_code
         done, done_bank = dut.o_done, dut.o_done_bank
-        ports = [(e, getattr(dut, f"i_{e}_valid"), getattr(dut, f"i_{e}_ready"),
-                  getattr(dut, f"o_{e}_valid"), getattr(dut, f"o_{e}_ready"),
-                  getattr(dut, f"o_{e}_error"), getattr(dut, f"o_{e}_error_code"))
+        ports = [(e, bus[f"{e}_req"].valid, bus[f"{e}_req"].ready, bus[f"{e}_resp"].valid,
+                  bus[f"{e}_resp"].ready, getattr(dut, f"o_{e}_error"),
+                  getattr(dut, f"o_{e}_error_code"))
                  for e in ENGINES]
         while True:
             await edge

@@ -3,12 +3,13 @@
 Small enough to build in seconds, but they have the properties the stream harness has to get
 right: back-pressure and a latency of more than one cycle, so a driver that drops, duplicates or
 reorders words is caught by the scoreboard.  :class:`StreamIncrement` is a FIFO (registered
-``i_ready``); :class:`StreamPipeline` is a stall-the-whole-pipeline design whose ``i_ready``
-depends combinationally on ``o_ready``, like :class:`ncrtl.hdl.common.stream.StreamLanes`.
+``i_stream.ready``); :class:`StreamPipeline` is a stall-the-whole-pipeline design whose
+``i_stream.ready`` depends combinationally on ``o_stream.ready``, like
+:class:`ncrtl.hdl.common.stream.StreamLanes`.
 """
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import fifo, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["StreamIncrement", "StreamPipeline"]
@@ -26,12 +27,12 @@ class StreamIncrement(wiring.Component):
     depth : int
         FIFO depth (:class:`amaranth.lib.fifo.SyncFIFOBuffered`).
 
-    Attributes
-    ----------
-    i_valid, i_ready, i_data
-        Input stream; a word is accepted at a rising edge where ``i_valid`` and ``i_ready`` are 1.
-    o_valid, o_ready, o_data
-        Output stream; lane ``i`` of ``o_data`` is ``(lane_i(word) + 1) mod 2**lane_bits``.
+    Interface
+    ---------
+    i_stream : In(stream.Signature(lanes * lane_bits))
+        Input words.
+    o_stream : Out(stream.Signature(lanes * lane_bits))
+        Output words; lane ``i`` is ``(lane_i(word) + 1) mod 2**lane_bits``.
     """
 
     def __init__(self, *, lanes=4, lane_bits=16, depth=4):
@@ -46,8 +47,8 @@ class StreamIncrement(wiring.Component):
         self._depth = depth
         width = lanes * lane_bits
         super().__init__({
-            "i_valid": In(1), "i_ready": Out(1), "i_data": In(width),
-            "o_valid": Out(1), "o_ready": In(1), "o_data": Out(width),
+            "i_stream": In(stream.Signature(width)),
+            "o_stream": Out(stream.Signature(width)),
         })
 
     @property
@@ -62,17 +63,18 @@ class StreamIncrement(wiring.Component):
         m = Module()
         m.submodules.fifo = q = fifo.SyncFIFOBuffered(
             width=self._lanes * self._lane_bits, depth=self._depth)
+        i_s, o_s = self.i_stream, self.o_stream
         m.d.comb += [
-            q.w_data.eq(self.i_data),
-            q.w_en.eq(self.i_valid),
-            self.i_ready.eq(q.w_rdy),
-            self.o_valid.eq(q.r_rdy),
-            q.r_en.eq(self.o_ready),
+            q.w_data.eq(i_s.payload),
+            q.w_en.eq(i_s.valid),
+            i_s.ready.eq(q.w_rdy),
+            o_s.valid.eq(q.r_rdy),
+            q.r_en.eq(o_s.ready),
         ]
         w = self._lane_bits
         for i in range(self._lanes):
             # Truncating add: lane + 1 mod 2**lane_bits, no carry into the next lane.
-            m.d.comb += self.o_data[i * w:(i + 1) * w].eq(q.r_data[i * w:(i + 1) * w] + 1)
+            m.d.comb += o_s.payload[i * w:(i + 1) * w].eq(q.r_data[i * w:(i + 1) * w] + 1)
         return m
 
 
@@ -88,12 +90,13 @@ class StreamPipeline(wiring.Component):
     stages : int
         Pipeline registers between input and output (the latency in cycles).
 
-    Attributes
-    ----------
-    i_valid, i_ready, i_data
-        Input stream.  ``i_ready = ~o_valid | o_ready``: combinational from ``o_ready``.
-    o_valid, o_ready, o_data
-        Output stream; lane ``i`` of ``o_data`` is ``(lane_i(word) + 1) mod 2**lane_bits``.
+    Interface
+    ---------
+    i_stream : In(stream.Signature(lanes * lane_bits))
+        Input words; ``ready = ~o_stream.valid | o_stream.ready``: combinational from
+        ``o_stream.ready``.
+    o_stream : Out(stream.Signature(lanes * lane_bits))
+        Output words; lane ``i`` is ``(lane_i(word) + 1) mod 2**lane_bits``.
     """
 
     def __init__(self, *, lanes=4, lane_bits=16, stages=3):
@@ -108,8 +111,8 @@ class StreamPipeline(wiring.Component):
         self._stages = stages
         width = lanes * lane_bits
         super().__init__({
-            "i_valid": In(1), "i_ready": Out(1), "i_data": In(width),
-            "o_valid": Out(1), "o_ready": In(1), "o_data": Out(width),
+            "i_stream": In(stream.Signature(width)),
+            "o_stream": Out(stream.Signature(width)),
         })
 
     def elaborate(self, platform):
@@ -118,16 +121,17 @@ class StreamPipeline(wiring.Component):
         valid = [Signal(name=f"v{k}") for k in range(self._stages)]
         data = [Signal(width, name=f"d{k}") for k in range(self._stages)]
         advance = Signal()
+        i_s, o_s = self.i_stream, self.o_stream
         m.d.comb += [
-            advance.eq(~valid[-1] | self.o_ready),
-            self.i_ready.eq(advance),
-            self.o_valid.eq(valid[-1]),
+            advance.eq(~valid[-1] | o_s.ready),
+            i_s.ready.eq(advance),
+            o_s.valid.eq(valid[-1]),
         ]
         with m.If(advance):
-            m.d.sync += [valid[0].eq(self.i_valid), data[0].eq(self.i_data)]
+            m.d.sync += [valid[0].eq(i_s.valid), data[0].eq(i_s.payload)]
             for k in range(1, self._stages):
                 m.d.sync += [valid[k].eq(valid[k - 1]), data[k].eq(data[k - 1])]
         w = self._lane_bits
         for i in range(self._lanes):
-            m.d.comb += self.o_data[i * w:(i + 1) * w].eq(data[-1][i * w:(i + 1) * w] + 1)
+            m.d.comb += o_s.payload[i * w:(i + 1) * w].eq(data[-1][i * w:(i + 1) * w] + 1)
         return m

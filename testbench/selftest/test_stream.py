@@ -29,7 +29,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer
 
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
-from ncrtl.testbench.stream import StreamSink, StreamSource
+from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
 LANES = 4
 LANE_BITS = 16
@@ -37,16 +37,17 @@ MASK = (1 << LANE_BITS) - 1
 
 
 class TB:
-    """Clock, reset, a :class:`StreamSource` on ``i_*`` and a :class:`StreamSink` on ``o_*``."""
+    """Clock, reset, a :class:`StreamSource` on ``i_stream`` and a :class:`StreamSink` on
+    ``o_stream``, both held by the reset."""
 
     def __init__(self, dut, *, stall=0.0, backpressure=0.0, seed=0):
         self.dut = dut
         self.log = dut._log
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        self.source = StreamSource(dut.clk, dut.i_valid, dut.i_ready, dut.i_data,
+        self.source = StreamSource(StreamBus.from_prefix(dut, "i_stream"), dut.clk, dut.rst,
                                    stall=stall, seed=seed)
-        self.sink = StreamSink(dut.clk, dut.o_valid, dut.o_ready, dut.o_data,
+        self.sink = StreamSink(StreamBus.from_prefix(dut, "o_stream"), dut.clk, dut.rst,
                                backpressure=backpressure, seed=seed + 1)
 
     async def reset(self, cycles=2):
@@ -143,15 +144,50 @@ async def test_hold_under_backpressure(dut):
     assert tb.sink.count == 0
     accepted = tb.source.sent
     assert 0 < accepted < 16, f"source got {accepted} words into a blocked FIFO"
-    # The presented word must be the next one in order, held stable while i_ready is low.
-    assert dut.i_valid.value == 1 and dut.i_ready.value == 0
-    held = dut.i_data.value.to_unsigned()
+    # The presented word must be the next one in order, held stable while ready is low.
+    assert dut.i_stream__valid.value == 1 and dut.i_stream__ready.value == 0
+    held = dut.i_stream__payload.value.to_unsigned()
     await ClockCycles(dut.clk, 5)
-    assert dut.i_data.value.to_unsigned() == held
+    assert dut.i_stream__payload.value.to_unsigned() == held
     tb.sink.backpressure = 0.0
     got = await tb.sink.recv_lanes(16, LANE_BITS, LANES, timeout=100)
     await tb.source.wait()
     np.testing.assert_array_equal(got, (x + 1) & MASK)
+
+
+@cocotb.test()
+async def test_reset_holds_words(dut):
+    """Nothing transfers in reset: words queued in reset wait for its release; a reset while
+    running holds the presented and the queued words (the FIFO's contents are lost with the
+    DUT's state) and the sink holds ready low through it."""
+    tb = TB(dut)
+    x = _stimulus(4, 3)
+    tb.source.send_lanes(x, LANE_BITS)          # still in reset (TB() asserts it)
+    await ClockCycles(dut.clk, 5)
+    assert dut.i_stream__valid.value == 0 and dut.o_stream__ready.value == 0
+    assert tb.source.sent == 0 and tb.sink.count == 0
+    await tb.reset()
+    got = await tb.sink.recv_lanes(4, LANE_BITS, LANES, timeout=100)
+    np.testing.assert_array_equal(got, (x + 1) & MASK)
+    # Block the sink, fill the FIFO and the queue, then reset: the FIFO's words are lost, the
+    # source's come out after the release, in order.
+    tb.sink.backpressure = 1.0
+    y = _stimulus(50, 4)
+    sent0 = tb.source.sent
+    tb.source.send_lanes(y, LANE_BITS)
+    await ClockCycles(dut.clk, 10)
+    accepted = tb.source.sent - sent0
+    assert 0 < accepted < 50
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 3)
+    assert dut.i_stream__valid.value == 0 and dut.o_stream__ready.value == 0
+    assert tb.source.sent - sent0 == accepted and tb.source.pending == 50 - accepted
+    dut.rst.value = 0
+    tb.sink.backpressure = 0.0
+    got = await tb.sink.recv_lanes(50 - accepted, LANE_BITS, LANES, timeout=100)
+    np.testing.assert_array_equal(got, (y[accepted:] + 1) & MASK)
+    await ClockCycles(dut.clk, 10)
+    assert tb.sink.count == 4 + 50 - accepted, f"{tb.sink.count} words after the reset"
 
 
 @cocotb.test()
@@ -171,13 +207,14 @@ async def test_sink_timeout(dut):
 @cocotb.test()
 async def test_vpi_visibility(dut):
     """Top-level ports are visible to cocotb; internals are not (no --public-flat-rw)."""
-    for name in ("clk", "rst", "i_valid", "i_ready", "i_data", "o_valid", "o_ready", "o_data"):
+    ports = {"clk", "rst"} | {f"{s}__{m}" for s in ("i_stream", "o_stream")
+                              for m in ("valid", "ready", "payload")}
+    for name in ports:
         assert hasattr(dut, name), f"port {name} not visible"
-    assert len(dut.i_data) == LANES * LANE_BITS
+    assert len(dut.i_stream__payload) == LANES * LANE_BITS
     names = sorted(h._name for h in dut)
     dut._log.info("handles under dut: %s", names)
-    assert set(names) == {"clk", "rst", "i_valid", "i_ready", "i_data", "o_valid", "o_ready",
-                          "o_data"}, f"internal signals are public: {names}"
+    assert set(names) == ports, f"internal signals are public: {names}"
     await Timer(1, unit="ns")  # no clock runs in this test, so no RisingEdge would ever come
 
 

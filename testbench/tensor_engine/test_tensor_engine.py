@@ -18,7 +18,7 @@ from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
-from ncrtl.testbench.stream import StreamSink, StreamSource, pack_lanes, unpack_lanes
+from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
 from ncrtl.testbench.tensor_engine.program import expected_outputs, lane_words, random_program
 
 LANE = 32
@@ -35,13 +35,14 @@ class TensorEngineTB:
         self.dut, self.rows, self.cols = dut, rows, cols
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        self.instr = StreamSource(dut.clk, dut.i_instr_valid, dut.i_instr_ready, dut.i_instr,
-                                  stall=stall, seed=seed)
-        self.stat = StreamSource(dut.clk, dut.i_stat_valid, dut.i_stat_ready, dut.i_stat,
+        clk, rst = dut.clk, dut.rst
+        self.instr = StreamSource(StreamBus.from_prefix(dut, "instr"), clk, rst, stall=stall,
+                                  seed=seed)
+        self.stat = StreamSource(StreamBus.from_prefix(dut, "stationary"), clk, rst,
                                  stall=stall, seed=seed + 1)
-        self.mov = StreamSource(dut.clk, dut.i_mov_valid, dut.i_mov_ready, dut.i_mov,
-                                stall=stall, seed=seed + 2)
-        self.out = StreamSink(dut.clk, dut.o_valid, dut.o_ready, dut.o_data,
+        self.mov = StreamSource(StreamBus.from_prefix(dut, "moving"), clk, rst, stall=stall,
+                                seed=seed + 2)
+        self.out = StreamSink(StreamBus.from_prefix(dut, "result"), clk, rst,
                               backpressure=stall, seed=seed + 3)
         self.accepted = []   # cycle of each accepted instruction word
         self.errors = []     # (cycle, code) of each o_error pulse
@@ -54,7 +55,7 @@ class TensorEngineTB:
         while True:
             await edge
             cycle += 1
-            if dut.i_instr_valid.value == 1 and dut.i_instr_ready.value == 1:
+            if dut.instr__valid.value == 1 and dut.instr__ready.value == 1:
                 self.accepted.append(cycle)
             if dut.o_error.value == 1:
                 self.errors.append((cycle, int(dut.o_error_code.value)))
@@ -98,20 +99,29 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     t_run, c_run = time.perf_counter() - t_run, tb.out.cycle - c_run
     await tb.instr.wait()
     await ClockCycles(dut.clk, 8)  # let the last error pulses land
-    got = unpack_lanes(got_words, LANE, cols)  # [vectors, cols]
+    data_mask = (1 << (LANE * cols)) - 1
+    got = unpack_lanes([w & data_mask for w in got_words], LANE, cols)  # [vectors, cols]
+    got_last = np.array([w >> (LANE * cols) for w in got_words], dtype=np.int64)
     valid = prog.valid_steps()
 
     sb = Scoreboard(f"tensor_engine.{dut._name}", "fp32/raw", bits=32,
                     decode=lambda x: np.asarray(x, np.uint32).view(np.float32))
     pos = 0
+    want_last = []
     for idx, bits in expect:
         ins = valid[idx][0].ins.whole(rows, cols)
         m, n = bits.shape
         vec = got[pos:pos + n, ins.tile_col:ins.tile_col + m].T  # [M, N]
         sb.compare(vec.astype(np.int64), bits.astype(np.int64))
+        want_last += [0] * (n - 1) + [1]
         pos += n
     sb.write_json()
     dut._log.info(sb.report())
+    # The last flag: set on the last vector of every MM.
+    lb = Scoreboard("tensor_engine.last", "flag", bits=1)
+    k = max(len(got_last), len(want_last))
+    lb.compare(_padded(got_last, k), _padded(want_last, k))
+    lb.write_json()
 
     # Errors: one pulse per rejected instruction, with isa.check's code, in program order.
     want_codes = []
@@ -129,7 +139,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     eb.write_json()
     dut._log.info(eb.report())
 
-    boards = [sb, eb]
+    boards = [sb, lb, eb]
     if check_timing:
         from ncrtl.model.tensor_engine import timing
         sched = timing.simulate(prog.instructions(), rows, cols)
