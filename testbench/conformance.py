@@ -90,8 +90,18 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
             units = list(data.get("scoreboards", []))
             cycles = int(data.get("cycles", 0))
             counters = {k: v for k, v in data.items() if k != "scoreboards"}
-    passed = res.passed and bool(units) and all(u["mismatches"] == 0 for u in units)
-    msg = "" if passed else (res.message or "no scoreboard summary was written") + f"\n(log: {log})"
+    empty = [u["name"] for u in units if not u["vectors"]]
+    passed = (res.passed and bool(units) and not empty
+              and all(u["mismatches"] == 0 for u in units))
+    if passed:
+        msg = ""
+    elif empty and not any(u["mismatches"] for u in units):
+        msg = (f"scoreboard(s) {', '.join(empty)} compared no vectors: a run that checked "
+               f"nothing does not pass")
+    else:
+        msg = res.message or "no scoreboard summary was written: the run checked nothing"
+    if msg:
+        msg += f"\n(log: {log})"
     if res.waves:
         print(f"waves: {res.waves}", file=sys.stderr)
     return BlockResult(label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg,

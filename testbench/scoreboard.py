@@ -26,7 +26,8 @@ __all__ = ["Scoreboard", "write_counters"]
 
 
 def _hex(value, digits: int) -> str:
-    return f"0x{int(value):0{digits}x}"
+    value = int(value)
+    return f"{'-' if value < 0 else ''}0x{abs(value):0{digits}x}"
 
 
 def _digits(*arrays) -> int:
@@ -137,6 +138,24 @@ class Scoreboard:
             self._keep_details(bad[:room], base, got, want, ops)
         return int(bad.size)
 
+    def compare_sequence(self, got, want) -> int:
+        """Compare two sequences of integer events (error codes, cycles, flags) that may differ
+        in length: the first vector is the number of events, then the events in order, a
+        missing one counted as -1.  So even two empty sequences compare one vector, and a
+        missing or an extra event is a mismatch.
+
+        Returns
+        -------
+        int
+            Mismatches found by this call.
+        """
+        got = [int(v) for v in got]
+        want = [int(v) for v in want]
+        n = max(len(got), len(want))
+        pad = lambda v: np.array(v + [-1] * (n - len(v)), dtype=np.int64)  # noqa: E731
+        return (self.compare(np.array([len(got)]), np.array([len(want)]))
+                + self.compare(pad(got), pad(want)))
+
     def _keep_details(self, idx, base, got, want, ops) -> None:
         digits = (self._bits + 3) // 4 if self._bits else _digits(got, want)
         g, w = got[idx], want[idx]
@@ -183,9 +202,13 @@ class Scoreboard:
         return "\n".join(lines)
 
     def assert_clean(self) -> None:
-        """Raise :class:`AssertionError` carrying :meth:`report` if any vector mismatched."""
+        """Raise :class:`AssertionError` carrying :meth:`report` if any vector mismatched, or if
+        no vector was compared at all (a check of nothing proves nothing)."""
         if self.mismatches:
             raise AssertionError(self.report())
+        if not self.vectors:
+            raise AssertionError(f"{self.name}: no vectors were compared; a scoreboard that "
+                                 f"checked nothing cannot pass")
 
     def write_json(self, path: str | os.PathLike | None = None) -> Path | None:
         """Merge :meth:`summary` into a JSON summary file.

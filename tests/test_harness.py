@@ -8,6 +8,7 @@ shared build is traced and every run must leave an FST file.
 import json
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,6 +313,47 @@ def test_scoreboard_report_and_keep():
     assert "  #1: got 0x40000000 want 0x3f800000  (2.0 vs 1.0)  inputs 0x00000001 | 0x00000002" in report
     with pytest.raises(AssertionError, match=r"5 of 10 vectors mismatch"):
         sb.assert_clean()
+
+
+def test_scoreboard_that_compared_nothing_fails():
+    sb = Scoreboard("te.errors")
+    with pytest.raises(AssertionError, match=r"^te.errors: no vectors were compared"):
+        sb.assert_clean()
+    sb.compare(np.zeros(0, np.uint8), np.zeros(0, np.uint8))
+    with pytest.raises(AssertionError, match=r"no vectors were compared"):
+        sb.assert_clean()
+
+
+def test_scoreboard_compare_sequence():
+    """Event sequences: the count is the first vector, so two empty sequences still compare
+    one vector, and a missing or an extra event mismatches."""
+    sb = Scoreboard("events")
+    assert sb.compare_sequence([], []) == 0 and sb.vectors == 1
+    sb.assert_clean()
+    sb = Scoreboard("events")
+    assert sb.compare_sequence([5, 7], [5, 7, 9]) == 2           # count 2 vs 3, event 3 missing
+    assert [(int(e["got"], 16), int(e["want"], 16)) for e in sb.first] == [(2, 3), (-1, 9)]
+    assert Scoreboard("e").compare_sequence([1, 2], [1, 3]) == 1
+
+
+def test_run_block_with_an_empty_scoreboard_fails(monkeypatch, tmp_path):
+    """A conformance run whose scoreboards compared nothing is a failure that says so."""
+    from ncrtl import blocks
+    from ncrtl.testbench import conformance
+
+    class FakeBuild:
+        seconds = 0.0
+
+        def run(self, module, *, env, results, **kw):
+            Scoreboard("fp.add").write_json(env["NCRTL_SUMMARY"])
+            return sim.RunResult(True, Path(results), 1, 0, (), 0, tmp_path, None)
+
+    monkeypatch.setattr(sim, "build", lambda *a, **k: FakeBuild())
+    monkeypatch.chdir(tmp_path)
+    block = blocks.get("fp.add")
+    res = conformance.run_block(block, block.resolve({}), count=10, seed=1)
+    assert not res.passed and res.vectors == 0
+    assert "fp.add compared no vectors" in res.message
 
 
 def test_scoreboard_multi_lane_inputs_and_objects():

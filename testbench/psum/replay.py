@@ -269,27 +269,22 @@ class Replay:
         for e in ENGINES:
             got = _words_to_lanes(responses[e], P)
             want = self.want_resp[e]
-            n = max(len(got), len(want))
-            for tag in sorted({t for t, _ in want} | {"read"}):
+            cnt = Scoreboard(f"psum.{e}_responses", "count", bits=32)
+            cnt.compare(np.array([len(got)]), np.array([len(want)]))
+            boards.append(cnt)
+            for tag in sorted({t for t, _ in want}):
                 sb = Scoreboard(f"psum.{e}_{tag}", "fp32/raw", bits=32)
                 idx = [k for k, (t, _) in enumerate(want) if t == tag]
-                if idx:
-                    g_rows = np.array([got[k] if k < len(got) else np.full(P, 0xDEADBEEF)
-                                       for k in idx], dtype=np.int64)
-                    w_rows = np.array([want[k][1] for k in idx], dtype=np.int64)
-                    sb.compare(g_rows, w_rows)
+                g_rows = np.array([got[k] if k < len(got) else np.full(P, 0xDEADBEEF)
+                                   for k in idx], dtype=np.int64)
+                w_rows = np.array([want[k][1] for k in idx], dtype=np.int64)
+                sb.compare(g_rows, w_rows)
                 boards.append(sb)
-            if len(got) != len(want):
-                cnt = Scoreboard(f"psum.{e}_responses", "count", bits=32)
-                cnt.compare(np.array([len(got)]), np.array([n and len(want)]))
-                boards.append(cnt)
         for name, got, want in [("psum.errors", self.got_errors, self.want_errors),
                                 ("psum.done", self.got_done, self.want_done)] + [
                 (f"psum.{e}_errors", self.got_eng_errors[e], self.want_eng_errors[e])
                 for e in ENGINES]:
-            sb = Scoreboard(name, "cycle<<8|code", bits=64)
-            n = max(len(got), len(want))
-            pad = lambda v: np.concatenate([_events(v), np.full(n - len(v), -1, np.int64)])
-            sb.compare(pad(got), pad(want))
+            sb = Scoreboard(name, "count, then cycle<<8|code", bits=64)
+            sb.compare_sequence(_events(got), _events(want))
             boards.append(sb)
         return boards

@@ -80,12 +80,6 @@ class TensorEngineTB:
                 self.mov.send(pack_lanes(beats, LANE))
 
 
-def _padded(values, n):
-    """``values`` as an int64 array of length ``n``, missing entries -1 (so a missing or an
-    extra event is a mismatch)."""
-    return np.array((list(values) + [-1] * n)[:n], dtype=np.int64)
-
-
 async def run_program(dut, prog, *, stall, seed, check_timing):
     rows, cols = prog.rows, prog.cols
     tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed)
@@ -119,8 +113,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     dut._log.info(sb.report())
     # The last flag: set on the last vector of every MM.
     lb = Scoreboard("tensor_engine.last", "flag", bits=1)
-    k = max(len(got_last), len(want_last))
-    lb.compare(_padded(got_last, k), _padded(want_last, k))
+    lb.compare_sequence(got_last, want_last)
     lb.write_json()
 
     # Errors: one pulse per rejected instruction, with isa.check's code, in program order.
@@ -132,10 +125,8 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
             last_ls = s.ins
         if err is not None:
             want_codes.append(int(err[0]))
-    eb = Scoreboard("tensor_engine.errors", "error code", bits=8)
-    got_codes = [c for _, c in tb.errors]
-    n_err = max(len(got_codes), len(want_codes))
-    eb.compare(_padded(got_codes, n_err), _padded(want_codes, n_err))
+    eb = Scoreboard("tensor_engine.errors", "count, then codes", bits=8)
+    eb.compare_sequence([c for _, c in tb.errors], want_codes)
     eb.write_json()
     dut._log.info(eb.report())
 
@@ -145,14 +136,10 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
         sched = timing.simulate(prog.instructions(), rows, cols)
         t0 = tb.accepted[0]
         want_out = [c for r in sched.records for c in r.outputs]
-        got_out = [c - t0 for c in tb.out.cycles]
-        tsb = Scoreboard("tensor_engine.output_cycles", "cycle", bits=32)
-        k = max(len(want_out), len(got_out))
-        tsb.compare(_padded(got_out, k), _padded(want_out, k))
+        tsb = Scoreboard("tensor_engine.output_cycles", "count, then cycles", bits=32)
+        tsb.compare_sequence([c - t0 for c in tb.out.cycles], want_out)
         want_err = [r.error_cycle for r in sched.records if r.error_cycle is not None]
-        got_err = [c - t0 for c, _ in tb.errors]
-        k = max(len(want_err), len(got_err))
-        tsb.compare(_padded(got_err, k), _padded(want_err, k))
+        tsb.compare_sequence([c - t0 for c, _ in tb.errors], want_err)
         tsb.write_json()
         dut._log.info(tsb.report())
         boards.append(tsb)
