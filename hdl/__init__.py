@@ -6,5 +6,7 @@ The folder ``hdl/`` of the source tree installs as ``ncrtl.hdl`` (``make install
 """
 
 if __name__ != "ncrtl.hdl":
-    raise ImportError(f"the folder 'hdl' is the package ncrtl.hdl: import ncrtl.hdl, "
-                      f"not {__name__} (install the project: 'make install' or 'pip install .')")
+    raise ImportError(
+        f"the folder 'hdl' is the package ncrtl.hdl: import ncrtl.hdl, "
+        f"not {__name__} (install the project: 'make install' or 'pip install .')"
+    )

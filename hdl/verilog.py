@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth.back import verilog as _verilog
 from amaranth.back import rtlil as _rtlil
+from amaranth.back import verilog as _verilog
 from amaranth.hdl import Shape
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
@@ -84,8 +84,10 @@ def convert(design, name, *, synthesis=False, blackbox: Iterable[str] = ()):
     cells = list(design.cells()) if callable(getattr(design, "cells", None)) else []
     unknown = blackbox - {c.name for c in cells}
     if unknown:
-        raise ValueError(f"blackbox names {sorted(unknown)!r} are not cells of {name}; cells: "
-                         f"{', '.join(c.name for c in cells) or 'none'}")
+        raise ValueError(
+            f"blackbox names {sorted(unknown)!r} are not cells of {name}; cells: "
+            f"{', '.join(c.name for c in cells) or 'none'}"
+        )
     parts, seen = [], set()
     for cell in cells:
         if cell.name in seen:
@@ -110,8 +112,15 @@ def flat_module(component, name):
 
     text = _rtlil.convert(component, name=name, emit_src=False)
     yosys = find_yosys(lambda ver: ver >= (0, 40))
-    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", "proc -nomux -norom", "memory_collect",
-              f"hierarchy -top {name}", "flatten", "opt_clean", "write_verilog -norename"]
+    script = [
+        f"read_rtlil <<rtlil\n{text}\nrtlil",
+        "proc -nomux -norom",
+        "memory_collect",
+        f"hierarchy -top {name}",
+        "flatten",
+        "opt_clean",
+        "write_verilog -norename",
+    ]
     return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
 
 
@@ -119,13 +128,17 @@ def blackbox_module(component, name):
     """A ``(* blackbox *)`` declaration of module ``name`` with the ports of ``component``
     (``clk`` and ``rst`` first, as Amaranth emits them): the cell as a macro the synthesis flow
     provides."""
-    component._MustUse__silence = True          # only its signature is read
+    component._MustUse__silence = True  # only its signature is read
     ports, decls = ["clk", "rst"], ["  input clk;", "  input rst;"]
     for path, member, _ in component.signature.flatten(component):
-        port = "__".join(str(part) for part in path)    # Amaranth's port naming
+        port = "__".join(str(part) for part in path)  # Amaranth's port naming
         width = Shape.cast(member.shape).width
         rng = f"[{width - 1}:0] " if width > 1 else ""
         ports.append(port)
         decls.append(f"  {'input' if member.flow == In else 'output'} {rng}{port};")
-    return ("(* blackbox *)\n" + f"module {name}({', '.join(ports)});\n" + "\n".join(decls)
-            + "\nendmodule\n")
+    return (
+        "(* blackbox *)\n"
+        + f"module {name}({', '.join(ports)});\n"
+        + "\n".join(decls)
+        + "\nendmodule\n"
+    )

@@ -6,5 +6,7 @@ The folder ``model/`` of the source tree installs as ``ncrtl.model`` (``make ins
 """
 
 if __name__ != "ncrtl.model":
-    raise ImportError(f"the folder 'model' is the package ncrtl.model: import ncrtl.model, "
-                      f"not {__name__} (install the project: 'make install' or 'pip install .')")
+    raise ImportError(
+        f"the folder 'model' is the package ncrtl.model: import ncrtl.model, "
+        f"not {__name__} (install the project: 'make install' or 'pip install .')"
+    )

@@ -24,9 +24,20 @@ from dataclasses import dataclass
 
 from .fp.formats import get_format
 
-__all__ = ["PeMode", "MODES", "ENGINE_MODES", "FP8_FORMATS", "MX_FORMATS", "get_mode",
-           "mode_by_code", "operand_formats", "operations", "operation", "MODE_BITS",
-           "FORMAT_BITS"]
+__all__ = [
+    "PeMode",
+    "MODES",
+    "ENGINE_MODES",
+    "FP8_FORMATS",
+    "MX_FORMATS",
+    "get_mode",
+    "mode_by_code",
+    "operand_formats",
+    "operations",
+    "operation",
+    "MODE_BITS",
+    "FORMAT_BITS",
+]
 
 #: The FP8 formats of the fp8 mode, in fmt-field order.
 FP8_FORMATS = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4")
@@ -86,10 +97,11 @@ class PeMode:
     def __post_init__(self):
         for side in (self.formats_s, self.formats_m):
             if not side or len(side) > 1 << FORMAT_BITS:
-                raise ValueError(f"mode {self.name}: 1..{1 << FORMAT_BITS} formats per side, "
-                                 f"not {len(side)}")
+                raise ValueError(
+                    f"mode {self.name}: 1..{1 << FORMAT_BITS} formats per side, not {len(side)}"
+                )
             for f in side:
-                get_format(f)                      # a known format
+                get_format(f)  # a known format
         if not 0 <= self.code < 1 << MODE_BITS:
             raise ValueError(f"mode {self.name}: code {self.code} does not fit {MODE_BITS} bits")
 
@@ -126,10 +138,28 @@ MODES = (
     PeMode("bf16", 2, ("bf16",), ("bf16",)),
     PeMode("fp16", 3, ("fp16",), ("fp16",)),
     PeMode("fp8", 4, FP8_FORMATS, FP8_FORMATS),
-    PeMode("double_row", 5, FP8_FORMATS[:3], FP8_FORMATS[:3], products=2,
-           transpose_interval=None, row_tiles=(), col_tiles=(), perf_mode="double_row"),
-    PeMode("mx", 6, MX_FORMATS, MX_FORMATS, products=4, scale=True, transpose_interval=None,
-           col_tiles=(), engine=False),
+    PeMode(
+        "double_row",
+        5,
+        FP8_FORMATS[:3],
+        FP8_FORMATS[:3],
+        products=2,
+        transpose_interval=None,
+        row_tiles=(),
+        col_tiles=(),
+        perf_mode="double_row",
+    ),
+    PeMode(
+        "mx",
+        6,
+        MX_FORMATS,
+        MX_FORMATS,
+        products=4,
+        scale=True,
+        transpose_interval=None,
+        col_tiles=(),
+        engine=False,
+    ),
 )
 
 #: The modes the Tensor Engine serves.
@@ -171,16 +201,21 @@ def operations(modes=ENGINE_MODES, *, max_transpose_bits=32):
     container has at most ``max_transpose_bits`` bits.  ``ncrtl sim matmul --dtype`` and the
     conformance programs take these names."""
     out = [m.name for m in modes]
-    out += [f"transpose_{m.name}" for m in modes if m.transposes
-            and max(get_format(f).container_bits for f in m.formats_s) <= max_transpose_bits]
+    out += [
+        f"transpose_{m.name}"
+        for m in modes
+        if m.transposes
+        and max(get_format(f).container_bits for f in m.formats_s) <= max_transpose_bits
+    ]
     return tuple(out)
 
 
 def operation(name):
     """``(PeMode, transpose)`` of an operation name (:func:`operations`)."""
     transpose = isinstance(name, str) and name.startswith("transpose_")
-    mode = get_mode(name[len("transpose_"):] if transpose else name)
+    mode = get_mode(name[len("transpose_") :] if transpose else name)
     if transpose and not mode.transposes:
-        raise ValueError(f"mode {mode.name} cannot transpose; operations: "
-                         f"{', '.join(operations())}")
+        raise ValueError(
+            f"mode {mode.name} cannot transpose; operations: {', '.join(operations())}"
+        )
     return mode, transpose

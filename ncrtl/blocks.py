@@ -6,13 +6,22 @@ the cocotb testbench that checks it against the golden model.  Groups name sets 
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ncrtl.hdl.tensor_engine import VERILATOR_CONFIG as TE_VERILATOR_CONFIG
 from ncrtl.model.modes import MODES, get_mode, operand_formats, operations
 
-__all__ = ["BlockError", "Param", "Block", "register", "get", "all_blocks", "GROUPS",
-           "OPERAND_FORMATS", "TE_MODES", "CORE_MODES"]
+__all__ = [
+    "BlockError",
+    "Param",
+    "Block",
+    "register",
+    "get",
+    "all_blocks",
+    "GROUPS",
+    "OPERAND_FORMATS",
+    "TE_MODES",
+    "CORE_MODES",
+]
 
 
 class BlockError(ValueError):
@@ -38,23 +47,31 @@ class Param:
             elif str(text).lower() in ("0", "false", "no", "off"):
                 value = False
             else:
-                raise BlockError(f"{block}: parameter {self.name}={text!r} is not a boolean "
-                                 f"(use 0/1, true/false)")
+                raise BlockError(
+                    f"{block}: parameter {self.name}={text!r} is not a boolean "
+                    f"(use 0/1, true/false)"
+                )
         else:
             try:
                 value = self.kind(text)
             except (TypeError, ValueError):
-                raise BlockError(f"{block}: parameter {self.name}={text!r} is not "
-                                 f"{'an integer' if self.kind is int else 'a ' + self.kind.__name__}") from None
+                raise BlockError(
+                    f"{block}: parameter {self.name}={text!r} is not "
+                    f"{'an integer' if self.kind is int else 'a ' + self.kind.__name__}"
+                ) from None
         if self.choices and value not in self.choices:
-            raise BlockError(f"{block}: parameter {self.name}={value!r} is not allowed; "
-                             f"allowed: {', '.join(map(str, self.choices))}")
+            raise BlockError(
+                f"{block}: parameter {self.name}={value!r} is not allowed; "
+                f"allowed: {', '.join(map(str, self.choices))}"
+            )
         if self.minimum is not None and value < self.minimum:
-            raise BlockError(f"{block}: parameter {self.name}={value!r} is below the minimum "
-                             f"{self.minimum}")
+            raise BlockError(
+                f"{block}: parameter {self.name}={value!r} is below the minimum {self.minimum}"
+            )
         if self.maximum is not None and value > self.maximum:
-            raise BlockError(f"{block}: parameter {self.name}={value!r} is above the maximum "
-                             f"{self.maximum}")
+            raise BlockError(
+                f"{block}: parameter {self.name}={value!r} is above the maximum {self.maximum}"
+            )
         return value
 
 
@@ -120,6 +137,7 @@ class Block:
         (:func:`ncrtl.hdl.verilog.convert`; ``synthesis``: its synthesis view, SRAM macros as
         blackboxes)."""
         from ncrtl.hdl.verilog import convert
+
         top = self.top(**params)
         return convert(self.component(params), top, synthesis=synthesis), top
 
@@ -151,66 +169,135 @@ def all_blocks():
 #: Every operand format of some PE mode (the multiplier's format choices).
 OPERAND_FORMATS = operand_formats(MODES)
 
-_LANES = Param("lanes", int, 8, "parallel copies behind one stream (simulation throughput)",
-               minimum=1, maximum=64)
+_LANES = Param(
+    "lanes",
+    int,
+    8,
+    "parallel copies behind one stream (simulation throughput)",
+    minimum=1,
+    maximum=64,
+)
 
 
 def _lanes(factory, lanes):
     from ncrtl.hdl.common.stream import StreamLanes
+
     return StreamLanes(factory, lanes)
 
 
 def _make_mul(fmt_a, fmt_b, lanes):
     from ncrtl.hdl.fp.mul import ExactMul
+
     return _lanes(lambda: ExactMul([fmt_a], [fmt_b]), lanes)
 
 
 def _make_dot_add(mode, lanes):
     from ncrtl.hdl.fp.dot_add import FusedDotAdd
+
     return _lanes(lambda: FusedDotAdd.for_mode(get_mode(mode)), lanes)
 
 
 def _make_add(lanes):
     from ncrtl.hdl.fp.add import Fp32Add
+
     return _lanes(Fp32Add, lanes)
 
 
 def _make_bf16(lanes):
     from ncrtl.hdl.fp.convert import Fp32ToBf16
+
     return _lanes(Fp32ToBf16, lanes)
 
 
 def _make_fp16(lanes):
     from ncrtl.hdl.fp.convert import Fp32ToFp16
+
     return _lanes(Fp32ToFp16, lanes)
 
 
 def _make_xorwow(lanes):
     from ncrtl.hdl.fp.xorwow import Xorwow
+
     return _lanes(Xorwow, lanes)
 
 
-register(Block(
-    "fp.mul", "exact multiplier of two operand formats (with the decoders)",
-    (Param("fmt_a", str, "fp8_e4m3", "format of operand a", OPERAND_FORMATS),
-     Param("fmt_b", str, "fp8_e4m3", "format of operand b", OPERAND_FORMATS), _LANES),
-    _make_mul, lambda fmt_a, fmt_b, lanes: f"fp_mul_{fmt_a}_{fmt_b}",
-    "ncrtl.testbench.fp.test_mul"))
-register(Block(
-    "fp.dot_add", "fused dot-product-add into FP32, one rounding (1, 2 or 4 products)",
-    (Param("mode", str, "bf16", "PE mode (the mode table): operand formats, products per step, "
-           "MX scale", tuple(m.name for m in MODES)), _LANES),
-    _make_dot_add, lambda mode, lanes: f"fp_dot_add_{mode}", "ncrtl.testbench.fp.test_dot_add"))
-register(Block("fp.add", "FP32 adder, one rounding", (_LANES,), _make_add,
-               lambda lanes: "fp_add", "ncrtl.testbench.fp.test_add"))
-register(Block("fp.bf16", "FP32 -> BF16 converter, RNE or stochastic rounding", (_LANES,),
-               _make_bf16, lambda lanes: "fp_to_bf16", "ncrtl.testbench.fp.test_convert"))
-register(Block("fp.fp16", "FP32 -> FP16 converter, RNE", (_LANES,), _make_fp16,
-               lambda lanes: "fp_to_fp16", "ncrtl.testbench.fp.test_convert"))
-register(Block("fp.xorwow", "XORWOW pseudo-random generator (stochastic-rounding bits)",
-               (Param("lanes", int, 4, "independent generators behind one stream",
-                      minimum=1, maximum=64),),
-               _make_xorwow, lambda lanes: "fp_xorwow", "ncrtl.testbench.fp.test_xorwow"))
+register(
+    Block(
+        "fp.mul",
+        "exact multiplier of two operand formats (with the decoders)",
+        (
+            Param("fmt_a", str, "fp8_e4m3", "format of operand a", OPERAND_FORMATS),
+            Param("fmt_b", str, "fp8_e4m3", "format of operand b", OPERAND_FORMATS),
+            _LANES,
+        ),
+        _make_mul,
+        lambda fmt_a, fmt_b, lanes: f"fp_mul_{fmt_a}_{fmt_b}",
+        "ncrtl.testbench.fp.test_mul",
+    )
+)
+register(
+    Block(
+        "fp.dot_add",
+        "fused dot-product-add into FP32, one rounding (1, 2 or 4 products)",
+        (
+            Param(
+                "mode",
+                str,
+                "bf16",
+                "PE mode (the mode table): operand formats, products per step, MX scale",
+                tuple(m.name for m in MODES),
+            ),
+            _LANES,
+        ),
+        _make_dot_add,
+        lambda mode, lanes: f"fp_dot_add_{mode}",
+        "ncrtl.testbench.fp.test_dot_add",
+    )
+)
+register(
+    Block(
+        "fp.add",
+        "FP32 adder, one rounding",
+        (_LANES,),
+        _make_add,
+        lambda lanes: "fp_add",
+        "ncrtl.testbench.fp.test_add",
+    )
+)
+register(
+    Block(
+        "fp.bf16",
+        "FP32 -> BF16 converter, RNE or stochastic rounding",
+        (_LANES,),
+        _make_bf16,
+        lambda lanes: "fp_to_bf16",
+        "ncrtl.testbench.fp.test_convert",
+    )
+)
+register(
+    Block(
+        "fp.fp16",
+        "FP32 -> FP16 converter, RNE",
+        (_LANES,),
+        _make_fp16,
+        lambda lanes: "fp_to_fp16",
+        "ncrtl.testbench.fp.test_convert",
+    )
+)
+register(
+    Block(
+        "fp.xorwow",
+        "XORWOW pseudo-random generator (stochastic-rounding bits)",
+        (
+            Param(
+                "lanes", int, 4, "independent generators behind one stream", minimum=1, maximum=64
+            ),
+        ),
+        _make_xorwow,
+        lambda lanes: "fp_xorwow",
+        "ncrtl.testbench.fp.test_xorwow",
+    )
+)
 
 # -- Tensor Engine ------------------------------------------------------------------------------
 
@@ -225,9 +312,12 @@ _TE_SIM_ARGS = ("--hierarchical", str(TE_VERILATOR_CONFIG))
 def _make_te(rows, cols, mode, max_n, block):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
+
     if block and (rows % block or cols % block or 32 % block):
-        raise BlockError(f"pe_array: parameter block={block} must divide rows={rows}, "
-                         f"cols={cols} and the column tile granule 32")
+        raise BlockError(
+            f"pe_array: parameter block={block} must divide rows={rows}, "
+            f"cols={cols} and the column tile granule 32"
+        )
     return TensorEngine(rows, cols, block=block or default_block(rows, cols, 32))
 
 
@@ -242,38 +332,81 @@ def _te_top(rows, cols, mode, max_n, block):
     return f"tensor_engine_{rows}x{cols}" + (f"_b{block}" if block else "")
 
 
-register(Block(
-    "pe_array", "Tensor Engine: rows x cols systolic PE array with its LS/MM control",
-    (Param("rows", int, 128, "PE rows (contraction partitions)", minimum=2, maximum=128),
-     Param("cols", int, 128, "PE columns (output partitions)", minimum=2, maximum=128),
-     Param("mode", str, "bf16", "conformance program mode (the hardware serves every mode)",
-           TE_MODES),
-     Param("max_n", int, 96, "largest moving free size N of the conformance program", minimum=1,
-           maximum=512),
-     Param("block", int, 0, "PEs per side of the Verilog tile module (0: the default, 8 when "
-           "it divides the array)", choices=(0, 1, 2, 4, 8, 16, 32))),
-    _make_te, _te_top,
-    "ncrtl.testbench.tensor_engine.test_tensor_engine",
-    sim_args=_TE_SIM_ARGS,
-    threads=_big_array_threads))
+register(
+    Block(
+        "pe_array",
+        "Tensor Engine: rows x cols systolic PE array with its LS/MM control",
+        (
+            Param("rows", int, 128, "PE rows (contraction partitions)", minimum=2, maximum=128),
+            Param("cols", int, 128, "PE columns (output partitions)", minimum=2, maximum=128),
+            Param(
+                "mode",
+                str,
+                "bf16",
+                "conformance program mode (the hardware serves every mode)",
+                TE_MODES,
+            ),
+            Param(
+                "max_n",
+                int,
+                96,
+                "largest moving free size N of the conformance program",
+                minimum=1,
+                maximum=512,
+            ),
+            Param(
+                "block",
+                int,
+                0,
+                "PEs per side of the Verilog tile module (0: the default, 8 when "
+                "it divides the array)",
+                choices=(0, 1, 2, 4, 8, 16, 32),
+            ),
+        ),
+        _make_te,
+        _te_top,
+        "ncrtl.testbench.tensor_engine.test_tensor_engine",
+        sim_args=_TE_SIM_ARGS,
+        threads=_big_array_threads,
+    )
+)
 
 # -- PSUM -----------------------------------------------------------------------------------------
 
 
 def _make_psum(partitions, banks, bank_bytes):
     from ncrtl.hdl.psum.psum import Psum
+
     return Psum(partitions, banks, bank_bytes, instance=True)
 
 
-register(Block(
-    "psum", "PSUM: partial-sum banks with the read-add-write unit and two engine ports",
-    (Param("partitions", int, 128, "partitions (one 32-bit slot each per memory word)",
-           minimum=1, maximum=128),
-     Param("banks", int, 8, "banks (one access per cycle each)", minimum=1, maximum=16),
-     Param("bank_bytes", int, 2048, "bytes per partition per bank",
-           tuple(1 << k for k in range(3, 13)))),
-    _make_psum, lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
-    "ncrtl.testbench.psum.test_psum"))
+register(
+    Block(
+        "psum",
+        "PSUM: partial-sum banks with the read-add-write unit and two engine ports",
+        (
+            Param(
+                "partitions",
+                int,
+                128,
+                "partitions (one 32-bit slot each per memory word)",
+                minimum=1,
+                maximum=128,
+            ),
+            Param("banks", int, 8, "banks (one access per cycle each)", minimum=1, maximum=16),
+            Param(
+                "bank_bytes",
+                int,
+                2048,
+                "bytes per partition per bank",
+                tuple(1 << k for k in range(3, 13)),
+            ),
+        ),
+        _make_psum,
+        lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
+        "ncrtl.testbench.psum.test_psum",
+    )
+)
 
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
@@ -284,64 +417,120 @@ CORE_MODES = operations(max_transpose_bits=16)
 def _make_core(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
     from ncrtl.hdl.core.top import MatmulCore
     from ncrtl.hdl.tensor_engine.array import default_block
+
     if block and (rows % block or cols % block or 32 % block):
-        raise BlockError(f"core: parameter block={block} must divide rows={rows}, cols={cols} "
-                         f"and the column tile granule 32")
+        raise BlockError(
+            f"core: parameter block={block} must divide rows={rows}, cols={cols} "
+            f"and the column tile granule 32"
+        )
     if bank >= banks:
-        raise BlockError(f"core: parameter bank={bank} is out of range; PSUM has banks "
-                         f"0..{banks - 1}")
+        raise BlockError(
+            f"core: parameter bank={bank} is out of range; PSUM has banks 0..{banks - 1}"
+        )
     cap = bank_bytes // 4 * (1 if psum == "fp32" and not mode.startswith("transpose") else 2)
     if n > cap:
-        raise BlockError(f"core: parameter n={n} does not fit a bank row of {cap} "
-                         f"{psum if not mode.startswith('transpose') else 'raw16'} values "
-                         f"(bank_bytes={bank_bytes})")
+        raise BlockError(
+            f"core: parameter n={n} does not fit a bank row of {cap} "
+            f"{psum if not mode.startswith('transpose') else 'raw16'} values "
+            f"(bank_bytes={bank_bytes})"
+        )
     if rounding == "sr" and psum != "bf16":
         raise BlockError("core: parameter rounding=sr needs psum=bf16")
-    return MatmulCore(rows, cols, banks, bank_bytes,
-                      block=block or default_block(rows, cols, 32))
+    return MatmulCore(rows, cols, banks, bank_bytes, block=block or default_block(rows, cols, 32))
 
 
 def _core_top(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
     return f"matmul_core_{rows}x{cols}_{banks}x{bank_bytes}" + (f"_b{block}" if block else "")
 
 
-register(Block(
-    "core", "matmul path: Tensor Engine output vectors accumulated in PSUM (chunked matmul)",
-    (Param("rows", int, 128, "PE rows", minimum=2, maximum=128),
-     Param("cols", int, 128, "PE columns = PSUM partitions", minimum=2, maximum=128),
-     Param("banks", int, 8, "PSUM banks", minimum=1, maximum=16),
-     Param("bank_bytes", int, 2048, "PSUM bytes per partition per bank",
-           tuple(1 << k for k in range(3, 13))),
-     Param("mode", str, "bf16", "Tensor Engine mode of the program", CORE_MODES),
-     Param("psum", str, "fp32", "PSUM dtype of the accumulation group", ("fp32", "bf16")),
-     Param("rounding", str, "rne", "BF16 PSUM rounding", ("rne", "sr")),
-     Param("chunks", int, 4, "matmuls (of K = rows) accumulated in one group", minimum=1,
-           maximum=64),
-     Param("n", int, 64, "moving free size N of each matmul", minimum=1, maximum=512),
-     Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15),
-     Param("block", int, 0, "PEs per side of the Verilog tile module (0: the default)",
-           choices=(0, 1, 2, 4, 8, 16, 32))),
-    _make_core, _core_top, "ncrtl.testbench.core.test_core",
-    sim_args=_TE_SIM_ARGS,
-    threads=_big_array_threads))
+register(
+    Block(
+        "core",
+        "matmul path: Tensor Engine output vectors accumulated in PSUM (chunked matmul)",
+        (
+            Param("rows", int, 128, "PE rows", minimum=2, maximum=128),
+            Param("cols", int, 128, "PE columns = PSUM partitions", minimum=2, maximum=128),
+            Param("banks", int, 8, "PSUM banks", minimum=1, maximum=16),
+            Param(
+                "bank_bytes",
+                int,
+                2048,
+                "PSUM bytes per partition per bank",
+                tuple(1 << k for k in range(3, 13)),
+            ),
+            Param("mode", str, "bf16", "Tensor Engine mode of the program", CORE_MODES),
+            Param("psum", str, "fp32", "PSUM dtype of the accumulation group", ("fp32", "bf16")),
+            Param("rounding", str, "rne", "BF16 PSUM rounding", ("rne", "sr")),
+            Param(
+                "chunks",
+                int,
+                4,
+                "matmuls (of K = rows) accumulated in one group",
+                minimum=1,
+                maximum=64,
+            ),
+            Param("n", int, 64, "moving free size N of each matmul", minimum=1, maximum=512),
+            Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15),
+            Param(
+                "block",
+                int,
+                0,
+                "PEs per side of the Verilog tile module (0: the default)",
+                choices=(0, 1, 2, 4, 8, 16, 32),
+            ),
+        ),
+        _make_core,
+        _core_top,
+        "ncrtl.testbench.core.test_core",
+        sim_args=_TE_SIM_ARGS,
+        threads=_big_array_threads,
+    )
+)
 
-_MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [("fp8_e4m3", "fp8_e5m2"),
-                                                  ("fp8_e5m2", "fp8_e4m3fn")]
+_MUL_PAIRS = [(f, f) for f in OPERAND_FORMATS] + [
+    ("fp8_e4m3", "fp8_e5m2"),
+    ("fp8_e5m2", "fp8_e4m3fn"),
+]
 
 #: Named sets of configurations.
 GROUPS = {
-    "fp": ([("fp.mul", {"fmt_a": a, "fmt_b": b}) for a, b in _MUL_PAIRS]
-           + [("fp.dot_add", {"mode": m.name}) for m in MODES]
-           + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]),
-    "tensor_engine": [("pe_array", {"rows": r, "cols": c, "mode": m})
-                 for m in TE_MODES for r, c in ((4, 4), (8, 8))],
-    "psum": [("psum", {"partitions": p, "banks": b, "bank_bytes": n})
-             for p, b, n in ((4, 4, 64), (8, 8, 128), (16, 8, 2048))],
+    "fp": (
+        [("fp.mul", {"fmt_a": a, "fmt_b": b}) for a, b in _MUL_PAIRS]
+        + [("fp.dot_add", {"mode": m.name}) for m in MODES]
+        + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]
+    ),
+    "tensor_engine": [
+        ("pe_array", {"rows": r, "cols": c, "mode": m})
+        for m in TE_MODES
+        for r, c in ((4, 4), (8, 8))
+    ],
+    "psum": [
+        ("psum", {"partitions": p, "banks": b, "bank_bytes": n})
+        for p, b, n in ((4, 4, 64), (8, 8, 128), (16, 8, 2048))
+    ],
     # K = 4 x 8 = 32 as four accumulated matmuls on an 8 x 8 engine, in FP32 and BF16 PSUM.
-    "core": [("core", {"rows": 8, "cols": 8, "banks": 4, "bank_bytes": 256, "mode": m,
-                       "psum": p, "rounding": r, "bank": 2})
-             for m, p, r in (("bf16", "fp32", "rne"), ("bf16", "bf16", "rne"),
-                             ("bf16", "bf16", "sr"), ("fp32", "fp32", "rne"),
-                             ("double_row", "fp32", "rne"), ("fp8", "bf16", "sr"),
-                             ("transpose_bf16", "fp32", "rne"))],
+    "core": [
+        (
+            "core",
+            {
+                "rows": 8,
+                "cols": 8,
+                "banks": 4,
+                "bank_bytes": 256,
+                "mode": m,
+                "psum": p,
+                "rounding": r,
+                "bank": 2,
+            },
+        )
+        for m, p, r in (
+            ("bf16", "fp32", "rne"),
+            ("bf16", "bf16", "rne"),
+            ("bf16", "bf16", "sr"),
+            ("fp32", "fp32", "rne"),
+            ("double_row", "fp32", "rne"),
+            ("fp8", "bf16", "sr"),
+            ("transpose_bf16", "fp32", "rne"),
+        )
+    ],
 }

@@ -39,7 +39,9 @@ def _cmd_list(args):
         print(f"{b.name:14s} {b.summary}")
         for p in b.params:
             choices = f" (one of: {', '.join(map(str, p.choices))})" if p.choices else ""
-            print(f"{'':16s}--param {p.name}=<{p.kind.__name__}>  default {p.default!r}{choices}: {p.help}")
+            print(
+                f"{'':16s}--param {p.name}=<{p.kind.__name__}>  default {p.default!r}{choices}: {p.help}"
+            )
     for g, members in blocks.GROUPS.items():
         names = sorted({b for b, _ in members})
         print(f"{g:14s} group of {len(members)} configurations of {', '.join(names)}")
@@ -55,8 +57,10 @@ def _cmd_verilog(args):
     text, top = block.verilog(params)
     path = out / f"{top}.v"
     path.write_text(text)
-    print(f"wrote {path} ({len(text.splitlines())} lines, top module {top}) "
-          f"in {time.perf_counter() - t0:.2f} s")
+    print(
+        f"wrote {path} ({len(text.splitlines())} lines, top module {top}) "
+        f"in {time.perf_counter() - t0:.2f} s"
+    )
     return 0
 
 
@@ -77,6 +81,7 @@ def _expand(name, param_items, args=None):
 
 def _cmd_lint(args):
     from ncrtl.testbench.lint import lint_verilog, synth_check
+
     failed = 0
     for block, params in _expand(args.block, args.param, args):
         text, top = block.verilog(params)
@@ -84,8 +89,10 @@ def _cmd_lint(args):
         synth = synth_check(block.verilog(params, synthesis=True)[0], top)
         ok = lint.ok and synth.ok
         failed += not ok
-        print(f"{block.label(params):44s} lint {'clean' if lint.ok else 'FAILED'}   "
-              f"synth {'ok, no latches' if synth.ok else 'FAILED'}")
+        print(
+            f"{block.label(params):44s} lint {'clean' if lint.ok else 'FAILED'}   "
+            f"synth {'ok, no latches' if synth.ok else 'FAILED'}"
+        )
         if not lint.ok:
             print(lint.log)
         if not synth.ok:
@@ -95,47 +102,75 @@ def _cmd_lint(args):
 
 def _cmd_conformance(args):
     from ncrtl.testbench.conformance import run_conformance
+
     runs = _expand(args.block, args.param, args)
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
-    return run_conformance(runs, count=args.count, seed=args.seed, junit=args.junit,
-                           stall=args.stall, waves=args.waves)
+    return run_conformance(
+        runs, count=args.count, seed=args.seed, junit=args.junit, stall=args.stall, waves=args.waves
+    )
 
 
 def _cmd_sim(args):
     from ncrtl.testbench.tensor_engine.simulate import sim_matmul
+
     if args.what != "matmul":
         raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
     if args.dtype not in blocks.TE_MODES:
-        raise UsageError(f"--dtype {args.dtype!r} is not allowed; allowed: "
-                         f"{', '.join(blocks.TE_MODES)}")
+        raise UsageError(
+            f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(blocks.TE_MODES)}"
+        )
     if args.psum is not None:
         from ncrtl.testbench.core.simulate import sim_matmul_psum
+
         if args.dtype not in blocks.CORE_MODES:
-            raise UsageError(f"--dtype {args.dtype!r} is not allowed with --psum; allowed: "
-                             f"{', '.join(blocks.CORE_MODES)}")
+            raise UsageError(
+                f"--dtype {args.dtype!r} is not allowed with --psum; allowed: "
+                f"{', '.join(blocks.CORE_MODES)}"
+            )
         if args.k < 1 or args.k % args.rows:
-            raise UsageError(f"--k {args.k} must be a positive multiple of --rows {args.rows} with "
-                             f"--psum (one accumulated matmul per {args.rows} rows)")
+            raise UsageError(
+                f"--k {args.k} must be a positive multiple of --rows {args.rows} with "
+                f"--psum (one accumulated matmul per {args.rows} rows)"
+            )
         if args.m != args.cols:
-            raise UsageError(f"--m {args.m} must equal --cols {args.cols} with --psum (every "
-                             f"partition of the bank is written)")
+            raise UsageError(
+                f"--m {args.m} must equal --cols {args.cols} with --psum (every "
+                f"partition of the bank is written)"
+            )
         if not 1 <= args.n <= 512:
             raise UsageError(f"--n {args.n} must be in 1..512")
-        return sim_matmul_psum(rows=args.rows, cols=args.cols, dtype=args.dtype, k=args.k,
-                               n=args.n, psum=args.psum, rounding=args.rounding, seed=args.seed,
-                               waves=args.waves)
+        return sim_matmul_psum(
+            rows=args.rows,
+            cols=args.cols,
+            dtype=args.dtype,
+            k=args.k,
+            n=args.n,
+            psum=args.psum,
+            rounding=args.rounding,
+            seed=args.seed,
+            waves=args.waves,
+        )
     if args.rounding != "rne":
         raise UsageError("--rounding applies to a BF16 PSUM: give --psum bf16")
     for name, value, hi in (("k", args.k, args.rows), ("m", args.m, args.cols), ("n", args.n, 512)):
         if not 1 <= value <= hi:
             raise UsageError(f"--{name} {value} must be in 1..{hi}")
-    return sim_matmul(rows=args.rows, cols=args.cols, dtype=args.dtype, k=args.k, m=args.m,
-                      n=args.n, seed=args.seed, waves=args.waves)
+    return sim_matmul(
+        rows=args.rows,
+        cols=args.cols,
+        dtype=args.dtype,
+        k=args.k,
+        m=args.m,
+        n=args.n,
+        seed=args.seed,
+        waves=args.waves,
+    )
 
 
 def _cmd_bench(args):
     from ncrtl.testbench.bench import run_bench
+
     if not 0 <= args.psum_partitions <= 128:
         raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
     if args.psum_count < 1:
@@ -172,48 +207,86 @@ def build_parser():
     s = sub.add_parser("conformance", help="run hardware vs golden and print a summary")
     s.add_argument("block")
     s.add_argument("--param", action="append", metavar="NAME=VALUE")
-    s.add_argument("--count", type=int, default=10000, help="random vectors per unit (default 10000)")
+    s.add_argument(
+        "--count", type=int, default=10000, help="random vectors per unit (default 10000)"
+    )
     s.add_argument("--seed", type=int, default=1)
-    s.add_argument("--stall", type=float, default=0.2,
-                   help="probability of an idle input cycle and of a backpressure cycle (default 0.2)")
+    s.add_argument(
+        "--stall",
+        type=float,
+        default=0.2,
+        help="probability of an idle input cycle and of a backpressure cycle (default 0.2)",
+    )
     s.add_argument("--junit", default="build/conformance.xml", help="JUnit XML report path")
     s.add_argument("--waves", action="store_true", help="record FST waveforms (same as WAVES=1)")
     _shortcuts(s)
     s.set_defaults(func=_cmd_conformance)
 
-    s = sub.add_parser("sim", help="simulate one Tensor Engine matmul (optionally accumulated in "
-                       "PSUM) and print its figures")
+    s = sub.add_parser(
+        "sim",
+        help="simulate one Tensor Engine matmul (optionally accumulated in "
+        "PSUM) and print its figures",
+    )
     s.add_argument("what", help="matmul")
     s.add_argument("--rows", type=int, default=128)
     s.add_argument("--cols", type=int, default=128)
-    s.add_argument("--dtype", default="bf16", metavar="OPERATION",
-                   help=f"a mode's matmul or transpose (default bf16): "
-                   f"{', '.join(blocks.TE_MODES)}; with --psum: {', '.join(blocks.CORE_MODES)}")
+    s.add_argument(
+        "--dtype",
+        default="bf16",
+        metavar="OPERATION",
+        help=f"a mode's matmul or transpose (default bf16): "
+        f"{', '.join(blocks.TE_MODES)}; with --psum: {', '.join(blocks.CORE_MODES)}",
+    )
     s.add_argument("--k", type=int, default=128)
     s.add_argument("--m", type=int, default=128)
     s.add_argument("--n", type=int, default=512)
-    s.add_argument("--psum", choices=("fp32", "bf16"),
-                   help="write the result into PSUM (Tensor Engine + PSUM): K is split into "
-                   "K / rows matmuls accumulated in one group of this dtype")
-    s.add_argument("--rounding", choices=("rne", "sr"), default="rne",
-                   help="BF16 PSUM rounding (with --psum bf16)")
+    s.add_argument(
+        "--psum",
+        choices=("fp32", "bf16"),
+        help="write the result into PSUM (Tensor Engine + PSUM): K is split into "
+        "K / rows matmuls accumulated in one group of this dtype",
+    )
+    s.add_argument(
+        "--rounding",
+        choices=("rne", "sr"),
+        default="rne",
+        help="BF16 PSUM rounding (with --psum bf16)",
+    )
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--waves", action="store_true")
     s.set_defaults(func=_cmd_sim)
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
-    s.add_argument("--only", choices=("pe", "fp", "te", "psum"),
-                   help="run one section: the PE in a C++ loop, the FP units, the Tensor Engine "
-                   "or PSUM")
-    s.add_argument("--pe-cycles", type=int, default=20000,
-                   help="tile cycles per operation of the PE measurement (default 20000)")
-    s.add_argument("--psum-partitions", type=int, default=128,
-                   help="PSUM partitions to measure, 8 banks x 2 KiB (0 skips it)")
-    s.add_argument("--psum-count", type=int, default=1000,
-                   help="random Tensor Engine beats of the PSUM program (default 1000)")
-    s.add_argument("--te-size", type=int, default=128,
-                   help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)")
+    s.add_argument(
+        "--only",
+        choices=("pe", "fp", "te", "psum"),
+        help="run one section: the PE in a C++ loop, the FP units, the Tensor Engine or PSUM",
+    )
+    s.add_argument(
+        "--pe-cycles",
+        type=int,
+        default=20000,
+        help="tile cycles per operation of the PE measurement (default 20000)",
+    )
+    s.add_argument(
+        "--psum-partitions",
+        type=int,
+        default=128,
+        help="PSUM partitions to measure, 8 banks x 2 KiB (0 skips it)",
+    )
+    s.add_argument(
+        "--psum-count",
+        type=int,
+        default=1000,
+        help="random Tensor Engine beats of the PSUM program (default 1000)",
+    )
+    s.add_argument(
+        "--te-size",
+        type=int,
+        default=128,
+        help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)",
+    )
     s.set_defaults(func=_cmd_bench)
     return p
 

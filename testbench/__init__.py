@@ -6,5 +6,7 @@ The folder ``testbench/`` of the source tree installs as ``ncrtl.testbench`` (``
 """
 
 if __name__ != "ncrtl.testbench":
-    raise ImportError(f"the folder 'testbench' is the package ncrtl.testbench: import ncrtl.testbench, "
-                      f"not {__name__} (install the project: 'make install' or 'pip install .')")
+    raise ImportError(
+        f"the folder 'testbench' is the package ncrtl.testbench: import ncrtl.testbench, "
+        f"not {__name__} (install the project: 'make install' or 'pip install .')"
+    )

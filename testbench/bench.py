@@ -53,6 +53,7 @@ def _fresh_build_dir():
 def _generate_and_build(block, params):
     """``(text, generation s, Build, peak build MiB)`` of a fresh build of ``block``."""
     from ncrtl.testbench import sim
+
     t0 = time.perf_counter()
     text, top = block.verilog(params)
     gen = time.perf_counter() - t0
@@ -65,6 +66,7 @@ def _golden_rate(mode, n=200_000):
     """Golden fused dot-add operations per second for a PE mode."""
     from ncrtl.model.fp import fp32_dot_add, from_bits
     from ncrtl.testbench.fp.vectors import random_codes
+
     pe_mode = get_mode(mode)
     fa, fb, k, scale = pe_mode.formats_s, pe_mode.formats_m, pe_mode.products, pe_mode.scale
     rng = np.random.default_rng(0)
@@ -73,8 +75,9 @@ def _golden_rate(mode, n=200_000):
     psum = random_codes(rng, "fp32", n).view(np.float32)
     se = rng.integers(-20, 20, n) if scale else None
     t0 = time.perf_counter()
-    fp32_dot_add(psum, from_bits(a, fa[0]), from_bits(b, fb[0]), a_format=fa[0], b_format=fb[0],
-                 scale_exp=se)
+    fp32_dot_add(
+        psum, from_bits(a, fa[0]), from_bits(b, fb[0]), a_format=fa[0], b_format=fb[0], scale_exp=se
+    )
     return n / (time.perf_counter() - t0)
 
 
@@ -97,20 +100,29 @@ def _bench_pe(cycles, size=8, runs=5):
     """ns per PE-cycle of one ``size x size`` tile in a C++ loop, per operation
     (:mod:`ncrtl.testbench.tensor_engine.pe_loop`): the best of ``runs`` runs (the least
     disturbed by the rest of the machine)."""
-    from ncrtl.testbench.tensor_engine.pe_loop import (OPERATIONS, build_tile_loop,
-                                                       run_tile_loop, tile_stimulus,
-                                                       write_stimulus)
+    from ncrtl.testbench.tensor_engine.pe_loop import (
+        OPERATIONS,
+        build_tile_loop,
+        run_tile_loop,
+        tile_stimulus,
+        write_stimulus,
+    )
+
     with tempfile.TemporaryDirectory() as tmp:
         binary, build_s = build_tile_loop(size, tmp)
-        print(f"\nPE: one {size} x {size} tile in a C++ loop (build {build_s:.1f} s), "
-              f"{cycles} cycles per operation, best of {runs} runs")
+        print(
+            f"\nPE: one {size} x {size} tile in a C++ loop (build {build_s:.1f} s), "
+            f"{cycles} cycles per operation, best of {runs} runs"
+        )
         print(f"{'operation':18s}{'ns per PE-cycle':>17s}{'tile cycles/s':>15s}")
         figures = []
         for op in OPERATIONS:
             path = Path(tmp) / f"{op}.stim"
             write_stimulus(path, tile_stimulus(op, size, 1000), size)
-            best = min((run_tile_loop(binary, path, max(1, cycles // 1000))
-                        for _ in range(runs)), key=lambda r: r[1] / r[0])
+            best = min(
+                (run_tile_loop(binary, path, max(1, cycles // 1000)) for _ in range(runs)),
+                key=lambda r: r[1] / r[0],
+            )
             n, ns = best
             per = ns / (n * size * size)
             figures.append(per)
@@ -122,6 +134,7 @@ def _bench_pe(cycles, size=8, runs=5):
 def _bench_fp(args):
     from ncrtl.testbench import sim
     from ncrtl.testbench.conformance import run_block
+
     count = args.count
     rows = []
     with _fresh_build_dir():
@@ -138,19 +151,26 @@ def _bench_fp(args):
             res = run_block(block, params, count=count, seed=1, stall=0.0)
             sim_s = max(res.seconds - res.build_seconds, 1e-9)
             golden = _golden_rate(params["mode"]) if name == "fp.dot_add" else float("nan")
-            rows.append((label, gen, built.seconds, rss, res.vectors, res.cycles, sim_s,
-                         res.passed, golden))
+            rows.append(
+                (label, gen, built.seconds, rss, res.vectors, res.cycles, sim_s, res.passed, golden)
+            )
             print(f"measured {label}", flush=True)
     print()
-    print(f"{'block':32s}{'gen s':>7s}{'build s':>9s}{'build MiB':>10s}{'vectors':>9s}"
-          f"{'cycles':>8s}{'cycles/s':>10s}{'vectors/s':>11s}{'golden op/s':>13s}  result")
+    print(
+        f"{'block':32s}{'gen s':>7s}{'build s':>9s}{'build MiB':>10s}{'vectors':>9s}"
+        f"{'cycles':>8s}{'cycles/s':>10s}{'vectors/s':>11s}{'golden op/s':>13s}  result"
+    )
     for label, gen, bld, rss, vec, cyc, s, ok, golden in rows:
         g = f"{golden:13.3g}" if golden == golden else f"{'-':>13s}"
-        print(f"{label:32s}{gen:7.2f}{bld:9.1f}{rss:10.0f}{vec:9d}{cyc:8d}{cyc / s:10.0f}"
-              f"{vec / s:11.0f}{g}  {'PASS' if ok else 'FAIL'}")
-    print("\nbuild MiB: peak resident memory of the largest build child process so far (Verilator "
-          "or the C++ compiler).\ncycles/s and vectors/s: end-to-end run of the testbench "
-          "(stimulus, golden and scoreboard included), no stalls.")
+        print(
+            f"{label:32s}{gen:7.2f}{bld:9.1f}{rss:10.0f}{vec:9d}{cyc:8d}{cyc / s:10.0f}"
+            f"{vec / s:11.0f}{g}  {'PASS' if ok else 'FAIL'}"
+        )
+    print(
+        "\nbuild MiB: peak resident memory of the largest build child process so far (Verilator "
+        "or the C++ compiler).\ncycles/s and vectors/s: end-to-end run of the testbench "
+        "(stimulus, golden and scoreboard included), no stalls."
+    )
     return all(r[7] for r in rows)
 
 
@@ -158,6 +178,7 @@ def _bench_tensor_engine(size):
     """Generation, build and simulation of a ``size x size`` Tensor Engine running one bf16
     K = M = size, N = 512 matmul, and the golden model's time for the same tile."""
     import json
+
     from ncrtl.model.tensor_engine.matmul import matmul
     from ncrtl.testbench.conformance import run_block
     from ncrtl.testbench.tensor_engine.program import _values
@@ -166,12 +187,19 @@ def _bench_tensor_engine(size):
     params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
     with _fresh_build_dir():
         text, gen, built, rss = _generate_and_build(block, params)
-        res = run_block(block, params, count=512, seed=1, stall=0.0,
-                        testbench="ncrtl.testbench.tensor_engine.test_sim",
-                        extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512})})
+        res = run_block(
+            block,
+            params,
+            count=512,
+            seed=1,
+            stall=0.0,
+            testbench="ncrtl.testbench.tensor_engine.test_sim",
+            extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512})},
+        )
     sim_s = max(res.seconds - res.build_seconds, 1e-9)
     rng = np.random.default_rng(0)
     import ml_dtypes
+
     a = _values(rng, "bf16", (size, size)).view(ml_dtypes.bfloat16)
     b = _values(rng, "bf16", (size, 512)).view(ml_dtypes.bfloat16)
     t0 = time.perf_counter()
@@ -181,12 +209,16 @@ def _bench_tensor_engine(size):
     print(f"  Verilog generation {gen:.1f} s ({len(text.splitlines())} lines)")
     print(f"  Verilator build {built.seconds:.1f} s, peak build process {rss:.0f} MiB")
     c = res.counters
-    print(f"  simulated {res.cycles} cycles in {sim_s:.1f} s end to end (model start-up, stimulus, "
-          f"golden and scoreboards included): {res.cycles / sim_s:.1f} cycles/s")
+    print(
+        f"  simulated {res.cycles} cycles in {sim_s:.1f} s end to end (model start-up, stimulus, "
+        f"golden and scoreboards included): {res.cycles / sim_s:.1f} cycles/s"
+    )
     if c.get("run_us"):
-        print(f"  streaming: {c['run_cycles']} cycles in {c['run_us'] / 1e6:.1f} s from the first "
-              f"instruction to the last output vector: "
-              f"{c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s")
+        print(
+            f"  streaming: {c['run_cycles']} cycles in {c['run_us'] / 1e6:.1f} s from the first "
+            f"instruction to the last output vector: "
+            f"{c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s"
+        )
     print(f"  golden matmul of the tile {golden:.2f} s")
     print(f"  result {'PASS' if res.passed else 'FAIL'}")
     return res.passed
@@ -215,18 +247,30 @@ def _bench_psum(partitions, count):
     print(f"\nPSUM {block.label(params)}:")
     print(f"  Verilog generation {gen:.1f} s ({len(text.splitlines())} lines)")
     print(f"  Verilator build {built.seconds:.1f} s, peak build process {rss:.0f} MiB")
-    print(f"  read-add-write: a beat granted in cycle t is read at t, forwarded at t+1, added and "
-          f"rounded at t+2, written at t+{comp.raw_latency}; an access granted at t+1 sees it")
-    print(f"  measured: group-complete {c.get('latency_done', -1)} cycles after the last beat's "
-          f"grant, engine read response {c.get('latency_read', -1)} cycles after the grant")
-    print(f"  TE beats/cycle, no conflict:          {rate('full_rate_beats', 'full_rate_cycles'):.3f}"
-          f"  ({c.get('full_rate_beats', 0)} beats)")
-    print(f"  TE beats/cycle, one address hammered: {rate('hammer_beats', 'hammer_cycles'):.3f}"
-          f"  ({c.get('hammer_beats', 0)} N=1 accumulations)")
-    print(f"  TE and VE on one bank every cycle:    TE {rate('contention_te', 'contention_cycles'):.3f}"
-          f", VE {rate('contention_ve', 'contention_cycles'):.3f} grants/cycle over "
-          f"{c.get('contention_cycles', 0)} cycles")
-    print(f"  simulated {res.cycles} cycles in {sim_s:.1f} s ({res.cycles / sim_s:.0f} cycles/s, "
-          f"stimulus, golden and scoreboards included), {res.vectors} vectors")
+    print(
+        f"  read-add-write: a beat granted in cycle t is read at t, forwarded at t+1, added and "
+        f"rounded at t+2, written at t+{comp.raw_latency}; an access granted at t+1 sees it"
+    )
+    print(
+        f"  measured: group-complete {c.get('latency_done', -1)} cycles after the last beat's "
+        f"grant, engine read response {c.get('latency_read', -1)} cycles after the grant"
+    )
+    print(
+        f"  TE beats/cycle, no conflict:          {rate('full_rate_beats', 'full_rate_cycles'):.3f}"
+        f"  ({c.get('full_rate_beats', 0)} beats)"
+    )
+    print(
+        f"  TE beats/cycle, one address hammered: {rate('hammer_beats', 'hammer_cycles'):.3f}"
+        f"  ({c.get('hammer_beats', 0)} N=1 accumulations)"
+    )
+    print(
+        f"  TE and VE on one bank every cycle:    TE {rate('contention_te', 'contention_cycles'):.3f}"
+        f", VE {rate('contention_ve', 'contention_cycles'):.3f} grants/cycle over "
+        f"{c.get('contention_cycles', 0)} cycles"
+    )
+    print(
+        f"  simulated {res.cycles} cycles in {sim_s:.1f} s ({res.cycles / sim_s:.0f} cycles/s, "
+        f"stimulus, golden and scoreboards included), {res.vectors} vectors"
+    )
     print(f"  result {'PASS' if res.passed else 'FAIL'}")
     return res.passed

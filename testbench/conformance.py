@@ -37,7 +37,7 @@ def tb_settings():
 class BlockResult:
     label: str
     passed: bool
-    units: list = field(default_factory=list)   # scoreboard summaries
+    units: list = field(default_factory=list)  # scoreboard summaries
     seconds: float = 0.0
     build_seconds: float = 0.0
     cycles: int = 0
@@ -55,33 +55,60 @@ class BlockResult:
     def report(self):
         """The label, the failure message and every scoreboard's mismatch count with its first
         mismatches: what a failing test prints."""
-        detail = "\n".join(f"{u['name']}: {u['mismatches']}/{u['vectors']} "
-                           f"{u.get('first', [])[:3]}" for u in self.units)
+        detail = "\n".join(
+            f"{u['name']}: {u['mismatches']}/{u['vectors']} {u.get('first', [])[:3]}"
+            for u in self.units
+        )
         return f"{self.label}: {self.message}\n{detail}"
 
 
-def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=None,
-              testbench=None, extra_env=None):
+def run_block(
+    block,
+    params,
+    *,
+    count,
+    seed,
+    stall=0.2,
+    waves=None,
+    testcase=None,
+    testbench=None,
+    extra_env=None,
+):
     """Build ``block`` with ``params`` and run its testbench (or the cocotb module
     ``testbench``) with ``extra_env``; return a :class:`BlockResult`."""
     from ncrtl.testbench import sim
+
     label = block.label(params)
     t0 = time.perf_counter()
     try:
         text, top = block.verilog(params)
         built = sim.build(text, top, waves=waves, extra_args=block.build_args(params))
     except Exception as exc:  # a build failure is a result, not a crash of the whole run
-        return BlockResult(label, False, message=f"build failed: {exc}",
-                           seconds=time.perf_counter() - t0)
+        return BlockResult(
+            label, False, message=f"build failed: {exc}", seconds=time.perf_counter() - t0
+        )
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "summary.json"
-        env = {"NCRTL_PARAMS": json.dumps(params), "NCRTL_COUNT": str(count),
-               "NCRTL_SEED": str(seed), "NCRTL_STALL": str(stall), "NCRTL_SUMMARY": str(summary),
-               "NCRTL_LABEL": label, "NCRTL_BLOCK": block.name, **(extra_env or {})}
+        env = {
+            "NCRTL_PARAMS": json.dumps(params),
+            "NCRTL_COUNT": str(count),
+            "NCRTL_SEED": str(seed),
+            "NCRTL_STALL": str(stall),
+            "NCRTL_SUMMARY": str(summary),
+            "NCRTL_LABEL": label,
+            "NCRTL_BLOCK": block.name,
+            **(extra_env or {}),
+        }
         log = Path("build") / "conformance" / f"{block.top(**params)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        res = built.run(testbench or block.testbench, testcase=testcase, env=env, seed=seed,
-                        results=Path(tmp) / "results.xml", log=log)
+        res = built.run(
+            testbench or block.testbench,
+            testcase=testcase,
+            env=env,
+            seed=seed,
+            results=Path(tmp) / "results.xml",
+            log=log,
+        )
         units = []
         cycles = 0
         counters = {}
@@ -91,35 +118,44 @@ def run_block(block, params, *, count, seed, stall=0.2, waves=None, testcase=Non
             cycles = int(data.get("cycles", 0))
             counters = {k: v for k, v in data.items() if k != "scoreboards"}
     empty = [u["name"] for u in units if not u["vectors"]]
-    passed = (res.passed and bool(units) and not empty
-              and all(u["mismatches"] == 0 for u in units))
+    passed = res.passed and bool(units) and not empty and all(u["mismatches"] == 0 for u in units)
     if passed:
         msg = ""
     elif empty and not any(u["mismatches"] for u in units):
-        msg = (f"scoreboard(s) {', '.join(empty)} compared no vectors: a run that checked "
-               f"nothing does not pass")
+        msg = (
+            f"scoreboard(s) {', '.join(empty)} compared no vectors: a run that checked "
+            f"nothing does not pass"
+        )
     else:
         msg = res.message or "no scoreboard summary was written: the run checked nothing"
     if msg:
         msg += f"\n(log: {log})"
     if res.waves:
         print(f"waves: {res.waves}", file=sys.stderr)
-    return BlockResult(label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg,
-                       counters)
+    return BlockResult(
+        label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg, counters
+    )
 
 
 def _junit(results, path):
-    suite = ElementTree.Element("testsuite", name="ncrtl.conformance", tests=str(len(results)),
-                                failures=str(sum(not r.passed for r in results)))
+    suite = ElementTree.Element(
+        "testsuite",
+        name="ncrtl.conformance",
+        tests=str(len(results)),
+        failures=str(sum(not r.passed for r in results)),
+    )
     for r in results:
-        case = ElementTree.SubElement(suite, "testcase", classname="conformance", name=r.label,
-                                      time=f"{r.seconds:.3f}")
+        case = ElementTree.SubElement(
+            suite, "testcase", classname="conformance", name=r.label, time=f"{r.seconds:.3f}"
+        )
         props = ElementTree.SubElement(case, "properties")
         ElementTree.SubElement(props, "property", name="vectors", value=str(r.vectors))
         ElementTree.SubElement(props, "property", name="mismatches", value=str(r.mismatches))
         if not r.passed:
             text = r.message + "".join("\n" + json.dumps(u.get("first", [])[:5]) for u in r.units)
-            ElementTree.SubElement(case, "failure", message=f"{r.mismatches} mismatches").text = text
+            ElementTree.SubElement(
+                case, "failure", message=f"{r.mismatches} mismatches"
+            ).text = text
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
@@ -127,22 +163,34 @@ def _junit(results, path):
 def run_conformance(runs, *, count, seed, junit=None, stall=0.2, waves=False, jobs=None):
     """Run every ``(block, params)`` in ``runs``; print the table; return the exit status."""
     jobs = jobs or min(len(runs), os.cpu_count() or 1)
-    print(f"conformance: {len(runs)} configuration(s), {count} random vectors each, seed {seed}, "
-          f"stall {stall}", flush=True)
+    print(
+        f"conformance: {len(runs)} configuration(s), {count} random vectors each, seed {seed}, "
+        f"stall {stall}",
+        flush=True,
+    )
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(
-            lambda bp: run_block(bp[0], bp[1], count=count, seed=seed, stall=stall,
-                                 waves=True if waves else None), runs))
+        results = list(
+            pool.map(
+                lambda bp: run_block(
+                    bp[0], bp[1], count=count, seed=seed, stall=stall, waves=True if waves else None
+                ),
+                runs,
+            )
+        )
     w = max(len(r.label) for r in results) + 2
-    print(f"{'block':{w}s}{'unit':>22s}{'vectors':>10s}{'mismatch':>10s}{'cycles':>9s}{'time s':>8s}  result")
+    print(
+        f"{'block':{w}s}{'unit':>22s}{'vectors':>10s}{'mismatch':>10s}{'cycles':>9s}{'time s':>8s}  result"
+    )
     for r in results:
         rows = r.units or [{"name": "-", "vectors": 0, "mismatches": 0}]
         for i, u in enumerate(rows):
             first = i == 0
-            print(f"{r.label if first else '':{w}s}{u['name']:>22s}{u['vectors']:>10d}"
-                  f"{u['mismatches']:>10d}{(str(r.cycles) if first else ''):>9s}"
-                  f"{(f'{r.seconds:.1f}' if first else ''):>8s}  "
-                  f"{('PASS' if r.passed else 'FAIL') if first else ''}")
+            print(
+                f"{r.label if first else '':{w}s}{u['name']:>22s}{u['vectors']:>10d}"
+                f"{u['mismatches']:>10d}{(str(r.cycles) if first else ''):>9s}"
+                f"{(f'{r.seconds:.1f}' if first else ''):>8s}  "
+                f"{('PASS' if r.passed else 'FAIL') if first else ''}"
+            )
         if not r.passed:
             if r.message:
                 print("  " + r.message.replace("\n", "\n  "))
@@ -152,8 +200,10 @@ def run_conformance(runs, *, count, seed, junit=None, stall=0.2, waves=False, jo
     total_v = sum(r.vectors for r in results)
     total_m = sum(r.mismatches for r in results)
     bad = [r for r in results if not r.passed]
-    print(f"total: {total_v} vectors, {total_m} mismatches, "
-          f"{len(results) - len(bad)}/{len(results)} configurations passed")
+    print(
+        f"total: {total_v} vectors, {total_m} mismatches, "
+        f"{len(results) - len(bad)}/{len(results)} configurations passed"
+    )
     if junit:
         _junit(results, junit)
         print(f"junit: {junit}")

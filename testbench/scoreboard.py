@@ -50,7 +50,8 @@ def _operands(inputs, vectors: int) -> list[np.ndarray]:
         a = _as_bits(f"Input operand {n}", op)
         if vectors and (a.size == 0 or a.size % vectors):
             raise ValueError(
-                f"Input operand {n} has {a.size} elements, which do not align with {vectors} vectors")
+                f"Input operand {n} has {a.size} elements, which do not align with {vectors} vectors"
+            )
         ops.append(a.reshape(vectors, -1) if vectors else a)
     return ops
 
@@ -85,8 +86,15 @@ class Scoreboard:
     indices in the report count vectors over all ``compare`` calls (the running index).
     """
 
-    def __init__(self, name: str, fmt: str | None = None, *, decode: Callable | None = None,
-                 keep: int = 10, bits: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        fmt: str | None = None,
+        *,
+        decode: Callable | None = None,
+        keep: int = 10,
+        bits: int | None = None,
+    ):
         if not isinstance(name, str) or not name:
             raise TypeError(f"Name must be a non-empty string, not {name!r}")
         if fmt is not None and not isinstance(fmt, str):
@@ -153,8 +161,9 @@ class Scoreboard:
         want = [int(v) for v in want]
         n = max(len(got), len(want))
         pad = lambda v: np.array(v + [-1] * (n - len(v)), dtype=np.int64)  # noqa: E731
-        return (self.compare(np.array([len(got)]), np.array([len(want)]))
-                + self.compare(pad(got), pad(want)))
+        return self.compare(np.array([len(got)]), np.array([len(want)])) + self.compare(
+            pad(got), pad(want)
+        )
 
     def _keep_details(self, idx, base, got, want, ops) -> None:
         digits = (self._bits + 3) // 4 if self._bits else _digits(got, want)
@@ -178,8 +187,12 @@ class Scoreboard:
 
     def summary(self) -> dict:
         """Return ``{"name", "vectors", "mismatches", "first": [...]}`` (plus ``"fmt"`` if set)."""
-        out = {"name": self.name, "vectors": self.vectors, "mismatches": self.mismatches,
-               "first": list(self.first)}
+        out = {
+            "name": self.name,
+            "vectors": self.vectors,
+            "mismatches": self.mismatches,
+            "first": list(self.first),
+        }
         if self.fmt is not None:
             out["fmt"] = self.fmt
         return out
@@ -189,15 +202,18 @@ class Scoreboard:
         label = f"{self.name}" + (f" [{self.fmt}]" if self.fmt else "")
         if not self.mismatches:
             return f"{label}: {self.vectors} vectors, all bit-exact"
-        lines = [f"{label}: {self.mismatches} of {self.vectors} vectors mismatch "
-                 f"(first {len(self.first)} shown)"]
+        lines = [
+            f"{label}: {self.mismatches} of {self.vectors} vectors mismatch "
+            f"(first {len(self.first)} shown)"
+        ]
         for e in self.first:
             line = f"  #{e['index']}: got {e['got']} want {e['want']}"
             if "got_value" in e:
                 line += f"  ({e['got_value']!r} vs {e['want_value']!r})"
             if "inputs" in e:
                 line += "  inputs " + " | ".join(
-                    " ".join(op) if isinstance(op, list) else op for op in e["inputs"])
+                    " ".join(op) if isinstance(op, list) else op for op in e["inputs"]
+                )
             lines.append(line)
         return "\n".join(lines)
 
@@ -207,8 +223,10 @@ class Scoreboard:
         if self.mismatches:
             raise AssertionError(self.report())
         if not self.vectors:
-            raise AssertionError(f"{self.name}: no vectors were compared; a scoreboard that "
-                                 f"checked nothing cannot pass")
+            raise AssertionError(
+                f"{self.name}: no vectors were compared; a scoreboard that "
+                f"checked nothing cannot pass"
+            )
 
     def write_json(self, path: str | os.PathLike | None = None) -> Path | None:
         """Merge :meth:`summary` into a JSON summary file.
@@ -240,7 +258,7 @@ class Scoreboard:
             else:
                 old["vectors"] = old.get("vectors", 0) + mine["vectors"]
                 old["mismatches"] = old.get("mismatches", 0) + mine["mismatches"]
-                old["first"] = (old.get("first", []) + mine["first"])[:self._keep]
+                old["first"] = (old.get("first", []) + mine["first"])[: self._keep]
                 if self.fmt is not None:
                     old.setdefault("fmt", self.fmt)
 

@@ -66,8 +66,10 @@ _BYTE_LANES = {8: "<u1", 16: "<u2", 32: "<u4", 64: "<u8"}
 
 
 def _check_lane_bits(lane_bits) -> None:
-    if not isinstance(lane_bits, (int, np.integer)) or isinstance(lane_bits, bool) or not (
-        1 <= lane_bits <= 64
+    if (
+        not isinstance(lane_bits, (int, np.integer))
+        or isinstance(lane_bits, bool)
+        or not (1 <= lane_bits <= 64)
     ):
         raise ValueError(f"Lane bits must be an integer between 1 and 64, not {lane_bits!r}")
 
@@ -131,7 +133,7 @@ def pack_lanes(values, lane_bits: int) -> list[int]:
         raw = np.packbits(bits.reshape(n, lanes * lane_bits), axis=1, bitorder="little").tobytes()
         step = (lanes * lane_bits + 7) // 8
     from_bytes = int.from_bytes
-    return [from_bytes(raw[i:i + step], "little") for i in range(0, n * step, step)]
+    return [from_bytes(raw[i : i + step], "little") for i in range(0, n * step, step)]
 
 
 def unpack_lanes(words: Iterable[int], lane_bits: int, lanes: int) -> np.ndarray:
@@ -235,7 +237,8 @@ class StreamBus:
             except AttributeError:
                 raise AttributeError(
                     f"{_name_of(dut)} has no stream {prefix!r}: looked for the ports "
-                    f"{prefix}__valid, {prefix}__ready and {prefix}__payload") from None
+                    f"{prefix}__valid, {prefix}__ready and {prefix}__payload"
+                ) from None
         return cls(*handles)
 
     def __repr__(self):
@@ -402,7 +405,7 @@ class StreamSource:
         valid, ready, data = self._valid, self._ready, self._data
         queue, rng, reset = self._queue, self._rng, self._reset
         driving = False  # the valid we drive, i.e. a word is presented
-        word = None      # the word presented
+        word = None  # the word presented
         while True:
             if not driving and not queue:
                 self._idle.set()
@@ -551,11 +554,15 @@ class StreamSink:
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"Word count must be a non-negative integer, not {n!r}")
         if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
-            raise ValueError(f"Timeout must be a positive number of cycles or None, not {timeout!r}")
+            raise ValueError(
+                f"Timeout must be a positive number of cycles or None, not {timeout!r}"
+            )
         if len(self.words) >= n:
             return
         if self._target is not None:
-            raise RuntimeError(f"{_name_of(self._data)}: another task is already waiting on this sink")
+            raise RuntimeError(
+                f"{_name_of(self._data)}: another task is already waiting on this sink"
+            )
         self._target, self._timeout = n, timeout
         self._last_progress = self._cycle
         self._timed_out = False
@@ -574,12 +581,13 @@ class StreamSink:
     async def recv(self, n: int, *, timeout: int | None = 10_000) -> list[int]:
         """Return the next ``n`` unread words, waiting for them (see :meth:`wait`)."""
         await self.wait(self._read + n, timeout=timeout)
-        out = self.words[self._read:self._read + n]
+        out = self.words[self._read : self._read + n]
         self._read += n
         return out
 
-    async def recv_lanes(self, n: int, lane_bits: int, lanes: int, *,
-                         timeout: int | None = 10_000) -> np.ndarray:
+    async def recv_lanes(
+        self, n: int, lane_bits: int, lanes: int, *, timeout: int | None = 10_000
+    ) -> np.ndarray:
         """Return the next ``n`` unread words unpacked to shape ``(n, lanes)`` (see :func:`unpack_lanes`)."""
         if lanes * lane_bits != self._width:
             raise ValueError(
@@ -616,8 +624,10 @@ class StreamSink:
                 self._last_progress = cycle
                 if self._target is not None and len(words) >= self._target:
                     self._event.set()
-            elif self._target is not None and self._timeout is not None and (
-                cycle - self._last_progress >= self._timeout
+            elif (
+                self._target is not None
+                and self._timeout is not None
+                and (cycle - self._last_progress >= self._timeout)
             ):
                 self._timed_out = True
                 self._event.set()

@@ -6,7 +6,6 @@ with no floating point anywhere, so it can judge the vectorised golden model.
 
 from fractions import Fraction
 
-
 # (exp_bits, man_bits, bias, has_inf) of the rounding targets the contract uses.
 TARGETS = {"fp32": (8, 23, 127), "bf16": (8, 7, 127), "fp16": (5, 10, 15)}
 
@@ -69,8 +68,9 @@ def round_rational(q, target="fp32", negzero=False):
     ``negzero`` gives the sign of an exact zero.  Overflow gives Inf.
     """
     half = Fraction(1, 2)
-    return _round_on_grid(q, target, negzero,
-                          lambda lo, frac: frac > half or (frac == half and lo % 2 == 1))
+    return _round_on_grid(
+        q, target, negzero, lambda lo, frac: frac > half or (frac == half and lo % 2 == 1)
+    )
 
 
 def dot_add_reference(psum_bits, a_vals, b_vals, scale_exp=0):
@@ -90,8 +90,8 @@ def dot_add_reference(psum_bits, a_vals, b_vals, scale_exp=0):
             other = y if xs else x
             if not isinstance(other, str) and other == 0:
                 return 0x7FC00000
-            sx = (-1 if (x.startswith("-") if xs else x < 0) else 1)
-            sy = (-1 if (y.startswith("-") if ys else y < 0) else 1)
+            sx = -1 if (x.startswith("-") if xs else x < 0) else 1
+            sy = -1 if (y.startswith("-") if ys else y < 0) else 1
             terms.append("inf" if sx * sy > 0 else "-inf")
             negzero_terms.append(False)
             continue
@@ -125,14 +125,23 @@ class NegZero(Fraction):
 def exact_operand(bits, fmt):
     """Exact operand value of one encoding of a model format (with -0 preserved)."""
     from ncrtl.model.fp.formats import get_format
+
     f = get_format(fmt)
-    v = value_of_bits(int(bits), f.exp_bits, f.man_bits, f.bias,
-                      special=f.special if f.special in ("ieee", "fn") else "none",
-                      ignored=f.ignored_low_bits) if f.signed else None
+    v = (
+        value_of_bits(
+            int(bits),
+            f.exp_bits,
+            f.man_bits,
+            f.bias,
+            special=f.special if f.special in ("ieee", "fn") else "none",
+            ignored=f.ignored_low_bits,
+        )
+        if f.signed
+        else None
+    )
     if v == 0 and f.signed and (int(bits) >> (f.bits - 1)) & 1:
         return NegZero()
     return v
-
 
 
 def marsaglia_xorwow(state, n):
@@ -148,8 +157,7 @@ def round_stochastic_rational(q, r, target="bf16", rbits=16, negzero=False):
     ``b`` when ``(|q| - a) / (b - a) + r / 2**rbits >= 1``, else ``a``, with the sign of ``q``
     (``negzero`` for an exact zero).  Rounding up past the largest finite code gives Inf.
     """
-    return _round_on_grid(q, target, negzero,
-                          lambda lo, frac: frac + Fraction(r, 1 << rbits) >= 1)
+    return _round_on_grid(q, target, negzero, lambda lo, frac: frac + Fraction(r, 1 << rbits) >= 1)
 
 
 def fp32_add_reference(a_bits, b_bits):

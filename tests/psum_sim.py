@@ -64,7 +64,7 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
                 s.stall = p
             replay.add_writes(phase.writes)
             src["instr"].words += [encode(w) for w, _ in phase.writes]
-            src["data"].words += [lanes(b) for w, beats in phase.writes for b in beats[:w.n]]
+            src["data"].words += [lanes(b) for w, beats in phase.writes for b in beats[: w.n]]
             replay.add_seeds(phase.seeds)
             src["seed"].words += [seed_word(q, w) for q, w in phase.seeds]
             for e in ENGINES:
@@ -88,10 +88,13 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
                     ctx.set(req.payload.as_value(), src[e].word())
                     ready[e] = not (p and rng.random() < p)
                     ctx.set(resp.ready, ready[e])
-                s = Sample(instr=iv and bool(ctx.get(dut.instr.ready)), data_valid=dv,
-                           data=dv and bool(ctx.get(dut.data.ready)),
-                           seed=sv and bool(ctx.get(dut.seed.ready)),
-                           grant=ctx.get(dut.o_grant))
+                s = Sample(
+                    instr=iv and bool(ctx.get(dut.instr.ready)),
+                    data_valid=dv,
+                    data=dv and bool(ctx.get(dut.data.ready)),
+                    seed=sv and bool(ctx.get(dut.seed.ready)),
+                    grant=ctx.get(dut.o_grant),
+                )
                 if ctx.get(dut.o_error):
                     s.error = ctx.get(dut.o_error_code)
                 if ctx.get(dut.o_done):
@@ -114,8 +117,11 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
                     if s.req_ready[e]:
                         src[e].taken()
                 await ctx.tick()
-                done = (all(x.idle for x in src.values()) and replay.idle
-                        and all(len(responses[e]) == len(replay.want_resp[e]) for e in ENGINES))
+                done = (
+                    all(x.idle for x in src.values())
+                    and replay.idle
+                    and all(len(responses[e]) == len(replay.want_resp[e]) for e in ENGINES)
+                )
                 quiet = quiet + 1 if done else 0
                 if quiet > 8:
                     break

@@ -41,7 +41,16 @@ def test_chunked_matmul_small(params):
 def test_full_size_k512(psum, rounding):
     """128 x 128 engine, 128 x 8 x 2 KiB PSUM: K = 512 bf16 as four accumulated matmuls, N = 512."""
     block = blocks.get("core")
-    p = block.resolve({"rows": "128", "cols": "128", "mode": "bf16", "psum": psum,
-                       "rounding": rounding, "chunks": "4", "n": "512"})
+    p = block.resolve(
+        {
+            "rows": "128",
+            "cols": "128",
+            "mode": "bf16",
+            "psum": psum,
+            "rounding": rounding,
+            "chunks": "4",
+            "n": "512",
+        }
+    )
     res = run_block(block, p, count=1, seed=5, stall=0.0)
     _check(res, (512 if psum == "fp32" else 256) * 128)

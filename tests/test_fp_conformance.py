@@ -7,8 +7,8 @@ FP8/FP4) plus 1e5 random vectors here, 1e6 in the slow suite.
 
 import pytest
 
-from ncrtl.model.fp import get_format
 from ncrtl import blocks
+from ncrtl.model.fp import get_format
 from ncrtl.testbench.conformance import run_block
 
 CONFIGS = [(b, p) for b, p in blocks.GROUPS["fp"]]

@@ -74,8 +74,11 @@ def _perf(path):
 @pytest.mark.sim
 def test_stream_random_stalls(stream_build, tmp_path):
     summary, perf = tmp_path / "summary.json", tmp_path / "perf.json"
-    r = stream_build.run(SELFTEST, testcase="test_random_stalls",
-                         env={"NCRTL_SUMMARY": str(summary), "SELFTEST_PERF": str(perf)})
+    r = stream_build.run(
+        SELFTEST,
+        testcase="test_random_stalls",
+        env={"NCRTL_SUMMARY": str(summary), "SELFTEST_PERF": str(perf)},
+    )
     r.check()
     assert (r.tests, r.failures) == (1, 0)
     board = _board(summary, "selftest.random_stalls")
@@ -88,8 +91,9 @@ def test_stream_random_stalls(stream_build, tmp_path):
 @pytest.mark.sim
 def test_stream_full_throughput(stream_build, tmp_path):
     perf = tmp_path / "perf.json"
-    r = stream_build.run(SELFTEST, testcase="test_full_throughput",
-                         env={"SELFTEST_PERF": str(perf)})
+    r = stream_build.run(
+        SELFTEST, testcase="test_full_throughput", env={"SELFTEST_PERF": str(perf)}
+    )
     r.check()
     fill = _perf(perf)["full_throughput"]["cycles"] - 2000  # bubbles would fail in the sim
     assert 1 <= fill <= 6
@@ -98,8 +102,12 @@ def test_stream_full_throughput(stream_build, tmp_path):
 
 @pytest.mark.sim
 def test_stream_handshake_corners(stream_build):
-    cases = ["test_hold_under_backpressure", "test_reset_holds_words", "test_sink_timeout",
-             "test_vpi_visibility"]
+    cases = [
+        "test_hold_under_backpressure",
+        "test_reset_holds_words",
+        "test_sink_timeout",
+        "test_vpi_visibility",
+    ]
     r = stream_build.run(SELFTEST, testcase=cases)
     r.check()
     assert r.tests == len(cases)
@@ -108,8 +116,11 @@ def test_stream_handshake_corners(stream_build):
 @pytest.mark.sim
 def test_failures_are_reported(selftest_build, tmp_path):
     summary = tmp_path / "summary.json"
-    r = selftest_build.run(SELFTEST, testcase="test_expected_failure",
-                           env={"SELFTEST_EXPECT_FAIL": "1", "NCRTL_SUMMARY": str(summary)})
+    r = selftest_build.run(
+        SELFTEST,
+        testcase="test_expected_failure",
+        env={"SELFTEST_EXPECT_FAIL": "1", "NCRTL_SUMMARY": str(summary)},
+    )
     assert not r.passed and not r
     assert (r.tests, r.failures, r.failed) == (1, 1, ("test_expected_failure",))
     assert "got 0x0003 want 0x0004" in r.message
@@ -164,7 +175,10 @@ def test_waves_fst(tmp_path):
     from ncrtl.testbench.selftest.dut import StreamIncrement
 
     b = sim.build(StreamIncrement(), TOP, waves=True)
-    assert b.waves and b.directory.name != sim.build(StreamIncrement(), TOP, waves=False).directory.name
+    assert (
+        b.waves
+        and b.directory.name != sim.build(StreamIncrement(), TOP, waves=False).directory.name
+    )
     r = b.run(SELFTEST, testcase="test_full_throughput")
     r.check()
     assert r.waves is not None and r.waves.is_file()
@@ -195,8 +209,9 @@ def test_control_file_lists_top_ports_only():
     text = convert(StreamIncrement(), "dut_top")
     assert "module dut_top" in text
     ports = set(sim._top_ports(text, "dut_top"))
-    assert ports == {"clk", "rst"} | {f"{s}__{m}" for s in ("i_stream", "o_stream")
-                                      for m in ("valid", "ready", "payload")}
+    assert ports == {"clk", "rst"} | {
+        f"{s}__{m}" for s in ("i_stream", "o_stream") for m in ("valid", "ready", "payload")
+    }
     vlt = sim._control_file(text, "dut_top")
     assert vlt.startswith("`verilator_config")
     assert 'public_flat_rw -module "dut_top" -var "i_stream__payload"' in vlt
@@ -204,9 +219,11 @@ def test_control_file_lists_top_ports_only():
 
 
 def test_top_ports_ansi_header_and_fallback():
-    text = ("module other(input a, output b);\nendmodule\n"
-            "module t #(parameter W = 8) (\n  input wire clk, // clock\n"
-            "  input [W-1:0] d,\n  output reg [W-1:0] q\n);\nendmodule\n")
+    text = (
+        "module other(input a, output b);\nendmodule\n"
+        "module t #(parameter W = 8) (\n  input wire clk, // clock\n"
+        "  input [W-1:0] d,\n  output reg [W-1:0] q\n);\nendmodule\n"
+    )
     assert sim._top_ports(text, "t") == ["clk", "d", "q"]
     assert sim._top_ports(text, "missing") is None
     assert '-var "*"' in sim._control_file(text, "missing")
@@ -285,8 +302,13 @@ def test_scoreboard_clean():
     sb = Scoreboard("fp.mul", "bf16")
     assert sb.compare(np.arange(10, dtype=np.uint16), np.arange(10, dtype=np.uint16)) == 0
     assert sb.report() == "fp.mul [bf16]: 10 vectors, all bit-exact"
-    assert sb.summary() == {"name": "fp.mul", "fmt": "bf16", "vectors": 10, "mismatches": 0,
-                            "first": []}
+    assert sb.summary() == {
+        "name": "fp.mul",
+        "fmt": "bf16",
+        "vectors": 10,
+        "mismatches": 0,
+        "first": [],
+    }
     sb.assert_clean()
 
 
@@ -305,12 +327,20 @@ def test_scoreboard_report_and_keep():
     assert (s["vectors"], s["mismatches"]) == (10, 5)
     assert [e["index"] for e in s["first"]] == [1, 4, 6]
     first = s["first"][0]
-    assert first == {"index": 1, "got": "0x40000000", "want": "0x3f800000",
-                     "got_value": 2.0, "want_value": 1.0,
-                     "inputs": ["0x00000001", "0x00000002"]}
+    assert first == {
+        "index": 1,
+        "got": "0x40000000",
+        "want": "0x3f800000",
+        "got_value": 2.0,
+        "want_value": 1.0,
+        "inputs": ["0x00000001", "0x00000002"],
+    }
     report = sb.report()
     assert report.splitlines()[0] == "fp.add [fp32]: 5 of 10 vectors mismatch (first 3 shown)"
-    assert "  #1: got 0x40000000 want 0x3f800000  (2.0 vs 1.0)  inputs 0x00000001 | 0x00000002" in report
+    assert (
+        "  #1: got 0x40000000 want 0x3f800000  (2.0 vs 1.0)  inputs 0x00000001 | 0x00000002"
+        in report
+    )
     with pytest.raises(AssertionError, match=r"5 of 10 vectors mismatch"):
         sb.assert_clean()
 
@@ -331,7 +361,7 @@ def test_scoreboard_compare_sequence():
     assert sb.compare_sequence([], []) == 0 and sb.vectors == 1
     sb.assert_clean()
     sb = Scoreboard("events")
-    assert sb.compare_sequence([5, 7], [5, 7, 9]) == 2           # count 2 vs 3, event 3 missing
+    assert sb.compare_sequence([5, 7], [5, 7, 9]) == 2  # count 2 vs 3, event 3 missing
     assert [(int(e["got"], 16), int(e["want"], 16)) for e in sb.first] == [(2, 3), (-1, 9)]
     assert Scoreboard("e").compare_sequence([1, 2], [1, 3]) == 1
 
@@ -359,8 +389,9 @@ def test_run_block_with_an_empty_scoreboard_fails(monkeypatch, tmp_path):
 def test_scoreboard_multi_lane_inputs_and_objects():
     sb = Scoreboard("wide")
     words = np.array([1 << 100, 5], dtype=object)
-    sb.compare(words, np.array([1 << 100, 6], dtype=object),
-               inputs=np.array([[1, 2], [3, 4]], np.uint8))
+    sb.compare(
+        words, np.array([1 << 100, 6], dtype=object), inputs=np.array([[1, 2], [3, 4]], np.uint8)
+    )
     e = sb.summary()["first"][0]
     assert e["index"] == 1 and e["got"] == "0x" + "5".rjust(26, "0")
     assert e["inputs"] == [["0x03", "0x04"]]

@@ -24,19 +24,23 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from ncrtl.hdl.tensor_engine.array import PE_MODULE, TILE_MODULE, SystolicArray, beat_tag_layout
-from ncrtl.hdl.tensor_engine.pe import PE
-from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT, LS_DESC_LAYOUT, check_logic
-from ncrtl.hdl.tensor_engine.pe import (LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT, decode_tag,
-                                        tag_fields)
-from ncrtl.model.modes import (ENGINE_MODES, MODES, get_mode, mode_by_code, operation,
-                               operations)
+from ncrtl.hdl.tensor_engine.pe import (
+    LS_CTL_LAYOUT,
+    P_PREFIX,
+    PE,
+    TAG_LAYOUT,
+    decode_tag,
+    tag_fields,
+)
 from ncrtl.hdl.tensor_engine.top import TensorEngine
-from ncrtl.testbench.lint import lint_verilog, synth_check
+from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.model.fp import encode, fp32_dot_add, get_format
+from ncrtl.model.modes import ENGINE_MODES, MODES, get_mode, mode_by_code, operation, operations
 from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
 from ncrtl.model.tensor_engine.matmul import matmul
+from ncrtl.testbench.lint import lint_verilog, synth_check
 from tests.test_hdl_fp import FP32_CORNERS, corner_codes, golden_dot_add, random_codes
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -63,14 +67,21 @@ def unlanes(value, n):
 
 # -- one PE -------------------------------------------------------------------------------------
 
+
 def beat_tag(tag, bank):
     """The PE tag fields of a beat given as ``mode``, ``fmt_s``, ``fmt_m``, ``transpose``,
     ``first_row`` (and ``valid=0`` for a bubble), through the mode table's decode."""
     if not tag.get("valid", 1):
         return {"valid": 0}
-    return tag_fields(mode_by_code(tag["mode"]), tag.get("fmt_s", 0), tag.get("fmt_m", 0),
-                      bool(tag.get("transpose", 0)), valid=1, bank=bank,
-                      first_row=bool(tag.get("first_row", 0)))
+    return tag_fields(
+        mode_by_code(tag["mode"]),
+        tag.get("fmt_s", 0),
+        tag.get("fmt_m", 0),
+        bool(tag.get("transpose", 0)),
+        valid=1,
+        bank=bank,
+        first_row=bool(tag.get("first_row", 0)),
+    )
 
 
 def run_pe(beats):
@@ -81,7 +92,7 @@ def run_pe(beats):
     dut = PE()
     n = len(beats)
     out = []
-    lag = P_PREFIX + 1          # input cycle -> cycle the PE adds i_psum
+    lag = P_PREFIX + 1  # input cycle -> cycle the PE adds i_psum
 
     async def bench(ctx):
         for i in range(n + lag + 1):
@@ -110,24 +121,38 @@ def run_pe(beats):
 def _pe_case(rng, beats, want, mode, fa, fb, fs, fm, n):
     """Corner pairs (a sample) against FP32 corner psums, then random vectors."""
     ca, cb = corner_codes(fa), corner_codes(fb)
-    pairs = [(int(p), int(q)) for p in rng.choice(ca, min(len(ca), 10), replace=False)
-             for q in rng.choice(cb, min(len(cb), 6), replace=False)]
+    pairs = [
+        (int(p), int(q))
+        for p in rng.choice(ca, min(len(ca), 10), replace=False)
+        for q in rng.choice(cb, min(len(cb), 6), replace=False)
+    ]
     a = np.concatenate([[p for p, _ in pairs], random_codes(rng, fa, n)]).astype(np.int64)
     b = np.concatenate([[q for _, q in pairs], random_codes(rng, fb, n)]).astype(np.int64)
-    psum = np.concatenate([FP32_CORNERS[np.arange(len(pairs)) % len(FP32_CORNERS)],
-                           random_codes(rng, "fp32", n)])
+    psum = np.concatenate(
+        [FP32_CORNERS[np.arange(len(pairs)) % len(FP32_CORNERS)], random_codes(rng, "fp32", n)]
+    )
     first = rng.random(len(a)) < 0.15
     want += list(golden_dot_add(np.where(first, 0, psum), a[:, None], b[:, None], fa, fb))
     for i in range(len(a)):
-        beats.append(dict(s=int(a[i]), x=int(b[i]), psum=int(psum[i]),
-                          tag=dict(mode=mode, fmt_s=fs, fmt_m=fm, first_row=int(first[i]))))
+        beats.append(
+            dict(
+                s=int(a[i]),
+                x=int(b[i]),
+                psum=int(psum[i]),
+                tag=dict(mode=mode, fmt_s=fs, fmt_m=fm, first_row=int(first[i])),
+            )
+        )
 
 
 def test_pe_every_mode():
     rng = np.random.default_rng(11)
     beats, want = [], []
-    for mode, fmt in ((Mode.FP32, "fp32"), (Mode.TF32, "tf32"), (Mode.BF16, "bf16"),
-                      (Mode.FP16, "fp16")):
+    for mode, fmt in (
+        (Mode.FP32, "fp32"),
+        (Mode.TF32, "tf32"),
+        (Mode.BF16, "bf16"),
+        (Mode.FP16, "fp16"),
+    ):
         _pe_case(rng, beats, want, mode, fmt, fmt, 0, 0, 60)
     for i, fa in enumerate(FP8_FORMATS):
         for j, fb in enumerate(FP8_FORMATS):
@@ -138,7 +163,7 @@ def test_pe_every_mode():
             n = 40
             a = random_codes(rng, fa, 2 * n).reshape(n, 2)
             b = random_codes(rng, fb, 2 * n).reshape(n, 2)
-            a[:4, 1] = corner_codes(fa)[:4]                # zeros and tiny values
+            a[:4, 1] = corner_codes(fa)[:4]  # zeros and tiny values
             b[4:8, 0] = b[4:8, 1] = 0
             psum = random_codes(rng, "fp32", n)
             # Near-cancelling psums: minus the exact product sum, +- a few ulps.
@@ -147,9 +172,14 @@ def test_pe_every_mode():
             psum = np.where(rng.random(n) < 0.4, cancel, psum)
             want += list(golden_dot_add(psum, a, b, fa, fb))
             for k in range(n):
-                beats.append(dict(s=int(a[k, 0] | a[k, 1] << 8), x=int(b[k, 0] | b[k, 1] << 8),
-                                  psum=int(psum[k]),
-                                  tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=j)))
+                beats.append(
+                    dict(
+                        s=int(a[k, 0] | a[k, 1] << 8),
+                        x=int(b[k, 0] | b[k, 1] << 8),
+                        psum=int(psum[k]),
+                        tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=j),
+                    )
+                )
     # Bubbles and rows outside the tile pass the psum through untouched (NaN payload too).
     for p in (0x7F800001, 0x80000000, 0x3F800000):
         beats.append(dict(s=0x3F800000, x=0x7FC00000, psum=p, tag=dict(valid=0)))
@@ -165,19 +195,30 @@ def test_pe_transpose_words():
     beats, want = [], []
     cases = [  # (mode, fmt index, stationary, moving one, moving not-one)
         (Mode.FP32, 0, 0x7F800001, 0x3F800000, 0x3F800001),
-        (Mode.TF32, 0, 0xFFC01234, 0x3F801FFF, 0x3F802000),   # TF32 ignores 13 low bits
+        (Mode.TF32, 0, 0xFFC01234, 0x3F801FFF, 0x3F802000),  # TF32 ignores 13 low bits
         (Mode.BF16, 0, 0xABCD7F81, 0x3F80, 0xBF80),
         (Mode.FP16, 0, 0x12347C01, 0x3C00, 0x3C01),
-    ] + [(Mode.FP8, j, 0xFFFFFF7F, int(encode([1.0], f)[0]), 0x80)
-         for j, f in enumerate(FP8_FORMATS)]
+    ] + [
+        (Mode.FP8, j, 0xFFFFFF7F, int(encode([1.0], f)[0]), 0x80) for j, f in enumerate(FP8_FORMATS)
+    ]
     for mode, fmt, s, one, other in cases:
         width = get_format(mode_by_code(mode).formats_s[fmt]).container_bits
         raw = s & ((1 << width) - 1)
-        for x, first, psum, w in ((one, 0, 0x1111, raw), (one, 1, 0x1111, raw),
-                                  (other, 0, 0x7FC1, 0x7FC1), (other, 1, 0x7FC1, 0),
-                                  (0, 0, 0xFFFF, 0xFFFF)):
-            beats.append(dict(s=s, x=x, psum=psum, tag=dict(mode=mode, fmt_s=fmt, fmt_m=fmt,
-                                                            transpose=1, first_row=first)))
+        for x, first, psum, w in (
+            (one, 0, 0x1111, raw),
+            (one, 1, 0x1111, raw),
+            (other, 0, 0x7FC1, 0x7FC1),
+            (other, 1, 0x7FC1, 0),
+            (0, 0, 0xFFFF, 0xFFFF),
+        ):
+            beats.append(
+                dict(
+                    s=s,
+                    x=x,
+                    psum=psum,
+                    tag=dict(mode=mode, fmt_s=fmt, fmt_m=fmt, transpose=1, first_row=first),
+                )
+            )
             want.append(w)
     got = run_pe(beats)
     assert [hex(g) for g in got] == [hex(w) for w in want]
@@ -190,9 +231,13 @@ def test_pe_latency_and_tag_decode():
     pe._MustUse__silence = True
     assert P_PREFIX is timing.P_PREFIX and pe.latency == P_PREFIX + 1
     dut = _DecodeUnit()
-    cases = [(md, fs, fm, tr) for md in ENGINE_MODES for fs in range(len(md.formats_s))
-             for fm in range(len(md.formats_m)) for tr in ((False, True) if md.transposes
-                                                           else (False,))]
+    cases = [
+        (md, fs, fm, tr)
+        for md in ENGINE_MODES
+        for fs in range(len(md.formats_s))
+        for fm in range(len(md.formats_m))
+        for tr in ((False, True) if md.transposes else (False,))
+    ]
 
     async def bench(ctx):
         for md, fs, fm, tr in cases:
@@ -210,17 +255,35 @@ def test_pe_latency_and_tag_decode():
 
 class _DecodeUnit(wiring.Component):
     def __init__(self):
-        super().__init__({"i_mode": In(3), "i_fmt_s": In(2), "i_fmt_m": In(2),
-                          "i_transpose": In(1), "o_tag": Out(TAG_LAYOUT)})
+        super().__init__(
+            {
+                "i_mode": In(3),
+                "i_fmt_s": In(2),
+                "i_fmt_m": In(2),
+                "i_transpose": In(1),
+                "o_tag": Out(TAG_LAYOUT),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.o_tag.eq(decode_tag(m, self.i_mode, self.i_fmt_s, self.i_fmt_m,
-                                             self.i_transpose, valid=0, bank=0, first_row=0))
+        m.d.comb += self.o_tag.eq(
+            decode_tag(
+                m,
+                self.i_mode,
+                self.i_fmt_s,
+                self.i_fmt_m,
+                self.i_transpose,
+                valid=0,
+                bank=0,
+                first_row=0,
+            )
+        )
         return m
 
 
 # -- the array alone ----------------------------------------------------------------------------
+
 
 def test_array_ls_mm_bf16_chain():
     """LS (columns M-1 first) then MM on a 4x4 array; the MM's first beat shares the cycle with
@@ -230,13 +293,16 @@ def test_array_ls_mm_bf16_chain():
     rng = np.random.default_rng(3)
     S = encode(rng.normal(size=(K, M)) * 4, "bf16").astype(np.int64)
     X = encode(rng.normal(size=(K, N)), "bf16").astype(np.int64)
-    S[1, 2] = 0x7F80                            # +Inf weight: Inf or NaN (Inf * 0) results
+    S[1, 2] = 0x7F80  # +Inf weight: Inf or NaN (Inf * 0) results
     X[3, 1] = 0
     bf = lambda a: a.astype(np.uint16).view(ml_dtypes.bfloat16)
     want = np.zeros((M, N), dtype=np.float32)
     for k in range(K):
-        want = fp32_dot_add(want, np.broadcast_to(bf(S[k])[:, None, None], (M, N, 1)),
-                            np.broadcast_to(bf(X[k])[None, :, None], (M, N, 1)))
+        want = fp32_dot_add(
+            want,
+            np.broadcast_to(bf(S[k])[:, None, None], (M, N, 1)),
+            np.broadcast_to(bf(X[k])[None, :, None], (M, N, 1)),
+        )
     want = want.view(np.uint32)
     arr = SystolicArray(R, C, instance=False)
     assert arr.latency == timing.latency(R, C)
@@ -266,6 +332,7 @@ def test_array_ls_mm_bf16_chain():
 
 
 # -- the whole engine ---------------------------------------------------------------------------
+
 
 def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=4000):
     """Stream each program (list of ``(Instruction, beats)``, beats a list of lane-word lists
@@ -326,15 +393,24 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                     ev["mov"].append(cyc)
                     qm += 1
                 if ctx.get(te.result.valid) and ready:
-                    ev["out"].append((cyc, unlanes(ctx.get(te.result.payload.data), cols),
-                                      ctx.get(te.result.payload.last)))
+                    ev["out"].append(
+                        (
+                            cyc,
+                            unlanes(ctx.get(te.result.payload.data), cols),
+                            ctx.get(te.result.payload.last),
+                        )
+                    )
                 if ctx.get(te.o_error):
                     ev["err"].append((cyc, ctx.get(te.o_error_code)))
                 await ctx.tick()
-                done = (qi == len(words) and qs == len(stat) and qm == len(mov)
-                        and len(ev["out"]) == len(mov))
+                done = (
+                    qi == len(words)
+                    and qs == len(stat)
+                    and qm == len(mov)
+                    and len(ev["out"]) == len(mov)
+                )
                 quiet = quiet + 1 if done else 0
-                if quiet > rows + cols + 4:         # error strobes landed, LS chains drained
+                if quiet > rows + cols + 4:  # error strobes landed, LS chains drained
                     break
             ctx.set(te.instr.valid, 0)
             ctx.set(te.stationary.valid, 0)
@@ -356,7 +432,7 @@ def tile_beats(ins, tile, rows):
     if t.ndim == 3:
         t = sum(t[:, j, :] << (8 * j) for j in range(t.shape[1]))
     beats = np.zeros((t.shape[1], rows), dtype=np.int64)
-    beats[:, ins.tile_row:ins.tile_row + t.shape[0]] = t.T
+    beats[:, ins.tile_row : ins.tile_row + t.shape[0]] = t.T
     if ins.op == Op.LS:
         beats = beats[::-1]
     return [list(b) for b in beats]
@@ -384,12 +460,16 @@ def _selection(rng, k, n, fmt):
 
 def _as_dtype(codes, fmt):
     f = get_format(fmt)
-    return np.asarray(codes).astype(f.storage_dtype).view(np.float32 if f.container_bits == 32
-                                                         else f.dtype)
+    return (
+        np.asarray(codes)
+        .astype(f.storage_dtype)
+        .view(np.float32 if f.container_bits == 32 else f.dtype)
+    )
 
 
-def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True,
-                 tiles=((0, 0, 0, 0),), mms=None):
+def make_program(
+    rng, rows, cols, name, *, groups=2, max_n=10, errors=True, tiles=((0, 0, 0, 0),), mms=None
+):
     """A random program: ``groups`` LS, each followed by 1..2 MMs, illegal words mixed in.
 
     Returns ``(program, expected)``: program as for :func:`run_engine`, expected the golden
@@ -411,29 +491,44 @@ def make_program(rng, rows, cols, name, *, groups=2, max_n=10, errors=True,
         program.append((ls, tile_beats(ls, s, rows)))
         for _ in range(mms or int(rng.integers(1, 3))):
             n = int(rng.integers(1, max_n + 1))
-            mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm,
-                             transpose=transpose, **tile)
-            x = (_selection(rng, k, n, names[fm]) if transpose
-                 else _codes(rng, names[fm], shape(k, n)))
+            mm = Instruction(
+                Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile
+            )
+            x = (
+                _selection(rng, k, n, names[fm])
+                if transpose
+                else _codes(rng, names[fm], shape(k, n))
+            )
             program.append((mm, tile_beats(mm, x, rows)))
-            res = matmul(_as_dtype(s, names[fs]), _as_dtype(x, names[fm]),
-                         perf_mode=pe_mode.perf_mode, is_transpose=transpose,
-                         rows=rows, cols=cols, stationary_format=names[fs],
-                         moving_format=names[fm],
-                         tile_position=(r0, c0) if (tr or tc) else None,
-                         tile_size=(tr or rows, tc or cols) if (tr or tc) else None)
+            res = matmul(
+                _as_dtype(s, names[fs]),
+                _as_dtype(x, names[fm]),
+                perf_mode=pe_mode.perf_mode,
+                is_transpose=transpose,
+                rows=rows,
+                cols=cols,
+                stationary_format=names[fs],
+                moving_format=names[fm],
+                tile_position=(r0, c0) if (tr or tc) else None,
+                tile_size=(tr or rows, tc or cols) if (tr or tc) else None,
+            )
             res = np.asarray(res)
             bits = res.view(np.uint32) if res.dtype == np.float32 else res
             expected.append((bits.astype(np.int64), c0))
             if errors and rng.random() < 0.5:
-                bad = [replace_ins(mm, n=isa.MAX_N + 1), replace_ins(ls, k=0),
-                       replace_ins(mm, m=m % cols + 1), replace_ins(ls, mode=7)]
+                bad = [
+                    replace_ins(mm, n=isa.MAX_N + 1),
+                    replace_ins(ls, k=0),
+                    replace_ins(mm, m=m % cols + 1),
+                    replace_ins(ls, mode=7),
+                ]
                 program.append((bad[int(rng.integers(0, len(bad)))], []))
     return program, expected
 
 
 def replace_ins(ins, **kw):
     from dataclasses import replace
+
     return replace(ins, **kw)
 
 
@@ -444,10 +539,10 @@ def check_engine_run(te, program, expected, ev, *, timed):
     pos = 0
     for bits, c0 in expected:
         m, n = bits.shape
-        vecs = np.array([g[1] for g in got[pos:pos + n]], dtype=np.int64)
-        assert vecs[:, c0:c0 + m].T.tolist() == bits.tolist(), f"MM #{len(expected)} values"
+        vecs = np.array([g[1] for g in got[pos : pos + n]], dtype=np.int64)
+        assert vecs[:, c0 : c0 + m].T.tolist() == bits.tolist(), f"MM #{len(expected)} values"
         assert not np.delete(vecs, range(c0, c0 + m), axis=1).any(), "lanes outside M not 0"
-        assert [g[2] for g in got[pos:pos + n]] == [0] * (n - 1) + [1]
+        assert [g[2] for g in got[pos : pos + n]] == [0] * (n - 1) + [1]
         pos += n
     instrs = [ins for ins, _ in program]
     want_codes, last_ls = [], None
@@ -464,8 +559,7 @@ def check_engine_run(te, program, expected, ev, *, timed):
         assert t0 == 0
         assert ev["issue"] == [r.issue for r in sched.records]
         assert [c for c, _, _ in got] == [c for r in sched.records for c in r.outputs]
-        assert [c for c, _ in ev["err"]] == [r.error_cycle for r in sched.records
-                                            if not r.accepted]
+        assert [c for c, _ in ev["err"]] == [r.error_cycle for r in sched.records if not r.accepted]
         beats = [c for r in sched.records if r.accepted for c in r.beats]
         assert sorted(ev["stat"] + ev["mov"]) == sorted(beats)
 
@@ -477,24 +571,35 @@ def _illegal_program(rng, R):
     ls = Instruction(Op.LS, Mode.FP16, k=3, m=2)
     mm = Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5)
     before = [
-        replace_ins(mm, mode=6),                                  # MODE
-        Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5),             # NO_STATIONARY
-        replace_ins(ls, fmt_s=1),                                 # FORMAT
-        Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, fmt_s=3),   # FORMAT (e3m4)
+        replace_ins(mm, mode=6),  # MODE
+        Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5),  # NO_STATIONARY
+        replace_ins(ls, fmt_s=1),  # FORMAT
+        Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, fmt_s=3),  # FORMAT (e3m4)
         Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, transpose=True),  # MODE_COMBO
-        replace_ins(ls, tile_rows=2),                             # TILE
-        replace_ins(ls, tile_row=1),                              # TILE
-        replace_ins(ls, k=5), replace_ins(ls, k=0),               # K_RANGE
-        replace_ins(ls, m=5), replace_ins(ls, m=0),               # M_RANGE
+        replace_ins(ls, tile_rows=2),  # TILE
+        replace_ins(ls, tile_row=1),  # TILE
+        replace_ins(ls, k=5),
+        replace_ins(ls, k=0),  # K_RANGE
+        replace_ins(ls, m=5),
+        replace_ins(ls, m=0),  # M_RANGE
     ]
-    after = [replace_ins(mm, n=0), replace_ins(mm, n=513),        # N_RANGE
-             replace_ins(mm, k=2), replace_ins(mm, transpose=True),  # MODE_MISMATCH
-             replace_ins(mm, mode=Mode.BF16)]
-    program = ([(b, []) for b in before] + [(ls, tile_beats(ls, s, R))]
-               + [(b, []) for b in after] + [(mm, tile_beats(mm, x, R))])
+    after = [
+        replace_ins(mm, n=0),
+        replace_ins(mm, n=513),  # N_RANGE
+        replace_ins(mm, k=2),
+        replace_ins(mm, transpose=True),  # MODE_MISMATCH
+        replace_ins(mm, mode=Mode.BF16),
+    ]
+    program = (
+        [(b, []) for b in before]
+        + [(ls, tile_beats(ls, s, R))]
+        + [(b, []) for b in after]
+        + [(mm, tile_beats(mm, x, R))]
+    )
     want = matmul(_as_dtype(s, "fp16"), _as_dtype(x, "fp16"), rows=R, cols=R).view(np.uint32)
-    codes = ([int(isa.check(b, R, R, None)[0]) for b in before]
-             + [int(isa.check(b, R, R, ls)[0]) for b in after])
+    codes = [int(isa.check(b, R, R, None)[0]) for b in before] + [
+        int(isa.check(b, R, R, ls)[0]) for b in after
+    ]
     return program, [(want.astype(np.int64), 0)], codes
 
 
@@ -502,17 +607,28 @@ def _transpose_programs(R):
     """Transposes of NaN payloads, -0 and TF32's low bits (bf16, fp8, tf32)."""
     program, expected = [], []
     for mode, fmt, s in (
-            (Mode.BF16, "bf16", [[0x7F81, 0xFFC1, 0x8000], [0x0001, 0x7F80, 0x3F80]]),
-            (Mode.FP8, "fp8_e4m3", [[0x7F, 0xF9, 0x80], [0x01, 0x78, 0x38]]),
-            (Mode.TF32, "tf32", [[0x7F800001, 0xFFC01FFF, 0x80000000],
-                                 [0x3F801FFF, 0x00000001, 0x7FFFFFFF]])):
+        (Mode.BF16, "bf16", [[0x7F81, 0xFFC1, 0x8000], [0x0001, 0x7F80, 0x3F80]]),
+        (Mode.FP8, "fp8_e4m3", [[0x7F, 0xF9, 0x80], [0x01, 0x78, 0x38]]),
+        (
+            Mode.TF32,
+            "tf32",
+            [[0x7F800001, 0xFFC01FFF, 0x80000000], [0x3F801FFF, 0x00000001, 0x7FFFFFFF]],
+        ),
+    ):
         s = np.array(s, dtype=np.int64)
         one = int(encode([1.0], fmt)[0])
         x = np.array([[one, 0, 0, 0, one], [0, one, 0, 0, 0]], dtype=np.int64)
         ls = Instruction(Op.LS, mode, k=2, m=3, transpose=True)
         mm = Instruction(Op.MM, mode, k=2, m=3, n=5, transpose=True)
-        want = matmul(_as_dtype(s, fmt), _as_dtype(x, fmt), is_transpose=True, rows=R, cols=R,
-                      stationary_format=fmt, moving_format=fmt)
+        want = matmul(
+            _as_dtype(s, fmt),
+            _as_dtype(x, fmt),
+            is_transpose=True,
+            rows=R,
+            cols=R,
+            stationary_format=fmt,
+            moving_format=fmt,
+        )
         program += [(ls, tile_beats(ls, s, R)), (mm, tile_beats(mm, x, R))]
         expected.append((want.astype(np.int64), 0))
     return program, expected
@@ -521,12 +637,11 @@ def _transpose_programs(R):
 def _selection_error_program(R):
     """Bad selection beats: two ones, a 0.5; a one outside the K rows is ignored."""
     s = np.array([[0x3F80, 0x4000], [0x4040, 0x4080]], dtype=np.int64)
-    x = np.array([[0x3F80, 0x3F80, 0x3F00, 0, 0x3F80], [0, 0x3F80, 0, 0x3F80, 0]],
-                 dtype=np.int64)
+    x = np.array([[0x3F80, 0x3F80, 0x3F00, 0, 0x3F80], [0, 0x3F80, 0, 0x3F80, 0]], dtype=np.int64)
     ls = Instruction(Op.LS, Mode.BF16, k=2, m=2, transpose=True)
     mm = Instruction(Op.MM, Mode.BF16, k=2, m=2, n=5, transpose=True)
     mov = tile_beats(mm, x, R)
-    mov[0][2] = 0x3F80                                          # lane 2: outside K = 2
+    mov[0][2] = 0x3F80  # lane 2: outside K = 2
     return [(ls, tile_beats(ls, s, R)), (mm, mov)]
 
 
@@ -554,11 +669,11 @@ def engine4_runs():
 def test_engine_program_values_and_timing(engine4_runs, name):
     te, program, expected, ev = engine4_runs[name]
     check_engine_run(te, program, expected, ev, timed=True)
-    if name in ("fp32", "transpose_fp32"):      # the fp32 rates: one beat per 4 / 2 cycles
+    if name in ("fp32", "transpose_fp32"):  # the fp32 rates: one beat per 4 / 2 cycles
         ii = 4 if name == "fp32" else 2
         first_mm = program[1][0]
-        assert np.diff(ev["mov"][:first_mm.n]).tolist() == [ii] * (first_mm.n - 1)
-        assert np.diff(ev["stat"][:program[0][0].m]).tolist() == [ii] * (program[0][0].m - 1)
+        assert np.diff(ev["mov"][: first_mm.n]).tolist() == [ii] * (first_mm.n - 1)
+        assert np.diff(ev["stat"][: program[0][0].m]).tolist() == [ii] * (program[0][0].m - 1)
 
 
 def test_illegal_instructions_then_engine_works(engine4_runs):
@@ -588,8 +703,9 @@ def test_transpose_selection_error(engine4_runs):
 def test_engine_stalls_and_backpressure():
     te = TensorEngine(3, 5, instance=False)
     rng = np.random.default_rng(5)
-    runs = [make_program(rng, 3, 5, name, max_n=6)
-            for name in ("bf16", "double_row", "transpose_fp32")]
+    runs = [
+        make_program(rng, 3, 5, name, max_n=6) for name in ("bf16", "double_row", "transpose_fp32")
+    ]
     events = run_engine(te, [p for p, _ in runs], stall=0.3, backpressure=0.35, seed=1)
     for (program, expected), ev in zip(runs, events):
         check_engine_run(te, program, expected, ev, timed=False)
@@ -600,17 +716,25 @@ def test_row_and_column_tiles(monkeypatch):
     row tiles cut the psum chain at the tile's first row, column tiles load and emit at their
     columns; values equal the whole-array matmul, timing the model's."""
     from dataclasses import replace
-    scaled = {m.code: replace(m, row_tiles=tuple(s // 32 for s in m.row_tiles),
-                              col_tiles=tuple(s // 32 for s in m.col_tiles)) for m in MODES}
+
+    scaled = {
+        m.code: replace(
+            m,
+            row_tiles=tuple(s // 32 for s in m.row_tiles),
+            col_tiles=tuple(s // 32 for s in m.col_tiles),
+        )
+        for m in MODES
+    }
     monkeypatch.setattr(isa, "mode_by_code", lambda code: scaled.get(int(code)))
     te = TensorEngine(4, 4, instance=False, tile_unit=1)
     rng = np.random.default_rng(21)
     tiles = ((2, 2, 0, 0), (3, 1, 0, 0), (0, 0, 2, 2), (0, 0, 1, 1), (0, 0, 3, 1), (1, 1, 0, 0))
-    program, expected = make_program(rng, 4, 4, "bf16", groups=len(tiles), max_n=4,
-                                     errors=False, tiles=tiles, mms=1)
-    program.insert(3, (replace_ins(program[0][0], tile_row=1), []))         # misaligned: TILE
+    program, expected = make_program(
+        rng, 4, 4, "bf16", groups=len(tiles), max_n=4, errors=False, tiles=tiles, mms=1
+    )
+    program.insert(3, (replace_ins(program[0][0], tile_row=1), []))  # misaligned: TILE
     program.insert(5, (replace_ins(program[0][0], tile_col=2, tile_cols=2), []))  # both: TILE
-    ev, = run_engine(te, [program])
+    (ev,) = run_engine(te, [program])
     check_engine_run(te, program, expected, ev, timed=True)
     assert [c for _, c in ev["err"]] == [Error.TILE, Error.TILE]
 
@@ -620,13 +744,20 @@ class _CheckUnit(wiring.Component):
 
     def __init__(self, rows, cols):
         self.rows, self.cols = rows, cols
-        super().__init__({"i_ins": In(INSTR_LAYOUT), "i_st_valid": In(1),
-                          "i_st": In(LS_DESC_LAYOUT), "o_code": Out(4)})
+        super().__init__(
+            {
+                "i_ins": In(INSTR_LAYOUT),
+                "i_st_valid": In(1),
+                "i_st": In(LS_DESC_LAYOUT),
+                "o_code": Out(4),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
-        code, _, _, _ = check_logic(m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid,
-                                    self.i_st)
+        code, _, _, _ = check_logic(
+            m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid, self.i_st
+        )
         m.d.comb += self.o_code.eq(code)
         return m
 
@@ -634,15 +765,19 @@ class _CheckUnit(wiring.Component):
 def _random_instruction(rng, rows, cols):
     pick = lambda *vals: int(vals[int(rng.integers(0, len(vals)))])
     return Instruction(
-        Op(int(rng.integers(0, 2))), pick(0, 1, 2, 3, 4, 5, 5, 4, 6, 7),
+        Op(int(rng.integers(0, 2))),
+        pick(0, 1, 2, 3, 4, 5, 5, 4, 6, 7),
         k=pick(0, 1, 17, 32, 33, 64, 65, rows, rows + 1, 255),
         m=pick(0, 1, 31, 32, 64, cols, cols + 1, 200),
         n=pick(0, 1, 64, 512, 513, 1023),
-        fmt_s=pick(0, 0, 1, 2, 3), fmt_m=pick(0, 0, 1, 2, 3), transpose=bool(rng.random() < 0.2),
+        fmt_s=pick(0, 0, 1, 2, 3),
+        fmt_m=pick(0, 0, 1, 2, 3),
+        transpose=bool(rng.random() < 0.2),
         tile_row=pick(0, 0, 0, 16, 32, 64, 96, 128),
         tile_rows=pick(0, 0, 0, 32, 64, 96, rows),
         tile_col=pick(0, 0, 0, 16, 32, 64, 96, 128),
-        tile_cols=pick(0, 0, 0, 32, 64, 100, cols))
+        tile_cols=pick(0, 0, 0, 32, 64, 100, cols),
+    )
 
 
 def test_hardware_check_equals_isa_check():
@@ -651,13 +786,15 @@ def test_hardware_check_equals_isa_check():
     rows = cols = 128
     dut = _CheckUnit(rows, cols)
     rng = np.random.default_rng(4)
-    legal = [Instruction(Op.LS, Mode.BF16, k=128, m=128),
-             Instruction(Op.LS, Mode.FP8, k=3, m=5, fmt_s=3, fmt_m=1),
-             Instruction(Op.LS, Mode.DOUBLE_ROW, k=64, m=7, fmt_s=2, fmt_m=1),
-             Instruction(Op.LS, Mode.FP32, k=32, m=9, transpose=True, tile_row=96, tile_rows=32),
-             Instruction(Op.LS, Mode.FP16, k=64, m=64, tile_row=64, tile_rows=64),
-             Instruction(Op.LS, Mode.TF32, k=100, m=32, tile_col=96, tile_cols=32),
-             Instruction(Op.LS, Mode.BF16, k=1, m=64, tile_col=64, tile_cols=64)]
+    legal = [
+        Instruction(Op.LS, Mode.BF16, k=128, m=128),
+        Instruction(Op.LS, Mode.FP8, k=3, m=5, fmt_s=3, fmt_m=1),
+        Instruction(Op.LS, Mode.DOUBLE_ROW, k=64, m=7, fmt_s=2, fmt_m=1),
+        Instruction(Op.LS, Mode.FP32, k=32, m=9, transpose=True, tile_row=96, tile_rows=32),
+        Instruction(Op.LS, Mode.FP16, k=64, m=64, tile_row=64, tile_rows=64),
+        Instruction(Op.LS, Mode.TF32, k=100, m=32, tile_col=96, tile_cols=32),
+        Instruction(Op.LS, Mode.BF16, k=1, m=64, tile_col=64, tile_cols=64),
+    ]
     cases = []
     for _ in range(1200):
         ins = _random_instruction(rng, rows, cols)
@@ -670,8 +807,22 @@ def test_hardware_check_equals_isa_check():
         if rng.random() < 0.7:
             f = fields[int(rng.integers(1, len(fields)))]
             width = dict(isa.FIELDS)[f]
-            val = int(rng.choice([0, 1, 2, 3, 32, 64, 96, 128, (1 << width) - 1,
-                                  int(rng.integers(0, 1 << width))])) & ((1 << width) - 1)
+            val = int(
+                rng.choice(
+                    [
+                        0,
+                        1,
+                        2,
+                        3,
+                        32,
+                        64,
+                        96,
+                        128,
+                        (1 << width) - 1,
+                        int(rng.integers(0, 1 << width)),
+                    ]
+                )
+            ) & ((1 << width) - 1)
             ins = replace_ins(ins, **{f: bool(val) if f == "transpose" else val})
         cases.append((ins, None if rng.random() < 0.1 else st))
 
@@ -681,10 +832,21 @@ def test_hardware_check_equals_isa_check():
             ctx.set(dut.i_st_valid, st is not None)
             if st is not None:
                 w = st.whole(rows, cols)
-                ctx.set(dut.i_st.as_value(), pack(
-                    LS_DESC_LAYOUT, mode=w.mode, fmt_s=w.fmt_s, k=w.k, m=w.m,
-                    transpose=w.transpose, tile_row=w.tile_row, tile_rows=w.tile_rows,
-                    tile_col=w.tile_col, tile_cols=w.tile_cols))
+                ctx.set(
+                    dut.i_st.as_value(),
+                    pack(
+                        LS_DESC_LAYOUT,
+                        mode=w.mode,
+                        fmt_s=w.fmt_s,
+                        k=w.k,
+                        m=w.m,
+                        transpose=w.transpose,
+                        tile_row=w.tile_row,
+                        tile_rows=w.tile_rows,
+                        tile_col=w.tile_col,
+                        tile_cols=w.tile_cols,
+                    ),
+                )
             want = isa.check(ins, rows, cols, st)
             got = ctx.get(dut.o_code)
             assert got == (int(want[0]) if want else 0), (ins, st, want)
@@ -698,13 +860,15 @@ def test_hardware_check_equals_isa_check():
 
 # -- Verilog ------------------------------------------------------------------------------------
 
+
 @pytest.mark.sim
 def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
     text = convert(TensorEngine(4, 4), "te_4x4")
     assert re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M) == [
         f"module {PE_MODULE}(i_x, i_tag, i_ls, i_ls_ctl, i_psum, clk, rst, o_x, o_tag, o_ls, "
-        f"o_ls_ctl, o_psum, en);"]                                         # one flat module
-    assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 16        # instances
+        f"o_ls_ctl, o_psum, en);"
+    ]  # one flat module
+    assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 16  # instances
     lint = lint_verilog(text, "te_4x4")
     assert lint.ok, lint.log[:4000]
     # Latch-free: the PE on its own, then the top around PE black boxes (the same text

@@ -14,17 +14,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Source folder -> installed package.
-FOLDERS = {"model": "ncrtl.model", "hdl": "ncrtl.hdl", "testbench": "ncrtl.testbench",
-           "ncrtl": "ncrtl"}
+FOLDERS = {
+    "model": "ncrtl.model",
+    "hdl": "ncrtl.hdl",
+    "testbench": "ncrtl.testbench",
+    "ncrtl": "ncrtl",
+}
 
 #: Layers, lowest first; a module name maps to the longest prefix listed.
-LAYERS = [("ncrtl.model", 0), ("ncrtl.hdl", 1), ("ncrtl.blocks", 2), ("ncrtl.testbench", 3),
-          ("ncrtl.cli", 4)]
+LAYERS = [
+    ("ncrtl.model", 0),
+    ("ncrtl.hdl", 1),
+    ("ncrtl.blocks", 2),
+    ("ncrtl.testbench", 3),
+    ("ncrtl.cli", 4),
+]
 LAYER_NAMES = {0: "model", 1: "hdl", 2: "blocks", 3: "testbench", 4: "cli"}
 
 #: Third-party packages a layer must not import.
-FORBIDDEN = {0: ("amaranth", "cocotb", "cocotb_tools"), 1: ("cocotb", "cocotb_tools"),
-             2: ("cocotb", "cocotb_tools")}
+FORBIDDEN = {
+    0: ("amaranth", "cocotb", "cocotb_tools"),
+    1: ("cocotb", "cocotb_tools"),
+    2: ("cocotb", "cocotb_tools"),
+}
 
 
 def layer_of(module):
@@ -58,7 +70,7 @@ def imports(module, path):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                parent = base[:len(base) - node.level + 1]
+                parent = base[: len(base) - node.level + 1]
                 name = ".".join(parent + ([node.module] if node.module else []))
             else:
                 name = node.module
@@ -77,31 +89,38 @@ def test_every_module_has_a_layer():
 @pytest.mark.parametrize("module,path", modules(), ids=lambda v: v if isinstance(v, str) else "")
 def test_no_upward_import(module, path):
     own = layer_of(module)
-    if own is None:                         # ncrtl/__init__.py imports nothing of its own
+    if own is None:  # ncrtl/__init__.py imports nothing of its own
         own = -1
     bad = []
     for name, line in imports(module, path):
         target = layer_of(name)
         if target is not None and target > own:
-            bad.append(f"{path.relative_to(ROOT)}:{line} imports {name} "
-                       f"({LAYER_NAMES[target]}, above {LAYER_NAMES.get(own, 'the package')})")
+            bad.append(
+                f"{path.relative_to(ROOT)}:{line} imports {name} "
+                f"({LAYER_NAMES[target]}, above {LAYER_NAMES.get(own, 'the package')})"
+            )
         top = name.split(".")[0]
         if top in FORBIDDEN.get(own, ()):
-            bad.append(f"{path.relative_to(ROOT)}:{line} imports {name} (not allowed in "
-                       f"{LAYER_NAMES[own]})")
+            bad.append(
+                f"{path.relative_to(ROOT)}:{line} imports {name} (not allowed in "
+                f"{LAYER_NAMES[own]})"
+            )
         if top in FOLDERS and top != "ncrtl":
-            bad.append(f"{path.relative_to(ROOT)}:{line} imports the folder name {name}; "
-                       f"import {FOLDERS[top]}")
+            bad.append(
+                f"{path.relative_to(ROOT)}:{line} imports the folder name {name}; "
+                f"import {FOLDERS[top]}"
+            )
     assert not bad, "\n".join(bad)
 
 
 def test_imports_are_resolved(tmp_path):
     path = tmp_path / "x.py"
-    path.write_text("def f():\n    from ncrtl.testbench import sim\nfrom ..fp import add\n"
-                    "import numpy\n")
+    path.write_text(
+        "def f():\n    from ncrtl.testbench import sim\nfrom ..fp import add\nimport numpy\n"
+    )
     found = set(imports("ncrtl.hdl.common.x", path))
-    assert ("ncrtl.testbench.sim", 2) in found          # inside a function, names expanded
-    assert ("ncrtl.hdl.fp.add", 3) in found             # relative, resolved
+    assert ("ncrtl.testbench.sim", 2) in found  # inside a function, names expanded
+    assert ("ncrtl.hdl.fp.add", 3) in found  # relative, resolved
     assert ("numpy", 4) in found
     assert layer_of("ncrtl.testbench.sim") > layer_of("ncrtl.hdl.common.x")
     assert layer_of("ncrtl.blocks") > layer_of("ncrtl.hdl.fp")

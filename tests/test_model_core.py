@@ -13,8 +13,10 @@ from ncrtl.model.tensor_engine.matmul import matmul
 
 
 def _chunks(rng, count, k, m, n, dtype=ml_dtypes.bfloat16):
-    return [(rng.standard_normal((k, m)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
-            for _ in range(count)]
+    return [
+        (rng.standard_normal((k, m)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
+        for _ in range(count)
+    ]
 
 
 def test_chunk_flags():
@@ -31,14 +33,17 @@ def test_fp32_group_is_the_fold_of_chunk_results(count):
     rng = np.random.default_rng(count)
     psum = Psum(Geometry(8, 4, 128))
     parts = _chunks(rng, count, 8, 8, 20)
-    done = [nc_matmul(psum, Write(3, 5, 20, Dtype.FP32, flags=chunk_flags(i, count)), s, x, rows=8)
-            for i, (s, x) in enumerate(parts)]
+    done = [
+        nc_matmul(psum, Write(3, 5, 20, Dtype.FP32, flags=chunk_flags(i, count)), s, x, rows=8)
+        for i, (s, x) in enumerate(parts)
+    ]
     assert done == [None] * (count - 1) + [3]
     want = matmul(*parts[0], rows=8, cols=8)
     for s, x in parts[1:]:
         want = fp32_add(want, matmul(s, x, rows=8, cols=8))
-    np.testing.assert_array_equal(psum.read(3, 5, 20, Dtype.FP32).view(np.uint32),
-                                  want.view(np.uint32))
+    np.testing.assert_array_equal(
+        psum.read(3, 5, 20, Dtype.FP32).view(np.uint32), want.view(np.uint32)
+    )
 
 
 def test_bf16_sr_group_draws_one_value_per_partition_per_beat():
@@ -50,14 +55,15 @@ def test_bf16_sr_group_draws_one_value_per_partition_per_beat():
     gen = Xorwow([11 + p for p in range(8)])
     acc = None
     for s, x in parts:
-        r = matmul(s, x, rows=8, cols=8)                       # [M = partitions, N]
+        r = matmul(s, x, rows=8, cols=8)  # [M = partitions, N]
         out = np.empty_like(r, dtype=ml_dtypes.bfloat16)
-        for j in range(r.shape[1]):                            # one draw per partition per beat
+        for j in range(r.shape[1]):  # one draw per partition per beat
             v = r[:, j] if acc is None else fp32_add(acc[:, j].astype(np.float32), r[:, j])
             out[:, j] = fp32_to_bf16(v, "sr", gen.next_u16())
         acc = out
-    np.testing.assert_array_equal(psum.read(1, 0, 6, Dtype.BF16).view(np.uint16),
-                                  acc.view(np.uint16))
+    np.testing.assert_array_equal(
+        psum.read(1, 0, 6, Dtype.BF16).view(np.uint16), acc.view(np.uint16)
+    )
 
 
 def test_column_tile_writes_zero_lanes_outside_the_tile():
@@ -74,7 +80,7 @@ def test_column_tile_writes_zero_lanes_outside_the_tile():
 def test_bad_input_names_the_rule_and_leaves_psum_alone():
     rng = np.random.default_rng(3)
     psum = Psum(Geometry(8, 2, 64))
-    (s, x), = _chunks(rng, 1, 8, 8, 4)
+    ((s, x),) = _chunks(rng, 1, 8, 8, 4)
     before = psum.mem.copy()
     with pytest.raises(ValueError, match="must be a Write of n=4 vectors"):
         nc_matmul(psum, Write(0, 0, 5), s, x, rows=8)
@@ -83,8 +89,13 @@ def test_bad_input_names_the_rule_and_leaves_psum_alone():
     with pytest.raises(ValueError, match="no open accumulation group"):
         nc_matmul(psum, Write(0, 0, 4, flags=0), s, x, rows=8)
     with pytest.raises(ValueError, match="K=9"):
-        nc_matmul(psum, Write(0, 0, 4), np.zeros((9, 8), ml_dtypes.bfloat16),
-                  np.zeros((9, 4), ml_dtypes.bfloat16), rows=8)
+        nc_matmul(
+            psum,
+            Write(0, 0, 4),
+            np.zeros((9, 8), ml_dtypes.bfloat16),
+            np.zeros((9, 4), ml_dtypes.bfloat16),
+            rows=8,
+        )
     with pytest.raises(ValueError, match="must be a ncrtl.model.psum.Psum"):
         nc_matmul(object(), Write(0, 0, 4), s, x)
     np.testing.assert_array_equal(psum.mem, before)

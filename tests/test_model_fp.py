@@ -6,8 +6,21 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ncrtl.model.fp import (FORMATS, QNAN, Xorwow, bits_to_float, decode, encode, fp32_add,
-                      fp32_dot_add, fp32_to_bf16, fp32_to_fp16, from_bits, get_format, to_bits)
+from ncrtl.model.fp import (
+    FORMATS,
+    QNAN,
+    Xorwow,
+    bits_to_float,
+    decode,
+    encode,
+    fp32_add,
+    fp32_dot_add,
+    fp32_to_bf16,
+    fp32_to_fp16,
+    from_bits,
+    get_format,
+    to_bits,
+)
 from ncrtl.testbench.fp.vectors import random_codes
 from tests.exact_ref import dot_add_reference, exact_operand, marsaglia_xorwow, round_rational
 
@@ -16,6 +29,7 @@ OPERAND_8BIT = ["fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4", "fp4_e2m1fn"]
 
 
 # -- formats and codecs ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", SMALL)
 def test_decode_exhaustive_matches_ml_dtypes(name):
@@ -72,8 +86,12 @@ def test_format_table_facts():
     assert get_format("fp8_e5m2").max_finite == 57344
     assert get_format("fp8_e3m4").max_finite == 15.5
     assert get_format("fp4_e2m1fn").max_finite == 6
-    assert get_format("e8m0").max_finite == 2.0 ** 127
-    assert bits_to_float(np.array([0, 127, 254, 255]), "e8m0").tolist()[:3] == [2.0 ** -127, 1.0, 2.0 ** 127]
+    assert get_format("e8m0").max_finite == 2.0**127
+    assert bits_to_float(np.array([0, 127, 254, 255]), "e8m0").tolist()[:3] == [
+        2.0**-127,
+        1.0,
+        2.0**127,
+    ]
     assert np.isnan(bits_to_float(np.array([255]), "e8m0")[0])
 
 
@@ -92,6 +110,7 @@ def test_bad_format_names_and_dtypes():
 
 # -- the exact reference itself -----------------------------------------------------------------
 
+
 def test_rational_rounding_reference_agrees_with_float32_casts():
     """Sanity of the reference: exact float64 -> fp32 casts are single RNE roundings."""
     rng = np.random.default_rng(7)
@@ -102,6 +121,7 @@ def test_rational_rounding_reference_agrees_with_float32_casts():
 
 
 # -- fused dot-product-add against the rational reference ---------------------------------------
+
 
 def _random_operands(rng, fmt, shape):
     """Random encodings (the conformance stimulus generator) in ``shape``."""
@@ -118,8 +138,14 @@ def _psum_bits(rng, n, mag_exp=(100, 150)):
 
 
 def _check_against_reference(psum_bits, a_bits, b_bits, fa, fb, scale_exp=None):
-    got = fp32_dot_add(psum_bits.view(np.float32), from_bits(a_bits, fa), from_bits(b_bits, fb),
-                       a_format=fa, b_format=fb, scale_exp=scale_exp).view(np.uint32)
+    got = fp32_dot_add(
+        psum_bits.view(np.float32),
+        from_bits(a_bits, fa),
+        from_bits(b_bits, fb),
+        a_format=fa,
+        b_format=fb,
+        scale_exp=scale_exp,
+    ).view(np.uint32)
     for i in range(len(psum_bits)):
         av = [exact_operand(x, fa) for x in a_bits[i]]
         bv = [exact_operand(x, fb) for x in b_bits[i]]
@@ -127,21 +153,37 @@ def _check_against_reference(psum_bits, a_bits, b_bits, fa, fb, scale_exp=None):
         want = dot_add_reference(int(psum_bits[i]), av, bv, se)
         assert int(got[i]) == want, (
             f"case {i}: psum={int(psum_bits[i]):#010x} a={[hex(int(x)) for x in a_bits[i]]} "
-            f"b={[hex(int(x)) for x in b_bits[i]]} scale={se}: got {int(got[i]):#010x} want {want:#010x}")
+            f"b={[hex(int(x)) for x in b_bits[i]]} scale={se}: got {int(got[i]):#010x} want {want:#010x}"
+        )
 
 
-CASES = [("fp32", "fp32", 1), ("tf32", "tf32", 1), ("bf16", "bf16", 1), ("fp16", "fp16", 1),
-         ("fp8_e4m3", "fp8_e5m2", 1), ("fp8_e3m4", "fp8_e3m4", 1), ("fp8_e4m3fn", "fp8_e4m3fn", 2),
-         ("fp8_e5m2", "fp8_e4m3", 2), ("fp8_e4m3fn", "fp8_e5m2", 4), ("fp4_e2m1fn", "fp4_e2m1fn", 4),
-         ("bf16", "bf16", 4), ("fp16", "fp16", 3)]
+CASES = [
+    ("fp32", "fp32", 1),
+    ("tf32", "tf32", 1),
+    ("bf16", "bf16", 1),
+    ("fp16", "fp16", 1),
+    ("fp8_e4m3", "fp8_e5m2", 1),
+    ("fp8_e3m4", "fp8_e3m4", 1),
+    ("fp8_e4m3fn", "fp8_e4m3fn", 2),
+    ("fp8_e5m2", "fp8_e4m3", 2),
+    ("fp8_e4m3fn", "fp8_e5m2", 4),
+    ("fp4_e2m1fn", "fp4_e2m1fn", 4),
+    ("bf16", "bf16", 4),
+    ("fp16", "fp16", 3),
+]
 
 
 @pytest.mark.parametrize("fa,fb,k", CASES)
 def test_dot_add_random_vs_rational(fa, fb, k):
     rng = np.random.default_rng(hash((fa, fb, k)) & 0xFFFF)
     n = 1500
-    _check_against_reference(_psum_bits(rng, n), _random_operands(rng, fa, (n, k)),
-                             _random_operands(rng, fb, (n, k)), fa, fb)
+    _check_against_reference(
+        _psum_bits(rng, n),
+        _random_operands(rng, fa, (n, k)),
+        _random_operands(rng, fb, (n, k)),
+        fa,
+        fb,
+    )
 
 
 @pytest.mark.parametrize("fa,k", [("fp8_e4m3fn", 4), ("fp8_e5m2", 4), ("fp4_e2m1fn", 4)])
@@ -149,8 +191,14 @@ def test_dot_add_scaled_vs_rational(fa, k):
     rng = np.random.default_rng(11)
     n = 1500
     scale = rng.integers(-254, 255, n)
-    _check_against_reference(_psum_bits(rng, n, (1, 254)), _random_operands(rng, fa, (n, k)),
-                             _random_operands(rng, fa, (n, k)), fa, fa, scale_exp=scale)
+    _check_against_reference(
+        _psum_bits(rng, n, (1, 254)),
+        _random_operands(rng, fa, (n, k)),
+        _random_operands(rng, fa, (n, k)),
+        fa,
+        fa,
+        scale_exp=scale,
+    )
 
 
 def test_dot_add_adversarial_vs_rational():
@@ -158,28 +206,28 @@ def test_dot_add_adversarial_vs_rational():
     f32 = lambda v: np.array(v, dtype=np.float64).astype(np.float32).view(np.uint32)
     cases = []  # (psum_bits, [a...], [b...]) in fp32 operands
     one = 1.0
-    ulp = 2.0 ** -23
+    ulp = 2.0**-23
     cases += [
-        (f32(1.0), [ulp / 2], [one]),            # exact tie: round to even (stays 1.0)
-        (f32(1.0 + ulp), [ulp / 2], [one]),      # tie: round up to even
-        (f32(1.0), [ulp / 2 + 2.0 ** -60], [one]),  # just above the tie
-        (f32(1.0), [-ulp / 4], [one]),           # below 1.0 by a quarter ulp: binade change
-        (f32(2.0 ** 127 * 1.9999998), [2.0 ** 127], [one]),  # overflow -> Inf
-        (f32(-(2.0 ** 127) * 1.9999998), [-(2.0 ** 104)], [one]),  # exact tie at the overflow edge
-        (f32(2.0 ** -126), [-(2.0 ** -127)], [one]),  # result subnormal
-        (f32(2.0 ** -149), [-(2.0 ** -150)], [one]),  # tie to even at the bottom: 0
-        (f32(0.0), [2.0 ** -100], [2.0 ** -100]),  # product far below FP32: underflow to +0
-        (f32(-0.0), [-(2.0 ** -100)], [2.0 ** -60]),  # underflow keeps the sign
-        (f32(-0.0), [-0.0], [1.0]),              # all -0: -0
-        (f32(0.0), [-0.0], [1.0]),               # +0 + -0: +0
-        (f32(3.0), [-3.0], [1.0]),               # exact cancellation: +0
-        (f32(2.0 ** 100), [-(2.0 ** 50)], [2.0 ** 50]),  # cancellation of huge values
-        (f32(2.0 ** 120), [2.0 ** -120], [2.0 ** -29]),  # huge gap: sticky only
-        (f32(1.0), [1.0 + ulp], [1.0 - ulp]),    # 48-bit product just below 1
-        (f32(-1.0), [1.0 + ulp], [1.0 - ulp]),   # massive cancellation with a wide product
-        (f32(2.0 ** 127), [2.0 ** 127], [2.0]),  # product beyond FP32 range: Inf
-        (f32(-(2.0 ** 127)), [2.0 ** 127], [2.0]),  # ... minus a huge psum: still beyond -> Inf
-        (f32(-(2.0 ** 127) * 1.5), [2.0 ** 127], [2.0 ** 0.0]),
+        (f32(1.0), [ulp / 2], [one]),  # exact tie: round to even (stays 1.0)
+        (f32(1.0 + ulp), [ulp / 2], [one]),  # tie: round up to even
+        (f32(1.0), [ulp / 2 + 2.0**-60], [one]),  # just above the tie
+        (f32(1.0), [-ulp / 4], [one]),  # below 1.0 by a quarter ulp: binade change
+        (f32(2.0**127 * 1.9999998), [2.0**127], [one]),  # overflow -> Inf
+        (f32(-(2.0**127) * 1.9999998), [-(2.0**104)], [one]),  # exact tie at the overflow edge
+        (f32(2.0**-126), [-(2.0**-127)], [one]),  # result subnormal
+        (f32(2.0**-149), [-(2.0**-150)], [one]),  # tie to even at the bottom: 0
+        (f32(0.0), [2.0**-100], [2.0**-100]),  # product far below FP32: underflow to +0
+        (f32(-0.0), [-(2.0**-100)], [2.0**-60]),  # underflow keeps the sign
+        (f32(-0.0), [-0.0], [1.0]),  # all -0: -0
+        (f32(0.0), [-0.0], [1.0]),  # +0 + -0: +0
+        (f32(3.0), [-3.0], [1.0]),  # exact cancellation: +0
+        (f32(2.0**100), [-(2.0**50)], [2.0**50]),  # cancellation of huge values
+        (f32(2.0**120), [2.0**-120], [2.0**-29]),  # huge gap: sticky only
+        (f32(1.0), [1.0 + ulp], [1.0 - ulp]),  # 48-bit product just below 1
+        (f32(-1.0), [1.0 + ulp], [1.0 - ulp]),  # massive cancellation with a wide product
+        (f32(2.0**127), [2.0**127], [2.0]),  # product beyond FP32 range: Inf
+        (f32(-(2.0**127)), [2.0**127], [2.0]),  # ... minus a huge psum: still beyond -> Inf
+        (f32(-(2.0**127) * 1.5), [2.0**127], [2.0**0.0]),
     ]
     for p, a, b in cases:
         a_bits = f32(a).reshape(1, -1)
@@ -189,14 +237,19 @@ def test_dot_add_adversarial_vs_rational():
 
 def test_dot_add_multi_product_cancellation_takes_rational_path():
     """Terms that cancel across products with tiny leftovers (several TwoSum errors)."""
-    a = np.array([[2.0 ** 100, 1.0, -(2.0 ** 100), 2.0 ** -100]], dtype=np.float64)
+    a = np.array([[2.0**100, 1.0, -(2.0**100), 2.0**-100]], dtype=np.float64)
     b = np.ones_like(a)
     bf = ml_dtypes.bfloat16
-    got = fp32_dot_add(np.float32([2.0 ** -120]), a.astype(bf), b.astype(bf))
-    want = np.float32(1.0 + 2.0 ** -100 + 2.0 ** -120)
+    got = fp32_dot_add(np.float32([2.0**-120]), a.astype(bf), b.astype(bf))
+    want = np.float32(1.0 + 2.0**-100 + 2.0**-120)
     assert got.view(np.uint32)[0] == want.view(np.uint32)
-    _check_against_reference(np.float32([2.0 ** -120]).view(np.uint32), to_bits(a.astype(bf)),
-                             to_bits(b.astype(bf)), "bf16", "bf16")
+    _check_against_reference(
+        np.float32([2.0**-120]).view(np.uint32),
+        to_bits(a.astype(bf)),
+        to_bits(b.astype(bf)),
+        "bf16",
+        "bf16",
+    )
 
 
 def test_specials():
@@ -205,7 +258,14 @@ def test_specials():
     a = np.array([[inf], [nan], [1], [-inf], [0], [1]], dtype=ml_dtypes.bfloat16)
     b = np.array([[0], [1], [1], [1], [inf], [1]], dtype=ml_dtypes.bfloat16)
     got = fp32_dot_add(p, a, b).view(np.uint32)
-    assert got.tolist() == [QNAN["fp32"], QNAN["fp32"], 0x7F800000, QNAN["fp32"], QNAN["fp32"], QNAN["fp32"]]
+    assert got.tolist() == [
+        QNAN["fp32"],
+        QNAN["fp32"],
+        0x7F800000,
+        QNAN["fp32"],
+        QNAN["fp32"],
+        QNAN["fp32"],
+    ]
 
 
 def test_dot_add_bad_input():
@@ -228,6 +288,7 @@ def test_dot_add_bad_input():
 
 
 # -- add and conversions ------------------------------------------------------------------------
+
 
 def test_fp32_add_vs_rational():
     rng = np.random.default_rng(3)
@@ -256,8 +317,12 @@ def test_fp32_to_bf16_rne_all_bf16_inputs():
 
 def test_fp32_to_fp16_rne():
     rng = np.random.default_rng(5)
-    x = np.concatenate([_all_bf16_upper_halves(),
-                        rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32)]).view(np.float32)
+    x = np.concatenate(
+        [
+            _all_bf16_upper_halves(),
+            rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32),
+        ]
+    ).view(np.float32)
     got = to_bits(fp32_to_fp16(x))
     want = x.astype(np.float16).view(np.uint16)
     nan = np.isnan(x)
@@ -277,20 +342,22 @@ def test_fp32_to_bf16_sr_definition_and_bounds():
     assert (got[np.isinf(x)] == (bits[np.isinf(x)] >> 16)).all()
     assert (got[np.isnan(x)] == QNAN["bf16"]).all()
     # SR lands on one of the two BF16 neighbours of x (or Inf past the largest finite value).
-    lo = (bits >> 16)
+    lo = bits >> 16
     ok = (got == lo) | (got == lo + 1)
     assert ok[finite].all()
     # r = 0 truncates; r = 0xFFFF rounds every inexact value away from zero.
-    assert (to_bits(fp32_to_bf16(x, "sr", np.zeros_like(r))).astype(np.int64)[finite] == lo[finite]).all()
+    assert (
+        to_bits(fp32_to_bf16(x, "sr", np.zeros_like(r))).astype(np.int64)[finite] == lo[finite]
+    ).all()
 
 
 def test_fp32_to_bf16_sr_is_unbiased_where_rne_is_not():
-    x = np.full(200_000, np.float32(1.0 + 2.0 ** -9 + 2.0 ** -12))  # between two BF16 values
+    x = np.full(200_000, np.float32(1.0 + 2.0**-9 + 2.0**-12))  # between two BF16 values
     r = Xorwow(np.arange(200_000, dtype=np.uint64)).next_u16()
     sr = fp32_to_bf16(x, "sr", r).astype(np.float64)
     rne = fp32_to_bf16(x).astype(np.float64)
     exact = float(x[0])
-    step = 2.0 ** -7
+    step = 2.0**-7
     # Standard error of a two-point distribution with spacing `step` over n draws is <= step/2/sqrt(n).
     assert abs(sr.mean() - exact) < 5 * step / 2 / np.sqrt(x.size)
     assert abs(rne.mean() - exact) > 100 * step / 2 / np.sqrt(x.size)
@@ -310,7 +377,6 @@ def test_conversion_bad_input():
 # -- XORWOW -------------------------------------------------------------------------------------
 
 
-
 def test_xorwow_matches_marsaglia_reference():
     seeds = [0, 1, 0xDEADBEEF, (1 << 64) - 1, 0x0123456789ABCDEF]
     g = Xorwow(np.array(seeds, dtype=object))
@@ -319,7 +385,10 @@ def test_xorwow_matches_marsaglia_reference():
         assert got[:, j].tolist() == marsaglia_xorwow(Xorwow.seed_state(s), 50)
     # Marsaglia's published generator and initial state.
     assert marsaglia_xorwow((123456789, 362436069, 521288629, 88675123, 5783321, 6615241), 3) == [
-        246875399, 3690007200, 1264581005]
+        246875399,
+        3690007200,
+        1264581005,
+    ]
     # SplitMix64 reference value (seed 0, first output 0xE220A8397B1DCDAF).
     assert Xorwow.seed_state(0)[:2] == (0x7B1DCDAF, 0xE220A8397B1DCDAF >> 32)
 

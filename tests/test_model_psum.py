@@ -13,11 +13,32 @@ import numpy as np
 import pytest
 
 from ncrtl.model.fp import Xorwow
-from ncrtl.model.psum import (FIELDS, INSTR_BITS, PORTS, Arbiter, Dtype, Error, Flag, Geometry,
-                        GroupState, Psum, Rounding, Write, check, decode, encode, rand_states,
-                        read_add_write)
-from tests.exact_ref import (MarsagliaStream, psum_slot_reference, round_stochastic_rational,
-                             splitmix64_state, value_of_bits)
+from ncrtl.model.psum import (
+    FIELDS,
+    INSTR_BITS,
+    PORTS,
+    Arbiter,
+    Dtype,
+    Error,
+    Flag,
+    Geometry,
+    GroupState,
+    Psum,
+    Rounding,
+    Write,
+    check,
+    decode,
+    encode,
+    rand_states,
+    read_add_write,
+)
+from tests.exact_ref import (
+    MarsagliaStream,
+    psum_slot_reference,
+    round_stochastic_rational,
+    splitmix64_state,
+    value_of_bits,
+)
 
 FP32, BF16, RAW16 = Dtype.FP32, Dtype.BF16, Dtype.RAW16
 RNE, SR = Rounding.RNE, Rounding.SR
@@ -25,9 +46,29 @@ QNAN32, QNAN16 = 0x7FC00000, 0x7FC0
 
 #: FP32 encodings worth meeting often: zeros, Inf, NaNs with payloads (quiet and signalling),
 #: subnormals, the normal/subnormal edge, the largest finite values, BF16 ties and overflow edges.
-SPECIALS = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFC12345,
-            0x7FA00000, 0x00000001, 0x80000001, 0x007FFFFF, 0x00800000, 0x00018000, 0x7F7FFFFF,
-            0xFF7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0x3F808000, 0x3F818000, 0xBF808000, 0x3F800001]
+SPECIALS = [
+    0x00000000,
+    0x80000000,
+    0x7F800000,
+    0xFF800000,
+    0x7FC00000,
+    0x7F800001,
+    0xFFC12345,
+    0x7FA00000,
+    0x00000001,
+    0x80000001,
+    0x007FFFFF,
+    0x00800000,
+    0x00018000,
+    0x7F7FFFFF,
+    0xFF7FFFFF,
+    0x7F7F8000,
+    0x7F7F7FFF,
+    0x3F808000,
+    0x3F818000,
+    0xBF808000,
+    0x3F800001,
+]
 
 
 def _fp32_bits(rng, n, exp=(118, 138), special=0.05, wild=0.1):
@@ -39,8 +80,9 @@ def _fp32_bits(rng, n, exp=(118, 138), special=0.05, wild=0.1):
     bits = sign | e | m
     pick = rng.random(n)
     bits = np.where(pick < wild, rng.integers(0, 1 << 32, n, dtype=np.uint64), bits)
-    bits = np.where((pick >= 0.1) & (pick < 0.2), (bits & np.uint64(0xFFFF0000)) | np.uint64(0x8000),
-                    bits)
+    bits = np.where(
+        (pick >= 0.1) & (pick < 0.2), (bits & np.uint64(0xFFFF0000)) | np.uint64(0x8000), bits
+    )
     sp = np.array(SPECIALS, dtype=np.uint64)[rng.integers(0, len(SPECIALS), n)]
     bits = np.where(pick >= 1 - special, sp, bits)
     return bits.astype(np.uint32)
@@ -52,8 +94,12 @@ def _bf16_bits(rng, n):
 
 def _snapshot(ps):
     """Everything a rejected instruction must leave alone."""
-    return (ps.mem.copy(), copy.deepcopy(ps.groups),
-            [ps.rand_state(p) for p in range(ps.geometry.partitions)], ps.pending)
+    return (
+        ps.mem.copy(),
+        copy.deepcopy(ps.groups),
+        [ps.rand_state(p) for p in range(ps.geometry.partitions)],
+        ps.pending,
+    )
 
 
 def _assert_unchanged(ps, snap):
@@ -66,6 +112,7 @@ def _assert_unchanged(ps, snap):
 
 # -- read_add_write against the rational reference -----------------------------------------------
 
+
 def _check_slots(old, value, dtype, overwrite, rounding=RNE, rand=None):
     got = read_add_write(old, value, dtype=dtype, overwrite=overwrite, rounding=rounding, rand=rand)
     assert got.dtype == (np.uint32 if dtype == FP32 else np.uint16)
@@ -77,7 +124,8 @@ def _check_slots(old, value, dtype, overwrite, rounding=RNE, rand=None):
         want = psum_slot_reference(o, int(value[i]), dtype.name.lower(), overwrite, mode, r)
         assert int(got[i]) == want, (
             f"case {i}: {dtype.name} overwrite={overwrite} {mode} old={o!r:} "
-            f"value={int(value[i]):#010x} r={r}: got {int(got[i]):#x} want {want:#x}")
+            f"value={int(value[i]):#010x} r={r}: got {int(got[i]):#x} want {want:#x}"
+        )
     return got
 
 
@@ -101,8 +149,9 @@ def test_read_add_write_bf16_random_vs_rational(rounding, overwrite):
     rand[rng.random(n) < 0.1] = 0xFFFF
     rand[rng.random(n) < 0.05] = 0x7FFF
     rand[rng.random(n) < 0.05] = 0x8000
-    _check_slots(None if overwrite else old, val, BF16, overwrite, rounding,
-                 rand if rounding == SR else None)
+    _check_slots(
+        None if overwrite else old, val, BF16, overwrite, rounding, rand if rounding == SR else None
+    )
 
 
 def test_read_add_write_raw16():
@@ -133,8 +182,8 @@ CORNERS = [
     (0x7F800000, 0xFF800000, FP32, False, RNE, None, QNAN32),
     (0x7F800000, _f32(-3e38), FP32, False, RNE, None, 0x7F800000),
     (0xFF800000, 0xFF800000, FP32, False, RNE, None, 0xFF800000),
-    (0x7F7FFFFF, 0x7F7FFFFF, FP32, False, RNE, None, 0x7F800000),      # overflow
-    (0xFF7FFFFF, 0xF3000000, FP32, False, RNE, None, 0xFF800000),      # tie at the edge: Inf
+    (0x7F7FFFFF, 0x7F7FFFFF, FP32, False, RNE, None, 0x7F800000),  # overflow
+    (0xFF7FFFFF, 0xF3000000, FP32, False, RNE, None, 0xFF800000),  # tie at the edge: Inf
     # Exact cancellation and signed zero: +0 unless both are -0.
     (_f32(3), _f32(-3), FP32, False, RNE, None, 0x00000000),
     (_f32(-3), _f32(3), FP32, False, RNE, None, 0x00000000),
@@ -153,7 +202,7 @@ CORNERS = [
     (0, 0x7FA12345, BF16, True, RNE, None, QNAN16),
     (0, 0xFFC00001, BF16, True, SR, 0xFFFF, QNAN16),
     (0x7FC1, _f32(1), BF16, False, RNE, None, QNAN16),
-    (0x7F80, 0xFF800000, BF16, False, SR, 0x1234, QNAN16),             # Inf - Inf
+    (0x7F80, 0xFF800000, BF16, False, SR, 0x1234, QNAN16),  # Inf - Inf
     # BF16 Inf passes, also under SR with the largest r.
     (0, 0xFF800000, BF16, True, SR, 0xFFFF, 0xFF80),
     (0x7F80, _f32(1), BF16, False, RNE, None, 0x7F80),
@@ -163,10 +212,10 @@ CORNERS = [
     (0, 0xBF818000, BF16, True, RNE, None, 0xBF82),
     (0, 0x3F808000, BF16, True, SR, 0x7FFF, 0x3F80),
     (0, 0x3F808000, BF16, True, SR, 0x8000, 0x3F81),
-    (0, 0x3F80FFFF, BF16, True, SR, 0x0000, 0x3F80),                   # r = 0 truncates
-    (0, 0x3F800001, BF16, True, SR, 0xFFFF, 0x3F81),                   # r = max rounds any bit up
-    (0, 0x3F800000, BF16, True, SR, 0xFFFF, 0x3F80),                   # exact stays exact
-    (0x3F80, 0x3B000000, BF16, False, RNE, None, 0x3F80),              # 1 + 2**-9 (a quarter ulp)
+    (0, 0x3F80FFFF, BF16, True, SR, 0x0000, 0x3F80),  # r = 0 truncates
+    (0, 0x3F800001, BF16, True, SR, 0xFFFF, 0x3F81),  # r = max rounds any bit up
+    (0, 0x3F800000, BF16, True, SR, 0xFFFF, 0x3F80),  # exact stays exact
+    (0x3F80, 0x3B000000, BF16, False, RNE, None, 0x3F80),  # 1 + 2**-9 (a quarter ulp)
     (0x3F80, 0x3B000000, BF16, False, SR, 0xBFFF, 0x3F80),
     (0x3F80, 0x3B000000, BF16, False, SR, 0xC000, 0x3F81),
     # BF16 overflow to Inf: RNE at the tie above the largest finite, SR carrying past it, and an
@@ -177,39 +226,46 @@ CORNERS = [
     (0, 0x7F7F0001, BF16, True, SR, 0xFFFF, 0x7F80),
     (0, 0x7F7F0001, BF16, True, SR, 0xFFFE, 0x7F7F),
     (0, 0xFF7FFFFF, BF16, True, SR, 0x0001, 0xFF80),
-    (0x7F7F, 0x7B800000, BF16, False, RNE, None, 0x7F80),              # max + 2**120 = 2**128
-    (0x7F7F, 0x7B000000, BF16, False, SR, 0x0000, 0x7F7F),             # max + 2**119: FP32-exact
+    (0x7F7F, 0x7B800000, BF16, False, RNE, None, 0x7F80),  # max + 2**120 = 2**128
+    (0x7F7F, 0x7B000000, BF16, False, SR, 0x0000, 0x7F7F),  # max + 2**119: FP32-exact
     (0x7F7F, 0x7B000000, BF16, False, SR, 0x8000, 0x7F80),
-    (0x7F7F, 0x7B000000, BF16, False, RNE, None, 0x7F80),              # ... a tie to even: Inf
+    (0x7F7F, 0x7B000000, BF16, False, RNE, None, 0x7F80),  # ... a tie to even: Inf
     # BF16 signed zero and cancellation.
     (0x8000, 0x80000000, BF16, False, RNE, None, 0x8000),
     (0x8000, 0x80000000, BF16, False, SR, 0xFFFF, 0x8000),
     (0x8000, 0x00000000, BF16, False, SR, 0xFFFF, 0x0000),
     (0x3F80, _f32(-1), BF16, False, SR, 0xFFFF, 0x0000),
     (_bf(-2.5), _f32(2.5), BF16, False, RNE, None, 0x0000),
-    (0, 0x80000001, BF16, True, RNE, None, 0x8000),                    # underflow keeps the sign
+    (0, 0x80000001, BF16, True, RNE, None, 0x8000),  # underflow keeps the sign
     (0, 0x80000001, BF16, True, SR, 0xFFFF, 0x8001),
     # BF16 subnormals.
     (0x0001, 0x00000001, BF16, False, RNE, None, 0x0001),
     (0x0001, 0x00000001, BF16, False, SR, 0xFFFF, 0x0002),
-    (0x0001, 0x00008000, BF16, False, RNE, None, 0x0002),              # 1.5 subnormal ulps: tie
-    (0x007F, 0x00010000, BF16, False, RNE, None, 0x0080),              # into the normal range
+    (0x0001, 0x00008000, BF16, False, RNE, None, 0x0002),  # 1.5 subnormal ulps: tie
+    (0x007F, 0x00010000, BF16, False, RNE, None, 0x0080),  # into the normal range
     (0x8001, 0x00000000, BF16, False, RNE, None, 0x8001),
     # BF16 accumulate: upcast, FP32 RNE add, then round (double rounding is the contract).
-    (0x3F80, 0x33800000, BF16, False, SR, 0xFFFF, 0x3F80),             # 1 + 2**-24 -> FP32 1.0
-    (0x3F80, 0x34000000, BF16, False, SR, 0xFFFF, 0x3F81),             # 1 + 2**-23 survives
+    (0x3F80, 0x33800000, BF16, False, SR, 0xFFFF, 0x3F80),  # 1 + 2**-24 -> FP32 1.0
+    (0x3F80, 0x34000000, BF16, False, SR, 0xFFFF, 0x3F81),  # 1 + 2**-23 survives
     # RAW16 keeps the low half bit for bit.
     (0, 0x7FC1FFFF, RAW16, True, RNE, None, 0xFFFF),
     (0, 0x12345678, RAW16, True, RNE, None, 0x5678),
 ]
 
 
-@pytest.mark.parametrize("old,value,dtype,overwrite,rounding,r,want", CORNERS,
-                         ids=[f"{i}" for i in range(len(CORNERS))])
+@pytest.mark.parametrize(
+    "old,value,dtype,overwrite,rounding,r,want", CORNERS, ids=[f"{i}" for i in range(len(CORNERS))]
+)
 def test_read_add_write_corners(old, value, dtype, overwrite, rounding, r, want):
     o = np.array([old], dtype=np.uint32 if dtype == FP32 else np.uint16)
-    got = _check_slots(o, np.array([value], dtype=np.uint32), dtype, overwrite, rounding,
-                       None if r is None else np.array([r]))
+    got = _check_slots(
+        o,
+        np.array([value], dtype=np.uint32),
+        dtype,
+        overwrite,
+        rounding,
+        None if r is None else np.array([r]),
+    )
     assert int(got[0]) == want
 
 
@@ -220,8 +276,9 @@ def test_read_add_write_accepts_float_views_and_scalars():
     got = read_add_write(old, np.float32([0.5]), dtype=BF16, overwrite=False)
     assert got.view(ml_dtypes.bfloat16)[0] == 1.5
     # On overwrite, old is not looked at.
-    got = read_add_write(None, np.float32([0.5, -0.0]), dtype=BF16, overwrite=True,
-                         rounding=SR, rand=[0, 0xFFFF])
+    got = read_add_write(
+        None, np.float32([0.5, -0.0]), dtype=BF16, overwrite=True, rounding=SR, rand=[0, 0xFFFF]
+    )
     assert got.tolist() == [0x3F00, 0x8000]
 
 
@@ -272,6 +329,7 @@ def test_read_add_write_bad_input():
 
 
 # -- the state model against a naive per-element reference ---------------------------------------
+
 
 def _naive_rule(w, geo, groups):
     """The rule ``w`` breaks (an int code, 0 = legal), stated again from docs/psum.md."""
@@ -325,12 +383,14 @@ class NaivePsum:
                 v = int(beat[p])
                 if w.dtype == 0:
                     self.mem[w.bank][c][p] = psum_slot_reference(
-                        self.mem[w.bank][c][p], v, name, bool(w.flags & 1), mode, r)
+                        self.mem[w.bank][c][p], v, name, bool(w.flags & 1), mode, r
+                    )
                 else:
                     row, sh = c // 2, 16 * (c % 2)
                     word = self.mem[w.bank][row][p]
-                    new = psum_slot_reference((word >> sh) & 0xFFFF, v, name, bool(w.flags & 1),
-                                              mode, r)
+                    new = psum_slot_reference(
+                        (word >> sh) & 0xFFFF, v, name, bool(w.flags & 1), mode, r
+                    )
                     self.mem[w.bank][row][p] = (word & ~(0xFFFF << sh)) | (new << sh)
         return 0, (w.bank if w.flags & 2 else None)
 
@@ -353,20 +413,29 @@ def _random_stream(rng, geo, n_groups):
 
     Yields ("write", Write) or ("engine", (bank, row, mask)).
     """
-    queues = [[] for _ in range(geo.banks)]   # per bank: the rest of its current group
+    queues = [[] for _ in range(geo.banks)]  # per bank: the rest of its current group
     started = 0
     while started < n_groups or any(queues):
         u = rng.random()
         if u < 0.08:
-            yield "engine", (int(rng.integers(geo.banks)), int(rng.integers(geo.rows)),
-                             int(rng.integers(4)))
+            yield (
+                "engine",
+                (int(rng.integers(geo.banks)), int(rng.integers(geo.rows)), int(rng.integers(4))),
+            )
             continue
         if u < 0.16:
             # Anything at all: mostly illegal (and drained), sometimes legal by chance.
-            yield "write", Write(int(rng.integers(-1, geo.banks + 2)),
-                                 int(rng.integers(-1, 2 * geo.rows)), int(rng.integers(0, 6)),
-                                 int(rng.integers(0, 4)), int(rng.integers(0, 2)),
-                                 int(rng.integers(0, 8)))
+            yield (
+                "write",
+                Write(
+                    int(rng.integers(-1, geo.banks + 2)),
+                    int(rng.integers(-1, 2 * geo.rows)),
+                    int(rng.integers(0, 6)),
+                    int(rng.integers(0, 4)),
+                    int(rng.integers(0, 2)),
+                    int(rng.integers(0, 8)),
+                ),
+            )
             continue
         bank = int(rng.integers(geo.banks))
         if not queues[bank]:
@@ -416,8 +485,10 @@ def test_psum_random_groups_vs_naive(seed, use_issue):
             snap = _snapshot(ps)
             with pytest.raises(ValueError) as exc:
                 ps.write(w, beats)
-            assert str(exc.value) == check(w, geo, ps.groups[w.bank] if 0 <= w.bank < geo.banks
-                                           else None)[1]
+            assert (
+                str(exc.value)
+                == check(w, geo, ps.groups[w.bank] if 0 <= w.bank < geo.banks else None)[1]
+            )
             _assert_unchanged(ps, snap)
             got_done = None
         else:
@@ -463,7 +534,7 @@ def test_sr_draws_follow_independent_xorwow():
     ps.engine_write(0, 3, np.arange(8, dtype=np.uint32), mask=1)
     ps.engine_read(0, 3)
     ps.read(0, 0, 4, BF16)
-    assert ps.issue(Write(0, 0, 4, BF16, SR, 0))[0] == Error.NO_GROUP   # bank 0's group is closed
+    assert ps.issue(Write(0, 0, 4, BF16, SR, 0))[0] == Error.NO_GROUP  # bank 0's group is closed
     assert ps.pending == 4
     for _ in range(4):
         ps.beat(np.ones(8, np.float32))
@@ -473,7 +544,7 @@ def test_sr_draws_follow_independent_xorwow():
     # The next SR beats (overwrite and accumulate) continue the same streams.
     sr_write(Write(0, 10, 7, BF16, SR, 1))
     acc = _fp32_bits(rng, 8, special=0).reshape(1, 8)
-    old = [(int(ps.mem[0, 5, p]) >> 16) & 0xFFFF for p in range(8)]   # column 11
+    old = [(int(ps.mem[0, 5, p]) >> 16) & 0xFFFF for p in range(8)]  # column 11
     ps.write(Write(0, 11, 1, BF16, SR, 2), acc)
     for p in range(8):
         r = gens[p].next_u32() >> 16
@@ -491,7 +562,10 @@ def test_set_rand_state_is_what_the_next_draw_uses():
     ps.write(Write(0, 0, 1, BF16, SR, 3), np.array([[0x3F80FFFF, 0x3F800001]], np.uint32))
     g0, g1 = MarsagliaStream(splitmix64_state(0)), MarsagliaStream(words)
     r0, r1 = g0.next_u32() >> 16, g1.next_u32() >> 16
-    assert ps.mem[0, 0].tolist() == [0x3F80 + (0xFFFF + r0 >= 1 << 16), 0x3F80 + (1 + r1 >= 1 << 16)]
+    assert ps.mem[0, 0].tolist() == [
+        0x3F80 + (0xFFFF + r0 >= 1 << 16),
+        0x3F80 + (1 + r1 >= 1 << 16),
+    ]
     assert ps.rand_state(1) == g1.state and ps.rand_state(0) == g0.state
 
 
@@ -505,7 +579,9 @@ def test_reset_state_and_rand_states():
         assert ps.rand_state(p) == splitmix64_state(p)
     st = rand_states(2**64 - 3, 3)
     assert st.shape == (3, 6) and st.dtype == np.uint32
-    assert [tuple(map(int, row)) for row in st] == [splitmix64_state(2**64 - 3 + p) for p in range(3)]
+    assert [tuple(map(int, row)) for row in st] == [
+        splitmix64_state(2**64 - 3 + p) for p in range(3)
+    ]
     ps = Psum(Geometry(partitions=3), seed=2**64 - 3)
     assert [ps.rand_state(p) for p in range(3)] == [tuple(map(int, row)) for row in st]
 
@@ -520,8 +596,8 @@ def test_group_complete_and_group_state():
     assert ps.write(Write(2, 0, 1, FP32, RNE, 2), one) == 2
     assert ps.groups[2] == GroupState(False, FP32)
     assert ps.read(2, 0, 1, FP32).tolist() == [[3.0], [3.0]]
-    assert ps.write(Write(3, 0, 1, BF16, RNE, 3), one) == 3          # NKI default: a one-write group
-    assert ps.write(Write(2, 0, 1, FP32, RNE, 6), one) == 2          # accumulate-first + last
+    assert ps.write(Write(3, 0, 1, BF16, RNE, 3), one) == 3  # NKI default: a one-write group
+    assert ps.write(Write(2, 0, 1, FP32, RNE, 6), one) == 2  # accumulate-first + last
     assert ps.read(2, 0, 1, FP32).tolist() == [[4.0], [4.0]]
     # A group opened in one dtype is restarted by a first write of another.
     ps.write(Write(1, 0, 1, FP32, RNE, 1), one)
@@ -529,10 +605,12 @@ def test_group_complete_and_group_state():
     assert ps.groups[1] == GroupState(True, BF16)
     # Streamed: only the last beat of a legal write with bit1 completes.
     assert ps.issue(Write(1, 2, 3, BF16, RNE, 2)) is None
-    assert ps.groups[1] == GroupState(False, BF16)                  # updated at issue
+    assert ps.groups[1] == GroupState(False, BF16)  # updated at issue
     assert [ps.beat(np.ones(2, np.float32)) for _ in range(3)] == [None, None, 1]
-    assert ps.issue(Write(1, 2, 2, BF16, RNE, 2)) == (Error.NO_GROUP, check(
-        Write(1, 2, 2, BF16, RNE, 2), geo, GroupState())[1])
+    assert ps.issue(Write(1, 2, 2, BF16, RNE, 2)) == (
+        Error.NO_GROUP,
+        check(Write(1, 2, 2, BF16, RNE, 2), geo, GroupState())[1],
+    )
     assert [ps.beat(np.ones(2, np.float32)) for _ in range(2)] == [None, None]
     assert ps.issue(Write(0, 0, 2, FP32, RNE, 3)) is None
     assert ps.beat(np.ones(2, np.float32)) is None and ps.pending == 1
@@ -545,13 +623,13 @@ def _half(word, c):
 
 
 def test_sixteen_bit_addressing_and_views():
-    geo = Geometry(partitions=3, banks=2, bank_bytes=16)    # 4 words: 4 FP32 or 8 16-bit slots
+    geo = Geometry(partitions=3, banks=2, bank_bytes=16)  # 4 words: 4 FP32 or 8 16-bit slots
     ps = Psum(geo)
     base = [[0xA0B0C0D0 + 0x01010101 * (3 * row + p) for p in range(3)] for row in range(4)]
     for row in range(4):
         ps.engine_write(1, row, np.array(base[row], np.uint32))
     raw = np.array([[0xABCD0000 + 16 * j + p for p in range(3)] for j in range(5)], np.uint32)
-    ps.write(Write(1, 3, 5, RAW16, RNE, 3), raw)               # elements 3..7: words 1..3
+    ps.write(Write(1, 3, 5, RAW16, RNE, 3), raw)  # elements 3..7: words 1..3
     for c in range(8):
         for p in range(3):
             want = (int(raw[c - 3, p]) & 0xFFFF) if c >= 3 else _half(base[c // 2][p], c)
@@ -577,18 +655,18 @@ def test_sixteen_bit_addressing_and_views():
 def test_engine_ports_are_plain_sram():
     geo = Geometry(partitions=4, banks=2, bank_bytes=16)
     ps = Psum(geo, seed=3)
-    ps.write(Write(1, 0, 1, BF16, SR, 1), np.ones((1, 4), np.float32))   # group open in bank 1
+    ps.write(Write(1, 0, 1, BF16, SR, 1), np.ones((1, 4), np.float32))  # group open in bank 1
     snap = _snapshot(ps)
     d = np.array([0x11112222, 0x33334444, 0x55556666, 0x77778888], np.uint32)
-    ps.engine_write(1, 0, d, mask=2)                            # upper halves only
+    ps.engine_write(1, 0, d, mask=2)  # upper halves only
     assert ps.mem[1, 0].tolist() == [0x11113F80, 0x33333F80, 0x55553F80, 0x77773F80]
     ps.engine_write(1, 0, d, mask=1)
     assert ps.mem[1, 0].tolist() == d.tolist()
-    ps.engine_write(1, 1, d.view(np.float32))                   # default mask 3, float32 view
-    ps.engine_write(1, 2, ~d, mask=0)                           # writes nothing
+    ps.engine_write(1, 1, d.view(np.float32))  # default mask 3, float32 view
+    ps.engine_write(1, 2, ~d, mask=0)  # writes nothing
     assert ps.engine_read(1, 1).tolist() == d.tolist() and not ps.engine_read(1, 2).any()
     got = ps.engine_read(1, 1)
-    got[:] = 0                                                  # a copy
+    got[:] = 0  # a copy
     assert ps.mem[1, 1].tolist() == d.tolist()
     # No groups, no draws.
     assert ps.groups == snap[1]
@@ -596,6 +674,7 @@ def test_engine_ports_are_plain_sram():
 
 
 # -- rules: every error, through write and through issue ------------------------------------------
+
 
 def _rule_cases(geo):
     """(Write, Error, words the message must contain), for a PSUM whose bank 1 has an open BF16
@@ -610,14 +689,25 @@ def _rule_cases(geo):
         (Write(0, 2 * geo.rows - 2, 3, BF16), Error.RANGE, f"bank row of {2 * geo.rows} bf16"),
         (Write(0, -1, 2), Error.RANGE, "columns -1..0 do not fit"),
         (Write(0, 0, 2, flags=5), Error.FLAGS, "bit0 .* and bit2 .* are exclusive"),
-        (Write(0, 0, 2, FP32, SR, 3), Error.ROUNDING, "stochastic rounding needs a bf16 destination"),
+        (
+            Write(0, 0, 2, FP32, SR, 3),
+            Error.ROUNDING,
+            "stochastic rounding needs a bf16 destination",
+        ),
         (Write(0, 0, 2, RAW16, SR, 3), Error.ROUNDING, "not raw16"),
         (Write(0, 0, 2, RAW16, RNE, 2), Error.RAW_ACCUMULATE, "raw16 .* can only overwrite"),
         (Write(0, 0, 2, RAW16, RNE, 4), Error.RAW_ACCUMULATE, "lacks bit0"),
-        (Write(0, 0, 2, FP32, RNE, 0), Error.NO_GROUP, "bank 0, which has no open accumulation group"),
+        (
+            Write(0, 0, 2, FP32, RNE, 0),
+            Error.NO_GROUP,
+            "bank 0, which has no open accumulation group",
+        ),
         (Write(2, 0, 2, BF16, SR, 2), Error.NO_GROUP, "no open accumulation group"),
-        (Write(1, 0, 2, FP32, RNE, 2), Error.GROUP_DTYPE,
-         "group open in bank 1 is bf16.*fp32 cannot join"),
+        (
+            Write(1, 0, 2, FP32, RNE, 2),
+            Error.GROUP_DTYPE,
+            "group open in bank 1 is bf16.*fp32 cannot join",
+        ),
         # Rule order: the first broken rule is the one reported.
         (Write(9, 0, 0, 3, 1, 5), Error.BANK, "bank 9"),
         (Write(0, 5000, 0, 3, 1, 5), Error.DTYPE, "reserved"),
@@ -647,7 +737,9 @@ def _still_usable(ps, geo):
     val = np.full((1, geo.partitions), 0.375, np.float32)
     assert ps.write(Write(1, 1, 1, BF16, SR, 2), val) == 1
     for p in range(geo.partitions):
-        want = psum_slot_reference(int(before[0, p]) >> 16, 0x3EC00000, "bf16", False, "sr", rand[p])
+        want = psum_slot_reference(
+            int(before[0, p]) >> 16, 0x3EC00000, "bf16", False, "sr", rand[p]
+        )
         assert int(ps.mem[1, 0, p]) == (int(before[0, p]) & 0xFFFF) | (want << 16)
     assert ps.write(Write(0, 0, 1, FP32, RNE, 3), val) == 0
     assert ps.read(0, 0, 1, FP32).tolist() == [[0.375]] * geo.partitions
@@ -664,8 +756,10 @@ def test_every_rule_is_raised_by_write_and_changes_nothing():
         beats = np.ones((max(w.n, 0), geo.partitions), np.float32)
         with pytest.raises(ValueError, match=words) as exc:
             ps.write(w, beats)
-        assert str(exc.value) == check(w, geo, ps.groups[w.bank] if 0 <= w.bank < geo.banks
-                                       else None)[1]
+        assert (
+            str(exc.value)
+            == check(w, geo, ps.groups[w.bank] if 0 <= w.bank < geo.banks else None)[1]
+        )
         _assert_unchanged(ps, snap)
         _still_usable(ps, geo)
 
@@ -704,7 +798,7 @@ def test_write_and_stream_misuse():
         ps.issue(Write(0, 0, 2, flags=8))
     with pytest.raises(ValueError, match="rounding 2 is neither"):
         ps.issue(Write(0, 0, 2, rounding=2))
-    with pytest.raises(ValueError, match="field col must be an integer, not 1.5"):
+    with pytest.raises(TypeError, match="field col must be an integer, not 1.5"):
         ps.issue(Write(0, 1.5, 2))
     _assert_unchanged(ps, snap)
     # Streaming: a beat needs a pending write; an issue needs none pending; bad beats consume
@@ -736,7 +830,10 @@ def test_bad_port_view_and_generator_arguments():
         (lambda: ps.engine_write(-1, 0, d), r"bank -1 is out of range"),
         (lambda: ps.engine_write(0, 4, d), r"row 4 is out of range; a bank has rows 0..3"),
         (lambda: ps.engine_write(0, -1, d), r"row -1 is out of range"),
-        (lambda: ps.engine_write(0, 0, d, mask=4), r"mask 4 is out of range; the half mask is 2 bits"),
+        (
+            lambda: ps.engine_write(0, 0, d, mask=4),
+            r"mask 4 is out of range; the half mask is 2 bits",
+        ),
         (lambda: ps.engine_write(0, 0, d, mask=-1), r"mask -1 is out of range"),
         (lambda: ps.engine_write(0, 0, d[:3]), r"data must have shape \(4,\), not \(3,\)"),
         (lambda: ps.engine_write(0, 0, d.astype(np.int64)), r"data must be uint32 bits"),
@@ -747,54 +844,72 @@ def test_bad_port_view_and_generator_arguments():
         (lambda: ps.read(0, 3, 2, FP32), r"columns 3..4 do not fit a bank row of 4 fp32"),
         (lambda: ps.read(0, 0, 9, BF16), r"columns 0..8 do not fit a bank row of 8 bf16"),
         (lambda: ps.read(0, 0, 1, 3), r"dtype 3 is not a PSUM element type"),
-        (lambda: ps.set_rand_state(4, [1] * 6),
-         r"partition 4 is out of range; PSUM has partitions 0..3"),
+        (
+            lambda: ps.set_rand_state(4, [1] * 6),
+            r"partition 4 is out of range; PSUM has partitions 0..3",
+        ),
         (lambda: ps.set_rand_state(-1, [1] * 6), r"partition -1 is out of range"),
         (lambda: ps.set_rand_state(0, [1] * 5), r"six 32-bit integers .* got 5"),
         (lambda: ps.set_rand_state(0, 7), r"six 32-bit integers .* not 7"),
-        (lambda: ps.set_rand_state(0, [1, 2, 3, 4, 2**32, 6]),
-         r"generator word v=4294967296 is outside"),
+        (
+            lambda: ps.set_rand_state(0, [1, 2, 3, 4, 2**32, 6]),
+            r"generator word v=4294967296 is outside",
+        ),
         (lambda: ps.set_rand_state(0, [1, 2, -3, 4, 5, 6]), r"generator word z=-3 is outside"),
-        (lambda: ps.set_rand_state(0, [1, 2, 3.0, 4, 5, 6]), r"generator word z must be an integer"),
+        (
+            lambda: ps.set_rand_state(0, [1, 2, 3.0, 4, 5, 6]),
+            r"generator word z must be an integer",
+        ),
         (lambda: ps.rand_state(4), r"partition 4 is out of range"),
     ]
     for call, msg in bad:
-        with pytest.raises(ValueError, match=msg):
+        # A wrong kind of argument is a TypeError, a wrong value a ValueError.
+        with pytest.raises(TypeError if "must be an integer" in msg else ValueError, match=msg):
             call()
     _assert_unchanged(ps, snap)
     _still_usable(ps, geo)
 
 
 def test_bad_constructor_arguments():
-    with pytest.raises(ValueError, match="geometry must be an isa.Geometry, not 128"):
+    with pytest.raises(TypeError, match="geometry must be an isa.Geometry, not 128"):
         Psum(128)
-    with pytest.raises(ValueError,
-                       match=r"seed -1: the per-partition seeds .* must lie in \[0, 2\*\*64\)"):
+    with pytest.raises(
+        ValueError, match=r"seed -1: the per-partition seeds .* must lie in \[0, 2\*\*64\)"
+    ):
         Psum(seed=-1)
     with pytest.raises(ValueError, match=r"seeds 18446744073709551615..18446744073709551742"):
         Psum(seed=2**64 - 1)
-    with pytest.raises(ValueError, match="seed must be an integer, not 1.0"):
+    with pytest.raises(TypeError, match="seed must be an integer, not 1.0"):
         rand_states(1.0, 4)
     with pytest.raises(ValueError, match="partitions must be >= 1, not 0"):
         rand_states(0, 0)
-    for kw, msg in [({"partitions": 0}, "partitions must be an integer in 1..128, not 0"),
-                    ({"partitions": 129}, "partitions must be an integer in 1..128, not 129"),
-                    ({"partitions": 4.0}, "partitions must be an integer in 1..128, not 4.0"),
-                    ({"banks": 0}, "banks must be an integer in 1..16, not 0"),
-                    ({"banks": 17}, "banks must be an integer in 1..16, not 17"),
-                    ({"bank_bytes": 12}, "bank_bytes must be a power of two in 8..4096, not 12"),
-                    ({"bank_bytes": 4}, "bank_bytes must be a power of two in 8..4096, not 4"),
-                    ({"bank_bytes": 8192}, "bank_bytes must be a power of two in 8..4096, not 8192"),
-                    ({"bank_bytes": "2048"},
-                     "bank_bytes must be a power of two in 8..4096, not '2048'")]:
-        with pytest.raises(ValueError, match=re.escape(msg)):
+    for kw, msg in [
+        ({"partitions": 0}, "partitions must be an integer in 1..128, not 0"),
+        ({"partitions": 129}, "partitions must be an integer in 1..128, not 129"),
+        ({"partitions": 4.0}, "partitions must be an integer, not 4.0"),
+        ({"banks": 0}, "banks must be an integer in 1..16, not 0"),
+        ({"banks": 17}, "banks must be an integer in 1..16, not 17"),
+        ({"bank_bytes": 12}, "bank_bytes must be a power of two in 8..4096, not 12"),
+        ({"bank_bytes": 4}, "bank_bytes must be a power of two in 8..4096, not 4"),
+        ({"bank_bytes": 8192}, "bank_bytes must be a power of two in 8..4096, not 8192"),
+        ({"bank_bytes": "2048"}, "bank_bytes must be an integer, not '2048'"),
+    ]:
+        with pytest.raises(
+            TypeError if "an integer, not" in msg else ValueError, match=re.escape(msg)
+        ):
             Geometry(**kw)
 
 
 def test_instruction_word_roundtrip():
     rng = np.random.default_rng(9)
-    assert INSTR_BITS == 32 and [f for f, _ in FIELDS] == ["bank", "col", "n", "dtype", "rounding",
-                                                            "flags"]
+    assert INSTR_BITS == 32 and [f for f, _ in FIELDS] == [
+        "bank",
+        "col",
+        "n",
+        "dtype",
+        "rounding",
+        "flags",
+    ]
     for _ in range(200):
         vals = {name: int(rng.integers(0, 1 << width)) for name, width in FIELDS}
         w = Write(**vals)
@@ -806,12 +921,13 @@ def test_instruction_word_roundtrip():
 
 # -- hammering one address -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype,rounding", [(FP32, RNE), (BF16, RNE), (BF16, SR)])
 def test_hammering_one_address_equals_the_sequential_fold(dtype, rounding):
     """Back-to-back N = 1 writes into one slot lose no update: the result is the fold."""
     geo = Geometry(partitions=16, banks=2, bank_bytes=64)
     ps = Psum(geo, seed=5)
-    gen = Xorwow(np.arange(5, 5 + 16, dtype=np.uint64).astype(object))   # the same seeds
+    gen = Xorwow(np.arange(5, 5 + 16, dtype=np.uint64).astype(object))  # the same seeds
     rng = np.random.default_rng(21 + int(dtype) + int(rounding))
     k = 300
     vals = _fp32_bits(rng, k * 16, exp=(120, 128), special=0.002, wild=0).reshape(k, 16)
@@ -824,11 +940,12 @@ def test_hammering_one_address_equals_the_sequential_fold(dtype, rounding):
             assert ps.issue(w) is None
             done = ps.beat(vals[i])
         else:
-            done = ps.write(w, vals[i:i + 1])
+            done = ps.write(w, vals[i : i + 1])
         assert done == (1 if i == k - 1 else None)
         rand = gen.next_u16() if rounding == SR else None
-        acc = read_add_write(acc, vals[i], dtype=dtype, overwrite=i == 0, rounding=rounding,
-                             rand=rand)
+        acc = read_add_write(
+            acc, vals[i], dtype=dtype, overwrite=i == 0, rounding=rounding, rand=rand
+        )
     got = ps.read(1, col, 1, dtype)[:, 0]
     assert np.array_equal(got.view(acc.dtype), acc)
     # The fold itself is the rational reference's, element by element.
@@ -845,6 +962,7 @@ def test_hammering_one_address_equals_the_sequential_fold(dtype, rounding):
 
 # -- stochastic rounding, statistically -----------------------------------------------------------
 
+
 def test_sr_accumulation_tracks_the_exact_sum_where_rne_stalls():
     """1.0 + k * 2**-9 in BF16: RNE never moves (a quarter ulp rounds away), SR is unbiased.
 
@@ -853,7 +971,7 @@ def test_sr_accumulation_tracks_the_exact_sum_where_rne_stalls():
     ps = Psum(seed=2024)
     bank, col, steps = 3, 17, 1000
     ones = np.ones((1, 128), np.float32)
-    inc = np.full((1, 128), 2.0 ** -9, np.float32)
+    inc = np.full((1, 128), 2.0**-9, np.float32)
     ps.write(Write(bank, col, 1, BF16, SR, 1), ones)
     ps.write(Write(bank, col + 1, 1, BF16, RNE, 1), ones)
     checkpoints = {}
@@ -863,12 +981,12 @@ def test_sr_accumulation_tracks_the_exact_sum_where_rne_stalls():
         if k in (100, 500, 1000):
             checkpoints[k] = ps.read(bank, col, 2, BF16).astype(np.float64)
     for k, v in checkpoints.items():
-        exact = 1.0 + k * 2.0 ** -9
+        exact = 1.0 + k * 2.0**-9
         sr, rne = v[:, 0], v[:, 1]
         se = sr.std(ddof=1) / np.sqrt(sr.size)
         assert se > 0
         assert abs(sr.mean() - exact) < 4 * se, (k, sr.mean(), exact, se)
-        assert (rne == 1.0).all()                               # biased by exactly k * 2**-9
+        assert (rne == 1.0).all()  # biased by exactly k * 2**-9
         assert exact - rne.mean() > 50 * se
         # SR only ever lands on the BF16 neighbours reachable from the path: stays within range.
         assert sr.min() > 1.0 and sr.max() < exact + 0.5
@@ -877,13 +995,13 @@ def test_sr_accumulation_tracks_the_exact_sum_where_rne_stalls():
 def test_sr_roundings_of_one_value_average_to_it():
     """Overwriting with the same FP32 value many times: the SR mean is the value."""
     ps = Psum(seed=77)
-    x = np.float32(1.0 + 2.0 ** -9 + 2.0 ** -12 + 2.0 ** -20)  # 0.32 ulp above a BF16 value
+    x = np.float32(1.0 + 2.0**-9 + 2.0**-12 + 2.0**-20)  # 0.32 ulp above a BF16 value
     beats = np.full((1024, 128), x, np.float32)
     ps.write(Write(5, 0, 1024, BF16, SR, 3), beats)
     ps.write(Write(6, 0, 1024, BF16, RNE, 3), beats)
     sr = ps.read(5, 0, 1024, BF16).astype(np.float64)
     rne = ps.read(6, 0, 1024, BF16).astype(np.float64)
-    lo, step = 1.0, 2.0 ** -7
+    lo, step = 1.0, 2.0**-7
     assert set(np.unique(sr)) == {lo, lo + step}
     p_up = (float(x) - lo) / step
     se = step * np.sqrt(p_up * (1 - p_up) / sr.size)
@@ -892,6 +1010,7 @@ def test_sr_roundings_of_one_value_average_to_it():
 
 
 # -- arbiter ------------------------------------------------------------------------------------
+
 
 def test_arbiter_hand_worked_examples():
     assert PORTS == ("te", "ve", "se")
@@ -942,7 +1061,7 @@ def test_arbiter_bounded_wait_with_random_persistent_requests():
     rng = np.random.default_rng(12)
     a = Arbiter()
     req = [None, None, None]
-    waited = [0, 0, 0]           # grants of the requested bank to others while waiting
+    waited = [0, 0, 0]  # grants of the requested bank to others while waiting
     for _ in range(5000):
         for p in range(3):
             if req[p] is None and rng.random() < 0.7:
@@ -979,6 +1098,8 @@ def test_arbiter_bad_input():
         a.step([0, 1])
     with pytest.raises(ValueError, match="bank of port se must be None or an integer >= 0, not -1"):
         a.step([0, 1, -1])
-    with pytest.raises(ValueError, match="bank of port te must be None or an integer >= 0, not 1.0"):
+    with pytest.raises(
+        ValueError, match="bank of port te must be None or an integer >= 0, not 1.0"
+    ):
         a.step([1.0, None, None])
     assert a.order == [0, 1, 2]

@@ -14,19 +14,43 @@ import numpy as np
 import pytest
 
 from ncrtl.model.fp import from_bits, get_format, to_bits
-from ncrtl.model.tensor_engine import (InstructionError, P_PREFIX, latency, matmul, matmul_bits,
-                                 mode_of, result_bits, simulate, timing)
-from ncrtl.model.tensor_engine.isa import (FP8_FORMATS, MIN_MM_CYCLES, Error, Instruction, Mode, Op,
-                                     check, encode)
+from ncrtl.model.tensor_engine import (
+    P_PREFIX,
+    InstructionError,
+    latency,
+    matmul,
+    matmul_bits,
+    mode_of,
+    result_bits,
+    simulate,
+    timing,
+)
+from ncrtl.model.tensor_engine.isa import (
+    FP8_FORMATS,
+    MIN_MM_CYCLES,
+    Error,
+    Instruction,
+    Mode,
+    Op,
+    check,
+    encode,
+)
 from tests.exact_ref import dot_add_reference, exact_operand
 
-DTYPES = {"fp32": np.float32, "tf32": np.float32, "bf16": ml_dtypes.bfloat16,
-          "fp16": np.float16, "fp8_e4m3": ml_dtypes.float8_e4m3,
-          "fp8_e4m3fn": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
-          "fp8_e3m4": ml_dtypes.float8_e3m4}
+DTYPES = {
+    "fp32": np.float32,
+    "tf32": np.float32,
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3,
+    "fp8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp8_e3m4": ml_dtypes.float8_e3m4,
+}
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
 
 def kw(fs, fm):
     """Format keyword arguments (only TF32 needs naming)."""
@@ -65,8 +89,8 @@ def special_codes(fmt):
     n = f.bits
     sign = 1 << (n - 1)
     emask = ((1 << f.exp_bits) - 1) << f.man_bits
-    top = emask | ((1 << f.man_bits) - 1)                       # S.1111.111
-    maxf = (top - 1) if f.special == "fn" else (emask - 1)       # largest finite
+    top = emask | ((1 << f.man_bits) - 1)  # S.1111.111
+    maxf = (top - 1) if f.special == "fn" else (emask - 1)  # largest finite
     one = f.bias << f.man_bits
     codes = [0, sign, 1, sign | 1, maxf, sign | maxf, one, sign | one, top]
     if f.has_inf:
@@ -100,14 +124,16 @@ def reference(s, x, fs, fm, double=False):
 def assert_bits_equal(got, want):
     got = np.asarray(got)
     bad = got != want
-    assert not bad.any(), [(tuple(i), hex(int(got[tuple(i)])), hex(int(want[tuple(i)])))
-                           for i in np.argwhere(bad)[:5]]
+    assert not bad.any(), [
+        (tuple(i), hex(int(got[tuple(i)])), hex(int(want[tuple(i)]))) for i in np.argwhere(bad)[:5]
+    ]
 
 
 # -- values against the exact reference ------------------------------------------------------
 
-PAIRS = ([("fp32", "fp32"), ("tf32", "tf32"), ("bf16", "bf16"), ("fp16", "fp16")]
-         + [(a, b) for a in FP8_FORMATS for b in FP8_FORMATS])
+PAIRS = [("fp32", "fp32"), ("tf32", "tf32"), ("bf16", "bf16"), ("fp16", "fp16")] + [
+    (a, b) for a in FP8_FORMATS for b in FP8_FORMATS
+]
 
 
 @pytest.mark.parametrize("fs,fm", PAIRS)
@@ -131,8 +157,10 @@ def test_double_row_matches_exact_chain(fs, fm, specials):
     s = operands(rng, fs, (k, 2, m), specials)
     x = operands(rng, fm, (k, 2, n), specials)
     got = matmul(s, x, perf_mode="double_row", rows=8, cols=4)
-    assert_bits_equal(matmul_bits(s, x, perf_mode="double_row", rows=8, cols=4),
-                      reference(s, x, fs, fm, double=True))
+    assert_bits_equal(
+        matmul_bits(s, x, perf_mode="double_row", rows=8, cols=4),
+        reference(s, x, fs, fm, double=True),
+    )
     assert (result_bits(got) == matmul_bits(s, x, perf_mode="double_row", rows=8, cols=4)).all()
 
 
@@ -142,7 +170,7 @@ def test_double_row_is_one_rounding_per_row():
     Two roundings would give 1 (the tie 1 + 2**-24 goes to even, then 2**-32 is lost).
     """
     e5 = ml_dtypes.float8_e5m2
-    s = np.array([[[1.0], [0.0]], [[2.0**-12], [2.0**-16]]], dtype=e5)   # [K=2, 2, M=1]
+    s = np.array([[[1.0], [0.0]], [[2.0**-12], [2.0**-16]]], dtype=e5)  # [K=2, 2, M=1]
     x = np.array([[[1.0], [0.0]], [[2.0**-12], [2.0**-16]]], dtype=e5)
     got = matmul(s, x, perf_mode="double_row")
     assert got[0, 0] == np.float32(1.0 + 2.0**-23)
@@ -164,18 +192,18 @@ def test_corner_values_fp32():
     tiny = np.float32(1e-45)
     cases = [
         # (stationary column, moving column, expected result bits)
-        ([big, big], [1.0, 1.0], 0x7F800000),                 # overflow in the rounding
-        ([big, big, -np.inf], [1.0, 1.0, 1.0], 0x7FC00000),   # Inf - Inf
-        ([np.inf, 0.0], [0.0, 1.0], 0x7FC00000),              # Inf * 0
-        ([np.nan, 1.0], [1.0, 1.0], 0x7FC00000),              # NaN in
-        ([-0.0, -0.0], [1.0, 1.0], 0x00000000),               # the chain starts at +0.0
-        ([-tiny, -0.0], [tiny, 1.0], 0x80000000),             # underflow keeps -0, stays -0
-        ([-tiny, 1.0], [tiny, 0.0], 0x00000000),              # -0 psum + (+0 product) is +0
-        ([tiny, tiny], [0.5, 0.5], 0x00000000),               # 2**-150 ties to even (+0) twice
-        ([tiny, tiny], [0.75, 0.75], 0x00000002),             # subnormal psum, rounds up
-        ([1.0, -1.0], [2.0**-20, 2.0**-20], 0x00000000),      # exact cancellation -> +0
-        ([big, -big, 3.0], [2.0, 2.0, 1.0], 0x7F800000),      # overflow is sticky in the chain
-        ([big, -big], [1.0, 1.0], 0x00000000),                # no overflow: exact cancellation
+        ([big, big], [1.0, 1.0], 0x7F800000),  # overflow in the rounding
+        ([big, big, -np.inf], [1.0, 1.0, 1.0], 0x7FC00000),  # Inf - Inf
+        ([np.inf, 0.0], [0.0, 1.0], 0x7FC00000),  # Inf * 0
+        ([np.nan, 1.0], [1.0, 1.0], 0x7FC00000),  # NaN in
+        ([-0.0, -0.0], [1.0, 1.0], 0x00000000),  # the chain starts at +0.0
+        ([-tiny, -0.0], [tiny, 1.0], 0x80000000),  # underflow keeps -0, stays -0
+        ([-tiny, 1.0], [tiny, 0.0], 0x00000000),  # -0 psum + (+0 product) is +0
+        ([tiny, tiny], [0.5, 0.5], 0x00000000),  # 2**-150 ties to even (+0) twice
+        ([tiny, tiny], [0.75, 0.75], 0x00000002),  # subnormal psum, rounds up
+        ([1.0, -1.0], [2.0**-20, 2.0**-20], 0x00000000),  # exact cancellation -> +0
+        ([big, -big, 3.0], [2.0, 2.0, 1.0], 0x7F800000),  # overflow is sticky in the chain
+        ([big, -big], [1.0, 1.0], 0x00000000),  # no overflow: exact cancellation
     ]
     for sc, xc, want in cases:
         s = np.array(sc, dtype=f32)[:, None]
@@ -196,21 +224,22 @@ def test_corner_values_narrow_formats():
         codes = np.array(special_codes(fs), dtype=np.uint8)
         c = len(codes)
         kk, jj = np.meshgrid(np.arange(c), np.arange(c), indexing="ij")
-        s = from_bits(codes[(kk + jj) % c], fs)                  # every pair of codes meets
+        s = from_bits(codes[(kk + jj) % c], fs)  # every pair of codes meets
         x = from_bits(codes[(3 * kk + jj) % c], fs)
         assert_bits_equal(matmul_bits(s, x, rows=16, cols=16), reference(s, x, fs, fs))
 
 
 def test_tf32_ignores_low_bits():
-    one_plus = np.float32(1.0 + 2.0**-20)                    # below TF32's 10 mantissa bits
+    one_plus = np.float32(1.0 + 2.0**-20)  # below TF32's 10 mantissa bits
     s = np.array([[one_plus]], dtype=np.float32)
     x = np.array([[one_plus]], dtype=np.float32)
     assert matmul(s, x, stationary_format="tf32", moving_format="tf32")[0, 0] == 1.0
     assert matmul(s, x)[0, 0] == np.float32(one_plus * one_plus)
     # An FP32 NaN whose payload is only in the ignored bits reads as Inf.
     nan_low = np.array([[0x7F800001]], dtype=np.uint32).view(np.float32)
-    got = matmul_bits(nan_low, np.ones((1, 1), np.float32), stationary_format="tf32",
-                      moving_format="tf32")
+    got = matmul_bits(
+        nan_low, np.ones((1, 1), np.float32), stationary_format="tf32", moving_format="tf32"
+    )
     assert int(got[0, 0]) == 0x7F800000
 
 
@@ -219,11 +248,17 @@ def test_tiling_gives_whole_array_values():
     s = operands(rng, "bf16", (64, 32))
     x = operands(rng, "bf16", (64, 16))
     whole = matmul_bits(s, x)
-    for pos, size in [((0, 0), (64, 128)), ((64, 0), (64, 128)), ((0, 96), (128, 32)),
-                      ((0, 64), (128, 64))]:
+    for pos, size in [
+        ((0, 0), (64, 128)),
+        ((64, 0), (64, 128)),
+        ((0, 96), (128, 32)),
+        ((0, 64), (128, 64)),
+    ]:
         assert (matmul_bits(s, x, tile_position=pos, tile_size=size) == whole).all()
-    assert (matmul_bits(s[:32], x[:32], tile_position=(96, 0), tile_size=(32, 128))
-            == matmul_bits(s[:32], x[:32])).all()
+    assert (
+        matmul_bits(s[:32], x[:32], tile_position=(96, 0), tile_size=(32, 128))
+        == matmul_bits(s[:32], x[:32])
+    ).all()
 
 
 def test_full_size_bf16_is_fast_and_exact():
@@ -236,7 +271,7 @@ def test_full_size_bf16_is_fast_and_exact():
     assert got.shape == (128, 512)
     assert elapsed < 10, f"128x128x512 bf16 took {elapsed:.1f} s"
     for m, n in [(0, 0), (127, 511), (5, 300), (64, 17)]:
-        want = reference(s[:, m:m + 1], x[:, n:n + 1], "bf16", "bf16")[0, 0]
+        want = reference(s[:, m : m + 1], x[:, n : n + 1], "bf16", "bf16")[0, 0]
         assert int(got[m, n]) == int(want)
 
 
@@ -263,7 +298,7 @@ def test_transpose_identity_and_permutation(fmt):
     raw = rng.integers(0, 1 << f.container_bits, size=(k, m), dtype=np.uint64)
     sign = 1 << (f.container_bits - 1)
     emask = ((1 << f.exp_bits) - 1) << f.man_bits
-    raw[0, 0] = sign | emask | 1 if f.special == "ieee" else sign | emask | 7   # NaN payloads
+    raw[0, 0] = sign | emask | 1 if f.special == "ieee" else sign | emask | 7  # NaN payloads
     raw[1, 0] = emask | 1 if f.special == "ieee" else 0x7F
     s = from_bits(raw.astype(f.storage_dtype), "fp32" if fmt == "tf32" else fmt)
     sb = bits_of(s, fmt)
@@ -293,11 +328,14 @@ def test_transpose_mixed_fp8_and_tiles():
     assert (matmul(s, sel2.astype(ml_dtypes.float8_e5m2), is_transpose=True) == got).all()
 
 
-@pytest.mark.parametrize("bad,match", [
-    (2.0, r"moving\[1, 0\] = 2.0 is neither 0 nor 1"),
-    (np.nan, r"moving\[1, 0\] = nan is neither 0 nor 1"),
-    (0.5, r"is neither 0 nor 1"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (2.0, r"moving\[1, 0\] = 2.0 is neither 0 nor 1"),
+        (np.nan, r"moving\[1, 0\] = nan is neither 0 nor 1"),
+        (0.5, r"is neither 0 nor 1"),
+    ],
+)
 def test_transpose_rejects_non_selection_entries(bad, match):
     s = np.ones((3, 2), dtype=ml_dtypes.bfloat16)
     x = np.zeros((3, 2), dtype=np.float32)
@@ -334,52 +372,156 @@ ERROR_CASES = [
     (z((4, 4)), z((4, 0)), {}, r"N=0 must be in 1\.\.512", Error.N_RANGE),
     (z((5, 4)), z((4, 4)), {}, r"same K", Error.NONE),
     (z((4, 4)), z((4, 4)), dict(rows=4, cols=2), r"M=4 must be in 1\.\.2", Error.M_RANGE),
-    (z((4, 4), np.float32), z((4, 4)), {}, r"fp32/tf32 operands cannot be mixed.*fp32 x bf16",
-     Error.FORMAT),
-    (z((4, 4), np.float32), z((4, 4), np.float32), dict(stationary_format="tf32"),
-     r"formats must be equal.*tf32 x fp32", Error.FORMAT),
+    (
+        z((4, 4), np.float32),
+        z((4, 4)),
+        {},
+        r"fp32/tf32 operands cannot be mixed.*fp32 x bf16",
+        Error.FORMAT,
+    ),
+    (
+        z((4, 4), np.float32),
+        z((4, 4), np.float32),
+        dict(stationary_format="tf32"),
+        r"formats must be equal.*tf32 x fp32",
+        Error.FORMAT,
+    ),
     (z((4, 4)), z((4, 4), np.float16), {}, r"formats must be equal.*bf16 x fp16", Error.FORMAT),
-    (z((4, 2, 4)), z((4, 2, 4)), dict(perf_mode="double_row"),
-     r"double_row stationary format bf16 is not allowed \(bf16 x bf16\)", Error.FORMAT),
-    (z((4, 2, 4), ml_dtypes.float8_e3m4), z((4, 2, 4), f8), dict(perf_mode="double_row"),
-     r"double_row stationary format fp8_e3m4 is not allowed", Error.FORMAT),
-    (z((4, 2, 4), f8), z((4, 2, 4), f8),
-     dict(perf_mode="double_row", tile_position=(0, 0), tile_size=(64, 128)),
-     r"double_row cannot be combined with tiling or transpose", Error.MODE_COMBO),
-    (z((4, 2, 4), f8), z((4, 2, 4), f8), dict(perf_mode="double_row", is_transpose=True),
-     r"double_row cannot be combined with tiling or transpose", Error.MODE_COMBO),
-    (z((4, 4), f8), z((4, 4), f8), dict(perf_mode="double_row"),
-     r"operand shapes must be \[K, 2, M\] and \[K, 2, N\]", Error.NONE),
-    (z((4, 2, 4), f8), z((4, 2, 4), f8), {}, r"operand shapes must be \[K, M\] and \[K, N\]",
-     Error.NONE),
+    (
+        z((4, 2, 4)),
+        z((4, 2, 4)),
+        dict(perf_mode="double_row"),
+        r"double_row stationary format bf16 is not allowed \(bf16 x bf16\)",
+        Error.FORMAT,
+    ),
+    (
+        z((4, 2, 4), ml_dtypes.float8_e3m4),
+        z((4, 2, 4), f8),
+        dict(perf_mode="double_row"),
+        r"double_row stationary format fp8_e3m4 is not allowed",
+        Error.FORMAT,
+    ),
+    (
+        z((4, 2, 4), f8),
+        z((4, 2, 4), f8),
+        dict(perf_mode="double_row", tile_position=(0, 0), tile_size=(64, 128)),
+        r"double_row cannot be combined with tiling or transpose",
+        Error.MODE_COMBO,
+    ),
+    (
+        z((4, 2, 4), f8),
+        z((4, 2, 4), f8),
+        dict(perf_mode="double_row", is_transpose=True),
+        r"double_row cannot be combined with tiling or transpose",
+        Error.MODE_COMBO,
+    ),
+    (
+        z((4, 4), f8),
+        z((4, 4), f8),
+        dict(perf_mode="double_row"),
+        r"operand shapes must be \[K, 2, M\] and \[K, 2, N\]",
+        Error.NONE,
+    ),
+    (
+        z((4, 2, 4), f8),
+        z((4, 2, 4), f8),
+        {},
+        r"operand shapes must be \[K, M\] and \[K, N\]",
+        Error.NONE,
+    ),
     (z((4,)), z((4, 4)), {}, r"operand shapes must be", Error.NONE),
-    (z((4, 4)), z((4, 4)), dict(tile_position=(32, 0), tile_size=(64, 128)),
-     r"tile_position row 32 is not a multiple of the tile size 64", Error.TILE),
-    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 16), tile_size=(128, 32)),
-     r"tile_position column 16 is not a multiple of the tile size 32", Error.TILE),
-    (z((4, 4)), z((4, 4)), dict(tile_position=(-64, 0), tile_size=(64, 128)),
-     r"tile_position row -64 is not a multiple", Error.TILE),
-    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0), tile_size=(64, 64)),
-     r"tiles rows and columns at once", Error.TILE),
-    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0), tile_size=(48, 128)),
-     r"row tile size 48 at column 0 is not allowed", Error.TILE),
-    (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0), tile_size=(0, 128)),
-     r"tile_size \(0, 128\) must hold positive integers", Error.TILE),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(32, 0), tile_size=(64, 128)),
+        r"tile_position row 32 is not a multiple of the tile size 64",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(0, 16), tile_size=(128, 32)),
+        r"tile_position column 16 is not a multiple of the tile size 32",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(-64, 0), tile_size=(64, 128)),
+        r"tile_position row -64 is not a multiple",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(0, 0), tile_size=(64, 64)),
+        r"tiles rows and columns at once",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(0, 0), tile_size=(48, 128)),
+        r"row tile size 48 at column 0 is not allowed",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(0, 0), tile_size=(0, 128)),
+        r"tile_size \(0, 128\) must hold positive integers",
+        Error.TILE,
+    ),
     (z((4, 4)), z((4, 4)), dict(tile_position=(0, 0)), r"must be given together", Error.TILE),
-    (z((65, 4)), z((65, 4)), dict(tile_position=(64, 0), tile_size=(64, 128)),
-     r"K=65 must be in 1\.\.64 \(rows of the tile\)", Error.K_RANGE),
-    (z((4, 33)), z((4, 4)), dict(tile_position=(0, 32), tile_size=(128, 32)),
-     r"M=33 must be in 1\.\.32 \(columns of the tile\)", Error.M_RANGE),
-    (z((4, 4), np.float64), z((4, 4), np.float64), {},
-     r"stationary dtype float64 is not a Tensor Engine operand dtype", Error.NONE),
-    (z((4, 4)), z((4, 4), np.int32), {}, r"moving dtype int32 is not a Tensor Engine operand",
-     Error.NONE),
-    (z((4, 4), ml_dtypes.float4_e2m1fn), z((4, 4)), {},
-     r"stationary dtype float4_e2m1fn is not a Tensor Engine operand", Error.NONE),
-    (z((4, 4)), z((4, 4)), dict(stationary_format="tf32"),
-     r"stationary_format tf32 does not match the stationary dtype bfloat16", Error.NONE),
-    (z((4, 4)), z((4, 4)), dict(perf_mode="quad"), r"perf_mode 'quad' is not supported",
-     Error.NONE),
+    (
+        z((65, 4)),
+        z((65, 4)),
+        dict(tile_position=(64, 0), tile_size=(64, 128)),
+        r"K=65 must be in 1\.\.64 \(rows of the tile\)",
+        Error.K_RANGE,
+    ),
+    (
+        z((4, 33)),
+        z((4, 4)),
+        dict(tile_position=(0, 32), tile_size=(128, 32)),
+        r"M=33 must be in 1\.\.32 \(columns of the tile\)",
+        Error.M_RANGE,
+    ),
+    (
+        z((4, 4), np.float64),
+        z((4, 4), np.float64),
+        {},
+        r"stationary dtype float64 is not a Tensor Engine operand dtype",
+        Error.NONE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4), np.int32),
+        {},
+        r"moving dtype int32 is not a Tensor Engine operand",
+        Error.NONE,
+    ),
+    (
+        z((4, 4), ml_dtypes.float4_e2m1fn),
+        z((4, 4)),
+        {},
+        r"stationary dtype float4_e2m1fn is not a Tensor Engine operand",
+        Error.NONE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(stationary_format="tf32"),
+        r"stationary_format tf32 does not match the stationary dtype bfloat16",
+        Error.NONE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(perf_mode="quad"),
+        r"perf_mode 'quad' is not supported",
+        Error.NONE,
+    ),
 ]
 
 
@@ -417,6 +559,7 @@ def test_golden_and_check_agree_on_instructions():
 
 # -- timing ----------------------------------------------------------------------------------
 
+
 def LS(m=128, mode=Mode.BF16, k=128, **kw_):
     return Instruction(Op.LS, mode, k=k, m=m, **kw_)
 
@@ -431,9 +574,16 @@ def test_latency_constant():
     assert latency(4, 8) == 15
 
 
-@pytest.mark.parametrize("mode,transpose,ii", [(Mode.BF16, False, 1), (Mode.FP32, False, 4),
-                                               (Mode.FP32, True, 2), (Mode.TF32, False, 1),
-                                               (Mode.DOUBLE_ROW, False, 1)])
+@pytest.mark.parametrize(
+    "mode,transpose,ii",
+    [
+        (Mode.BF16, False, 1),
+        (Mode.FP32, False, 4),
+        (Mode.FP32, True, 2),
+        (Mode.TF32, False, 1),
+        (Mode.DOUBLE_ROW, False, 1),
+    ],
+)
 @pytest.mark.parametrize("n", [1, 32, 64, 65, 128, 512])
 def test_back_to_back_mm_interval(mode, transpose, ii, n):
     prog = [LS(mode=mode, transpose=transpose)] + [MM(n, mode=mode, transpose=transpose)] * 4
@@ -447,14 +597,13 @@ def test_back_to_back_mm_interval(mode, transpose, ii, n):
 
 
 @pytest.mark.parametrize("mode", [Mode.BF16, Mode.FP32])
-@pytest.mark.parametrize("m,n", [(128, 128), (128, 127), (64, 32), (65, 32), (128, 512),
-                                 (32, 128)])
+@pytest.mark.parametrize("m,n", [(128, 128), (128, 127), (64, 32), (65, 32), (128, 512), (32, 128)])
 def test_ls_hidden_behind_mm(mode, m, n):
     """An LS right after an MM is hidden iff M <= max(N, 64): the next MM follows with no gap."""
     ii = 4 if mode == Mode.FP32 else 1
     prog = [LS(m, mode), MM(n, m, mode), LS(m, mode), MM(n, m, mode)]
     r = simulate(prog).records
-    assert r[2].issue == max(r[1].issue + 1, r[0].issue + m * ii)   # behind the MM, loader free
+    assert r[2].issue == max(r[1].issue + 1, r[0].issue + m * ii)  # behind the MM, loader free
     gap = r[3].issue - r[1].issue
     if m <= max(n, 64):
         assert gap == max(n, 64) * ii
@@ -467,7 +616,7 @@ def test_fill_and_drain_equal_latency():
     sched = simulate([LS(128), MM(512)])
     ls, mm = sched.records
     assert ls.issue == 0 and ls.beats == tuple(range(128))
-    assert mm.issue == 127                       # first moving beat with the last stationary beat
+    assert mm.issue == 127  # first moving beat with the last stationary beat
     assert mm.outputs[0] - mm.beats[0] == latency(128, 128)
     assert mm.outputs[-1] - mm.beats[-1] == latency(128, 128)
     assert sched.total_cycles == mm.outputs[-1] + 1 == 127 + 511 + latency(128, 128) + 1
@@ -475,13 +624,16 @@ def test_fill_and_drain_equal_latency():
 
 
 def test_issue_rules():
-    r = simulate([LS(8, k=8), LS(8, k=8), LS(8, k=8), MM(100, 8, k=8), LS(8, k=8), LS(8, k=8)],
-                 rows=16, cols=16).records
-    assert [x.issue for x in r[:3]] == [0, 8, 16]            # loader: one LS every M * II
+    r = simulate(
+        [LS(8, k=8), LS(8, k=8), LS(8, k=8), MM(100, 8, k=8), LS(8, k=8), LS(8, k=8)],
+        rows=16,
+        cols=16,
+    ).records
+    assert [x.issue for x in r[:3]] == [0, 8, 16]  # loader: one LS every M * II
     assert [x.bank for x in r] == [0, 1, 0, 0, 1, 0]
-    assert r[3].issue == 23                                  # MM with LS 2's last beat (cycle 23)
-    assert r[4].issue == 24                                  # bank 1 is free: right behind the MM
-    assert r[5].issue == r[3].beats[-1] + 1 == 123           # bank 0: after the MM's last beat
+    assert r[3].issue == 23  # MM with LS 2's last beat (cycle 23)
+    assert r[4].issue == 24  # bank 1 is free: right behind the MM
+    assert r[5].issue == r[3].beats[-1] + 1 == 123  # bank 0: after the MM's last beat
     # fp32: one beat every 4 cycles, loader busy M * 4.
     r = simulate([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
     assert r[0].beats == (0, 4, 8) and r[1].issue == 8 and r[1].beats == (8, 12)
@@ -492,23 +644,41 @@ def test_issue_rules():
 
 
 def test_rejected_instructions():
-    prog = [MM(8), LS(8), MM(600, 8), MM(8, 16), LS(200), MM(8, 8), LS(8), MM(64, 8),
-            Instruction(Op.MM, 7, k=8, m=8, n=8)]
+    prog = [
+        MM(8),
+        LS(8),
+        MM(600, 8),
+        MM(8, 16),
+        LS(200),
+        MM(8, 8),
+        LS(8),
+        MM(64, 8),
+        Instruction(Op.MM, 7, k=8, m=8, n=8),
+    ]
     sched = simulate(prog)
     r = sched.records
-    assert [x.error for x in r] == [Error.NO_STATIONARY, Error.NONE, Error.N_RANGE,
-                                    Error.MODE_MISMATCH, Error.M_RANGE, Error.NONE, Error.NONE,
-                                    Error.NONE, Error.MODE]
+    assert [x.error for x in r] == [
+        Error.NO_STATIONARY,
+        Error.NONE,
+        Error.N_RANGE,
+        Error.MODE_MISMATCH,
+        Error.M_RANGE,
+        Error.NONE,
+        Error.NONE,
+        Error.NONE,
+        Error.MODE,
+    ]
     assert r[0].issue == 0 and r[0].error_cycle == 1 and r[0].beats == () and r[0].outputs == ()
     assert r[1].issue == 1 and r[1].bank == 0
     # Rejected instructions do not wait for resources: the loader is still busy until cycle 9.
     assert [x.issue for x in r[2:5]] == [2, 3, 4]
-    assert r[5].issue == 8 and r[5].bank == 0                # the rejected LS did not toggle
+    assert r[5].issue == 8 and r[5].bank == 0  # the rejected LS did not toggle
     assert r[6].bank == 1 and r[7].bank == 1
     assert r[8].issue == r[7].issue + 1 and "unknown mode 7" in r[8].message
     errs = [e for e in sched.events() if e[1] == "error"]
-    assert [(e[0], e[2]) for e in errs] == [(x.issue + timing.ERROR_DELAY, x.index)
-                                            for x in r if not x.accepted]
+    assert [(e[0], e[2]) for e in errs] == [
+        (x.issue + timing.ERROR_DELAY, x.index) for x in r if not x.accepted
+    ]
 
 
 def test_instruction_words_and_events():
@@ -523,18 +693,24 @@ def test_instruction_words_and_events():
     assert simulate([]).total_cycles == 0
 
 
-@pytest.mark.parametrize("mode,tflops,util", [(Mode.BF16, 78.6, 1.0),
-                                              (Mode.DOUBLE_ROW, 157.3, 2.0),
-                                              (Mode.FP32, 19.7, 0.25), (Mode.FP8, 78.6, 1.0)])
+@pytest.mark.parametrize(
+    "mode,tflops,util",
+    [
+        (Mode.BF16, 78.6, 1.0),
+        (Mode.DOUBLE_ROW, 157.3, 2.0),
+        (Mode.FP32, 19.7, 0.25),
+        (Mode.FP8, 78.6, 1.0),
+    ],
+)
 def test_steady_state_throughput(mode, tflops, util):
     prog = []
-    for _ in range(6):                     # a fresh stationary for every N=512 MM
+    for _ in range(6):  # a fresh stationary for every N=512 MM
         prog += [LS(mode=mode), MM(512, mode=mode)]
     sched = simulate(prog)
     start, stop = sched.mm_window()
     mms = [r for r in sched.records if r.instruction.op == Op.MM]
     ii = 4 if mode == Mode.FP32 else 1
-    assert np.diff([r.issue for r in mms]).tolist() == [512 * ii] * 5   # no bubble
+    assert np.diff([r.issue for r in mms]).tolist() == [512 * ii] * 5  # no bubble
     assert sched.utilization(start, stop) == util
     assert round(sched.tflops(start, stop), 1) == tflops
     assert round(timing.peak_tflops(128, 128, mode), 1) == tflops
@@ -552,6 +728,7 @@ def test_transpose_counts_no_macs():
 
 # -- timing against an independent cycle-stepped model ----------------------------------------
 
+
 def stepped(program, rows, cols):
     """The timing conventions as a cycle-by-cycle state machine (as the RTL will run).
 
@@ -560,10 +737,10 @@ def stepped(program, rows, cols):
     lat = latency(rows, cols)
     out = {}
     head = 0
-    loader = None       # dict(index, left, wait, ii, bank)
-    seq = None          # dict(index, left, wait, ii, slots, bank)
-    last_ls = None      # dict(ins, index, bank)
-    ls_left = {}        # LS index -> beats still to come
+    loader = None  # dict(index, left, wait, ii, bank)
+    seq = None  # dict(index, left, wait, ii, slots, bank)
+    last_ls = None  # dict(ins, index, bank)
+    ls_left = {}  # LS index -> beats still to come
     bank_mm_left = [0, 0]
     next_bank = 0
     cycle = 0
@@ -586,14 +763,22 @@ def stepped(program, rows, cols):
                     head += 1
             else:
                 left = ls_left[last_ls["index"]]
-                ls_beats_now = loader is not None and loader["index"] == last_ls["index"] \
+                ls_beats_now = (
+                    loader is not None
+                    and loader["index"] == last_ls["index"]
                     and loader["wait"] == 0
+                )
                 ls_ready = left == 0 or (left == 1 and ls_beats_now)
                 go = seq is None and ls_ready
                 if go:
-                    seq = dict(index=head, left=ins.n, wait=0, ii=ins.beat_interval,
-                               slots=max(ins.n, MIN_MM_CYCLES) * ins.beat_interval,
-                               bank=last_ls["bank"])
+                    seq = dict(
+                        index=head,
+                        left=ins.n,
+                        wait=0,
+                        ii=ins.beat_interval,
+                        slots=max(ins.n, MIN_MM_CYCLES) * ins.beat_interval,
+                        bank=last_ls["bank"],
+                    )
                     bank_mm_left[seq["bank"]] = ins.n
                     out[head] = (cycle, None, [], [])
                     head += 1
@@ -632,10 +817,10 @@ def random_program(rng, length):
         prog.append(Instruction(Op.LS, mode, k=k, m=m, transpose=transpose))
         for _ in range(int(rng.integers(0, 3))):
             n = int(rng.choice([1, 3, 63, 64, 65, 100]))
-            bad_m = m + 1 if rng.random() < 0.1 else m          # sometimes a MODE_MISMATCH
+            bad_m = m + 1 if rng.random() < 0.1 else m  # sometimes a MODE_MISMATCH
             prog.append(Instruction(Op.MM, mode, k=k, m=bad_m, n=n, transpose=transpose))
         if rng.random() < 0.1:
-            prog.append(Instruction(Op.LS, mode, k=40, m=m))      # K out of range: rejected
+            prog.append(Instruction(Op.LS, mode, k=40, m=m))  # K out of range: rejected
     return prog
 
 
@@ -648,5 +833,9 @@ def test_simulate_matches_cycle_stepped_model(seed):
     assert len(sched.records) == len(prog) == len(ref)
     for r in sched.records:
         issue, err, beats, outs = ref[r.index]
-        assert (r.issue, r.error_cycle, list(r.beats), list(r.outputs)) == \
-            (issue, err, beats, outs), (seed, r.index, r.instruction)
+        assert (r.issue, r.error_cycle, list(r.beats), list(r.outputs)) == (
+            issue,
+            err,
+            beats,
+            outs,
+        ), (seed, r.index, r.instruction)

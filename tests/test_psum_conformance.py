@@ -21,9 +21,17 @@ def _id(p):
 def _check(res):
     assert res.passed, res.report()
     names = {u["name"] for u in res.units}
-    for board in ("psum.grant", "psum.handshakes", "psum.ve_read", "psum.se_read",
-                  "psum.ve_final", "psum.se_final", "psum.errors", "psum.done",
-                  "psum.full_rate"):
+    for board in (
+        "psum.grant",
+        "psum.handshakes",
+        "psum.ve_read",
+        "psum.se_read",
+        "psum.ve_final",
+        "psum.se_final",
+        "psum.errors",
+        "psum.done",
+        "psum.full_rate",
+    ):
         assert board in names, board
     c = res.counters
     # The no-bubble phases ran at one beat per cycle (also checked by psum.full_rate).
@@ -52,6 +60,5 @@ def test_psum_group(params):
 @pytest.mark.slow
 def test_psum_full_size():
     """128 partitions x 8 banks x 2 KiB, the hardware geometry."""
-    res = _run({"partitions": 128, "banks": 8, "bank_bytes": 2048}, count=1500, seed=5,
-               stall=0.2)
+    res = _run({"partitions": 128, "banks": 8, "bank_bytes": 2048}, count=1500, seed=5, stall=0.2)
     _check(res)

@@ -14,10 +14,14 @@ from ncrtl.testbench.conformance import run_block
 
 # 16 x 16 is built of 2 x 2 tiles of 8 x 8 PEs (the default block); 8 x 8 with block 2 of 4 x 4
 # tiles of 2 x 2, and with block 1 of PEs placed one by one.
-SMALL = [p for _, p in blocks.GROUPS["tensor_engine"]] + [
-    {"rows": 16, "cols": 16, "mode": m} for m in ("bf16", "double_row", "transpose_fp8")] + [
-    {"rows": 8, "cols": 8, "mode": "fp8", "block": 2},
-    {"rows": 8, "cols": 8, "mode": "double_row", "block": 1}]
+SMALL = (
+    [p for _, p in blocks.GROUPS["tensor_engine"]]
+    + [{"rows": 16, "cols": 16, "mode": m} for m in ("bf16", "double_row", "transpose_fp8")]
+    + [
+        {"rows": 8, "cols": 8, "mode": "fp8", "block": 2},
+        {"rows": 8, "cols": 8, "mode": "double_row", "block": 1},
+    ]
+)
 
 
 def _id(p):
@@ -46,9 +50,15 @@ def test_full_array_matmul(mode):
     """128 x 128 array, K = 128, M = 128, N = 512: values and output cycles."""
     block = blocks.get("pe_array")
     p = block.resolve({"rows": "128", "cols": "128", "mode": mode})
-    res = run_block(block, p, count=512, seed=5, stall=0.0,
-                    testbench="ncrtl.testbench.tensor_engine.test_sim",
-                    extra_env={"NCRTL_MATMUL": json.dumps({"k": 128, "m": 128, "n": 512})})
+    res = run_block(
+        block,
+        p,
+        count=512,
+        seed=5,
+        stall=0.0,
+        testbench="ncrtl.testbench.tensor_engine.test_sim",
+        extra_env={"NCRTL_MATMUL": json.dumps({"k": 128, "m": 128, "n": 512})},
+    )
     _check(res)
     assert sum(u["vectors"] for u in res.units) >= 128 * 512
 

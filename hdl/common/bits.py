@@ -46,7 +46,7 @@ def count_leading_zeros(m, value, *, name):
     n = len(value)
     if n < 1:
         raise ValueError("Cannot count leading zeros of a zero-width value")
-    size = 1 << n.bit_length()              # >= n + 1: at least one padding bit
+    size = 1 << n.bit_length()  # >= n + 1: at least one padding bit
     pad = size - n
     padded = Signal(size, name=f"{name}_pad")
     m.d.comb += padded.eq(Cat(Const(1 << (pad - 1), pad), value))

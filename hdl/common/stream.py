@@ -12,6 +12,8 @@ from amaranth.hdl import Cat, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .params import check_int, validated_init
+
 __all__ = ["StreamLanes", "vector_layout"]
 
 
@@ -86,28 +88,20 @@ class StreamLanes(wiring.Component):
         Results, one per lane.
     """
 
+    @validated_init
     def __init__(self, factory, lanes):
         self.units = []
-        try:
-            if not callable(factory):
-                raise TypeError(f"Unit factory must be callable, not {factory!r}")
-            if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
-                raise TypeError(f"Lane count must be a positive integer, not {lanes!r}")
-            self.lanes = lanes
-            self.units = [factory() for _ in range(lanes)]
-            self._inspect(self.units)
-        except Exception:
-            # Neither this wrapper nor its refused units will ever be elaborated: keep
-            # Amaranth from warning about them.
-            self._MustUse__silence = True
-            for unit in self.units:
-                if isinstance(unit, wiring.Component):
-                    unit._MustUse__silence = True
-            raise
-        super().__init__({
-            "i_stream": In(stream.Signature(lanes * self.in_lane_width)),
-            "o_stream": Out(stream.Signature(lanes * self.out_lane_width)),
-        })
+        if not callable(factory):
+            raise TypeError(f"Unit factory must be callable, not {factory!r}")
+        self.lanes = check_int(lanes, "Lane count", minimum=1)
+        self.units = [factory() for _ in range(lanes)]
+        self._inspect(self.units)
+        super().__init__(
+            {
+                "i_stream": In(stream.Signature(lanes * self.in_lane_width)),
+                "o_stream": Out(stream.Signature(lanes * self.out_lane_width)),
+            }
+        )
 
     def _inspect(self, units):
         """Validate the lane units; derive latency and field layouts from the first one."""
@@ -116,28 +110,36 @@ class StreamLanes(wiring.Component):
             raise TypeError(f"Unit factory must return a wiring.Component, not {unit!r}")
         latency = getattr(unit, "latency", None)
         if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0:
-            raise TypeError(f"Unit {unit!r} must have a non-negative integer latency, "
-                            f"not {latency!r}")
+            raise TypeError(
+                f"Unit {unit!r} must have a non-negative integer latency, not {latency!r}"
+            )
         in_fields, out_fields, signed_out = [], [], {}
         has_en = False
         for name, member in unit.signature.members.items():
             if not member.is_port:
-                raise TypeError(f"Unit member {name!r} is not a plain port; StreamLanes wraps "
-                                f"units with flat i_*/o_* ports only")
+                raise TypeError(
+                    f"Unit member {name!r} is not a plain port; StreamLanes wraps "
+                    f"units with flat i_*/o_* ports only"
+                )
             shape = Shape.cast(member.shape)
             if name == "en" and member.flow == In and shape.width == 1:
                 has_en = True
             elif name.startswith(("i_", "o_")) and member.flow == (In if name[0] == "i" else Out):
                 # A struct port (an exact value) is carried as its fields, in layout order.
-                fields = ([(f"{name}.{f}", Shape.cast(v.shape)) for f, v in member.shape]
-                          if isinstance(member.shape, data.StructLayout) else [(name, shape)])
+                fields = (
+                    [(f"{name}.{f}", Shape.cast(v.shape)) for f, v in member.shape]
+                    if isinstance(member.shape, data.StructLayout)
+                    else [(name, shape)]
+                )
                 target = in_fields if name[0] == "i" else out_fields
                 for fname, fshape in fields:
                     target.append((fname, fshape.width))
                     signed_out[fname] = fshape.signed
             else:
-                raise TypeError(f"Unit port {name!r} ({member.flow.name}) is neither an 'i_*' "
-                                f"input, an 'o_*' output nor a 1-bit 'en' input")
+                raise TypeError(
+                    f"Unit port {name!r} ({member.flow.name}) is neither an 'i_*' "
+                    f"input, an 'o_*' output nor a 1-bit 'en' input"
+                )
         if latency > 0 and not has_en:
             raise TypeError(f"Unit {unit!r} has latency {latency} but no 'en' clock enable")
         if not in_fields or not out_fields:
@@ -194,7 +196,7 @@ class StreamLanes(wiring.Component):
         m.d.comb += data_in.eq(Mux(i.valid, i.payload, 0))
         for unit in self.units:
             for name, width in self.in_fields:
-                m.d.comb += _port(unit, name).eq(data_in[in_pos:in_pos + width])
+                m.d.comb += _port(unit, name).eq(data_in[in_pos : in_pos + width])
                 in_pos += width
             outs += [_port(unit, name) for name, _ in self.out_fields]
         if self.unit_latency == 0:
@@ -204,7 +206,7 @@ class StreamLanes(wiring.Component):
         else:
             m.d.comb += o.payload.eq(Cat(*outs))
 
-        valid = Signal(self.latency, name="valid")       # valid[k]: stage k+1 holds a beat
+        valid = Signal(self.latency, name="valid")  # valid[k]: stage k+1 holds a beat
         advance = Signal(name="advance")
         m.d.comb += [
             advance.eq(~valid[-1] | o.ready),

@@ -23,10 +23,12 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import connect, flipped
 
+from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.psum.psum import ENGINES, Psum
 from ncrtl.hdl.tensor_engine.top import TensorEngine
 
 __all__ = ["MatmulCore"]
+
 
 class MatmulCore(wiring.Component):
     """Tensor Engine -> PSUM (see the module docstring).
@@ -44,24 +46,30 @@ class MatmulCore(wiring.Component):
         Tensor Engine tile size (:class:`~ncrtl.hdl.tensor_engine.array.SystolicArray`).
     """
 
-    def __init__(self, rows=128, cols=128, banks=8, bank_bytes=2048, *, instance=True,
-                 block=None):
-        try:
-            self.te = TensorEngine(rows, cols, instance=instance, block=block)
-            self.psum = Psum(cols, banks, bank_bytes, instance=instance)
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            raise
+    @validated_init
+    def __init__(self, rows=128, cols=128, banks=8, bank_bytes=2048, *, instance=True, block=None):
+        self.te = TensorEngine(rows, cols, instance=instance, block=block)
+        self.psum = Psum(cols, banks, bank_bytes, instance=instance)
         self.rows, self.cols, self.instance = rows, cols, instance
         te, ps = self.te.signature.members, self.psum.signature.members
-        members = {"te_instr": te["instr"], "stationary": te["stationary"],
-                   "moving": te["moving"], "o_te_error": te["o_error"],
-                   "o_te_error_code": te["o_error_code"],
-                   "psum_instr": ps["instr"], "o_psum_error": ps["o_error"],
-                   "o_psum_error_code": ps["o_error_code"]}
+        members = {
+            "te_instr": te["instr"],
+            "stationary": te["stationary"],
+            "moving": te["moving"],
+            "o_te_error": te["o_error"],
+            "o_te_error_code": te["o_error_code"],
+            "psum_instr": ps["instr"],
+            "o_psum_error": ps["o_error"],
+            "o_psum_error_code": ps["o_error_code"],
+        }
         # PSUM's other ports keep their names.
-        members.update({name: member for name, member in ps.items()
-                        if name not in ("instr", "data", "o_error", "o_error_code")})
+        members.update(
+            {
+                name: member
+                for name, member in ps.items()
+                if name not in ("instr", "data", "o_error", "o_error_code")
+            }
+        )
         super().__init__(members)
 
     def cells(self):
@@ -75,17 +83,23 @@ class MatmulCore(wiring.Component):
         connect(m, flipped(self.te_instr), te.instr)
         connect(m, flipped(self.stationary), te.stationary)
         connect(m, flipped(self.moving), te.moving)
-        connect(m, te.result, ps.data)                 # PE column c is partition c
+        connect(m, te.result, ps.data)  # PE column c is partition c
         connect(m, flipped(self.psum_instr), ps.instr)
         connect(m, flipped(self.seed), ps.seed)
         for e in ENGINES:
             connect(m, flipped(getattr(self, f"{e}_req")), getattr(ps, f"{e}_req"))
             connect(m, getattr(ps, f"{e}_resp"), flipped(getattr(self, f"{e}_resp")))
-            m.d.comb += [getattr(self, f"o_{e}_error").eq(getattr(ps, f"o_{e}_error")),
-                         getattr(self, f"o_{e}_error_code").eq(getattr(ps, f"o_{e}_error_code"))]
-        m.d.comb += [self.o_te_error.eq(te.o_error), self.o_te_error_code.eq(te.o_error_code),
-                     self.o_psum_error.eq(ps.o_error),
-                     self.o_psum_error_code.eq(ps.o_error_code),
-                     self.o_done.eq(ps.o_done), self.o_done_bank.eq(ps.o_done_bank),
-                     self.o_grant.eq(ps.o_grant)]
+            m.d.comb += [
+                getattr(self, f"o_{e}_error").eq(getattr(ps, f"o_{e}_error")),
+                getattr(self, f"o_{e}_error_code").eq(getattr(ps, f"o_{e}_error_code")),
+            ]
+        m.d.comb += [
+            self.o_te_error.eq(te.o_error),
+            self.o_te_error_code.eq(te.o_error_code),
+            self.o_psum_error.eq(ps.o_error),
+            self.o_psum_error_code.eq(ps.o_error_code),
+            self.o_done.eq(ps.o_done),
+            self.o_done_bank.eq(ps.o_done_bank),
+            self.o_grant.eq(ps.o_grant),
+        ]
         return m

@@ -4,6 +4,8 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.params import check_bool, validated_init
+
 from .add_round import AddRound
 from .unpack import Unpack
 
@@ -42,27 +44,31 @@ class Fp32Add(wiring.Component):
 
     latency = AddRound.latency
 
+    @validated_init
     def __init__(self, *, pipelined=True):
-        if not isinstance(pipelined, bool):
-            self._MustUse__silence = True
-            raise TypeError(f"Fp32Add pipelined must be a bool, not {pipelined!r}")
-        self.pipelined = pipelined
+        self.pipelined = check_bool(pipelined, "Fp32Add pipelined")
         self.latency = AddRound.latency if pipelined else 0
-        super().__init__({
-            **({"en": In(1, init=1)} if pipelined else {}),
-            "i_a": In(32),
-            "i_b": In(32),
-            "o_result": Out(32),
-        })
+        super().__init__(
+            {
+                **({"en": In(1, init=1)} if pipelined else {}),
+                "i_a": In(32),
+                "i_b": In(32),
+                "o_result": Out(32),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.unpack_a = ua = Unpack(["fp32"])
         m.submodules.unpack_b = ub = Unpack(["fp32"])
         m.submodules.core = core = AddRound(ua.layout, ub.layout, pipelined=self.pipelined)
-        m.d.comb += [ua.i_bits.eq(self.i_a), ub.i_bits.eq(self.i_b),
-                     core.i_a.eq(ua.o_value), core.i_b.eq(ub.o_value),
-                     self.o_result.eq(core.o_result)]
+        m.d.comb += [
+            ua.i_bits.eq(self.i_a),
+            ub.i_bits.eq(self.i_b),
+            core.i_a.eq(ua.o_value),
+            core.i_b.eq(ub.o_value),
+            self.o_result.eq(core.o_result),
+        ]
         if self.pipelined:
             m.d.comb += core.en.eq(self.en)
         return m

@@ -5,10 +5,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range, clamp, count_leading_zeros, shift_right_sticky
+from ncrtl.hdl.common.params import check_bool, validated_init
 from ncrtl.model.fp.codec import QNAN
 from ncrtl.model.fp.formats import get_format
 
-from ._util import validated_init
 from .exact import ExactLayout
 from .round import round_pack
 
@@ -98,16 +98,19 @@ class AddRound(wiring.Component):
         for value, what in ((a, "a"), (b, "b")):
             if not isinstance(value, ExactLayout):
                 raise TypeError(f"AddRound {what} must be an ExactLayout, not {value!r}")
-        if not isinstance(pipelined, bool):
-            raise TypeError(f"AddRound pipelined must be a bool, not {pipelined!r}")
         self.a, self.b = a, b
-        self.pipelined = pipelined
+        self.pipelined = check_bool(pipelined, "AddRound pipelined")
         self.latency = 4 if pipelined else 0
         self.width = max(a.sig_width, b.sig_width, _FP32.precision)
         self.window = self.width + GUARD_BITS
         # Exponent of the MSB of a normalized operand: exp + width_i - 1 - lzc, lzc in [0, W].
-        tops = [(lay.exp_range.start + lay.sig_width - 1 - self.width,
-                 lay.exp_range.stop - 1 + lay.sig_width - 1) for lay in (a, b)]
+        tops = [
+            (
+                lay.exp_range.start + lay.sig_width - 1 - self.width,
+                lay.exp_range.stop - 1 + lay.sig_width - 1,
+            )
+            for lay in (a, b)
+        ]
         self._top_lo = min(t[0] for t in tops)
         self._top_hi = max(t[1] for t in tops)
         members = {"en": In(1, init=1)} if pipelined else {}
@@ -158,14 +161,21 @@ class AddRound(wiring.Component):
         # ---- stage 2: order by magnitude, align the smaller one -------------------------------
         # A zero operand always loses (its normalized exponent is meaningless).
         a_ge_b = Signal(name="s2_a_ge_b")
-        m.d.comb += a_ge_b.eq(b["zero"] | (~a["zero"] & (
-            (a["top"] > b["top"]) | ((a["top"] == b["top"]) & (a["sig"] >= b["sig"])))))
+        m.d.comb += a_ge_b.eq(
+            b["zero"]
+            | (
+                ~a["zero"]
+                & ((a["top"] > b["top"]) | ((a["top"] == b["top"]) & (a["sig"] >= b["sig"])))
+            )
+        )
         x_sig, y_sig = Signal(W, name="s2_x_sig"), Signal(W, name="s2_y_sig")
         x_top, y_top = Signal(top_shape, name="s2_x_top"), Signal(top_shape, name="s2_y_top")
         x_sign, y_sign = Signal(name="s2_x_sign"), Signal(name="s2_y_sign")
         m.d.comb += [
-            x_sig.eq(Mux(a_ge_b, a["sig"], b["sig"])), y_sig.eq(Mux(a_ge_b, b["sig"], a["sig"])),
-            x_top.eq(Mux(a_ge_b, a["top"], b["top"])), y_top.eq(Mux(a_ge_b, b["top"], a["top"])),
+            x_sig.eq(Mux(a_ge_b, a["sig"], b["sig"])),
+            y_sig.eq(Mux(a_ge_b, b["sig"], a["sig"])),
+            x_top.eq(Mux(a_ge_b, a["top"], b["top"])),
+            y_top.eq(Mux(a_ge_b, b["top"], a["top"])),
             x_sign.eq(Mux(a_ge_b, a["sign"], b["sign"])),
             y_sign.eq(Mux(a_ge_b, b["sign"], a["sign"])),
         ]
@@ -174,8 +184,8 @@ class AddRound(wiring.Component):
         y_win = Signal(N, name="s2_y_win")
         m.d.comb += y_win.eq(Cat(Const(0, GUARD_BITS), y_sig))
         y_shr, y_lost = shift_right_sticky(m, y_win, dist, name="s2_align")
-        y_al = Cat(y_shr[0] | y_lost, y_shr[1:])        # jam the lost bits into bit 0
-        nan = (a["nan"] | b["nan"] | (a["inf"] & b["inf"] & (a["sign"] ^ b["sign"])))
+        y_al = Cat(y_shr[0] | y_lost, y_shr[1:])  # jam the lost bits into bit 0
+        nan = a["nan"] | b["nan"] | (a["inf"] & b["inf"] & (a["sign"] ^ b["sign"]))
         r2_x = stage("r2_x", Cat(Const(0, GUARD_BITS), x_sig))
         r2_y = stage("r2_y", y_al)
         r2_sub = stage("r2_sub", x_sign ^ y_sign)

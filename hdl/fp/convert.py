@@ -17,8 +17,9 @@ __all__ = ["Bf16Rounding", "Fp32ToBf16", "Fp32ToFp16"]
 
 class Bf16Rounding(enum.IntEnum):
     """Values of :class:`Fp32ToBf16`'s ``i_mode`` input."""
+
     RNE = 0  #: round to nearest, ties to even
-    SR = 1   #: stochastic rounding with ``i_rand``
+    SR = 1  #: stochastic rounding with ``i_rand``
 
 
 class Fp32ToBf16(wiring.Component):
@@ -57,13 +58,15 @@ class Fp32ToBf16(wiring.Component):
     latency = 1
 
     def __init__(self):
-        super().__init__({
-            "en": In(1, init=1),
-            "i_value": In(32),
-            "i_mode": In(1),
-            "i_rand": In(16),
-            "o_result": Out(16),
-        })
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "i_value": In(32),
+                "i_mode": In(1),
+                "i_rand": In(16),
+                "o_result": Out(16),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -75,7 +78,7 @@ class Fp32ToBf16(wiring.Component):
             m.d.comb += addend.eq(self.i_rand)
         with m.Else():
             m.d.comb += addend.eq(0x7FFF + self.i_value[16])
-        total = Signal(32, name="total")       # <= 0x7FFFFFFF + 0xFFFF: fits 32 bits
+        total = Signal(32, name="total")  # <= 0x7FFFFFFF + 0xFFFF: fits 32 bits
         m.d.comb += total.eq(mag + addend)
         result = Signal(16, name="result")
         with m.If(is_nan):
@@ -116,11 +119,13 @@ class Fp32ToFp16(wiring.Component):
     latency = 1
 
     def __init__(self):
-        super().__init__({
-            "en": In(1, init=1),
-            "i_value": In(32),
-            "o_result": Out(16),
-        })
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "i_value": In(32),
+                "o_result": Out(16),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()

@@ -4,7 +4,14 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import check_formats, check_positive_int, format_names, validated_init
+from ncrtl.hdl.common.params import (
+    check_bool,
+    check_formats,
+    check_int,
+    format_names,
+    validated_init,
+)
+
 from .add_round import AddRound
 from .exact import ExactLayout, fixed_point_window, product_sum
 from .mul import ExactMul
@@ -87,10 +94,8 @@ class FusedDotAdd(wiring.Component):
     def __init__(self, formats_a, formats_b, n_products, *, scale=False):
         self.formats_a = check_formats(formats_a, "FusedDotAdd formats_a")
         self.formats_b = check_formats(formats_b, "FusedDotAdd formats_b")
-        self.n_products = check_positive_int(n_products, "FusedDotAdd n_products")
-        if not isinstance(scale, bool):
-            raise TypeError(f"FusedDotAdd scale must be a bool, not {scale!r}")
-        self.scale = scale
+        self.n_products = check_int(n_products, "FusedDotAdd n_products", minimum=1)
+        self.scale = check_bool(scale, "FusedDotAdd scale")
         if n_products > 1:
             window = fixed_point_window(self.formats_a, self.formats_b, n_products)
             if window.total > MAX_FIXED_POINT_WIDTH:
@@ -98,7 +103,8 @@ class FusedDotAdd(wiring.Component):
                     f"FusedDotAdd with {n_products} products of formats_a "
                     f"{format_names(self.formats_a)} x formats_b {format_names(self.formats_b)} "
                     f"needs a {window.total}-bit fixed-point product sum, more than the "
-                    f"{MAX_FIXED_POINT_WIDTH}-bit limit; use n_products=1 for these formats")
+                    f"{MAX_FIXED_POINT_WIDTH}-bit limit; use n_products=1 for these formats"
+                )
             self._window = window
         self.latency = 5 if n_products == 1 else 6
         self.operand_width_a = max(f.container_bits for f in self.formats_a)
@@ -126,8 +132,10 @@ class FusedDotAdd(wiring.Component):
         return cls(mode.formats_s, mode.formats_m, mode.products, scale=mode.scale)
 
     def __repr__(self):
-        return (f"FusedDotAdd({format_names(self.formats_a)}, {format_names(self.formats_b)}, "
-                f"{self.n_products}, scale={self.scale})")
+        return (
+            f"FusedDotAdd({format_names(self.formats_a)}, {format_names(self.formats_b)}, "
+            f"{self.n_products}, scale={self.scale})"
+        )
 
     def _scale_range(self):
         if not self.scale:
@@ -153,8 +161,10 @@ class FusedDotAdd(wiring.Component):
         wa, wb = self.operand_width_a, self.operand_width_b
         for k in range(self.n_products):
             m.submodules[f"mul{k}"] = mul = ExactMul(self.formats_a, self.formats_b)
-            m.d.comb += [mul.i_a.eq(self.i_a[k * wa:(k + 1) * wa]),
-                         mul.i_b.eq(self.i_b[k * wb:(k + 1) * wb])]
+            m.d.comb += [
+                mul.i_a.eq(self.i_a[k * wa : (k + 1) * wa]),
+                mul.i_b.eq(self.i_b[k * wb : (k + 1) * wb]),
+            ]
             if len(self.formats_a) > 1:
                 m.d.comb += mul.i_fmt_a.eq(self.i_fmt_a)
             if len(self.formats_b) > 1:
@@ -169,8 +179,9 @@ class FusedDotAdd(wiring.Component):
             product = stage("r1_product", products[0])
         else:
             # ---- stage 2: the exact sum of the aligned products ------------------------------
-            product = stage("r2_sum", product_sum(m, products, self._window, name="s2_sum",
-                                                  stage=stage))
+            product = stage(
+                "r2_sum", product_sum(m, products, self._window, name="s2_sum", stage=stage)
+            )
             psum = stage("r2_psum", psum)
             if self.scale:
                 scale_exp = stage("r2_scale_exp", scale_exp)
@@ -180,14 +191,25 @@ class FusedDotAdd(wiring.Component):
         if self.scale:
             lo, hi = self._scale_range()
             p = product.shape()
-            b = Signal(ExactLayout(p.sig_width, range(p.exp_range.start + lo,
-                                                      p.exp_range.stop + hi)), name="b")
-            m.d.comb += [b.sign.eq(product.sign), b.exp.eq(product.exp + scale_exp),
-                         b.sig.eq(product.sig), b.zero.eq(product.zero), b.inf.eq(product.inf),
-                         b.nan.eq(product.nan | scale_nan)]
+            b = Signal(
+                ExactLayout(p.sig_width, range(p.exp_range.start + lo, p.exp_range.stop + hi)),
+                name="b",
+            )
+            m.d.comb += [
+                b.sign.eq(product.sign),
+                b.exp.eq(product.exp + scale_exp),
+                b.sig.eq(product.sig),
+                b.zero.eq(product.zero),
+                b.inf.eq(product.inf),
+                b.nan.eq(product.nan | scale_nan),
+            ]
         else:
             b = product
         m.submodules.core = core = AddRound(psum.shape(), b.shape())
-        m.d.comb += [core.en.eq(self.en), core.i_a.eq(psum), core.i_b.eq(b),
-                     self.o_result.eq(core.o_result)]
+        m.d.comb += [
+            core.en.eq(self.en),
+            core.i_a.eq(psum),
+            core.i_b.eq(b),
+            self.o_result.eq(core.o_result),
+        ]
         return m

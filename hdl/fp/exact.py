@@ -18,9 +18,16 @@ from amaranth.hdl import Cat, Mux, Signal, signed
 from amaranth.lib import data
 
 from ncrtl.hdl.common.bits import bits_for_range, clamp
+from ncrtl.hdl.common.params import check_int
 
-__all__ = ["ExactLayout", "Window", "fixed_point_window", "product_sum", "exact_signal",
-           "resize_exact"]
+__all__ = [
+    "ExactLayout",
+    "Window",
+    "fixed_point_window",
+    "product_sum",
+    "exact_signal",
+    "resize_exact",
+]
 
 
 class ExactLayout(data.StructLayout):
@@ -40,17 +47,24 @@ class ExactLayout(data.StructLayout):
     """
 
     def __init__(self, sig_width, exp_range):
-        if not isinstance(sig_width, int) or isinstance(sig_width, bool) or sig_width < 1:
-            raise TypeError(f"ExactLayout sig_width must be a positive integer, not "
-                            f"{sig_width!r}")
-        if not isinstance(exp_range, range) or exp_range.step != 1 or not len(exp_range):
-            raise TypeError(f"ExactLayout exp_range must be a non-empty range with step 1, not "
-                            f"{exp_range!r}")
+        check_int(sig_width, "ExactLayout sig_width", minimum=1)
+        if not isinstance(exp_range, range):
+            raise TypeError(f"ExactLayout exp_range must be a range, not {exp_range!r}")
+        if exp_range.step != 1 or not len(exp_range):
+            raise ValueError(
+                f"ExactLayout exp_range must be a non-empty range with step 1, not {exp_range!r}"
+            )
         self.sig_width, self.exp_range = sig_width, exp_range
-        super().__init__({
-            "sign": 1, "exp": bits_for_range(exp_range.start, exp_range.stop - 1),
-            "sig": sig_width, "zero": 1, "inf": 1, "nan": 1,
-        })
+        super().__init__(
+            {
+                "sign": 1,
+                "exp": bits_for_range(exp_range.start, exp_range.stop - 1),
+                "sig": sig_width,
+                "zero": 1,
+                "inf": 1,
+                "nan": 1,
+            }
+        )
 
     def __repr__(self):
         return f"ExactLayout({self.sig_width}, {self.exp_range!r})"
@@ -73,8 +87,14 @@ def resize_exact(m, value, layout, *, name):
     zero-extended.  A narrower ``layout`` keeps the low significand bits and the exponent's low
     bits: correct for every value that fits it."""
     out = Signal(layout, name=name)
-    m.d.comb += [out.sign.eq(value.sign), out.exp.eq(value.exp), out.sig.eq(value.sig),
-                 out.zero.eq(value.zero), out.inf.eq(value.inf), out.nan.eq(value.nan)]
+    m.d.comb += [
+        out.sign.eq(value.sign),
+        out.exp.eq(value.exp),
+        out.sig.eq(value.sig),
+        out.zero.eq(value.zero),
+        out.inf.eq(value.inf),
+        out.nan.eq(value.nan),
+    ]
     return out
 
 
@@ -116,8 +136,13 @@ def fixed_point_window(formats_a, formats_b, n_products):
     """
     pairs = list(itertools.product(formats_a, formats_b))
     lsb = min(fa.lsb_exp_min + fb.lsb_exp_min for fa, fb in pairs)
-    mag = max((fa.max_sig * fb.max_sig).bit_length() + (fa.emax - fa.man_bits)
-              + (fb.emax - fb.man_bits) - lsb for fa, fb in pairs)
+    mag = max(
+        (fa.max_sig * fb.max_sig).bit_length()
+        + (fa.emax - fa.man_bits)
+        + (fb.emax - fb.man_bits)
+        - lsb
+        for fa, fb in pairs
+    )
     growth = (n_products - 1).bit_length()
     return Window(lsb, mag, mag + growth + 1)
 

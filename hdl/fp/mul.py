@@ -4,7 +4,8 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import check_formats, format_names, validated_init
+from ncrtl.hdl.common.params import check_formats, format_names, validated_init
+
 from .exact import ExactLayout
 from .unpack import Unpack, unpack_geometry
 
@@ -17,8 +18,9 @@ def product_layout(formats_a, formats_b):
     what :class:`ExactMul` outputs."""
     _, sig_a, exp_a = unpack_geometry(formats_a)
     _, sig_b, exp_b = unpack_geometry(formats_b)
-    return ExactLayout(sig_a + sig_b, range(exp_a.start + exp_b.start,
-                                            exp_a.stop - 1 + exp_b.stop - 1 + 1))
+    return ExactLayout(
+        sig_a + sig_b, range(exp_a.start + exp_b.start, exp_a.stop - 1 + exp_b.stop - 1 + 1)
+    )
 
 
 class ExactMul(wiring.Component):

@@ -48,12 +48,13 @@ def round_pack(m, fmt, e_top, sig, sticky_in, *, name):
     p = fmt.precision
     n = len(sig)
     if n < p + 1:
-        raise ValueError(f"round_pack needs at least {p + 1} significand bits for {fmt.name}, "
-                         f"got {n}")
+        raise ValueError(
+            f"round_pack needs at least {p + 1} significand bits for {fmt.name}, got {n}"
+        )
     # Candidate significand, round bit and sticky bit at the normal-range rounding position.
     trio = Signal(p + 2, name=f"{name}_trio")
-    rest_nonzero = sig[:n - p - 1].any() if n > p + 1 else 0
-    m.d.comb += trio.eq(Cat(rest_nonzero | sticky_in, sig[n - p - 1], sig[n - p:]))
+    rest_nonzero = sig[: n - p - 1].any() if n > p + 1 else 0
+    m.d.comb += trio.eq(Cat(rest_nonzero | sticky_in, sig[n - p - 1], sig[n - p :]))
     # Extra right shift into the subnormal range: emin - e_top when positive.
     denorm = clamp(m, fmt.emin - e_top, 0, p + 2, name=f"{name}_denorm")
     shifted, lost = shift_right_sticky(m, trio, denorm, name=f"{name}_dn")

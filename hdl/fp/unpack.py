@@ -4,7 +4,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import check_formats, format_names, validated_init
+from ncrtl.hdl.common.params import check_formats, format_names, validated_init
+
 from .exact import ExactLayout
 
 __all__ = ["Unpack", "exp_field_range", "unpack_geometry"]
@@ -99,19 +100,19 @@ class Unpack(wiring.Component):
     def _decode(self, m, fmt, idx):
         """Decoder logic of one format; returns (sign, exp, sig, zero, inf, nan) signals."""
         p = f"f{idx}_"
-        bits = self.i_bits[:fmt.container_bits]
+        bits = self.i_bits[: fmt.container_bits]
         # TF32: the ignored low mantissa bits are never read (read as zeros).
-        man = bits[fmt.ignored_low_bits:fmt.man_bits]
-        ef = bits[fmt.man_bits:fmt.man_bits + fmt.exp_bits]
+        man = bits[fmt.ignored_low_bits : fmt.man_bits]
+        ef = bits[fmt.man_bits : fmt.man_bits + fmt.exp_bits]
         s_sign = Signal(name=p + "sign")
         s_exp = Signal(self.o_value.exp.shape(), name=p + "exp")
         s_sig = Signal(self.sig_width, name=p + "sig")
         s_zero, s_inf, s_nan = (Signal(name=p + n) for n in ("zero", "inf", "nan"))
         # Shared nodes are named signals so that each is built once.
-        man_nz = Signal(name=p + "man_nz")        # stored (non-ignored) mantissa is nonzero
-        man_ones = Signal(name=p + "man_ones")    # stored mantissa is all ones
-        normal = Signal(name=p + "normal")        # implicit bit
-        top = Signal(name=p + "top_exp")          # exponent field all ones
+        man_nz = Signal(name=p + "man_nz")  # stored (non-ignored) mantissa is nonzero
+        man_ones = Signal(name=p + "man_ones")  # stored mantissa is all ones
+        normal = Signal(name=p + "normal")  # implicit bit
+        top = Signal(name=p + "top_exp")  # exponent field all ones
         m.d.comb += [
             man_nz.eq(man.any() if len(man) else 0),
             man_ones.eq(man.all() if len(man) else 1),

@@ -4,6 +4,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.params import validated_init
 from ncrtl.model.fp.xorwow import XORWOW_D_STEP, XORWOW_INIT
 
 __all__ = ["Xorwow", "STATE_WORDS", "pack_state"]
@@ -91,6 +92,7 @@ class Xorwow(wiring.Component):
 
     latency = 1
 
+    @validated_init
     def __init__(self, *, init=None):
         if init is None:
             init = XORWOW_INIT
@@ -99,17 +101,19 @@ class Xorwow(wiring.Component):
         except (TypeError, ValueError):
             words = None
         if words is None or len(words) != 6 or any(not 0 <= w < 1 << 32 for w in words):
-            self._MustUse__silence = True
-            raise ValueError(f"Xorwow init must be six 32-bit words (x, y, z, w, v, d), "
-                             f"not {init!r}")
+            raise ValueError(
+                f"Xorwow init must be six 32-bit words (x, y, z, w, v, d), not {init!r}"
+            )
         self.init = words
-        super().__init__({
-            "en": In(1, init=1),
-            "i_state": In(32 * len(STATE_WORDS)),
-            "i_load": In(1),
-            "i_next": In(1),
-            "o_value": Out(32),
-        })
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "i_state": In(32 * len(STATE_WORDS)),
+                "i_load": In(1),
+                "i_next": In(1),
+                "o_value": Out(32),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -117,7 +121,7 @@ class Xorwow(wiring.Component):
         # Start state of this cycle's step: the registers, or the loaded words.
         start = [Signal(32, name=f"{n}_start") for n in STATE_WORDS]
         with m.If(self.i_load):
-            m.d.comb += [s.eq(self.i_state[32 * i:32 * (i + 1)]) for i, s in enumerate(start)]
+            m.d.comb += [s.eq(self.i_state[32 * i : 32 * (i + 1)]) for i, s in enumerate(start)]
         with m.Else():
             m.d.comb += [s.eq(r) for s, r in zip(start, regs)]
         stepped = _step(*start)

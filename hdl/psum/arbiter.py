@@ -4,6 +4,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.psum.arbiter import PORTS
 
 __all__ = ["BankArbiter"]
@@ -50,30 +51,33 @@ class BankArbiter(wiring.Component):
 
     latency = 0
 
+    @validated_init
     def __init__(self, banks=8):
-        if not isinstance(banks, int) or isinstance(banks, bool) or not 1 <= banks <= 16:
-            self._MustUse__silence = True
-            raise ValueError(f"BankArbiter banks must be an integer in 1..16, not {banks!r}")
-        self.banks = banks
+        self.banks = check_int(banks, "BankArbiter banks", minimum=1, maximum=16)
         n = len(PORTS)
-        super().__init__({
-            "i_present": In(n),
-            "i_bank": In(4 * n),
-            "o_grant": Out(n),
-        })
+        super().__init__(
+            {
+                "i_present": In(n),
+                "i_bank": In(4 * n),
+                "o_grant": Out(n),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         n = len(PORTS)
         # One register per unordered pair (i < j): set while i is ahead of j.  Reset: TE, VE, SE.
-        pair = {(i, j): Signal(name=f"ahead_{PORTS[i]}_{PORTS[j]}", init=1)
-                for i in range(n) for j in range(i + 1, n)}
+        pair = {
+            (i, j): Signal(name=f"ahead_{PORTS[i]}_{PORTS[j]}", init=1)
+            for i in range(n)
+            for j in range(i + 1, n)
+        }
 
         def ahead(i, j):
             return pair[i, j] if i < j else ~pair[j, i]
 
         present = [self.i_present[i] for i in range(n)]
-        bank = [self.i_bank[4 * i:4 * i + 4] for i in range(n)]
+        bank = [self.i_bank[4 * i : 4 * i + 4] for i in range(n)]
         # same[i][j]: i and j both present the same bank.
         same = {}
         for i in range(n):

@@ -5,6 +5,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.params import check_int, validated_init
+
 __all__ = ["BankMemory"]
 
 
@@ -40,19 +42,23 @@ class BankMemory(wiring.Component):
 
     latency = 1
 
+    @validated_init
     def __init__(self, width, depth):
-        for name, value in (("width", width), ("depth", depth)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                self._MustUse__silence = True
-                raise ValueError(f"BankMemory {name} must be a positive integer, not {value!r}")
+        check_int(width, "BankMemory width", minimum=16)
+        check_int(depth, "BankMemory depth", minimum=1)
         if width % 16:
-            self._MustUse__silence = True
             raise ValueError(f"BankMemory width must be a multiple of 16, not {width}")
         self.width, self.depth = width, depth
-        super().__init__({
-            "i_raddr": In(range(depth)), "i_ren": In(1), "o_rdata": Out(width),
-            "i_waddr": In(range(depth)), "i_wen": In(width // 16), "i_wdata": In(width),
-        })
+        super().__init__(
+            {
+                "i_raddr": In(range(depth)),
+                "i_ren": In(1),
+                "o_rdata": Out(width),
+                "i_waddr": In(range(depth)),
+                "i_wen": In(width // 16),
+                "i_wdata": In(width),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -60,7 +66,11 @@ class BankMemory(wiring.Component):
         rp = mem.read_port(domain="sync")
         wp = mem.write_port(granularity=16)
         m.d.comb += [
-            rp.addr.eq(self.i_raddr), rp.en.eq(self.i_ren), self.o_rdata.eq(rp.data),
-            wp.addr.eq(self.i_waddr), wp.en.eq(self.i_wen), wp.data.eq(self.i_wdata),
+            rp.addr.eq(self.i_raddr),
+            rp.en.eq(self.i_ren),
+            self.o_rdata.eq(rp.data),
+            wp.addr.eq(self.i_waddr),
+            wp.en.eq(self.i_wen),
+            wp.data.eq(self.i_wdata),
         ]
         return m

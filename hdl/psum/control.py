@@ -19,16 +19,18 @@ COL_BITS = dict(FIELDS)["col"]
 N_BITS = dict(FIELDS)["n"]
 
 #: A queued write: what the beats of one instruction need (decoded once, when it is taken).
-ENTRY_LAYOUT = data.StructLayout({
-    "legal": 1,          # 0: a rejected write whose beats are drained
-    "bank": 4,
-    "elem": COL_BITS,    # element column of the next beat
-    "left": N_BITS,      # beats still to come (>= 1 while queued)
-    "dtype": 2,
-    "sr": 1,             # BF16 with stochastic rounding: every beat draws
-    "overwrite": 1,      # flag bit0
-    "closes": 1,         # flag bit1: the last beat completes the group
-})
+ENTRY_LAYOUT = data.StructLayout(
+    {
+        "legal": 1,  # 0: a rejected write whose beats are drained
+        "bank": 4,
+        "elem": COL_BITS,  # element column of the next beat
+        "left": N_BITS,  # beats still to come (>= 1 while queued)
+        "dtype": 2,
+        "sr": 1,  # BF16 with stochastic rounding: every beat draws
+        "overwrite": 1,  # flag bit0
+        "closes": 1,  # flag bit1: the last beat completes the group
+    }
+)
 
 
 def check_logic(m, ins, geometry, group_open, group_dtype, *, name="check"):
@@ -121,14 +123,22 @@ class WriteControl(wiring.Component):
 
     def __init__(self, geometry):
         self.geometry = geometry
-        super().__init__({
-            "instr": In(stream.Signature(INSTR_LAYOUT)),
-            "data": In(stream.Signature(vector_layout(geometry.partitions))),
-            "o_present": Out(1), "i_grant": In(1),
-            "o_bank": Out(4), "o_elem": Out(COL_BITS), "o_dtype": Out(2), "o_sr": Out(1),
-            "o_overwrite": Out(1), "o_done": Out(1),
-            "o_error": Out(1), "o_error_code": Out(4),
-        })
+        super().__init__(
+            {
+                "instr": In(stream.Signature(INSTR_LAYOUT)),
+                "data": In(stream.Signature(vector_layout(geometry.partitions))),
+                "o_present": Out(1),
+                "i_grant": In(1),
+                "o_bank": Out(4),
+                "o_elem": Out(COL_BITS),
+                "o_dtype": Out(2),
+                "o_sr": Out(1),
+                "o_overwrite": Out(1),
+                "o_done": Out(1),
+                "o_error": Out(1),
+                "o_error_code": Out(4),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -138,7 +148,7 @@ class WriteControl(wiring.Component):
         # Group state per bank.
         g_open = [Signal(name=f"group{b}_open") for b in range(g.banks)]
         g_dtype = [Signal(2, name=f"group{b}_dtype") for b in range(g.banks)]
-        bank_ix = Signal(range(max(g.banks, 2)), name="check_bank")     # never 0 bits wide
+        bank_ix = Signal(range(max(g.banks, 2)), name="check_bank")  # never 0 bits wide
         # An out-of-range bank is rejected by the first rule; clamp it so the lookup is defined.
         m.d.comb += bank_ix.eq(Mux(ins.bank < g.banks, ins.bank, 0))
         sel_open = Signal(name="check_group_open")
@@ -160,16 +170,19 @@ class WriteControl(wiring.Component):
             # A legal beat is taken when granted; a rejected write's beat whenever offered.
             self.data.ready.eq(Mux(cur.legal, self.i_grant, cur_valid)),
             take_beat.eq(cur_valid & self.data.valid & self.data.ready),
-            self.o_bank.eq(cur.bank), self.o_elem.eq(cur.elem), self.o_dtype.eq(cur.dtype),
-            self.o_sr.eq(cur.sr), self.o_overwrite.eq(cur.overwrite),
+            self.o_bank.eq(cur.bank),
+            self.o_elem.eq(cur.elem),
+            self.o_dtype.eq(cur.dtype),
+            self.o_sr.eq(cur.sr),
+            self.o_overwrite.eq(cur.overwrite),
             self.o_done.eq(cur.closes & (cur.left == 1)),
         ]
-        pop = Signal(name="pop")          # cur is free at the next edge
+        pop = Signal(name="pop")  # cur is free at the next edge
         m.d.comb += pop.eq(~cur_valid | (take_beat & (cur.left == 1)))
 
         # -- taking an instruction --------------------------------------------------------------
         take = Signal(name="take")
-        push = Signal(name="push")        # it has beats: it joins the queue
+        push = Signal(name="push")  # it has beats: it joins the queue
         new = Signal(ENTRY_LAYOUT, name="new")
         m.d.comb += [
             self.instr.ready.eq(~nxt_valid | pop),

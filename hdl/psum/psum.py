@@ -33,22 +33,33 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from ncrtl.hdl.common.bits import equals
+from ncrtl.hdl.common.params import check_bool, validated_init
+from ncrtl.hdl.common.stream import vector_layout
 from ncrtl.hdl.fp.xorwow import STATE_WORDS, Xorwow
+from ncrtl.hdl.verilog import Cell
 from ncrtl.model.fp.xorwow import Xorwow as ModelXorwow
 from ncrtl.model.psum.arbiter import PORTS
 from ncrtl.model.psum.isa import Dtype, Geometry
 
-from ncrtl.hdl.common.bits import equals
-from ncrtl.hdl.common.stream import vector_layout
-from ncrtl.hdl.verilog import Cell
 from .arbiter import BankArbiter
 from .bank import BankMemory
 from .control import INSTR_LAYOUT, WriteControl
 from .update import SlotUpdate
 
-__all__ = ["Psum", "REQ_FIELDS", "SEED_FIELDS", "ENGINES", "req_layout", "seed_layout",
-           "SLOT_MODULE", "SYNTH_SRAM_BITS", "bank_module",
-           "planar", "interleaved"]
+__all__ = [
+    "Psum",
+    "REQ_FIELDS",
+    "SEED_FIELDS",
+    "ENGINES",
+    "req_layout",
+    "seed_layout",
+    "SLOT_MODULE",
+    "SYNTH_SRAM_BITS",
+    "bank_module",
+    "planar",
+    "interleaved",
+]
 
 #: Largest bank memory (bits) the synthesis view synthesizes; larger ones are SRAM macros
 #: (:meth:`Psum.cells`).
@@ -61,6 +72,7 @@ SLOT_MODULE = "psum_slot"
 def bank_module(partitions, rows):
     """Verilog module name of the :class:`~ncrtl.hdl.psum.bank.BankMemory` of a geometry."""
     return f"psum_bank_{32 * partitions}x{rows}"
+
 
 #: Engine request word, LSB first: (field, width); ``data`` is ``32 * partitions`` wide.
 REQ_FIELDS = (("we", 1), ("mask", 2), ("bank", 4), ("row", 11), ("data", None))
@@ -76,8 +88,7 @@ _TE = 0
 
 def req_layout(partitions):
     """The :class:`~amaranth.lib.data.StructLayout` of ``i_{e}_req`` for ``partitions``."""
-    return data.StructLayout({n: (w if w is not None else 32 * partitions)
-                              for n, w in REQ_FIELDS})
+    return data.StructLayout({n: (w if w is not None else 32 * partitions) for n, w in REQ_FIELDS})
 
 
 def seed_layout():
@@ -88,27 +99,25 @@ def planar(word, partitions):
     """A word of slots (partition ``p`` in bits ``[32p, 32p + 32)``, the port layout) as the
     memory stores it: every partition's low half, then every partition's high half (wiring)."""
     P = partitions
-    return Cat(*(word[32 * p:32 * p + 16] for p in range(P)),
-               *(word[32 * p + 16:32 * p + 32] for p in range(P)))
+    return Cat(
+        *(word[32 * p : 32 * p + 16] for p in range(P)),
+        *(word[32 * p + 16 : 32 * p + 32] for p in range(P)),
+    )
 
 
 def interleaved(word, partitions):
     """The inverse of :func:`planar`."""
     P, H = partitions, 16 * partitions
-    return Cat(*(Cat(word[16 * p:16 * p + 16], word[H + 16 * p:H + 16 * p + 16])
-                 for p in range(P)))
+    return Cat(
+        *(Cat(word[16 * p : 16 * p + 16], word[H + 16 * p : H + 16 * p + 16]) for p in range(P))
+    )
 
 
 def _check_geometry(partitions, banks, bank_bytes):
-    for name, value in (("partitions", partitions), ("banks", banks),
-                        ("bank_bytes", bank_bytes)):
-        if isinstance(value, bool):
-            # Geometry would take True for 1.
-            raise ValueError(f"Psum {name} must be an integer, not {value!r}")
     try:
         return Geometry(partitions, banks, bank_bytes)
-    except ValueError as exc:
-        raise ValueError(f"Psum {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"Psum {exc}") from None
 
 
 class Psum(wiring.Component):
@@ -182,37 +191,43 @@ class Psum(wiring.Component):
     error_latency = 1
     resp_depth = 4
 
+    @validated_init
     def __init__(self, partitions=128, banks=8, bank_bytes=2048, *, instance=False):
-        try:
-            self.geometry = _check_geometry(partitions, banks, bank_bytes)
-            if not isinstance(instance, bool):
-                raise TypeError(f"Psum instance must be a bool, not {instance!r}")
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            raise
-        self.instance = instance
+        self.geometry = _check_geometry(partitions, banks, bank_bytes)
+        self.instance = check_bool(instance, "Psum instance")
         g = self.geometry
         self.partitions, self.banks, self.bank_bytes, self.rows = (
-            g.partitions, g.banks, g.bank_bytes, g.rows)
+            g.partitions,
+            g.banks,
+            g.bank_bytes,
+            g.rows,
+        )
         width = 32 * g.partitions
         self.req_layout = req_layout(g.partitions)
         self.seed_layout = seed_layout()
         members = {
             "instr": In(stream.Signature(INSTR_LAYOUT)),
             "data": In(stream.Signature(vector_layout(g.partitions))),
-            "o_error": Out(1), "o_error_code": Out(4),
-            "o_done": Out(1), "o_done_bank": Out(4),
+            "o_error": Out(1),
+            "o_error_code": Out(4),
+            "o_done": Out(1),
+            "o_done_bank": Out(4),
         }
         for e in ENGINES:
-            members.update({
-                f"{e}_req": In(stream.Signature(self.req_layout)),
-                f"{e}_resp": Out(stream.Signature(width)),
-                f"o_{e}_error": Out(1), f"o_{e}_error_code": Out(2),
-            })
-        members.update({
-            "seed": In(stream.Signature(self.seed_layout)),
-            "o_grant": Out(len(PORTS)),
-        })
+            members.update(
+                {
+                    f"{e}_req": In(stream.Signature(self.req_layout)),
+                    f"{e}_resp": Out(stream.Signature(width)),
+                    f"o_{e}_error": Out(1),
+                    f"o_{e}_error_code": Out(2),
+                }
+            )
+        members.update(
+            {
+                "seed": In(stream.Signature(self.seed_layout)),
+                "o_grant": Out(len(PORTS)),
+            }
+        )
         super().__init__(members)
 
     def __repr__(self):
@@ -229,9 +244,14 @@ class Psum(wiring.Component):
         if not self.instance:
             return []
         width, rows = 32 * self.partitions, self.rows
-        return [Cell(SLOT_MODULE, SlotUpdate),
-                Cell(bank_module(self.partitions, rows), lambda: BankMemory(width, rows),
-                     macro=width * rows > SYNTH_SRAM_BITS)]
+        return [
+            Cell(SLOT_MODULE, SlotUpdate),
+            Cell(
+                bank_module(self.partitions, rows),
+                lambda: BankMemory(width, rows),
+                macro=width * rows > SYNTH_SRAM_BITS,
+            ),
+        ]
 
     def elaborate(self, platform):
         m = Module()
@@ -239,8 +259,11 @@ class Psum(wiring.Component):
         m.submodules.arbiter = arb = BankArbiter(self.banks)
         connect(m, flipped(self.instr), ctl.instr)
         connect(m, flipped(self.data), ctl.data)
-        m.d.comb += [self.o_error.eq(ctl.o_error), self.o_error_code.eq(ctl.o_error_code),
-                     self.o_grant.eq(arb.o_grant)]
+        m.d.comb += [
+            self.o_error.eq(ctl.o_error),
+            self.o_error_code.eq(ctl.o_error_code),
+            self.o_grant.eq(arb.o_grant),
+        ]
         p = _Pipeline(self.geometry)
         banks = [_Port(self._bank(m, b)) for b in range(self.banks)]
         # The TE's W word is the slot units' output register.
@@ -261,8 +284,11 @@ class Psum(wiring.Component):
         P, B, R = self.partitions, self.banks, self.rows
         W = 32 * P
         present, bank_g, row_g, grant = p.present, p.bank_g, p.row_g, p.grant
-        m.d.comb += [arb.i_present.eq(Cat(*present)), arb.i_bank.eq(Cat(*bank_g)),
-                     Cat(*grant).eq(arb.o_grant)]
+        m.d.comb += [
+            arb.i_present.eq(Cat(*present)),
+            arb.i_bank.eq(Cat(*bank_g)),
+            Cat(*grant).eq(arb.o_grant),
+        ]
 
         # TE: the write stream.
         fp32 = equals(ctl.o_dtype, Dtype.FP32)
@@ -278,11 +304,16 @@ class Psum(wiring.Component):
         ]
         m.d.sync += [
             f["valid"].eq(grant[_TE]),
-            f["bank"].eq(bank_g[_TE]), f["row"].eq(row_g[_TE]),
-            f["mask"].eq(te_mask), f["read"].eq(0), f["bad"].eq(0),
+            f["bank"].eq(bank_g[_TE]),
+            f["row"].eq(row_g[_TE]),
+            f["mask"].eq(te_mask),
+            f["read"].eq(0),
+            f["bad"].eq(0),
             f["data"].eq(self.data.payload.data),
-            te_f["dtype"].eq(ctl.o_dtype), te_f["half"].eq(ctl.o_elem[0]),
-            te_f["overwrite"].eq(ctl.o_overwrite), te_f["sr"].eq(ctl.o_sr),
+            te_f["dtype"].eq(ctl.o_dtype),
+            te_f["half"].eq(ctl.o_elem[0]),
+            te_f["overwrite"].eq(ctl.o_overwrite),
+            te_f["sr"].eq(ctl.o_sr),
             te_f["done"].eq(ctl.o_done),
         ]
 
@@ -296,14 +327,16 @@ class Psum(wiring.Component):
             bad_row = Signal(name=f"{name}_bad_row")
             ok = Signal(name=f"{name}_ok")
             credits = Signal(range(depth + 1), name=f"{name}_in_flight")
-            can = Signal(name=f"{name}_can")      # a write, or a read with a free response slot
+            can = Signal(name=f"{name}_can")  # a write, or a read with a free response slot
             taken = Signal(name=f"{name}_taken")
             m.d.comb += [
-                bad_bank.eq(req.bank >= B), bad_row.eq(req.row >= R),
+                bad_bank.eq(req.bank >= B),
+                bad_row.eq(req.row >= R),
                 ok.eq(~bad_bank & ~bad_row),
                 can.eq(req.we | (credits < depth)),
                 present[i].eq(stream_in.valid & ok & can),
-                bank_g[i].eq(req.bank), row_g[i].eq(req.row),
+                bank_g[i].eq(req.bank),
+                row_g[i].eq(req.row),
                 # A bad request touches no bank: taken without arbitration (a read still needs
                 # a response slot, for its zeros).
                 stream_in.ready.eq(Mux(ok, grant[i], can)),
@@ -314,17 +347,22 @@ class Psum(wiring.Component):
                 getattr(self, f"o_{name}_error").eq(taken & ~ok),
                 getattr(self, f"o_{name}_error_code").eq(Mux(bad_bank, 1, 2)),
                 f["valid"].eq(taken),
-                f["bank"].eq(req.bank), f["row"].eq(req.row),
+                f["bank"].eq(req.bank),
+                f["row"].eq(req.row),
                 f["mask"].eq(Mux(req.we & ok, req.mask, 0)),
-                f["read"].eq(~req.we), f["bad"].eq(~ok),
+                f["read"].eq(~req.we),
+                f["bad"].eq(~ok),
                 f["data"].eq(planar(req.data, P)),
             ]
             m.submodules[f"{name}_responses"] = fifo = SyncFIFO(width=W, depth=depth)
             fifos[i] = fifo
             popped = fifo.r_rdy & fifo.r_en
             m.d.sync += credits.eq(credits + (taken & ~req.we) - popped)
-            m.d.comb += [stream_out.valid.eq(fifo.r_rdy), stream_out.payload.eq(fifo.r_data),
-                         fifo.r_en.eq(stream_out.ready)]
+            m.d.comb += [
+                stream_out.valid.eq(fifo.r_rdy),
+                stream_out.payload.eq(fifo.r_data),
+                fifo.r_en.eq(stream_out.ready),
+            ]
 
         # Read ports: the requester granted each bank presents its row.
         for b in range(B):
@@ -367,7 +405,7 @@ class Psum(wiring.Component):
                     with m.Case(b):
                         m.d.comb += rd.eq(banks[b].rdata)
                 with m.Default():
-                    m.d.comb += rd.eq(0)        # a bad engine request's bank
+                    m.d.comb += rd.eq(0)  # a bad engine request's bank
             old = self._forward(m, rd, f[i]["bank"], f[i]["row"], s + w, f"f_{PORTS[i]}_fwd")
             m.d.sync += [e[i][k].eq(f[i][k]) for k in f[i]]
             m.d.sync += e[i]["old"].eq(old)
@@ -381,13 +419,15 @@ class Psum(wiring.Component):
         P = self.partitions
         e, w, te_e = p.e, p.w, p.te_e
         for i in p.lanes:
-            old = self._forward(m, e[i]["old"], e[i]["bank"], e[i]["row"], w,
-                                f"e_{PORTS[i]}_fwd")
+            old = self._forward(m, e[i]["old"], e[i]["bank"], e[i]["row"], w, f"e_{PORTS[i]}_fwd")
             if i == _TE:
                 m.d.comb += [
-                    update.i_old.eq(interleaved(old, P)), update.i_value.eq(e[i]["data"]),
-                    update.i_dtype.eq(te_e["dtype"]), update.i_half.eq(te_e["half"]),
-                    update.i_overwrite.eq(te_e["overwrite"]), update.i_sr.eq(te_e["sr"]),
+                    update.i_old.eq(interleaved(old, P)),
+                    update.i_value.eq(e[i]["data"]),
+                    update.i_dtype.eq(te_e["dtype"]),
+                    update.i_half.eq(te_e["half"]),
+                    update.i_overwrite.eq(te_e["overwrite"]),
+                    update.i_sr.eq(te_e["sr"]),
                     update.i_rand.eq(te_e["rand"]),
                 ]
                 m.d.sync += p.w_te_done.eq(e[i]["valid"] & te_e["done"])
@@ -412,15 +452,23 @@ class Psum(wiring.Component):
             sel = [w[i]["valid"] & equals(w[i]["bank"], b) & w[i]["mask"].any() for i in p.lanes]
             for i in p.lanes:
                 with (m.If if i == 0 else m.Elif)(sel[i]):
-                    m.d.comb += [mem.waddr.eq(w[i]["row"]), mem.wdata.eq(w[i]["wdata"]),
-                                 mem.wen.eq(Cat(w[i]["mask"][0].replicate(P),
-                                                w[i]["mask"][1].replicate(P)))]
+                    m.d.comb += [
+                        mem.waddr.eq(w[i]["row"]),
+                        mem.wdata.eq(w[i]["wdata"]),
+                        mem.wen.eq(Cat(w[i]["mask"][0].replicate(P), w[i]["mask"][1].replicate(P))),
+                    ]
         for i in p.lanes:
-            m.d.sync += [s[i]["valid"].eq(w[i]["valid"]), s[i]["bank"].eq(w[i]["bank"]),
-                         s[i]["row"].eq(w[i]["row"]), s[i]["mask"].eq(w[i]["mask"]),
-                         s[i]["data"].eq(w[i]["wdata"])]
-        m.d.sync += [self.o_done.eq(w[_TE]["valid"] & p.w_te_done),
-                     self.o_done_bank.eq(w[_TE]["bank"])]
+            m.d.sync += [
+                s[i]["valid"].eq(w[i]["valid"]),
+                s[i]["bank"].eq(w[i]["bank"]),
+                s[i]["row"].eq(w[i]["row"]),
+                s[i]["mask"].eq(w[i]["mask"]),
+                s[i]["data"].eq(w[i]["wdata"]),
+            ]
+        m.d.sync += [
+            self.o_done.eq(w[_TE]["valid"] & p.w_te_done),
+            self.o_done_bank.eq(w[_TE]["bank"]),
+        ]
 
     def _generators(self, m, ctl):
         """One XORWOW generator per partition (the stochastic-rounding draws), stepped at the
@@ -446,16 +494,33 @@ class Psum(wiring.Component):
         W, R = 32 * g.partitions, g.rows
         if not self.instance:
             m.submodules[f"bank{b}"] = mem = BankMemory(W, R)
-            return dict(raddr=mem.i_raddr, ren=mem.i_ren, rdata=mem.o_rdata, waddr=mem.i_waddr,
-                        wen=mem.i_wen, wdata=mem.i_wdata)
-        sig = dict(raddr=Signal(range(R), name=f"bank{b}_raddr"), ren=Signal(name=f"bank{b}_ren"),
-                   rdata=Signal(W, name=f"bank{b}_rdata"),
-                   waddr=Signal(range(R), name=f"bank{b}_waddr"),
-                   wen=Signal(W // 16, name=f"bank{b}_wen"), wdata=Signal(W, name=f"bank{b}_wdata"))
+            return dict(
+                raddr=mem.i_raddr,
+                ren=mem.i_ren,
+                rdata=mem.o_rdata,
+                waddr=mem.i_waddr,
+                wen=mem.i_wen,
+                wdata=mem.i_wdata,
+            )
+        sig = dict(
+            raddr=Signal(range(R), name=f"bank{b}_raddr"),
+            ren=Signal(name=f"bank{b}_ren"),
+            rdata=Signal(W, name=f"bank{b}_rdata"),
+            waddr=Signal(range(R), name=f"bank{b}_waddr"),
+            wen=Signal(W // 16, name=f"bank{b}_wen"),
+            wdata=Signal(W, name=f"bank{b}_wdata"),
+        )
         m.submodules[f"bank{b}"] = Instance(
-            bank_module(g.partitions, R), i_clk=ClockSignal(), i_rst=ResetSignal(),
-            i_i_raddr=sig["raddr"], i_i_ren=sig["ren"], o_o_rdata=sig["rdata"],
-            i_i_waddr=sig["waddr"], i_i_wen=sig["wen"], i_i_wdata=sig["wdata"])
+            bank_module(g.partitions, R),
+            i_clk=ClockSignal(),
+            i_rst=ResetSignal(),
+            i_i_raddr=sig["raddr"],
+            i_i_ren=sig["ren"],
+            o_o_rdata=sig["rdata"],
+            i_i_waddr=sig["waddr"],
+            i_i_wen=sig["wen"],
+            i_i_wdata=sig["wdata"],
+        )
         return sig
 
 
@@ -475,9 +540,9 @@ class _Pipeline:
                 valid=Signal(name=name + "valid"),
                 bank=Signal(4, name=name + "bank", reset_less=True),
                 row=Signal(row_bits, name=name + "row", reset_less=True),
-                mask=Signal(2, name=name + "mask", reset_less=True),   # halves it writes
-                read=Signal(name=name + "read", reset_less=True),      # engine read: responds
-                bad=Signal(name=name + "bad", reset_less=True),        # bad request: zeros
+                mask=Signal(2, name=name + "mask", reset_less=True),  # halves it writes
+                read=Signal(name=name + "read", reset_less=True),  # engine read: responds
+                bad=Signal(name=name + "bad", reset_less=True),  # bad request: zeros
                 # TE: the beat (port layout); engine: the write data (planar)
                 data=Signal(W, name=name + "data", reset_less=True),
             )
@@ -489,16 +554,18 @@ class _Pipeline:
         for i in self.lanes:
             self.e[i]["old"] = Signal(W, name=f"e_{PORTS[i]}_old", reset_less=True)
             del self.w[i]["read"], self.w[i]["bad"], self.s[i]["read"], self.s[i]["bad"]
-            if i != _TE:                    # what an engine's W stage writes: its data
+            if i != _TE:  # what an engine's W stage writes: its data
                 self.w[i]["wdata"] = self.w[i]["data"]
             self.s[i]["wdata"] = self.s[i]["data"]
-        del self.w[_TE]["data"]     # the TE's W word is the SlotUpdate output register
+        del self.w[_TE]["data"]  # the TE's W word is the SlotUpdate output register
         # TE extras: how the beat combines with the slot.
-        self.te_f = dict(dtype=Signal(2, name="f_te_dtype", reset_less=True),
-                         half=Signal(name="f_te_half", reset_less=True),
-                         overwrite=Signal(name="f_te_overwrite", reset_less=True),
-                         sr=Signal(name="f_te_sr", reset_less=True),
-                         done=Signal(name="f_te_done", reset_less=True))
+        self.te_f = dict(
+            dtype=Signal(2, name="f_te_dtype", reset_less=True),
+            half=Signal(name="f_te_half", reset_less=True),
+            overwrite=Signal(name="f_te_overwrite", reset_less=True),
+            sr=Signal(name="f_te_sr", reset_less=True),
+            done=Signal(name="f_te_done", reset_less=True),
+        )
         self.te_e = {k: Signal.like(v, name=f"e_te_{k}") for k, v in self.te_f.items()}
         self.te_e["rand"] = Signal(16 * P, name="e_te_rand", reset_less=True)
         self.w_te_done = Signal(name="w_te_done")
@@ -526,25 +593,41 @@ class _Updates(wiring.Component):
     def __init__(self, partitions, instance):
         self.partitions, self.instance = partitions, instance
         W = 32 * partitions
-        super().__init__({
-            "i_old": In(W), "i_value": In(W), "i_dtype": In(2), "i_half": In(1),
-            "i_overwrite": In(1), "i_sr": In(1), "i_rand": In(16 * partitions),
-            "o_word": Out(W),
-        })
+        super().__init__(
+            {
+                "i_old": In(W),
+                "i_value": In(W),
+                "i_dtype": In(2),
+                "i_half": In(1),
+                "i_overwrite": In(1),
+                "i_sr": In(1),
+                "i_rand": In(16 * partitions),
+                "o_word": Out(W),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         words = []
         for p in range(self.partitions):
             ports = dict(
-                i_old=self.i_old[32 * p:32 * p + 32], i_value=self.i_value[32 * p:32 * p + 32],
-                i_dtype=self.i_dtype, i_half=self.i_half, i_overwrite=self.i_overwrite,
-                i_sr=self.i_sr, i_rand=self.i_rand[16 * p:16 * p + 16])
+                i_old=self.i_old[32 * p : 32 * p + 32],
+                i_value=self.i_value[32 * p : 32 * p + 32],
+                i_dtype=self.i_dtype,
+                i_half=self.i_half,
+                i_overwrite=self.i_overwrite,
+                i_sr=self.i_sr,
+                i_rand=self.i_rand[16 * p : 16 * p + 16],
+            )
             if self.instance:
                 word = Signal(32, name=f"word{p}")
                 m.submodules[f"slot{p}"] = Instance(
-                    SLOT_MODULE, i_clk=ClockSignal(), i_rst=ResetSignal(),
-                    **{f"i_{k}": v for k, v in ports.items()}, o_o_word=word)
+                    SLOT_MODULE,
+                    i_clk=ClockSignal(),
+                    i_rst=ResetSignal(),
+                    **{f"i_{k}": v for k, v in ports.items()},
+                    o_o_word=word,
+                )
             else:
                 m.submodules[f"slot{p}"] = u = SlotUpdate()
                 m.d.comb += [getattr(u, k).eq(v) for k, v in ports.items()]

@@ -4,11 +4,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.fp.add import Fp32Add
 from ncrtl.hdl.fp.convert import Fp32ToBf16
 from ncrtl.model.psum.isa import Dtype
-
-from ncrtl.hdl.common.bits import equals
 
 __all__ = ["SlotUpdate"]
 
@@ -58,11 +57,18 @@ class SlotUpdate(wiring.Component):
     latency = 1
 
     def __init__(self):
-        super().__init__({
-            "i_old": In(32), "i_value": In(32), "i_dtype": In(2), "i_half": In(1),
-            "i_overwrite": In(1), "i_sr": In(1), "i_rand": In(16),
-            "o_word": Out(32),
-        })
+        super().__init__(
+            {
+                "i_old": In(32),
+                "i_value": In(32),
+                "i_dtype": In(2),
+                "i_half": In(1),
+                "i_overwrite": In(1),
+                "i_sr": In(1),
+                "i_rand": In(16),
+                "o_word": Out(32),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -76,7 +82,7 @@ class SlotUpdate(wiring.Component):
             add.i_a.eq(a),
             add.i_b.eq(self.i_value),
         ]
-        x = Signal(32, name="x")            # the FP32 value to store or to round
+        x = Signal(32, name="x")  # the FP32 value to store or to round
         m.d.comb += [
             x.eq(Mux(self.i_overwrite, self.i_value, add.o_result)),
             bf16.i_value.eq(x),

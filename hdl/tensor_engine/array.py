@@ -23,15 +23,26 @@ timing is that of the PE grid), but they let a simulator compile one flat tile a
 Verilator hierarchical block per tile instead of per PE (see hdl/tensor_engine/verilator.vlt).
 """
 
-from amaranth.hdl import (Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal,
-                          Shape, Signal, Value)
+from amaranth.hdl import (
+    Cat,
+    ClockSignal,
+    Const,
+    Instance,
+    Module,
+    Mux,
+    ResetSignal,
+    Shape,
+    Signal,
+    Value,
+)
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range
+from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
 
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, PE_SIGNATURE, TAG_LAYOUT
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
 
 __all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "default_block"]
 
@@ -58,9 +69,13 @@ def beat_tag_layout(rows):
     """Tag of a moving beat at the array's left edge: the PE tag (``pe``, its ``first_row`` not
     yet set) and the row range ``[row_lo, row_hi)`` of the rows that compute; each row derives
     its own ``valid`` and ``first_row`` from the range."""
-    return data.StructLayout({
-        "pe": TAG_LAYOUT, "row_lo": bits_for_range(0, rows), "row_hi": bits_for_range(0, rows),
-    })
+    return data.StructLayout(
+        {
+            "pe": TAG_LAYOUT,
+            "row_lo": bits_for_range(0, rows),
+            "row_hi": bits_for_range(0, rows),
+        }
+    )
 
 
 def _place_pe(m, name, en, x, tag, ls, lsc, psum):
@@ -72,11 +87,20 @@ def _place_pe(m, name, en, x, tag, ls, lsc, psum):
     o_psum = Signal(32, name=f"psum_{name}")
     m.submodules[f"pe_{name}"] = Instance(
         PE_MODULE,
-        i_clk=ClockSignal(), i_rst=ResetSignal(), i_en=en,
-        i_i_x=x, i_i_tag=Value.cast(tag), i_i_ls=ls, i_i_ls_ctl=Value.cast(lsc),
+        i_clk=ClockSignal(),
+        i_rst=ResetSignal(),
+        i_en=en,
+        i_i_x=x,
+        i_i_tag=Value.cast(tag),
+        i_i_ls=ls,
+        i_i_ls_ctl=Value.cast(lsc),
         i_i_psum=psum,
-        o_o_x=o_x, o_o_tag=Value.cast(o_tag), o_o_ls=o_ls, o_o_ls_ctl=Value.cast(o_lsc),
-        o_o_psum=o_psum)
+        o_o_x=o_x,
+        o_o_tag=Value.cast(o_tag),
+        o_o_ls=o_ls,
+        o_o_ls_ctl=Value.cast(o_lsc),
+        o_o_psum=o_psum,
+    )
     return o_x, o_tag, o_ls, o_lsc, o_psum
 
 
@@ -102,35 +126,45 @@ class PETile(wiring.Component):
         Psum lane of column ``c`` in bits ``[32c, 32c+32)``.
     """
 
+    @validated_init
     def __init__(self, size):
-        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 64:
-            self._MustUse__silence = True
-            raise ValueError(f"PETile size must be an integer in 1..64, not {size!r}")
-        self.size = size
+        self.size = check_int(size, "PETile size", minimum=1, maximum=64)
         W = LANE_WIDTH
-        super().__init__({
-            "en": In(1, init=1),
-            "i_x": In(size * W), "i_tag": In(size * _TAG_BITS),
-            "i_ls": In(size * W), "i_ls_ctl": In(size * _LSC_BITS), "i_psum": In(size * 32),
-            "o_x": Out(size * W), "o_tag": Out(size * _TAG_BITS),
-            "o_ls": Out(size * W), "o_ls_ctl": Out(size * _LSC_BITS), "o_psum": Out(size * 32),
-        })
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "i_x": In(size * W),
+                "i_tag": In(size * _TAG_BITS),
+                "i_ls": In(size * W),
+                "i_ls_ctl": In(size * _LSC_BITS),
+                "i_psum": In(size * 32),
+                "o_x": Out(size * W),
+                "o_tag": Out(size * _TAG_BITS),
+                "o_ls": Out(size * W),
+                "o_ls_ctl": Out(size * _LSC_BITS),
+                "o_psum": Out(size * 32),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         B, W, T, L = self.size, LANE_WIDTH, _TAG_BITS, _LSC_BITS
-        above = [self.i_psum[c * 32:(c + 1) * 32] for c in range(B)]
+        above = [self.i_psum[c * 32 : (c + 1) * 32] for c in range(B)]
         for r in range(B):
-            x, ls = self.i_x[r * W:(r + 1) * W], self.i_ls[r * W:(r + 1) * W]
-            tag, lsc = self.i_tag[r * T:(r + 1) * T], self.i_ls_ctl[r * L:(r + 1) * L]
+            x, ls = self.i_x[r * W : (r + 1) * W], self.i_ls[r * W : (r + 1) * W]
+            tag, lsc = self.i_tag[r * T : (r + 1) * T], self.i_ls_ctl[r * L : (r + 1) * L]
             for c in range(B):
-                x, tag, ls, lsc, above[c] = _place_pe(m, f"{r}_{c}", self.en, x, tag, ls, lsc,
-                                                      above[c])
-            m.d.comb += [self.o_x[r * W:(r + 1) * W].eq(x), self.o_ls[r * W:(r + 1) * W].eq(ls),
-                         self.o_tag[r * T:(r + 1) * T].eq(tag),
-                         self.o_ls_ctl[r * L:(r + 1) * L].eq(lsc)]
+                x, tag, ls, lsc, above[c] = _place_pe(
+                    m, f"{r}_{c}", self.en, x, tag, ls, lsc, above[c]
+                )
+            m.d.comb += [
+                self.o_x[r * W : (r + 1) * W].eq(x),
+                self.o_ls[r * W : (r + 1) * W].eq(ls),
+                self.o_tag[r * T : (r + 1) * T].eq(tag),
+                self.o_ls_ctl[r * L : (r + 1) * L].eq(lsc),
+            ]
         for c in range(B):
-            m.d.comb += self.o_psum[c * 32:(c + 1) * 32].eq(above[c])
+            m.d.comb += self.o_psum[c * 32 : (c + 1) * 32].eq(above[c])
         return m
 
 
@@ -173,39 +207,39 @@ class SystolicArray(wiring.Component):
         Output vector register: lane word ``c`` is the psum leaving PE column ``c``.
     """
 
+    @validated_init
     def __init__(self, rows, cols, *, instance=True, tile_granule=32, block=None):
-        for v, what in ((rows, "rows"), (cols, "cols"), (tile_granule, "tile_granule")):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                self._MustUse__silence = True
-                raise TypeError(f"SystolicArray {what} must be a positive integer, not {v!r}")
-        if rows > 255 or cols > 255:
-            self._MustUse__silence = True
-            raise ValueError(f"SystolicArray of {rows} x {cols} PEs is too large; at most 255 "
-                             f"rows and columns")
+        check_int(rows, "SystolicArray rows", minimum=1, maximum=255)
+        check_int(cols, "SystolicArray cols", minimum=1, maximum=255)
+        check_int(tile_granule, "SystolicArray tile_granule", minimum=1)
+        check_bool(instance, "SystolicArray instance")
         if block is None:
             block = default_block(rows, cols, tile_granule) if instance else 1
-        if (not isinstance(block, int) or isinstance(block, bool) or block < 1
-                or rows % block or cols % block or tile_granule % block):
-            self._MustUse__silence = True
-            raise ValueError(f"SystolicArray block {block!r} must be a positive integer dividing "
-                             f"rows={rows}, cols={cols} and tile_granule={tile_granule}")
+        check_int(block, "SystolicArray block", minimum=1)
+        if rows % block or cols % block or tile_granule % block:
+            raise ValueError(
+                f"SystolicArray block {block} must divide rows={rows}, cols={cols} "
+                f"and tile_granule={tile_granule}"
+            )
         if block > 1 and not instance:
-            self._MustUse__silence = True
-            raise ValueError("SystolicArray block > 1 needs instance=True (tiles are Verilog "
-                             "instances)")
+            raise ValueError(
+                "SystolicArray block > 1 needs instance=True (tiles are Verilog instances)"
+            )
         self.block = block
         self.rows, self.cols = rows, cols
         self.instance = instance
         self.tile_granule = tile_granule
         self.latency = rows + cols + P_PREFIX + 1
-        super().__init__({
-            "en": In(1, init=1),
-            "i_x": In(rows * LANE_WIDTH),
-            "i_tag": In(beat_tag_layout(rows)),
-            "i_ls": In(rows * LANE_WIDTH),
-            "i_ls_ctl": In(LS_CTL_LAYOUT),
-            "o_psum": Out(cols * LANE_WIDTH),
-        })
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "i_x": In(rows * LANE_WIDTH),
+                "i_tag": In(beat_tag_layout(rows)),
+                "i_ls": In(rows * LANE_WIDTH),
+                "i_ls_ctl": In(LS_CTL_LAYOUT),
+                "o_psum": Out(cols * LANE_WIDTH),
+            }
+        )
 
     def cells(self):
         """The modules the array places with ``Instance`` (:class:`ncrtl.hdl.verilog.Cell`):
@@ -226,8 +260,11 @@ class SystolicArray(wiring.Component):
         def delay(name, value, n, shape=None):
             """``value`` delayed by ``n`` enabled cycles."""
             for i in range(n):
-                r = Signal(shape if shape is not None else len(value), name=f"{name}_d{i + 1}",
-                           reset_less=True)
+                r = Signal(
+                    shape if shape is not None else len(value),
+                    name=f"{name}_d{i + 1}",
+                    reset_less=True,
+                )
                 with m.If(en):
                     m.d.sync += r.eq(value)
                 value = r
@@ -255,8 +292,8 @@ class SystolicArray(wiring.Component):
                 pt.valid.eq(bt.pe.valid & inside),
                 pt.first_row.eq(bt.row_lo == r if r else ~bt.row_lo.any()),
             ]
-            x_in.append(delay(f"x_skew_r{r}", self.i_x[r * W:(r + 1) * W], r))
-            ls_in.append(delay(f"ls_skew_r{r}", self.i_ls[r * W:(r + 1) * W], r))
+            x_in.append(delay(f"x_skew_r{r}", self.i_x[r * W : (r + 1) * W], r))
+            ls_in.append(delay(f"ls_skew_r{r}", self.i_ls[r * W : (r + 1) * W], r))
             tag_in.append(pt)
             lsc_in.append(ls_ctl_chain[r])
 
@@ -270,8 +307,9 @@ class SystolicArray(wiring.Component):
         out = Signal(cols * W, name="out_vec", reset_less=True)
         with m.If(en):
             for c in range(cols):
-                m.d.sync += out[c * W:(c + 1) * W].eq(
-                    delay(f"deskew_c{c}", bottom[c], cols - 1 - c, W))
+                m.d.sync += out[c * W : (c + 1) * W].eq(
+                    delay(f"deskew_c{c}", bottom[c], cols - 1 - c, W)
+                )
         m.d.comb += self.o_psum.eq(out)
         return m
 
@@ -309,28 +347,50 @@ class SystolicArray(wiring.Component):
             for tc in range(self.cols // B):
                 c0 = tc * B
                 if c0 and c0 % self.tile_granule == 0:
-                    lsc = [self._skip_dec(m, data.View(LS_CTL_LAYOUT, Value.cast(v)),
-                                          f"ls_ctl_r{r}_g{c0 // self.tile_granule}")
-                           for r, v in zip(rs, lsc)]
+                    lsc = [
+                        self._skip_dec(
+                            m,
+                            data.View(LS_CTL_LAYOUT, Value.cast(v)),
+                            f"ls_ctl_r{r}_g{c0 // self.tile_granule}",
+                        )
+                        for r, v in zip(rs, lsc)
+                    ]
                 name = f"{tr}_{tc}"
-                o = {k: Signal(B * w, name=f"t{k}_{name}")
-                     for k, w in (("x", W), ("tag", T), ("ls", W), ("lsc", L), ("psum", 32))}
+                o = {
+                    k: Signal(B * w, name=f"t{k}_{name}")
+                    for k, w in (("x", W), ("tag", T), ("ls", W), ("lsc", L), ("psum", 32))
+                }
                 m.submodules[f"tile_{name}"] = Instance(
                     TILE_MODULE,
-                    i_clk=ClockSignal(), i_rst=ResetSignal(), i_en=self.en,
-                    i_i_x=x, i_i_tag=tag, i_i_ls=ls,
-                    i_i_ls_ctl=Cat(*(Value.cast(v) for v in lsc)), i_i_psum=psum_above[tc],
-                    o_o_x=o["x"], o_o_tag=o["tag"], o_o_ls=o["ls"], o_o_ls_ctl=o["lsc"],
-                    o_o_psum=o["psum"])
+                    i_clk=ClockSignal(),
+                    i_rst=ResetSignal(),
+                    i_en=self.en,
+                    i_i_x=x,
+                    i_i_tag=tag,
+                    i_i_ls=ls,
+                    i_i_ls_ctl=Cat(*(Value.cast(v) for v in lsc)),
+                    i_i_psum=psum_above[tc],
+                    o_o_x=o["x"],
+                    o_o_tag=o["tag"],
+                    o_o_ls=o["ls"],
+                    o_o_ls_ctl=o["lsc"],
+                    o_o_psum=o["psum"],
+                )
                 x, tag, ls, psum_above[tc] = o["x"], o["tag"], o["ls"], o["psum"]
-                lsc = [o["lsc"][i * L:(i + 1) * L] for i in range(B)]
-        return [psum_above[c // B][(c % B) * 32:(c % B + 1) * 32] for c in range(self.cols)]
+                lsc = [o["lsc"][i * L : (i + 1) * L] for i in range(B)]
+        return [psum_above[c // B][(c % B) * 32 : (c % B + 1) * 32] for c in range(self.cols)]
 
     def _pe(self, m, r, c, x, tag, ls, lsc, psum):
         """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
         if not self.instance:
             m.submodules[f"pe_{r}_{c}"] = pe = PE()
-            m.d.comb += [pe.en.eq(self.en), pe.i_x.eq(x), pe.i_tag.eq(tag), pe.i_ls.eq(ls),
-                         pe.i_ls_ctl.eq(lsc), pe.i_psum.eq(psum)]
+            m.d.comb += [
+                pe.en.eq(self.en),
+                pe.i_x.eq(x),
+                pe.i_tag.eq(tag),
+                pe.i_ls.eq(ls),
+                pe.i_ls_ctl.eq(lsc),
+                pe.i_psum.eq(psum),
+            ]
             return pe.o_x, pe.o_tag, pe.o_ls, pe.o_ls_ctl, pe.o_psum
         return _place_pe(m, f"{r}_{c}", self.en, x, tag, ls, lsc, psum)

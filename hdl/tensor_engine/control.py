@@ -23,6 +23,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range, equals
+from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.fp import get_format
 from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
 from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N, MIN_MM_CYCLES, Error, Op
@@ -41,8 +42,9 @@ ERROR_SHAPE = bits_for_range(0, max(Error))
 #: The longest beat interval of any engine mode (fp32: 4 cycles per beat).
 MAX_INTERVAL = max(max(m.interval(False), m.interval(True) or 1) for m in ENGINE_MODES)
 
-assert all(set(m.row_tiles) | set(m.col_tiles) <= set(TILE_SIZES) for m in ENGINE_MODES), \
+assert all(set(m.row_tiles) | set(m.col_tiles) <= set(TILE_SIZES) for m in ENGINE_MODES), (
     "the control places tiles of the sizes TILE_SIZES only"
+)
 
 
 def mode_rules(m, ins, tile_unit):
@@ -50,8 +52,10 @@ def mode_rules(m, ins, tile_unit):
     engine serves), ``bad_fmt`` (a format index the mode lacks), ``no_transpose``,
     ``no_tiling``, ``row_size_ok`` / ``col_size_ok`` (the tile size, scaled by ``tile_unit /
     32``, is one the mode accepts) and ``ii`` (cycles per beat of this instruction)."""
-    rules = {name: Signal(name=f"mode_{name}") for name in
-             ("known", "bad_fmt", "no_transpose", "no_tiling", "row_size_ok", "col_size_ok")}
+    rules = {
+        name: Signal(name=f"mode_{name}")
+        for name in ("known", "bad_fmt", "no_transpose", "no_tiling", "row_size_ok", "col_size_ok")
+    }
     ii = Signal(range(MAX_INTERVAL + 1), name="mode_ii")
     size = bits_for_range(0, 255)
     tr = Signal(size, name="mode_tile_rows")
@@ -66,8 +70,10 @@ def mode_rules(m, ins, tile_unit):
         for pe_mode in ENGINE_MODES:
             with m.Case(pe_mode.code):
                 bad = []
-                for field, formats in ((ins.fmt_s, pe_mode.formats_s),
-                                       (ins.fmt_m, pe_mode.formats_m)):
+                for field, formats in (
+                    (ins.fmt_s, pe_mode.formats_s),
+                    (ins.fmt_m, pe_mode.formats_m),
+                ):
                     if len(formats) < 1 << FORMAT_BITS:
                         bad.append(field >= len(formats))
                 m.d.comb += [
@@ -77,8 +83,7 @@ def mode_rules(m, ins, tile_unit):
                     rules["no_tiling"].eq(not pe_mode.tiles),
                     rules["row_size_ok"].eq(one_of(tr, pe_mode.row_tiles)),
                     rules["col_size_ok"].eq(one_of(tc, pe_mode.col_tiles)),
-                    ii.eq(Mux(ins.transpose, pe_mode.interval(True) or 1,
-                              pe_mode.interval(False))),
+                    ii.eq(Mux(ins.transpose, pe_mode.interval(True) or 1, pe_mode.interval(False))),
                 ]
         with m.Default():
             m.d.comb += [v.eq(0) for v in rules.values()] + [ii.eq(0)]
@@ -98,19 +103,23 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     size = bits_for_range(0, 255)
     tr = Signal(size, name="chk_tile_rows")
     tc = Signal(size, name="chk_tile_cols")
-    m.d.comb += [tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, rows)),
-                 tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, cols))]
+    m.d.comb += [
+        tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, rows)),
+        tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, cols)),
+    ]
     whole = Signal(INSTR_LAYOUT, name="chk_whole")
     m.d.comb += [whole.eq(ins), whole.tile_rows.eq(tr), whole.tile_cols.eq(tc)]
     rules, ii = mode_rules(m, whole, tile_unit)
     row_t = Signal(name="chk_row_tiled")
     col_t = Signal(name="chk_col_tiled")
     tiled = Signal(name="chk_tiled")
-    m.d.comb += [row_t.eq(tr != rows), col_t.eq(tc != cols),
-                 tiled.eq(row_t | col_t | ins.tile_row.any() | ins.tile_col.any())]
+    m.d.comb += [
+        row_t.eq(tr != rows),
+        col_t.eq(tc != cols),
+        tiled.eq(row_t | col_t | ins.tile_row.any() | ins.tile_col.any()),
+    ]
     bad_combo = Signal(name="chk_mode_combo")
-    m.d.comb += bad_combo.eq((ins.transpose & rules["no_transpose"])
-                             | (tiled & rules["no_tiling"]))
+    m.d.comb += bad_combo.eq((ins.transpose & rules["no_transpose"]) | (tiled & rules["no_tiling"]))
     u = tile_unit
     sizes = sorted({s * u // 32 for s in TILE_SIZES})
 
@@ -119,7 +128,7 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
         this axis, ``t == total`` (then: ``pos != 0``)."""
         low = Signal(name=f"chk_{name}_bad")
         mis = Const(0, 1)
-        for s in sizes:     # t is one of them, or the size check flags the instruction
+        for s in sizes:  # t is one of them, or the size check flags the instruction
             if s & (s - 1) == 0:
                 lb = s.bit_length() - 1
                 off = pos[:lb].any() if lb else Const(0, 1)
@@ -132,30 +141,52 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     bad_tile = Signal(name="chk_tile")
     row_size_bad = ~rules["row_size_ok"] | ins.tile_col.any()
     col_size_bad = ~rules["col_size_ok"] | ins.tile_row.any()
-    m.d.comb += bad_tile.eq(tiled & (
-        (row_t & col_t) | (row_t & row_size_bad) | (col_t & col_size_bad)
-        | pos_bad("tile_row", ins.tile_row, tr, ~row_t, rows)
-        | pos_bad("tile_col", ins.tile_col, tc, ~col_t, cols)))
+    m.d.comb += bad_tile.eq(
+        tiled
+        & (
+            (row_t & col_t)
+            | (row_t & row_size_bad)
+            | (col_t & col_size_bad)
+            | pos_bad("tile_row", ins.tile_row, tr, ~row_t, rows)
+            | pos_bad("tile_col", ins.tile_col, tc, ~col_t, cols)
+        )
+    )
     bad_k = Signal(name="chk_k")
     bad_m = Signal(name="chk_m")
     bad_n = Signal(name="chk_n")
-    m.d.comb += [bad_k.eq(equals(ins.k, 0) | (ins.k > tr)),
-                 bad_m.eq(equals(ins.m, 0) | (ins.m > tc)),
-                 bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | (ins.n > MAX_N)))]
+    m.d.comb += [
+        bad_k.eq(equals(ins.k, 0) | (ins.k > tr)),
+        bad_m.eq(equals(ins.m, 0) | (ins.m > tc)),
+        bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | (ins.n > MAX_N))),
+    ]
     bad_nost = Signal(name="chk_no_stationary")
     m.d.comb += bad_nost.eq((ins.op == Op.MM) & ~st_valid)
     same = Signal(name="chk_same_as_ls")
-    m.d.comb += same.eq((st.mode == ins.mode) & (st.fmt_s == ins.fmt_s) & (st.k == ins.k)
-                        & (st.m == ins.m) & (st.transpose == ins.transpose)
-                        & (st.tile_row == ins.tile_row) & (st.tile_rows == tr)
-                        & (st.tile_col == ins.tile_col) & (st.tile_cols == tc))
+    m.d.comb += same.eq(
+        (st.mode == ins.mode)
+        & (st.fmt_s == ins.fmt_s)
+        & (st.k == ins.k)
+        & (st.m == ins.m)
+        & (st.transpose == ins.transpose)
+        & (st.tile_row == ins.tile_row)
+        & (st.tile_rows == tr)
+        & (st.tile_col == ins.tile_col)
+        & (st.tile_cols == tc)
+    )
     bad_mismatch = Signal(name="chk_mismatch")
     m.d.comb += bad_mismatch.eq((ins.op == Op.MM) & ~same)
     code = Signal(ERROR_SHAPE, name="chk_code")
-    checks = [(~rules["known"], Error.MODE), (rules["bad_fmt"], Error.FORMAT),
-              (bad_combo, Error.MODE_COMBO), (bad_tile, Error.TILE), (bad_k, Error.K_RANGE),
-              (bad_m, Error.M_RANGE), (bad_n, Error.N_RANGE), (bad_nost, Error.NO_STATIONARY),
-              (bad_mismatch, Error.MODE_MISMATCH)]
+    checks = [
+        (~rules["known"], Error.MODE),
+        (rules["bad_fmt"], Error.FORMAT),
+        (bad_combo, Error.MODE_COMBO),
+        (bad_tile, Error.TILE),
+        (bad_k, Error.K_RANGE),
+        (bad_m, Error.M_RANGE),
+        (bad_n, Error.N_RANGE),
+        (bad_nost, Error.NO_STATIONARY),
+        (bad_mismatch, Error.MODE_MISMATCH),
+    ]
     with m.If(checks[0][0]):
         m.d.comb += code.eq(checks[0][1])
     for cond, err in checks[1:]:
@@ -167,10 +198,19 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
 
 
 #: The last accepted LS, as the MM rules compare it (tile sizes whole).
-LS_DESC_LAYOUT = data.StructLayout({
-    "mode": MODE_BITS, "fmt_s": FORMAT_BITS, "k": 8, "m": 8, "transpose": 1,
-    "tile_row": 8, "tile_rows": 8, "tile_col": 8, "tile_cols": 8,
-})
+LS_DESC_LAYOUT = data.StructLayout(
+    {
+        "mode": MODE_BITS,
+        "fmt_s": FORMAT_BITS,
+        "k": 8,
+        "m": 8,
+        "transpose": 1,
+        "tile_row": 8,
+        "tile_rows": 8,
+        "tile_col": 8,
+        "tile_cols": 8,
+    }
+)
 
 #: Per-output-vector info carried through the latency delay line.
 OUT_INFO_LAYOUT = data.StructLayout({"valid": 1, "last": 1, "col_lo": 8, "col_hi": 9})
@@ -210,30 +250,38 @@ class TensorControl(wiring.Component):
         One-cycle (enabled cycle) error strobe and its ``isa.Error`` code.
     """
 
+    @validated_init
     def __init__(self, rows, cols, latency, *, tile_unit=32):
+        # 8-bit instruction fields: at most 255 rows and columns.
+        check_int(rows, "TensorControl rows", minimum=1, maximum=255)
+        check_int(cols, "TensorControl cols", minimum=1, maximum=255)
+        check_int(latency, "TensorControl latency", minimum=1)
+        check_int(tile_unit, "TensorControl tile_unit", minimum=1)
         if cols > (1 << SKIP_BITS) * tile_unit:
-            self._MustUse__silence = True
-            raise ValueError(f"TensorControl with {cols} columns needs more than {SKIP_BITS} "
-                             f"column-tile skip bits at tile_unit {tile_unit}")
-        if rows > 255 or cols > 255:
-            self._MustUse__silence = True
-            raise ValueError(f"TensorControl of {rows} x {cols}: at most 255 rows and columns "
-                             f"(8-bit instruction fields)")
+            raise ValueError(
+                f"TensorControl with {cols} columns needs more than {SKIP_BITS} "
+                f"column-tile skip bits at tile_unit {tile_unit}"
+            )
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
-        super().__init__({
-            "en": In(1, init=1),
-            "instr": In(stream.Signature(INSTR_LAYOUT)),
-            "stationary": In(stream.Signature(rows * LANE_WIDTH)),
-            "moving": In(stream.Signature(rows * LANE_WIDTH)),
-            "o_x": Out(rows * LANE_WIDTH), "o_tag": Out(beat_tag_layout(rows)),
-            "o_ls": Out(rows * LANE_WIDTH), "o_ls_ctl": Out(LS_CTL_LAYOUT),
-            "o_info": Out(OUT_INFO_LAYOUT),
-            "o_error": Out(1), "o_error_code": Out(ERROR_SHAPE),
-        })
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "instr": In(stream.Signature(INSTR_LAYOUT)),
+                "stationary": In(stream.Signature(rows * LANE_WIDTH)),
+                "moving": In(stream.Signature(rows * LANE_WIDTH)),
+                "o_x": Out(rows * LANE_WIDTH),
+                "o_tag": Out(beat_tag_layout(rows)),
+                "o_ls": Out(rows * LANE_WIDTH),
+                "o_ls_ctl": Out(LS_CTL_LAYOUT),
+                "o_info": Out(OUT_INFO_LAYOUT),
+                "o_error": Out(1),
+                "o_error_code": Out(ERROR_SHAPE),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
-        live = Signal(name="live")                  # a cycle in which handshakes may happen
+        live = Signal(name="live")  # a cycle in which handshakes may happen
         m.d.comb += live.eq(self.en & ~ResetSignal())
         s = _State(self.rows)
         issue = self._issue(m, s, live)
@@ -246,21 +294,25 @@ class TensorControl(wiring.Component):
     def _issue(self, m, s, live):
         """Check the presented instruction and decide whether it issues (or is dropped) now."""
         ins = self.instr.payload
-        code, tr, tc, ii = check_logic(m, ins, self.rows, self.cols, self.tile_unit,
-                                       s.st_valid, s.st)
+        code, tr, tc, ii = check_logic(
+            m, ins, self.rows, self.cols, self.tile_unit, s.st_valid, s.st
+        )
         rejected = Signal(name="rejected")
         m.d.comb += rejected.eq(code != Error.NONE)
         ls_free = Signal(name="ls_free")
         mm_free = Signal(name="mm_free")
-        m.d.comb += [ls_free.eq(equals(s.ls_beats, 0) & equals(s.ls_phase, 0)),
-                     mm_free.eq(equals(s.mm_slots, 0) & equals(s.mm_phase, 0))]
+        m.d.comb += [
+            ls_free.eq(equals(s.ls_beats, 0) & equals(s.ls_phase, 0)),
+            mm_free.eq(equals(s.mm_slots, 0) & equals(s.mm_phase, 0)),
+        ]
         # LS: the loader is free and no moving beat reading the target bank is still to come.
         ls_can = Signal(name="ls_can_issue")
         m.d.comb += ls_can.eq(ls_free & ~(s.mm_beats.any() & (s.mm_bank == s.next_bank)))
         # MM: the sequencer is free and the LS has no beat after this cycle.
         ls_last_now = Signal(name="ls_last_beat_now")
-        m.d.comb += ls_last_now.eq((s.ls_beats == 1) & equals(s.ls_phase, 0)
-                                   & self.stationary.valid)
+        m.d.comb += ls_last_now.eq(
+            (s.ls_beats == 1) & equals(s.ls_phase, 0) & self.stationary.valid
+        )
         mm_can = Signal(name="mm_can_issue")
         m.d.comb += mm_can.eq(mm_free & (equals(s.ls_beats, 0) | ls_last_now))
         ready = Signal(name="instr_ready")
@@ -269,10 +321,13 @@ class TensorControl(wiring.Component):
         m.d.comb += [take.eq(self.instr.valid & ready), self.instr.ready.eq(ready)]
         ls_issue = Signal(name="ls_issue")
         mm_issue = Signal(name="mm_issue")
-        m.d.comb += [ls_issue.eq(take & ~rejected & (ins.op == Op.LS)),
-                     mm_issue.eq(take & ~rejected & (ins.op == Op.MM))]
-        return dict(code=code, tr=tr, tc=tc, ii=ii, rejected=rejected, take=take,
-                    ls=ls_issue, mm=mm_issue)
+        m.d.comb += [
+            ls_issue.eq(take & ~rejected & (ins.op == Op.LS)),
+            mm_issue.eq(take & ~rejected & (ins.op == Op.MM)),
+        ]
+        return dict(
+            code=code, tr=tr, tc=tc, ii=ii, rejected=rejected, take=take, ls=ls_issue, mm=mm_issue
+        )
 
     def _loader(self, m, s, live, issue):
         """The LoadStationary loader: one stationary beat every ``II`` cycles from the issue
@@ -286,26 +341,42 @@ class TensorControl(wiring.Component):
         u = self.tile_unit
         skip_of = ins.tile_col >> (u.bit_length() - 1) if u & (u - 1) == 0 else ins.tile_col // u
         with m.If(issue["ls"]):
-            m.d.comb += [e_beats.eq(ins.m), e_phase.eq(0), e_ii.eq(issue["ii"]),
-                         e_bank.eq(s.next_bank), e_skip.eq(skip_of)]
+            m.d.comb += [
+                e_beats.eq(ins.m),
+                e_phase.eq(0),
+                e_ii.eq(issue["ii"]),
+                e_bank.eq(s.next_bank),
+                e_skip.eq(skip_of),
+            ]
         with m.Else():
-            m.d.comb += [e_beats.eq(s.ls_beats), e_phase.eq(s.ls_phase), e_ii.eq(s.ls_ii),
-                         e_bank.eq(s.ls_bank), e_skip.eq(s.ls_skip)]
+            m.d.comb += [
+                e_beats.eq(s.ls_beats),
+                e_phase.eq(s.ls_phase),
+                e_ii.eq(s.ls_ii),
+                e_bank.eq(s.ls_bank),
+                e_skip.eq(s.ls_skip),
+            ]
         due = Signal(name="ls_due")
         m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
         m.d.comb += self.stationary.ready.eq(live & due)
         beat = Signal(name="ls_beat")
         m.d.comb += beat.eq(live & due & self.stationary.valid)
-        m.d.comb += [self.o_ls_ctl.valid.eq(beat), self.o_ls_ctl.bank.eq(e_bank),
-                     self.o_ls_ctl.skip.eq(e_skip), self.o_ls.eq(self.stationary.payload)]
+        m.d.comb += [
+            self.o_ls_ctl.valid.eq(beat),
+            self.o_ls_ctl.bank.eq(e_bank),
+            self.o_ls_ctl.skip.eq(e_skip),
+            self.o_ls.eq(self.stationary.payload),
+        ]
         with m.If(en):
             m.d.sync += [s.ls_ii.eq(e_ii), s.ls_bank.eq(e_bank), s.ls_skip.eq(e_skip)]
             with m.If(beat):
                 m.d.sync += [s.ls_beats.eq(e_beats - 1), s.ls_phase.eq(e_ii - 1)]
             with m.Elif(~due):
-                m.d.sync += [s.ls_beats.eq(e_beats),
-                             s.ls_phase.eq(Mux(e_phase.any(), e_phase - 1, 0))]
-            with m.Else():                          # stalled on a missing stationary beat
+                m.d.sync += [
+                    s.ls_beats.eq(e_beats),
+                    s.ls_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
+                ]
+            with m.Else():  # stalled on a missing stationary beat
                 m.d.sync += [s.ls_beats.eq(e_beats), s.ls_phase.eq(e_phase)]
 
     def _sequencer(self, m, s, live, issue):
@@ -323,27 +394,51 @@ class TensorControl(wiring.Component):
         e_flagged = Signal(name="e_mm_flagged")
         e_bank = Signal(name="e_mm_bank")
         new_tag = Signal(beat_tag_layout(self.rows), name="new_mm_tag")
-        pe_tag = decode_tag(m, ins.mode, ins.fmt_s, ins.fmt_m, ins.transpose, valid=1,
-                            bank=~s.next_bank, first_row=0, name="new_pe_tag")
-        m.d.comb += [new_tag.pe.eq(pe_tag), new_tag.row_lo.eq(ins.tile_row),
-                     new_tag.row_hi.eq(ins.tile_row + ins.k)]
+        pe_tag = decode_tag(
+            m,
+            ins.mode,
+            ins.fmt_s,
+            ins.fmt_m,
+            ins.transpose,
+            valid=1,
+            bank=~s.next_bank,
+            first_row=0,
+            name="new_pe_tag",
+        )
+        m.d.comb += [
+            new_tag.pe.eq(pe_tag),
+            new_tag.row_lo.eq(ins.tile_row),
+            new_tag.row_hi.eq(ins.tile_row + ins.k),
+        ]
         with m.If(issue["mm"]):
             m.d.comb += [
                 e_beats.eq(ins.n),
                 e_slots.eq(Mux(ins.n > MIN_MM_CYCLES, ins.n, MIN_MM_CYCLES)),
-                e_phase.eq(0), e_ii.eq(issue["ii"]), e_tag.eq(new_tag),
-                e_cols.col_lo.eq(ins.tile_col), e_cols.col_hi.eq(ins.tile_col + ins.m),
-                e_flagged.eq(0), e_bank.eq(~s.next_bank),
+                e_phase.eq(0),
+                e_ii.eq(issue["ii"]),
+                e_tag.eq(new_tag),
+                e_cols.col_lo.eq(ins.tile_col),
+                e_cols.col_hi.eq(ins.tile_col + ins.m),
+                e_flagged.eq(0),
+                e_bank.eq(~s.next_bank),
             ]
         with m.Else():
-            m.d.comb += [e_beats.eq(s.mm_beats), e_slots.eq(s.mm_slots),
-                         e_phase.eq(s.mm_phase), e_ii.eq(s.mm_ii), e_tag.eq(s.mm_tag),
-                         e_cols.eq(s.mm_cols), e_flagged.eq(s.mm_flagged),
-                         e_bank.eq(s.mm_bank)]
+            m.d.comb += [
+                e_beats.eq(s.mm_beats),
+                e_slots.eq(s.mm_slots),
+                e_phase.eq(s.mm_phase),
+                e_ii.eq(s.mm_ii),
+                e_tag.eq(s.mm_tag),
+                e_cols.eq(s.mm_cols),
+                e_flagged.eq(s.mm_flagged),
+                e_bank.eq(s.mm_bank),
+            ]
         slot_start = Signal(name="mm_slot_start")
         due = Signal(name="mm_due")
-        m.d.comb += [slot_start.eq(e_slots.any() & equals(e_phase, 0)),
-                     due.eq(slot_start & e_beats.any())]
+        m.d.comb += [
+            slot_start.eq(e_slots.any() & equals(e_phase, 0)),
+            due.eq(slot_start & e_beats.any()),
+        ]
         m.d.comb += self.moving.ready.eq(live & due)
         beat = Signal(name="mm_beat")
         m.d.comb += beat.eq(live & due & self.moving.valid)
@@ -360,22 +455,36 @@ class TensorControl(wiring.Component):
         m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
 
         with m.If(en):
-            m.d.sync += [s.mm_ii.eq(e_ii), s.mm_tag.eq(e_tag), s.mm_cols.eq(e_cols),
-                         s.mm_bank.eq(e_bank), s.mm_flagged.eq(e_flagged | new_flag)]
+            m.d.sync += [
+                s.mm_ii.eq(e_ii),
+                s.mm_tag.eq(e_tag),
+                s.mm_cols.eq(e_cols),
+                s.mm_bank.eq(e_bank),
+                s.mm_flagged.eq(e_flagged | new_flag),
+            ]
             with m.If(stalled):
-                m.d.sync += [s.mm_beats.eq(e_beats), s.mm_slots.eq(e_slots),
-                             s.mm_phase.eq(e_phase)]
+                m.d.sync += [s.mm_beats.eq(e_beats), s.mm_slots.eq(e_slots), s.mm_phase.eq(e_phase)]
             with m.Elif(slot_start):
-                m.d.sync += [s.mm_beats.eq(e_beats - beat), s.mm_slots.eq(e_slots - 1),
-                             s.mm_phase.eq(e_ii - 1)]
+                m.d.sync += [
+                    s.mm_beats.eq(e_beats - beat),
+                    s.mm_slots.eq(e_slots - 1),
+                    s.mm_phase.eq(e_ii - 1),
+                ]
             with m.Else():
-                m.d.sync += [s.mm_beats.eq(e_beats), s.mm_slots.eq(e_slots),
-                             s.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0))]
+                m.d.sync += [
+                    s.mm_beats.eq(e_beats),
+                    s.mm_slots.eq(e_slots),
+                    s.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
+                ]
 
         # The output info follows the beat through a `latency`-stage delay line.
         info = Signal(OUT_INFO_LAYOUT, name="info_in")
-        m.d.comb += [info.valid.eq(beat), info.last.eq(e_beats == 1),
-                     info.col_lo.eq(e_cols.col_lo), info.col_hi.eq(e_cols.col_hi)]
+        m.d.comb += [
+            info.valid.eq(beat),
+            info.last.eq(e_beats == 1),
+            info.col_lo.eq(e_cols.col_lo),
+            info.col_hi.eq(e_cols.col_hi),
+        ]
         value = info
         for i in range(self.latency):
             stage = Signal(OUT_INFO_LAYOUT, name=f"info_d{i + 1}")
@@ -390,11 +499,17 @@ class TensorControl(wiring.Component):
         ins = self.instr.payload
         with m.If(self.en & issue["ls"]):
             m.d.sync += [
-                s.next_bank.eq(~s.next_bank), s.st_valid.eq(1),
-                s.st.mode.eq(ins.mode), s.st.fmt_s.eq(ins.fmt_s), s.st.k.eq(ins.k),
-                s.st.m.eq(ins.m), s.st.transpose.eq(ins.transpose),
-                s.st.tile_row.eq(ins.tile_row), s.st.tile_rows.eq(issue["tr"]),
-                s.st.tile_col.eq(ins.tile_col), s.st.tile_cols.eq(issue["tc"]),
+                s.next_bank.eq(~s.next_bank),
+                s.st_valid.eq(1),
+                s.st.mode.eq(ins.mode),
+                s.st.fmt_s.eq(ins.fmt_s),
+                s.st.k.eq(ins.k),
+                s.st.m.eq(ins.m),
+                s.st.transpose.eq(ins.transpose),
+                s.st.tile_row.eq(ins.tile_row),
+                s.st.tile_rows.eq(issue["tr"]),
+                s.st.tile_col.eq(ins.tile_col),
+                s.st.tile_cols.eq(issue["tc"]),
             ]
 
     def _errors(self, m, issue, sel_error):
@@ -409,8 +524,11 @@ class TensorControl(wiring.Component):
         m.d.comb += instr_err.eq(issue["take"] & issue["rejected"])
         with m.If(en):
             with m.If(instr_err):
-                m.d.sync += [err.eq(1), err_code.eq(issue["code"]),
-                             sel_pending.eq(sel_pending | sel_error)]
+                m.d.sync += [
+                    err.eq(1),
+                    err_code.eq(issue["code"]),
+                    sel_pending.eq(sel_pending | sel_error),
+                ]
             with m.Elif(sel_pending | sel_error):
                 m.d.sync += [err.eq(1), err_code.eq(Error.SELECTION), sel_pending.eq(0)]
             with m.Else():
@@ -421,24 +539,29 @@ class TensorControl(wiring.Component):
         """1 when the moving payload is not a selection column over the rows
         ``[row_lo, row_hi)`` in the moving format of ``tag``."""
         one = Signal(LANE_WIDTH, name="sel_one_code")
-        mask = Signal(LANE_WIDTH, name="sel_mask")          # bits that count
-        mag = Signal(LANE_WIDTH, name="sel_mag_mask")       # ... without the sign
+        mask = Signal(LANE_WIDTH, name="sel_mask")  # bits that count
+        mag = Signal(LANE_WIDTH, name="sel_mag_mask")  # ... without the sign
         with m.Switch(tag.pe.fmt_m):
             for i, name in enumerate(WIDE_FORMATS):
                 code, msk = one_code(name)
                 with m.Case(i):
-                    m.d.comb += [one.eq(code), mask.eq(msk),
-                                 mag.eq(msk & ~(1 << (get_format(name).bits - 1)))]
+                    m.d.comb += [
+                        one.eq(code),
+                        mask.eq(msk),
+                        mag.eq(msk & ~(1 << (get_format(name).bits - 1))),
+                    ]
         any_bad, ones = [], []
         for r in range(self.rows):
-            x = self.moving.payload[r * LANE_WIDTH:(r + 1) * LANE_WIDTH]
+            x = self.moving.payload[r * LANE_WIDTH : (r + 1) * LANE_WIDTH]
             inside = Signal(name=f"sel_in_r{r}")
             is_one = Signal(name=f"sel_one_r{r}")
             is_zero = Signal(name=f"sel_zero_r{r}")
             lo_ok = (tag.row_lo <= r) if r else equals(tag.row_lo, 0)
-            m.d.comb += [inside.eq(lo_ok & (tag.row_hi > r)),
-                         is_one.eq(inside & ((x & mask) == one)),
-                         is_zero.eq(equals(x & mag, 0))]
+            m.d.comb += [
+                inside.eq(lo_ok & (tag.row_hi > r)),
+                is_one.eq(inside & ((x & mask) == one)),
+                is_zero.eq(equals(x & mag, 0)),
+            ]
             any_bad.append(inside & ~is_one & ~is_zero)
             ones.append(is_one)
         # At least one / at least two ones, as a tree.
@@ -465,8 +588,8 @@ class _State:
     and the sequencer's counters."""
 
     def __init__(self, rows):
-        self.next_bank = Signal(name="next_bank")        # bank of the next accepted LS
-        self.st_valid = Signal(name="st_valid")          # an LS was accepted
+        self.next_bank = Signal(name="next_bank")  # bank of the next accepted LS
+        self.st_valid = Signal(name="st_valid")  # an LS was accepted
         self.st = Signal(LS_DESC_LAYOUT, name="st_desc", reset_less=True)
         # LS loader
         self.ls_beats = Signal(range(256), name="ls_beats_left")

@@ -31,9 +31,21 @@ from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import ENGINE_MODES, operand_formats
 from ncrtl.model.tensor_engine.timing import P_PREFIX
 
-__all__ = ["PE", "PE_SIGNATURE", "TAG_LAYOUT", "LS_CTL_LAYOUT", "LANE_WIDTH", "P_PREFIX",
-           "WIDE_FORMATS", "NARROW_FORMATS", "LANES", "SKIP_BITS", "decode_tag", "tag_fields",
-           "one_code"]
+__all__ = [
+    "PE",
+    "PE_SIGNATURE",
+    "TAG_LAYOUT",
+    "LS_CTL_LAYOUT",
+    "LANE_WIDTH",
+    "P_PREFIX",
+    "WIDE_FORMATS",
+    "NARROW_FORMATS",
+    "LANES",
+    "SKIP_BITS",
+    "decode_tag",
+    "tag_fields",
+    "one_code",
+]
 
 #: Bits of one lane word (one operand slot of the array).
 LANE_WIDTH = 32
@@ -61,27 +73,41 @@ RAW_WIDTHS = (32, 16, 8)
 #: ``first_row``: this row starts the psum chain (+0.0).  ``fmt_s`` / ``fmt_m``: lane 0 formats
 #: (index into :data:`WIDE_FORMATS`); ``lane_s`` / ``lane_m``: lanes 1.. formats (index into
 #: :data:`NARROW_FORMATS`); ``fused``: sum the lanes; ``raw``: transpose container.
-TAG_LAYOUT = data.StructLayout({
-    "valid": 1, "bank": 1, "first_row": 1, "transpose": 1, "fused": 1,
-    "fmt_s": range(len(WIDE_FORMATS)), "fmt_m": range(len(WIDE_FORMATS)),
-    "lane_s": range(max(len(NARROW_FORMATS), 1)), "lane_m": range(max(len(NARROW_FORMATS), 1)),
-    "raw": range(len(RAW_WIDTHS)),
-})
+TAG_LAYOUT = data.StructLayout(
+    {
+        "valid": 1,
+        "bank": 1,
+        "first_row": 1,
+        "transpose": 1,
+        "fused": 1,
+        "fmt_s": range(len(WIDE_FORMATS)),
+        "fmt_m": range(len(WIDE_FORMATS)),
+        "lane_s": range(max(len(NARROW_FORMATS), 1)),
+        "lane_m": range(max(len(NARROW_FORMATS), 1)),
+        "raw": range(len(RAW_WIDTHS)),
+    }
+)
 
 #: Control of a LoadStationary beat, LSB first.  ``skip`` != 0: the PE passes the beat on without
 #: storing it (columns left of a column tile); the array decrements it at column-group borders.
 LS_CTL_LAYOUT = data.StructLayout({"valid": 1, "bank": 1, "skip": SKIP_BITS})
 
 #: Ports of the PE (the Verilog module has ``clk`` and ``rst`` too; ``rst`` is unused).
-PE_SIGNATURE = wiring.Signature({
-    "en": In(1, init=1),
-    "i_x": In(LANE_WIDTH), "i_tag": In(TAG_LAYOUT),
-    "i_ls": In(LANE_WIDTH), "i_ls_ctl": In(LS_CTL_LAYOUT),
-    "i_psum": In(32),
-    "o_x": Out(LANE_WIDTH), "o_tag": Out(TAG_LAYOUT),
-    "o_ls": Out(LANE_WIDTH), "o_ls_ctl": Out(LS_CTL_LAYOUT),
-    "o_psum": Out(32),
-})
+PE_SIGNATURE = wiring.Signature(
+    {
+        "en": In(1, init=1),
+        "i_x": In(LANE_WIDTH),
+        "i_tag": In(TAG_LAYOUT),
+        "i_ls": In(LANE_WIDTH),
+        "i_ls_ctl": In(LS_CTL_LAYOUT),
+        "i_psum": In(32),
+        "o_x": Out(LANE_WIDTH),
+        "o_tag": Out(TAG_LAYOUT),
+        "o_ls": Out(LANE_WIDTH),
+        "o_ls_ctl": Out(LS_CTL_LAYOUT),
+        "o_psum": Out(32),
+    }
+)
 
 # The exact sum of the fused modes, and the operand B of the psum adder (one product or a sum).
 _WIDE = [get_format(f) for f in WIDE_FORMATS]
@@ -108,12 +134,18 @@ def tag_fields(pe_mode, fmt_s, fmt_m, transpose, *, valid=True, bank=0, first_ro
     fields (valid for the mode)."""
     fs, fm = pe_mode.formats_s[fmt_s], pe_mode.formats_m[fmt_m]
     fused = pe_mode.products > 1
-    return {"valid": int(valid), "bank": bank, "first_row": int(first_row),
-            "transpose": int(transpose), "fused": int(fused),
-            "fmt_s": WIDE_FORMATS.index(fs), "fmt_m": WIDE_FORMATS.index(fm),
-            "lane_s": NARROW_FORMATS.index(fs) if fused else 0,
-            "lane_m": NARROW_FORMATS.index(fm) if fused else 0,
-            "raw": _raw_index(fs)}
+    return {
+        "valid": int(valid),
+        "bank": bank,
+        "first_row": int(first_row),
+        "transpose": int(transpose),
+        "fused": int(fused),
+        "fmt_s": WIDE_FORMATS.index(fs),
+        "fmt_m": WIDE_FORMATS.index(fm),
+        "lane_s": NARROW_FORMATS.index(fs) if fused else 0,
+        "lane_m": NARROW_FORMATS.index(fm) if fused else 0,
+        "raw": _raw_index(fs),
+    }
 
 
 def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name="tag"):
@@ -121,8 +153,10 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
     format and transpose fields, by the mode table (and ``valid``, ``bank``, ``first_row`` as
     given).  The fields of an invalid mode or format index are 0 (the control rejects such an
     instruction before any beat)."""
-    fields = {f: Signal(TAG_LAYOUT.members[f], name=f"{name}_{f}")
-              for f in ("fmt_s", "fmt_m", "lane_s", "lane_m", "raw", "fused")}
+    fields = {
+        f: Signal(TAG_LAYOUT.members[f], name=f"{name}_{f}")
+        for f in ("fmt_s", "fmt_m", "lane_s", "lane_m", "raw", "fused")
+    }
     with m.Switch(mode):
         for pe_mode in ENGINE_MODES:
             with m.Case(pe_mode.code):
@@ -133,8 +167,10 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
                         for i in range(len(formats)):
                             with m.Case(i):
                                 f = tag_fields(pe_mode, i, i, False)
-                                m.d.comb += [fields[f"fmt_{side}"].eq(f[f"fmt_{side}"]),
-                                             fields[f"lane_{side}"].eq(f[f"lane_{side}"])]
+                                m.d.comb += [
+                                    fields[f"fmt_{side}"].eq(f[f"fmt_{side}"]),
+                                    fields[f"lane_{side}"].eq(f[f"lane_{side}"]),
+                                ]
                                 if side == "s":
                                     m.d.comb += fields["raw"].eq(f["raw"])
                         with m.Default():
@@ -144,8 +180,12 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
         with m.Default():
             m.d.comb += [v.eq(0) for v in fields.values()]
     tag = Signal(TAG_LAYOUT, name=name)
-    m.d.comb += [tag.valid.eq(valid), tag.bank.eq(bank), tag.first_row.eq(first_row),
-                 tag.transpose.eq(transpose)]
+    m.d.comb += [
+        tag.valid.eq(valid),
+        tag.bank.eq(bank),
+        tag.first_row.eq(first_row),
+        tag.transpose.eq(transpose),
+    ]
     m.d.comb += [getattr(tag, f).eq(v) for f, v in fields.items()]
     return tag
 
@@ -210,14 +250,16 @@ class PE(wiring.Component):
         """The two banks and the LoadStationary shift chain; the word the beat reads."""
         banks = [Signal(LANE_WIDTH, name=f"bank{b}", reset_less=True) for b in range(2)]
         ls = self.i_ls_ctl
-        ls_pass = Signal(name="ls_pass")            # left of a column tile: only pass it on
-        ls_rd = Signal(LANE_WIDTH, name="ls_rd")    # word displaced from the target bank
+        ls_pass = Signal(name="ls_pass")  # left of a column tile: only pass it on
+        ls_rd = Signal(LANE_WIDTH, name="ls_rd")  # word displaced from the target bank
         m.d.comb += [ls_pass.eq(ls.skip.any()), ls_rd.eq(Mux(ls.bank, banks[1], banks[0]))]
         for b in range(2):
             with m.If(ls.valid & ~ls_pass & (ls.bank == b)):
                 m.d.sync += banks[b].eq(self.i_ls)
-        m.d.comb += [self.o_ls.eq(reg("ls_out", Mux(ls_pass, self.i_ls, ls_rd))),
-                     self.o_ls_ctl.eq(reg("ls_ctl_reg", ls))]
+        m.d.comb += [
+            self.o_ls.eq(reg("ls_out", Mux(ls_pass, self.i_ls, ls_rd))),
+            self.o_ls_ctl.eq(reg("ls_ctl_reg", ls)),
+        ]
         s_word = Signal(LANE_WIDTH, name="s_word")
         m.d.comb += s_word.eq(Mux(tag.bank, banks[1], banks[0]))
         return s_word
@@ -225,8 +267,12 @@ class PE(wiring.Component):
     def _multiply(self, m, reg, x, tag, s_word):
         """Stage 1: decode and multiply every lane exactly; the transpose word and its test."""
         m.submodules.mul0 = mul0 = ExactMul(WIDE_FORMATS, WIDE_FORMATS)
-        m.d.comb += [mul0.i_a.eq(s_word), mul0.i_b.eq(x),
-                     mul0.i_fmt_a.eq(tag.fmt_s), mul0.i_fmt_b.eq(tag.fmt_m)]
+        m.d.comb += [
+            mul0.i_a.eq(s_word),
+            mul0.i_b.eq(x),
+            mul0.i_fmt_a.eq(tag.fmt_s),
+            mul0.i_fmt_b.eq(tag.fmt_m),
+        ]
         lanes = []
         for j in range(1, LANES):
             m.submodules[f"mul{j}"] = mul = ExactMul(NARROW_FORMATS, NARROW_FORMATS)
@@ -252,9 +298,15 @@ class PE(wiring.Component):
                 m.d.comb += raw.eq(s_word)
         p0 = Signal(mul0.layout, name="p0")
         m.d.comb += [p0.eq(mul0.o_product), p0.sig.eq(Mux(tag.transpose, raw, mul0.o_product.sig))]
-        return dict(p0=reg("r1_p0", p0), lanes=lanes, valid=reg("r1_valid", tag.valid),
-                    first=reg("r1_first", tag.first_row), tr=reg("r1_transpose", tag.transpose),
-                    fused=reg("r1_fused", tag.fused), one=reg("r1_one", is_one))
+        return dict(
+            p0=reg("r1_p0", p0),
+            lanes=lanes,
+            valid=reg("r1_valid", tag.valid),
+            first=reg("r1_first", tag.first_row),
+            tr=reg("r1_transpose", tag.transpose),
+            fused=reg("r1_fused", tag.fused),
+            one=reg("r1_one", is_one),
+        )
 
     def _sum(self, m, reg, r1):
         """Stage 2: operand B of the psum adder: the exact sum of the lanes (a fused beat), or
@@ -267,11 +319,14 @@ class PE(wiring.Component):
             total = product_sum(m, [narrow0, *r1["lanes"]], _WINDOW, name="s2_sum")
             b = Signal(p0.shape().union(total.shape()), name="s2_b")
             for f in ("sign", "exp", "sig", "zero", "inf", "nan"):
-                m.d.comb += getattr(b, f).eq(Mux(r1["fused"], getattr(total, f),
-                                                 getattr(p0, f)))
-        return dict(b=reg("r2_b", b), valid=reg("r2_valid", r1["valid"]),
-                    first=reg("r2_first", r1["first"]), tr=reg("r2_transpose", r1["tr"]),
-                    one=reg("r2_one", r1["one"]))
+                m.d.comb += getattr(b, f).eq(Mux(r1["fused"], getattr(total, f), getattr(p0, f)))
+        return dict(
+            b=reg("r2_b", b),
+            valid=reg("r2_valid", r1["valid"]),
+            first=reg("r2_first", r1["first"]),
+            tr=reg("r2_transpose", r1["tr"]),
+            one=reg("r2_one", r1["one"]),
+        )
 
     def _accumulate(self, m, reg, r2):
         """Stage 3: ``psum_out = round_fp32(psum_in + B)`` (one rounding), a transpose's

@@ -31,6 +31,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.common.stream import vector_layout
 
 from .array import SystolicArray
@@ -65,23 +66,24 @@ class TensorEngine(wiring.Component):
         vector in cycle ``t + latency``.
     """
 
+    @validated_init
     def __init__(self, rows=128, cols=128, *, instance=True, tile_unit=32, block=None):
-        try:
-            self.array = SystolicArray(rows, cols, instance=instance, tile_granule=tile_unit,
-                                       block=block)
-            self.control = TensorControl(rows, cols, self.array.latency, tile_unit=tile_unit)
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            raise
+        self.array = SystolicArray(
+            rows, cols, instance=instance, tile_granule=tile_unit, block=block
+        )
+        self.control = TensorControl(rows, cols, self.array.latency, tile_unit=tile_unit)
         self.rows, self.cols, self.instance, self.tile_unit = rows, cols, instance, tile_unit
         self.latency = self.array.latency
-        super().__init__({
-            "instr": In(stream.Signature(INSTR_LAYOUT)),
-            "stationary": In(stream.Signature(rows * LANE_WIDTH)),
-            "moving": In(stream.Signature(rows * LANE_WIDTH)),
-            "result": Out(stream.Signature(vector_layout(cols))),
-            "o_error": Out(1), "o_error_code": Out(ERROR_SHAPE),
-        })
+        super().__init__(
+            {
+                "instr": In(stream.Signature(INSTR_LAYOUT)),
+                "stationary": In(stream.Signature(rows * LANE_WIDTH)),
+                "moving": In(stream.Signature(rows * LANE_WIDTH)),
+                "result": Out(stream.Signature(vector_layout(cols))),
+                "o_error": Out(1),
+                "o_error_code": Out(ERROR_SHAPE),
+            }
+        )
 
     def cells(self):
         """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""
@@ -98,10 +100,14 @@ class TensorEngine(wiring.Component):
         connect(m, flipped(self.stationary), ctl.stationary)
         connect(m, flipped(self.moving), ctl.moving)
         m.d.comb += [
-            ctl.en.eq(en), arr.en.eq(en),
-            arr.i_x.eq(ctl.o_x), arr.i_tag.eq(ctl.o_tag),
-            arr.i_ls.eq(ctl.o_ls), arr.i_ls_ctl.eq(ctl.o_ls_ctl),
-            self.o_error.eq(ctl.o_error), self.o_error_code.eq(ctl.o_error_code),
+            ctl.en.eq(en),
+            arr.en.eq(en),
+            arr.i_x.eq(ctl.o_x),
+            arr.i_tag.eq(ctl.o_tag),
+            arr.i_ls.eq(ctl.o_ls),
+            arr.i_ls_ctl.eq(ctl.o_ls_ctl),
+            self.o_error.eq(ctl.o_error),
+            self.o_error_code.eq(ctl.o_error_code),
         ]
         info = ctl.o_info
         W = LANE_WIDTH
@@ -110,7 +116,10 @@ class TensorEngine(wiring.Component):
             keep = Signal(name=f"out_keep_c{c}")
             lo_ok = (info.col_lo <= c) if c else ~info.col_lo.any()
             m.d.comb += keep.eq(lo_ok & (info.col_hi > c))
-            lanes.append(Mux(keep, arr.o_psum[c * W:(c + 1) * W], 0))
-        m.d.comb += [self.result.valid.eq(info.valid), self.result.payload.last.eq(info.last),
-                     self.result.payload.data.eq(Cat(*lanes))]
+            lanes.append(Mux(keep, arr.o_psum[c * W : (c + 1) * W], 0))
+        m.d.comb += [
+            self.result.valid.eq(info.valid),
+            self.result.payload.last.eq(info.last),
+            self.result.payload.data.eq(Cat(*lanes)),
+        ]
         return m

@@ -60,15 +60,18 @@ def nc_matmul(psum, write, stationary, moving, *, tile_position=None, **matmul_k
         raise ValueError(f"psum must be a ncrtl.model.psum.Psum, not {type(psum).__name__}")
     cols = matmul_kwargs.setdefault("cols", psum.geometry.partitions)
     if cols != psum.geometry.partitions:
-        raise ValueError(f"the array's {cols} columns must equal PSUM's "
-                         f"{psum.geometry.partitions} partitions")
-    bits = np.asarray(matmul_bits(stationary, moving, tile_position=tile_position,
-                                  **matmul_kwargs)).astype(np.uint32)          # [M, N]
+        raise ValueError(
+            f"the array's {cols} columns must equal PSUM's {psum.geometry.partitions} partitions"
+        )
+    bits = np.asarray(
+        matmul_bits(stationary, moving, tile_position=tile_position, **matmul_kwargs)
+    ).astype(np.uint32)  # [M, N]
     m, n = bits.shape
     if not isinstance(write, Write) or write.n != n:
-        raise ValueError(f"the PSUM write must be a Write of n={n} vectors (the matmul's N), "
-                         f"not {write!r}")
+        raise ValueError(
+            f"the PSUM write must be a Write of n={n} vectors (the matmul's N), not {write!r}"
+        )
     col0 = 0 if tile_position is None else int(tile_position[1])
     beats = np.zeros((n, cols), dtype=np.uint32)
-    beats[:, col0:col0 + m] = bits.T
+    beats[:, col0 : col0 + m] = bits.T
     return psum.write(write, beats)

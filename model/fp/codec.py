@@ -14,13 +14,28 @@ import numpy as np
 from .formats import format_of_dtype, get_format
 
 __all__ = [
-    "to_bits", "from_bits", "decode", "decode_fields", "encode", "round_to_format",
-    "bits_to_float", "QNAN",
+    "to_bits",
+    "from_bits",
+    "decode",
+    "decode_fields",
+    "encode",
+    "round_to_format",
+    "bits_to_float",
+    "QNAN",
 ]
 
 #: Canonical quiet NaN encodings produced by the datapath.
-QNAN = {"fp32": 0x7FC00000, "tf32": 0x7FC00000, "bf16": 0x7FC0, "fp16": 0x7E00,
-        "fp8_e4m3": 0x7C, "fp8_e4m3fn": 0x7F, "fp8_e5m2": 0x7E, "fp8_e3m4": 0x78, "e8m0": 0xFF}
+QNAN = {
+    "fp32": 0x7FC00000,
+    "tf32": 0x7FC00000,
+    "bf16": 0x7FC0,
+    "fp16": 0x7E00,
+    "fp8_e4m3": 0x7C,
+    "fp8_e4m3fn": 0x7F,
+    "fp8_e5m2": 0x7E,
+    "fp8_e3m4": 0x78,
+    "e8m0": 0xFF,
+}
 
 _DECODE_TABLES = {}
 
@@ -48,8 +63,10 @@ def to_bits(values, fmt=None):
         f = _fmt(fmt)
         limit = 1 << f.container_bits
         if arr.size and int(arr.max()) >= limit:
-            raise ValueError(f"encoding {int(arr.max()):#x} does not fit the {f.container_bits}-bit "
-                             f"container of {f.name}")
+            raise ValueError(
+                f"encoding {int(arr.max()):#x} does not fit the {f.container_bits}-bit "
+                f"container of {f.name}"
+            )
         return arr.astype(f.storage_dtype)
     dfmt = format_of_dtype(arr.dtype)
     f = dfmt if fmt is None else _fmt(fmt)
@@ -169,7 +186,11 @@ def round_to_format(s, fmt, residual_sign=None):
         d = np.zeros(s.shape, dtype=np.int64)
     else:
         d = np.broadcast_to(np.asarray(residual_sign, dtype=np.int64), s.shape)
-    raw = s.view(np.uint64).astype(np.int64) if s.ndim else np.array([s]).view(np.uint64).astype(np.int64)
+    raw = (
+        s.view(np.uint64).astype(np.int64)
+        if s.ndim
+        else np.array([s]).view(np.uint64).astype(np.int64)
+    )
     raw = raw.reshape(s.shape)
     neg = (raw >> 63) & 1
     e64 = (raw >> _F64_MAN) & 0x7FF
@@ -184,7 +205,7 @@ def round_to_format(s, fmt, residual_sign=None):
     # Residual direction relative to the magnitude.
     sgn = np.where(neg == 1, -1, 1)
     dm = d * sgn
-    m2 = 2 * m + dm                       # magnitude in units of 2**(e_lsb - 1)
+    m2 = 2 * m + dm  # magnitude in units of 2**(e_lsb - 1)
     e2 = e_lsb - 1
     # Position of the leading one of m2.
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -192,9 +213,9 @@ def round_to_format(s, fmt, residual_sign=None):
     # float64 log2 of an integer < 2**54 can be off by one just below a power of two: fix it.
     msb = np.where((m2 >> np.minimum(msb, 62)) == 0, msb - 1, msb)
     msb = np.where((m2 >> np.minimum(msb + 1, 62)) != 0, msb + 1, msb)
-    top = msb + e2                        # exponent of the leading one
+    top = msb + e2  # exponent of the leading one
     lsb_exp = np.maximum(top - f.man_bits, f.lsb_exp_min)
-    shift = lsb_exp - e2                  # bits of m2 to drop (>= 1 always: m2 has 54 bits)
+    shift = lsb_exp - e2  # bits of m2 to drop (>= 1 always: m2 has 54 bits)
     big = shift > 60
     sh = np.clip(shift, 1, 60)
     q = m2 >> sh
@@ -213,7 +234,9 @@ def round_to_format(s, fmt, residual_sign=None):
     code = (ebias << f.man_bits) | (q & ((1 << f.man_bits) - 1))
     if f.special == "e8m0":
         code = lsb_exp + f.bias
-    overflow = (lsb_exp + f.man_bits > f.emax) | ((lsb_exp + f.man_bits == f.emax) & (q > f.max_sig))
+    overflow = (lsb_exp + f.man_bits > f.emax) | (
+        (lsb_exp + f.man_bits == f.emax) & (q > f.max_sig)
+    )
     if f.special == "e8m0":
         overflow = lsb_exp > f.emax
     sign_bit = (1 << (f.bits - 1)) if f.signed else 0
@@ -263,4 +286,3 @@ def encode(values, fmt):
     if not f.has_nan and np.isnan(v).any():
         raise ValueError(f"{f.name} has no NaN encoding; input contains NaN")
     return round_to_format(v, f)
-

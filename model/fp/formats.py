@@ -130,7 +130,7 @@ class Format:
 
     @property
     def smallest_subnormal(self):
-        return 2.0 ** self.lsb_exp_min
+        return 2.0**self.lsb_exp_min
 
     @property
     def storage_dtype(self):
@@ -142,26 +142,65 @@ class Format:
 
 
 def _f(name, e, m, bias, special, dtype, **kw):
-    return Format(name, e, m, bias, special, dtype=np.dtype(dtype) if dtype is not None else None, **kw)
+    return Format(
+        name, e, m, bias, special, dtype=np.dtype(dtype) if dtype is not None else None, **kw
+    )
 
 
 #: Every format the datapath knows, by canonical name.
-FORMATS = {f.name: f for f in (
-    _f("fp32", 8, 23, 127, "ieee", np.float32, aliases=("float32",)),
-    _f("tf32", 8, 23, 127, "ieee", None, container_bits=32, ignored_low_bits=13,
-       aliases=("tfloat32",)),
-    _f("bf16", 8, 7, 127, "ieee", ml_dtypes.bfloat16, aliases=("bfloat16",)),
-    _f("fp16", 5, 10, 15, "ieee", np.float16, aliases=("float16",)),
-    _f("fp8_e4m3", 4, 3, 7, "ieee", ml_dtypes.float8_e4m3, aliases=("float8_e4m3", "e4m3")),
-    _f("fp8_e4m3fn", 4, 3, 7, "fn", ml_dtypes.float8_e4m3fn, overflow="nan",
-       aliases=("float8_e4m3fn", "e4m3fn")),
-    _f("fp8_e5m2", 5, 2, 15, "ieee", ml_dtypes.float8_e5m2, aliases=("float8_e5m2", "e5m2")),
-    _f("fp8_e3m4", 3, 4, 3, "ieee", ml_dtypes.float8_e3m4, aliases=("float8_e3m4", "e3m4")),
-    _f("fp4_e2m1fn", 2, 1, 1, "none", ml_dtypes.float4_e2m1fn, overflow="saturate",
-       aliases=("float4_e2m1fn", "e2m1fn", "fp4")),
-    _f("e8m0", 8, 0, 127, "e8m0", ml_dtypes.float8_e8m0fnu, signed=False, overflow="nan",
-       aliases=("float8_e8m0fnu", "e8m0fnu")),
-)}
+FORMATS = {
+    f.name: f
+    for f in (
+        _f("fp32", 8, 23, 127, "ieee", np.float32, aliases=("float32",)),
+        _f(
+            "tf32",
+            8,
+            23,
+            127,
+            "ieee",
+            None,
+            container_bits=32,
+            ignored_low_bits=13,
+            aliases=("tfloat32",),
+        ),
+        _f("bf16", 8, 7, 127, "ieee", ml_dtypes.bfloat16, aliases=("bfloat16",)),
+        _f("fp16", 5, 10, 15, "ieee", np.float16, aliases=("float16",)),
+        _f("fp8_e4m3", 4, 3, 7, "ieee", ml_dtypes.float8_e4m3, aliases=("float8_e4m3", "e4m3")),
+        _f(
+            "fp8_e4m3fn",
+            4,
+            3,
+            7,
+            "fn",
+            ml_dtypes.float8_e4m3fn,
+            overflow="nan",
+            aliases=("float8_e4m3fn", "e4m3fn"),
+        ),
+        _f("fp8_e5m2", 5, 2, 15, "ieee", ml_dtypes.float8_e5m2, aliases=("float8_e5m2", "e5m2")),
+        _f("fp8_e3m4", 3, 4, 3, "ieee", ml_dtypes.float8_e3m4, aliases=("float8_e3m4", "e3m4")),
+        _f(
+            "fp4_e2m1fn",
+            2,
+            1,
+            1,
+            "none",
+            ml_dtypes.float4_e2m1fn,
+            overflow="saturate",
+            aliases=("float4_e2m1fn", "e2m1fn", "fp4"),
+        ),
+        _f(
+            "e8m0",
+            8,
+            0,
+            127,
+            "e8m0",
+            ml_dtypes.float8_e8m0fnu,
+            signed=False,
+            overflow="nan",
+            aliases=("float8_e8m0fnu", "e8m0fnu"),
+        ),
+    )
+}
 
 _ALIASES = {}
 for _fmt in FORMATS.values():

@@ -22,8 +22,17 @@ import numpy as np
 from .codec import QNAN, decode, round_to_format
 from .formats import format_of_dtype, get_format
 
-__all__ = ["two_sum", "exact_sum_round", "fp32_dot_add", "fp32_add", "fp32_to_bf16", "check_rand",
-           "fp32_to_fp16", "round_fp32", "MAX_SCALE_EXP"]
+__all__ = [
+    "two_sum",
+    "exact_sum_round",
+    "fp32_dot_add",
+    "fp32_add",
+    "fp32_to_bf16",
+    "check_rand",
+    "fp32_to_fp16",
+    "round_fp32",
+    "MAX_SCALE_EXP",
+]
 
 #: Largest |scale_exp| accepted: keeps every scaled product a normal float64.
 MAX_SCALE_EXP = 600
@@ -135,14 +144,17 @@ def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None):
         if f.name == "e8m0":
             raise ValueError(f"{what}: e8m0 is a scale format, not a multiplier operand")
     if (fa.name in ("fp32", "tf32")) != (fb.name in ("fp32", "tf32")):
-        raise ValueError(f"fp32/tf32 operands cannot be mixed with 16-bit or 8-bit operands "
-                         f"(got {fa.name} x {fb.name})")
+        raise ValueError(
+            f"fp32/tf32 operands cannot be mixed with 16-bit or 8-bit operands "
+            f"(got {fa.name} x {fb.name})"
+        )
     out_shape = a.shape[:-1]
     try:
         shape = np.broadcast_shapes(psum.shape, out_shape)
     except ValueError:
-        raise ValueError(f"psum shape {psum.shape} does not broadcast to a.shape[:-1] = "
-                         f"{out_shape}") from None
+        raise ValueError(
+            f"psum shape {psum.shape} does not broadcast to a.shape[:-1] = {out_shape}"
+        ) from None
     with np.errstate(invalid="ignore"):  # Inf * 0 is NaN, as the contract says
         prods = va * vb  # exact: <= 48 significand bits, exponents within float64's normal range
     if scale_exp is not None:
@@ -176,8 +188,9 @@ def check_rand(rand, shape, what):
     """``rand`` as an array of stochastic-rounding draws for operands of ``shape`` (named
     ``what`` in messages): integers in [0, 65535], one per operand; ``ValueError`` otherwise."""
     if rand is None:
-        raise ValueError(f"stochastic rounding needs rand (16-bit random values, same shape as "
-                         f"{what})")
+        raise ValueError(
+            f"stochastic rounding needs rand (16-bit random values, same shape as {what})"
+        )
     r = np.asarray(rand)
     if r.shape != tuple(shape):
         raise ValueError(f"rand shape {r.shape} must equal {what} shape {tuple(shape)}")
@@ -204,6 +217,7 @@ def fp32_to_bf16(x, rounding="rne", rand=None):
     if x.dtype != np.float32:
         raise ValueError(f"x must be float32, got {x.dtype}")
     import ml_dtypes
+
     if rounding == "rne":
         with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly; they map to qNaN
             wide = x.astype(np.float64)
@@ -230,4 +244,3 @@ def fp32_to_fp16(x):
     with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly; they map to qNaN
         wide = x.astype(np.float64)
     return round_to_format(wide, "fp16").view(np.float16)
-

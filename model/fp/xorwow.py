@@ -25,8 +25,6 @@ __all__ = ["Xorwow", "XORWOW_INIT", "XORWOW_D_STEP"]
 XORWOW_INIT = (123456789, 362436069, 521288629, 88675123, 5783321, 6615241)
 XORWOW_D_STEP = 362437
 
-_M = np.uint32(0xFFFFFFFF)
-
 
 class Xorwow:
     """A vector of independent XORWOW generators.

@@ -8,10 +8,39 @@
 
 from . import isa
 from .arbiter import PORTS, Arbiter
-from .isa import (FIELDS, INSTR_BITS, Dtype, Error, Flag, Geometry, GroupState, Rounding, Write,
-                  check, decode, encode)
+from .isa import (
+    FIELDS,
+    INSTR_BITS,
+    Dtype,
+    Error,
+    Flag,
+    Geometry,
+    GroupState,
+    Rounding,
+    Write,
+    check,
+    decode,
+    encode,
+)
 from .psum import Psum, rand_states, read_add_write
 
-__all__ = ["isa", "Psum", "Arbiter", "PORTS", "read_add_write", "rand_states", "Write", "Dtype",
-           "Rounding", "Flag", "Error", "Geometry", "GroupState", "check", "encode", "decode",
-           "FIELDS", "INSTR_BITS"]
+__all__ = [
+    "isa",
+    "Psum",
+    "Arbiter",
+    "PORTS",
+    "read_add_write",
+    "rand_states",
+    "Write",
+    "Dtype",
+    "Rounding",
+    "Flag",
+    "Error",
+    "Geometry",
+    "GroupState",
+    "check",
+    "encode",
+    "decode",
+    "FIELDS",
+    "INSTR_BITS",
+]

@@ -51,12 +51,10 @@ class Arbiter:
         """
         banks = list(banks) if not isinstance(banks, (str, bytes)) else None
         if banks is None or len(banks) != len(PORTS):
-            raise ValueError(f"banks must hold one bank or None per port {PORTS}, "
-                             f"not {banks!r}")
+            raise ValueError(f"banks must hold one bank or None per port {PORTS}, not {banks!r}")
         for port, b in zip(PORTS, banks):
             if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 0):
-                raise ValueError(f"bank of port {port} must be None or an integer >= 0, "
-                                 f"not {b!r}")
+                raise ValueError(f"bank of port {port} must be None or an integer >= 0, not {b!r}")
         granted = [False] * len(PORTS)
         taken = set()
         for p in self._order:
@@ -65,7 +63,10 @@ class Arbiter:
                 taken.add(banks[p])
         # A winner moves back only if it actually beat someone: an uncontended grant costs nothing,
         # so a requester alone on its bank keeps its priority for a later conflict.
-        movers = [p for p in self._order if granted[p]
-                  and any(q != p and banks[q] == banks[p] for q in range(len(PORTS)))]
+        movers = [
+            p
+            for p in self._order
+            if granted[p] and any(q != p and banks[q] == banks[p] for q in range(len(PORTS)))
+        ]
         self._order = [p for p in self._order if p not in movers] + movers
         return tuple(granted)

@@ -15,47 +15,63 @@ from dataclasses import dataclass
 
 from ncrtl.model.fields import pack_fields, unpack_fields
 
-__all__ = ["Dtype", "Rounding", "Flag", "Error", "Write", "Geometry", "FIELDS", "INSTR_BITS",
-           "encode", "decode", "check", "GroupState"]
+__all__ = [
+    "Dtype",
+    "Rounding",
+    "Flag",
+    "Error",
+    "Write",
+    "Geometry",
+    "FIELDS",
+    "INSTR_BITS",
+    "encode",
+    "decode",
+    "check",
+    "GroupState",
+]
 
 
 class Dtype(enum.IntEnum):
     """Element type of a PSUM write."""
-    FP32 = 0    #: 32-bit slots; overwrite stores the FP32 bits, accumulate adds in FP32 (RNE)
-    BF16 = 1    #: 16-bit slots; FP32 -> BF16 before the write (RNE or SR), FP32 add on accumulate
-    RAW16 = 2   #: 16-bit slots; the low 16 bits of the beat, unchanged (transpose outputs)
+
+    FP32 = 0  #: 32-bit slots; overwrite stores the FP32 bits, accumulate adds in FP32 (RNE)
+    BF16 = 1  #: 16-bit slots; FP32 -> BF16 before the write (RNE or SR), FP32 add on accumulate
+    RAW16 = 2  #: 16-bit slots; the low 16 bits of the beat, unchanged (transpose outputs)
 
 
 class Rounding(enum.IntEnum):
     """Rounding of a BF16 write (FP32 -> BF16)."""
+
     RNE = 0
     SR = 1
 
 
 class Flag(enum.IntFlag):
     """``psum_accumulate_flag`` bits."""
-    FIRST = 1             #: bit0: first of a group, overwrite
-    LAST = 2              #: bit1: last of a group (accumulate unless FIRST), raises group-complete
+
+    FIRST = 1  #: bit0: first of a group, overwrite
+    LAST = 2  #: bit1: last of a group (accumulate unless FIRST), raises group-complete
     FIRST_ACCUMULATE = 4  #: bit2: first of a group, but accumulate onto the existing content
 
 
 class Error(enum.IntEnum):
     """Error codes of ``o_error_code`` (0 = none), in the order :func:`check` tests them."""
+
     NONE = 0
-    BANK = 1            # bank >= banks
-    DTYPE = 2           # dtype field 3 (reserved)
-    COUNT = 3           # n == 0
-    RANGE = 4           # col + n beyond the bank row (rows fp32 / 2*rows 16-bit slots)
-    FLAGS = 5           # bit0 and bit2 together
-    ROUNDING = 6        # stochastic rounding with a non-BF16 dtype
+    BANK = 1  # bank >= banks
+    DTYPE = 2  # dtype field 3 (reserved)
+    COUNT = 3  # n == 0
+    RANGE = 4  # col + n beyond the bank row (rows fp32 / 2*rows 16-bit slots)
+    FLAGS = 5  # bit0 and bit2 together
+    ROUNDING = 6  # stochastic rounding with a non-BF16 dtype
     RAW_ACCUMULATE = 7  # RAW16 without bit0 (raw writes can only overwrite)
-    NO_GROUP = 8        # accumulate continuation (bit0, bit2 clear) into a bank with no open group
-    GROUP_DTYPE = 9     # continuation whose dtype differs from its open group's
+    NO_GROUP = 8  # accumulate continuation (bit0, bit2 clear) into a bank with no open group
+    GROUP_DTYPE = 9  # continuation whose dtype differs from its open group's
 
 
 #: Instruction word layout, LSB first: (field, width).
 FIELDS = (("bank", 4), ("col", 11), ("n", 11), ("dtype", 2), ("rounding", 1), ("flags", 3))
-INSTR_BITS = sum(w for _, w in FIELDS)   # 32
+INSTR_BITS = sum(w for _, w in FIELDS)  # 32
 
 
 @dataclass(frozen=True)
@@ -71,13 +87,18 @@ class Geometry:
     bank_bytes: int = 2048
 
     def __post_init__(self):
-        if not isinstance(self.partitions, int) or not 1 <= self.partitions <= 128:
+        for name in ("partitions", "banks", "bank_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an integer, not {value!r}")
+        if not 1 <= self.partitions <= 128:
             raise ValueError(f"partitions must be an integer in 1..128, not {self.partitions!r}")
-        if not isinstance(self.banks, int) or not 1 <= self.banks <= 16:
+        if not 1 <= self.banks <= 16:
             raise ValueError(f"banks must be an integer in 1..16, not {self.banks!r}")
-        if (not isinstance(self.bank_bytes, int) or self.bank_bytes < 8
-                or self.bank_bytes & (self.bank_bytes - 1) or self.bank_bytes > 4096):
-            raise ValueError(f"bank_bytes must be a power of two in 8..4096, not {self.bank_bytes!r}")
+        if self.bank_bytes < 8 or self.bank_bytes & (self.bank_bytes - 1) or self.bank_bytes > 4096:
+            raise ValueError(
+                f"bank_bytes must be a power of two in 8..4096, not {self.bank_bytes!r}"
+            )
 
     @property
     def rows(self):
@@ -142,6 +163,7 @@ def decode(word):
 @dataclass
 class GroupState:
     """Accumulation-group state of one bank: open or not, and the dtype of the open group."""
+
     open: bool = False
     dtype: int = 0
 
@@ -164,29 +186,42 @@ def check(w, geometry, group):
     if not 0 <= w.bank < g.banks:
         return Error.BANK, f"bank {w.bank} is out of range; PSUM has banks 0..{g.banks - 1}"
     if int(w.dtype) not in tuple(Dtype):
-        return Error.DTYPE, (f"dtype {int(w.dtype)} is reserved; dtypes: "
-                             + ", ".join(f"{d.value}={d.name.lower()}" for d in Dtype))
+        return Error.DTYPE, (
+            f"dtype {int(w.dtype)} is reserved; dtypes: "
+            + ", ".join(f"{d.value}={d.name.lower()}" for d in Dtype)
+        )
     if w.n < 1:
         return Error.COUNT, f"n={w.n}: a write needs at least one output vector"
     cap = g.capacity(w.dtype)
     if w.col < 0 or w.col + w.n > cap:
-        return Error.RANGE, (f"columns {w.col}..{w.col + w.n - 1} do not fit a bank row of "
-                             f"{cap} {Dtype(w.dtype).name.lower()} values")
+        return Error.RANGE, (
+            f"columns {w.col}..{w.col + w.n - 1} do not fit a bank row of "
+            f"{cap} {Dtype(w.dtype).name.lower()} values"
+        )
     if w.flags & Flag.FIRST and w.flags & Flag.FIRST_ACCUMULATE:
-        return Error.FLAGS, (f"psum_accumulate_flag {w.flags}: bit0 (first, overwrite) and bit2 "
-                             f"(first, accumulate) are exclusive")
+        return Error.FLAGS, (
+            f"psum_accumulate_flag {w.flags}: bit0 (first, overwrite) and bit2 "
+            f"(first, accumulate) are exclusive"
+        )
     if int(w.rounding) == Rounding.SR and w.dtype != Dtype.BF16:
-        return Error.ROUNDING, (f"stochastic rounding needs a bf16 destination, not "
-                                f"{Dtype(w.dtype).name.lower()}")
+        return Error.ROUNDING, (
+            f"stochastic rounding needs a bf16 destination, not {Dtype(w.dtype).name.lower()}"
+        )
     if w.dtype == Dtype.RAW16 and not w.flags & Flag.FIRST:
-        return Error.RAW_ACCUMULATE, (f"raw16 (transpose) writes can only overwrite: "
-                                      f"psum_accumulate_flag {w.flags} lacks bit0")
+        return Error.RAW_ACCUMULATE, (
+            f"raw16 (transpose) writes can only overwrite: "
+            f"psum_accumulate_flag {w.flags} lacks bit0"
+        )
     if not w.opens:
         if group is None or not group.open:
-            return Error.NO_GROUP, (f"psum_accumulate_flag {w.flags} accumulates into bank "
-                                    f"{w.bank}, which has no open accumulation group")
+            return Error.NO_GROUP, (
+                f"psum_accumulate_flag {w.flags} accumulates into bank "
+                f"{w.bank}, which has no open accumulation group"
+            )
         if group.dtype != w.dtype:
-            return Error.GROUP_DTYPE, (f"the group open in bank {w.bank} is "
-                                       f"{Dtype(group.dtype).name.lower()}; a write of "
-                                       f"{Dtype(w.dtype).name.lower()} cannot join it")
+            return Error.GROUP_DTYPE, (
+                f"the group open in bank {w.bank} is "
+                f"{Dtype(group.dtype).name.lower()}; a write of "
+                f"{Dtype(w.dtype).name.lower()} cannot join it"
+            )
     return None

@@ -23,15 +23,17 @@ _U16 = np.uint32(0xFFFF)
 
 def _int(v, what):
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ValueError(f"{what} must be an integer, not {v!r}")
+        raise TypeError(f"{what} must be an integer, not {v!r}")
     return int(v)
 
 
 def _dtype(dtype):
     d = _int(dtype, "dtype")
     if d not in tuple(Dtype):
-        raise ValueError(f"dtype {d} is not a PSUM element type; dtypes: "
-                         + ", ".join(f"{x.value}={x.name.lower()}" for x in Dtype))
+        raise ValueError(
+            f"dtype {d} is not a PSUM element type; dtypes: "
+            + ", ".join(f"{x.value}={x.name.lower()}" for x in Dtype)
+        )
     return Dtype(d)
 
 
@@ -58,8 +60,9 @@ def _bits16(x, what):
     if a.dtype == ml_dtypes.bfloat16:
         return a.view(np.uint16)
     if a.dtype != np.uint16:
-        raise ValueError(f"{what} must be uint16 bits (or bfloat16) for a 16-bit slot, "
-                         f"not dtype {a.dtype}")
+        raise ValueError(
+            f"{what} must be uint16 bits (or bfloat16) for a 16-bit slot, not dtype {a.dtype}"
+        )
     return a
 
 
@@ -109,8 +112,7 @@ def read_add_write(old, value, *, dtype, overwrite, rounding=Rounding.RNE, rand=
     if dtype == Dtype.RAW16 and not overwrite:
         raise ValueError("raw16 slots can only be overwritten: a raw16 accumulate is illegal")
     if rounding == Rounding.SR and dtype != Dtype.BF16:
-        raise ValueError(f"stochastic rounding needs a bf16 destination, not "
-                         f"{dtype.name.lower()}")
+        raise ValueError(f"stochastic rounding needs a bf16 destination, not {dtype.name.lower()}")
     v = _bits32(value, "value")
     r = None
     if rounding == Rounding.SR:
@@ -136,7 +138,7 @@ def read_add_write(old, value, *, dtype, overwrite, rounding=Rounding.RNE, rand=
     else:
         # bf16 -> fp32 is exact (the 16 bits in the upper half), then one FP32 RNE add.
         up = (o.astype(np.uint32) << np.uint32(16)).view(np.float32)
-        with np.errstate(invalid="ignore"):   # signalling NaN beats: see the FP32 case
+        with np.errstate(invalid="ignore"):  # signalling NaN beats: see the FP32 case
             x = fp32_add(up, v.view(np.float32))
     return fp32_to_bf16(x, mode, r).view(np.uint16)
 
@@ -154,8 +156,10 @@ def rand_states(seed, partitions):
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, not {partitions}")
     if seed < 0 or seed + partitions > 1 << 64:
-        raise ValueError(f"seed {seed}: the per-partition seeds {seed}..{seed + partitions - 1} "
-                         f"must lie in [0, 2**64)")
+        raise ValueError(
+            f"seed {seed}: the per-partition seeds {seed}..{seed + partitions - 1} "
+            f"must lie in [0, 2**64)"
+        )
     return np.array([Xorwow.seed_state(seed + p) for p in range(partitions)], dtype=np.uint32)
 
 
@@ -195,7 +199,7 @@ class Psum:
 
     def __init__(self, geometry=Geometry(), seed=0):
         if not isinstance(geometry, Geometry):
-            raise ValueError(f"geometry must be an isa.Geometry, not {geometry!r}")
+            raise TypeError(f"geometry must be an isa.Geometry, not {geometry!r}")
         self.geometry = geometry
         g = geometry
         states = rand_states(seed, g.partitions)
@@ -203,7 +207,7 @@ class Psum:
         self._load_states(states)
         self.mem = np.zeros((g.banks, g.rows, g.partitions), dtype=np.uint32)
         self.groups = [GroupState() for _ in range(g.banks)]
-        self._current = None   # the legal write whose beats are pending (None: drain / idle)
+        self._current = None  # the legal write whose beats are pending (None: drain / idle)
         self._pending = 0
         self._beat_index = 0
 
@@ -216,8 +220,10 @@ class Psum:
     def _partition(self, partition):
         p = _int(partition, "partition")
         if not 0 <= p < self.geometry.partitions:
-            raise ValueError(f"partition {p} is out of range; PSUM has partitions "
-                             f"0..{self.geometry.partitions - 1}")
+            raise ValueError(
+                f"partition {p} is out of range; PSUM has partitions "
+                f"0..{self.geometry.partitions - 1}"
+            )
         return p
 
     def set_rand_state(self, partition, words):
@@ -230,11 +236,13 @@ class Psum:
         try:
             words = list(words)
         except TypeError:
-            raise ValueError(f"words must be six 32-bit integers (x, y, z, w, v, d), "
-                             f"not {words!r}") from None
+            raise ValueError(
+                f"words must be six 32-bit integers (x, y, z, w, v, d), not {words!r}"
+            ) from None
         if len(words) != 6:
-            raise ValueError(f"words must be six 32-bit integers (x, y, z, w, v, d), "
-                             f"got {len(words)}")
+            raise ValueError(
+                f"words must be six 32-bit integers (x, y, z, w, v, d), got {len(words)}"
+            )
         vals = []
         for name, v in zip("xyzwvd", words):
             v = _int(v, f"generator word {name}")
@@ -271,8 +279,10 @@ class Psum:
 
     def _check_idle(self, what):
         if self._pending:
-            raise ValueError(f"{what} while the current write still expects {self._pending} "
-                             f"beat(s): send them with beat() first")
+            raise ValueError(
+                f"{what} while the current write still expects {self._pending} "
+                f"beat(s): send them with beat() first"
+            )
 
     def _check(self, w):
         bank_ok = 0 <= w.bank < self.geometry.banks
@@ -314,8 +324,10 @@ class Psum:
     def _beat_bits(self, data):
         d = _bits32(data, "beat data")
         if d.shape != (self.geometry.partitions,):
-            raise ValueError(f"beat data must have shape ({self.geometry.partitions},) "
-                             f"(one value per partition), not {d.shape}")
+            raise ValueError(
+                f"beat data must have shape ({self.geometry.partitions},) "
+                f"(one value per partition), not {d.shape}"
+            )
         return d
 
     def beat(self, data):
@@ -388,8 +400,10 @@ class Psum:
             raise ValueError(err[1])
         b = _bits32(beats, "beats")
         if b.shape != (w.n, self.geometry.partitions):
-            raise ValueError(f"beats must have shape ({w.n}, {self.geometry.partitions}) "
-                             f"(n beats of one value per partition), not {b.shape}")
+            raise ValueError(
+                f"beats must have shape ({w.n}, {self.geometry.partitions}) "
+                f"(n beats of one value per partition), not {b.shape}"
+            )
         self.issue(w)
         done = None
         for row in b:
@@ -449,12 +463,14 @@ class Psum:
             raise ValueError(f"bank {bank} is out of range; PSUM has banks 0..{g.banks - 1}")
         cap = g.capacity(dtype)
         if n < 0 or col < 0 or col + n > cap:
-            raise ValueError(f"columns {col}..{col + n - 1} do not fit a bank row of {cap} "
-                             f"{dtype.name.lower()} values")
+            raise ValueError(
+                f"columns {col}..{col + n - 1} do not fit a bank row of {cap} "
+                f"{dtype.name.lower()} values"
+            )
         words = self.mem[bank]
         if dtype == Dtype.FP32:
-            return words[col:col + n].T.copy().view(np.float32)
+            return words[col : col + n].T.copy().view(np.float32)
         halves = np.stack([words & _U16, words >> np.uint32(16)], axis=1)
         halves = halves.reshape(2 * g.rows, g.partitions).astype(np.uint16)
-        out = halves[col:col + n].T.copy()
+        out = halves[col : col + n].T.copy()
         return out.view(ml_dtypes.bfloat16) if dtype == Dtype.BF16 else out

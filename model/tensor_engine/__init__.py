@@ -6,9 +6,28 @@
 """
 
 from . import isa, timing
-from .matmul import (OPERAND_FORMATS, PERF_MODES, InstructionError, matmul, matmul_bits, mode_of,
-                     result_bits)
+from .matmul import (
+    OPERAND_FORMATS,
+    PERF_MODES,
+    InstructionError,
+    matmul,
+    matmul_bits,
+    mode_of,
+    result_bits,
+)
 from .timing import P_PREFIX, latency, simulate
 
-__all__ = ["isa", "timing", "matmul", "matmul_bits", "result_bits", "mode_of", "InstructionError",
-           "OPERAND_FORMATS", "PERF_MODES", "P_PREFIX", "latency", "simulate"]
+__all__ = [
+    "isa",
+    "timing",
+    "matmul",
+    "matmul_bits",
+    "result_bits",
+    "mode_of",
+    "InstructionError",
+    "OPERAND_FORMATS",
+    "PERF_MODES",
+    "P_PREFIX",
+    "latency",
+    "simulate",
+]

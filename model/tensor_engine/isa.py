@@ -11,11 +11,22 @@ import enum
 from dataclasses import dataclass, replace
 
 from ncrtl.model.fields import pack_fields, unpack_fields
-from ncrtl.model.modes import (ENGINE_MODES, FORMAT_BITS, FP8_FORMATS, MODE_BITS, MODES,
-                               mode_by_code)
+from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, FP8_FORMATS, MODE_BITS, MODES, mode_by_code
 
-__all__ = ["Op", "Mode", "Error", "Instruction", "FIELDS", "FP8_FORMATS", "encode", "decode",
-           "check", "instruction_bits", "MAX_N", "MIN_MM_CYCLES"]
+__all__ = [
+    "Op",
+    "Mode",
+    "Error",
+    "Instruction",
+    "FIELDS",
+    "FP8_FORMATS",
+    "encode",
+    "decode",
+    "check",
+    "instruction_bits",
+    "MAX_N",
+    "MIN_MM_CYCLES",
+]
 
 #: Largest moving free size of one MM (one PSUM bank of FP32).
 MAX_N = 512
@@ -36,17 +47,18 @@ Mode.__doc__ = "Datapath mode of an instruction: the ``code`` of a row of the mo
 
 class Error(enum.IntEnum):
     """Error codes of ``o_error_code`` (0 = none)."""
+
     NONE = 0
-    K_RANGE = 1          # K == 0 or K > rows (or > the row tile)
-    M_RANGE = 2          # M == 0 or M > cols (or > the column tile)
-    N_RANGE = 3          # MM with N == 0 or N > 512
-    FORMAT = 4           # a format index the mode does not accept
-    TILE = 5             # tile size / position not allowed
-    MODE_COMBO = 6       # a tiling or a transpose the mode cannot run (double_row)
-    NO_STATIONARY = 7    # MM before any LS
-    MODE_MISMATCH = 8    # MM whose mode / formats / shape differ from the loaded stationary
-    SELECTION = 9        # transpose with a moving beat that is not a selection column
-    MODE = 10            # a mode number the Tensor Engine does not serve
+    K_RANGE = 1  # K == 0 or K > rows (or > the row tile)
+    M_RANGE = 2  # M == 0 or M > cols (or > the column tile)
+    N_RANGE = 3  # MM with N == 0 or N > 512
+    FORMAT = 4  # a format index the mode does not accept
+    TILE = 5  # tile size / position not allowed
+    MODE_COMBO = 6  # a tiling or a transpose the mode cannot run (double_row)
+    NO_STATIONARY = 7  # MM before any LS
+    MODE_MISMATCH = 8  # MM whose mode / formats / shape differ from the loaded stationary
+    SELECTION = 9  # transpose with a moving beat that is not a selection column
+    MODE = 10  # a mode number the Tensor Engine does not serve
 
 
 @dataclass(frozen=True)
@@ -110,10 +122,18 @@ class Instruction:
 
 #: Instruction word layout, LSB first: (field, width).
 FIELDS = (
-    ("op", 1), ("mode", MODE_BITS), ("fmt_s", FORMAT_BITS), ("fmt_m", FORMAT_BITS),
+    ("op", 1),
+    ("mode", MODE_BITS),
+    ("fmt_s", FORMAT_BITS),
+    ("fmt_m", FORMAT_BITS),
     ("transpose", 1),
-    ("k", 8), ("m", 8), ("n", 10),
-    ("tile_row", 8), ("tile_rows", 8), ("tile_col", 8), ("tile_cols", 8),
+    ("k", 8),
+    ("m", 8),
+    ("n", 10),
+    ("tile_row", 8),
+    ("tile_rows", 8),
+    ("tile_col", 8),
+    ("tile_cols", 8),
 )
 
 
@@ -155,16 +175,24 @@ def check(ins, rows, cols, stationary=None):
     """
     mode = mode_by_code(ins.mode)
     if mode is None or not mode.engine:
-        what = f"unknown mode {int(ins.mode)}" if mode is None else (
-            f"mode {int(ins.mode)} ({mode.name}) is not served by the Tensor Engine")
-        return Error.MODE, (f"{what}; modes: "
-                            f"{', '.join(f'{m.code}={m.name}' for m in ENGINE_MODES)}")
+        what = (
+            f"unknown mode {int(ins.mode)}"
+            if mode is None
+            else (f"mode {int(ins.mode)} ({mode.name}) is not served by the Tensor Engine")
+        )
+        return Error.MODE, (
+            f"{what}; modes: {', '.join(f'{m.code}={m.name}' for m in ENGINE_MODES)}"
+        )
     ins = ins.whole(rows, cols)
-    for side, idx, names in (("stationary", ins.fmt_s, mode.formats_s),
-                             ("moving", ins.fmt_m, mode.formats_m)):
+    for side, idx, names in (
+        ("stationary", ins.fmt_s, mode.formats_s),
+        ("moving", ins.fmt_m, mode.formats_m),
+    ):
         if idx >= len(names):
-            return Error.FORMAT, (f"{mode.name} {side} format index {idx} is not allowed; "
-                                  f"allowed: {', '.join(f'{i}={n}' for i, n in enumerate(names))}")
+            return Error.FORMAT, (
+                f"{mode.name} {side} format index {idx} is not allowed; "
+                f"allowed: {', '.join(f'{i}={n}' for i, n in enumerate(names))}"
+            )
     row_t = ins.tile_rows != rows
     col_t = ins.tile_cols != cols
     tiled = row_t or col_t or ins.tile_row or ins.tile_col
@@ -172,21 +200,31 @@ def check(ins, rows, cols, stationary=None):
         return Error.MODE_COMBO, f"{mode.name} cannot be combined with tiling or transpose"
     if tiled:
         if row_t and col_t:
-            return Error.TILE, (f"tile_size ({ins.tile_rows}, {ins.tile_cols}) tiles rows and "
-                                f"columns at once; allowed: ({_sizes(mode.row_tiles)}, {cols}) "
-                                f"or ({rows}, {_sizes(mode.col_tiles)})")
+            return Error.TILE, (
+                f"tile_size ({ins.tile_rows}, {ins.tile_cols}) tiles rows and "
+                f"columns at once; allowed: ({_sizes(mode.row_tiles)}, {cols}) "
+                f"or ({rows}, {_sizes(mode.col_tiles)})"
+            )
         if row_t and (ins.tile_rows not in mode.row_tiles or ins.tile_col):
-            return Error.TILE, (f"row tile size {ins.tile_rows} at column {ins.tile_col} is not "
-                                f"allowed; allowed: {_sizes(mode.row_tiles, ' or ')} at column 0")
+            return Error.TILE, (
+                f"row tile size {ins.tile_rows} at column {ins.tile_col} is not "
+                f"allowed; allowed: {_sizes(mode.row_tiles, ' or ')} at column 0"
+            )
         if col_t and (ins.tile_cols not in mode.col_tiles or ins.tile_row):
-            return Error.TILE, (f"column tile size {ins.tile_cols} at row {ins.tile_row} is not "
-                                f"allowed; allowed: {_sizes(mode.col_tiles, ' or ')} at row 0")
+            return Error.TILE, (
+                f"column tile size {ins.tile_cols} at row {ins.tile_row} is not "
+                f"allowed; allowed: {_sizes(mode.col_tiles, ' or ')} at row 0"
+            )
         if ins.tile_row < 0 or ins.tile_row % ins.tile_rows or ins.tile_row + ins.tile_rows > rows:
-            return Error.TILE, (f"tile_position row {ins.tile_row} is not a multiple of the tile "
-                                f"size {ins.tile_rows} within {rows} rows")
+            return Error.TILE, (
+                f"tile_position row {ins.tile_row} is not a multiple of the tile "
+                f"size {ins.tile_rows} within {rows} rows"
+            )
         if ins.tile_col < 0 or ins.tile_col % ins.tile_cols or ins.tile_col + ins.tile_cols > cols:
-            return Error.TILE, (f"tile_position column {ins.tile_col} is not a multiple of the "
-                                f"tile size {ins.tile_cols} within {cols} columns")
+            return Error.TILE, (
+                f"tile_position column {ins.tile_col} is not a multiple of the "
+                f"tile size {ins.tile_cols} within {cols} columns"
+            )
     if not 1 <= ins.k <= ins.tile_rows:
         return Error.K_RANGE, f"K={ins.k} must be in 1..{ins.tile_rows} (rows of the tile)"
     if not 1 <= ins.m <= ins.tile_cols:
@@ -197,11 +235,20 @@ def check(ins, rows, cols, stationary=None):
         if stationary is None:
             return Error.NO_STATIONARY, "MultiplyMoving before any LoadStationary"
         st = stationary.whole(rows, cols)
-        same = (st.mode == ins.mode and st.fmt_s == ins.fmt_s and st.k == ins.k and st.m == ins.m
-                and st.transpose == ins.transpose and st.tile_row == ins.tile_row
-                and st.tile_rows == ins.tile_rows and st.tile_col == ins.tile_col
-                and st.tile_cols == ins.tile_cols)
+        same = (
+            st.mode == ins.mode
+            and st.fmt_s == ins.fmt_s
+            and st.k == ins.k
+            and st.m == ins.m
+            and st.transpose == ins.transpose
+            and st.tile_row == ins.tile_row
+            and st.tile_rows == ins.tile_rows
+            and st.tile_col == ins.tile_col
+            and st.tile_cols == ins.tile_cols
+        )
         if not same:
-            return Error.MODE_MISMATCH, ("MultiplyMoving mode, stationary format, K, M, transpose "
-                                         "and tile must equal those of its LoadStationary")
+            return Error.MODE_MISMATCH, (
+                "MultiplyMoving mode, stationary format, K, M, transpose "
+                "and tile must equal those of its LoadStationary"
+            )
     return None

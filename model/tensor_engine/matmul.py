@@ -18,13 +18,19 @@ golden raises :class:`InstructionError` (a ``ValueError``) with the rule's messa
 import numpy as np
 
 from ncrtl.model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
-
 from ncrtl.model.modes import ENGINE_MODES, mode_by_code, operand_formats
 
 from .isa import Error, Instruction, Mode, Op, check
 
-__all__ = ["matmul", "matmul_bits", "result_bits", "mode_of", "InstructionError",
-           "OPERAND_FORMATS", "PERF_MODES"]
+__all__ = [
+    "matmul",
+    "matmul_bits",
+    "result_bits",
+    "mode_of",
+    "InstructionError",
+    "OPERAND_FORMATS",
+    "PERF_MODES",
+]
 
 #: Formats a Tensor Engine operand may have (TF32 is float32 data with ``*_format="tf32"``).
 OPERAND_FORMATS = operand_formats(ENGINE_MODES)
@@ -60,8 +66,10 @@ def _format(spec, what):
     try:
         return format_of_dtype(spec)
     except (TypeError, ValueError):
-        raise InstructionError(f"{what} format {spec!r} is not a Tensor Engine operand format; "
-                               f"allowed: {', '.join(OPERAND_FORMATS)}") from None
+        raise InstructionError(
+            f"{what} format {spec!r} is not a Tensor Engine operand format; "
+            f"allowed: {', '.join(OPERAND_FORMATS)}"
+        ) from None
 
 
 def mode_of(stationary, moving, perf_mode=None):
@@ -89,32 +97,48 @@ def mode_of(stationary, moving, perf_mode=None):
         ``perf_mode``: pairs no instruction can encode.
     """
     if perf_mode not in PERF_MODES:
-        raise InstructionError(f"perf_mode {perf_mode!r} is not supported; allowed: "
-                               f"{', '.join(map(repr, PERF_MODES))}")
+        raise InstructionError(
+            f"perf_mode {perf_mode!r} is not supported; allowed: {', '.join(map(repr, PERF_MODES))}"
+        )
     fs = _format(stationary, "stationary")
     fm = _format(moving, "moving")
     for f, side in ((fs, "stationary"), (fm, "moving")):
         if f.name not in OPERAND_FORMATS:
-            raise InstructionError(f"{side} format {f.name} is not a Tensor Engine operand "
-                                   f"format; allowed: {', '.join(OPERAND_FORMATS)}", Error.FORMAT)
+            raise InstructionError(
+                f"{side} format {f.name} is not a Tensor Engine operand "
+                f"format; allowed: {', '.join(OPERAND_FORMATS)}",
+                Error.FORMAT,
+            )
     pair = f"{fs.name} x {fm.name}"
     if perf_mode is not None:
         mode = next(m for m in ENGINE_MODES if m.perf_mode == perf_mode)
-        for f, side, names in ((fs, "stationary", mode.formats_s),
-                               (fm, "moving", mode.formats_m)):
+        for f, side, names in ((fs, "stationary", mode.formats_s), (fm, "moving", mode.formats_m)):
             if f.name not in names:
-                raise InstructionError(f"{mode.name} {side} format {f.name} is not allowed "
-                                       f"({pair}); allowed: {', '.join(names)}", Error.FORMAT)
+                raise InstructionError(
+                    f"{mode.name} {side} format {f.name} is not allowed "
+                    f"({pair}); allowed: {', '.join(names)}",
+                    Error.FORMAT,
+                )
     else:
-        mode = next((m for m in ENGINE_MODES if m.perf_mode is None
-                     and fs.name in m.formats_s and fm.name in m.formats_m), None)
+        mode = next(
+            (
+                m
+                for m in ENGINE_MODES
+                if m.perf_mode is None and fs.name in m.formats_s and fm.name in m.formats_m
+            ),
+            None,
+        )
     if mode is None:
         wide = {"fp32", "tf32"}
         if (fs.name in wide) != (fm.name in wide):
-            raise InstructionError(f"fp32/tf32 operands cannot be mixed with narrower formats, "
-                                   f"got {pair}", Error.FORMAT)
-        raise InstructionError(f"stationary and moving formats must be equal outside the fp8 "
-                               f"modes, got {pair}", Error.FORMAT)
+            raise InstructionError(
+                f"fp32/tf32 operands cannot be mixed with narrower formats, got {pair}",
+                Error.FORMAT,
+            )
+        raise InstructionError(
+            f"stationary and moving formats must be equal outside the fp8 modes, got {pair}",
+            Error.FORMAT,
+        )
     return Mode(mode.code), mode.formats_s.index(fs.name), mode.formats_m.index(fm.name)
 
 
@@ -126,16 +150,20 @@ def _operand(arr, fmt, what):
     except ValueError:
         dfmt = None
     if dfmt is None or dfmt.name not in OPERAND_FORMATS:
-        raise InstructionError(f"{what} dtype {a.dtype} is not a Tensor Engine operand dtype; "
-                               f"allowed: float32, bfloat16, float16, float8_e4m3, "
-                               f"float8_e4m3fn, float8_e5m2, float8_e3m4")
+        raise InstructionError(
+            f"{what} dtype {a.dtype} is not a Tensor Engine operand dtype; "
+            f"allowed: float32, bfloat16, float16, float8_e4m3, "
+            f"float8_e4m3fn, float8_e5m2, float8_e3m4"
+        )
     if fmt is None:
         return a, dfmt
     f = _format(fmt, f"{what}_format")
     if f is dfmt or (f.name == "tf32" and dfmt.name == "fp32"):
         return a, f
-    raise InstructionError(f"{what}_format {f.name} does not match the {what} dtype {a.dtype} "
-                           f"(tf32 takes float32 data; other formats must equal the dtype's)")
+    raise InstructionError(
+        f"{what}_format {f.name} does not match the {what} dtype {a.dtype} "
+        f"(tf32 takes float32 data; other formats must equal the dtype's)"
+    )
 
 
 def _pair(name, value):
@@ -146,8 +174,9 @@ def _pair(name, value):
             raise ValueError
         a, b = int(a), int(b)
     except (TypeError, ValueError):
-        raise InstructionError(f"{name} must be a pair of integers, got {value!r}",
-                               Error.TILE) from None
+        raise InstructionError(
+            f"{name} must be a pair of integers, got {value!r}", Error.TILE
+        ) from None
     # A zero size would read as "whole array" in the instruction word: reject it here.
     if name == "tile_size" and (a <= 0 or b <= 0):
         raise InstructionError(f"tile_size {(a, b)} must hold positive integers", Error.TILE)
@@ -157,22 +186,35 @@ def _pair(name, value):
 def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_size):
     """The LS and MM of one call (tile fields filled in only when tiling is requested)."""
     if (tile_position is None) != (tile_size is None):
-        raise InstructionError("tile_position and tile_size must be given together "
-                               f"(got tile_position={tile_position!r}, tile_size={tile_size!r})",
-                               Error.TILE)
+        raise InstructionError(
+            "tile_position and tile_size must be given together "
+            f"(got tile_position={tile_position!r}, tile_size={tile_size!r})",
+            Error.TILE,
+        )
     tile = {}
     if tile_size is not None:
         r0, c0 = _pair("tile_position", tile_position)
         tr, tc = _pair("tile_size", tile_size)
         tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
     ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile)
-    mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose,
-                     **tile)
+    mm = Instruction(
+        Op.MM, mode, k=k, m=m, n=n, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile
+    )
     return ls, mm
 
 
-def _validate(stationary, moving, perf_mode, is_transpose, tile_position, tile_size, rows, cols,
-              stationary_format, moving_format):
+def _validate(
+    stationary,
+    moving,
+    perf_mode,
+    is_transpose,
+    tile_position,
+    tile_size,
+    rows,
+    cols,
+    stationary_format,
+    moving_format,
+):
     """Check every rule; return ``(s, fs, x, fm, mode, (K, M, N))``."""
     for name, v in (("rows", rows), ("cols", cols)):
         if not isinstance(v, (int, np.integer)) or v < 1:
@@ -182,21 +224,24 @@ def _validate(stationary, moving, perf_mode, is_transpose, tile_position, tile_s
     mode, fmt_s, fmt_m = mode_of(fs, fm, perf_mode)
     products = mode_by_code(mode).products
     if products > 1:
-        want = (f"[K, {products}, M] and [K, {products}, N] ({mode_by_code(mode).name})")
-        ok = (s.ndim == 3 and x.ndim == 3 and s.shape[1] == products
-              and x.shape[1] == products)
+        want = f"[K, {products}, M] and [K, {products}, N] ({mode_by_code(mode).name})"
+        ok = s.ndim == 3 and x.ndim == 3 and s.shape[1] == products and x.shape[1] == products
     else:
         want = "[K, M] and [K, N]"
         ok = s.ndim == 2 and x.ndim == 2
     if not ok:
-        raise InstructionError(f"operand shapes must be {want}, got stationary {s.shape} and "
-                               f"moving {x.shape}")
+        raise InstructionError(
+            f"operand shapes must be {want}, got stationary {s.shape} and moving {x.shape}"
+        )
     if s.shape[0] != x.shape[0]:
-        raise InstructionError(f"stationary and moving must have the same K (partitions), got "
-                               f"stationary {s.shape} and moving {x.shape}")
+        raise InstructionError(
+            f"stationary and moving must have the same K (partitions), got "
+            f"stationary {s.shape} and moving {x.shape}"
+        )
     k, m, n = s.shape[0], s.shape[-1], x.shape[-1]
-    ls, mm = _instructions(mode, fmt_s, fmt_m, k, m, n, bool(is_transpose), tile_position,
-                           tile_size)
+    ls, mm = _instructions(
+        mode, fmt_s, fmt_m, k, m, n, bool(is_transpose), tile_position, tile_size
+    )
     for ins, st in ((ls, None), (mm, ls)):
         bad = check(ins, rows, cols, st)
         if bad is not None:
@@ -204,8 +249,19 @@ def _validate(stationary, moving, perf_mode, is_transpose, tile_position, tile_s
     return s, fs, x, fm, mode, (k, m, n)
 
 
-def matmul(stationary, moving, *, perf_mode=None, is_transpose=False, tile_position=None,
-           tile_size=None, rows=128, cols=128, stationary_format=None, moving_format=None):
+def matmul(
+    stationary,
+    moving,
+    *,
+    perf_mode=None,
+    is_transpose=False,
+    tile_position=None,
+    tile_size=None,
+    rows=128,
+    cols=128,
+    stationary_format=None,
+    moving_format=None,
+):
     """Golden result of one Tensor Engine matmul or transpose.
 
     Parameters
@@ -246,14 +302,23 @@ def matmul(stationary, moving, *, perf_mode=None, is_transpose=False, tile_posit
         (dtype, shape, format pairing, selection matrix).
     """
     s, fs, x, fm, mode, (k, m, n) = _validate(
-        stationary, moving, perf_mode, is_transpose, tile_position, tile_size, rows, cols,
-        stationary_format, moving_format)
+        stationary,
+        moving,
+        perf_mode,
+        is_transpose,
+        tile_position,
+        tile_size,
+        rows,
+        cols,
+        stationary_format,
+        moving_format,
+    )
     if is_transpose:
         return _transpose(s, fs, x, fm)
     width = mode_by_code(mode).products
     if width > 1:
-        s_k = lambda i: s[i].T[:, None, :]   # [M, 1, products]
-        x_k = lambda i: x[i].T[None, :, :]   # [1, N, products]
+        s_k = lambda i: s[i].T[:, None, :]  # [M, 1, products]
+        x_k = lambda i: x[i].T[None, :, :]  # [1, N, products]
     else:
         s_k = lambda i: s[i][:, None, None]  # [M, 1, 1]
         x_k = lambda i: x[i][None, :, None]  # [1, N, 1]
@@ -262,8 +327,13 @@ def matmul(stationary, moving, *, perf_mode=None, is_transpose=False, tile_posit
     p = np.zeros((m, n), dtype=np.float32)
     shape = (m, n, width)
     for i in range(k):
-        p = fp32_dot_add(p, np.broadcast_to(s_k(i), shape), np.broadcast_to(x_k(i), shape),
-                         a_format=fs, b_format=fm)
+        p = fp32_dot_add(
+            p,
+            np.broadcast_to(s_k(i), shape),
+            np.broadcast_to(x_k(i), shape),
+            a_format=fs,
+            b_format=fm,
+        )
     return p
 
 
@@ -273,15 +343,21 @@ def _transpose(s, fs, x, fm):
     bad = ~((xv == 0) | (xv == 1))
     if bad.any():
         k, n = (int(i[0]) for i in np.nonzero(bad))
-        raise InstructionError(f"transpose: moving[{k}, {n}] = {float(xv[k, n])!r} is neither 0 "
-                               f"nor 1 (moving must be a selection matrix)", Error.SELECTION)
+        raise InstructionError(
+            f"transpose: moving[{k}, {n}] = {float(xv[k, n])!r} is neither 0 "
+            f"nor 1 (moving must be a selection matrix)",
+            Error.SELECTION,
+        )
     ones = xv == 1
     count = ones.sum(axis=0)
     if (count > 1).any():
         n = int(np.nonzero(count > 1)[0][0])
         ks = [int(i) for i in np.nonzero(ones[:, n])[0]]
-        raise InstructionError(f"transpose: moving column {n} has a 1 at k = {ks}; a selection "
-                               f"column has at most one 1", Error.SELECTION)
+        raise InstructionError(
+            f"transpose: moving column {n} has a 1 at k = {ks}; a selection "
+            f"column has at most one 1",
+            Error.SELECTION,
+        )
     bits = to_bits(s, fs).astype(np.uint64)
     # At most one 1 per column: the integer product picks that encoding exactly (0 if none).
     out = bits.T @ ones.astype(np.uint64)

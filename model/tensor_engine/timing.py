@@ -58,8 +58,18 @@ from ncrtl.model.modes import get_mode, mode_by_code
 
 from .isa import MIN_MM_CYCLES, Error, Instruction, Op, check, decode
 
-__all__ = ["P_PREFIX", "ERROR_DELAY", "CLOCK_HZ", "latency", "simulate", "Record", "Schedule",
-           "macs_per_beat", "peak_macs_per_cycle", "peak_tflops"]
+__all__ = [
+    "P_PREFIX",
+    "ERROR_DELAY",
+    "CLOCK_HZ",
+    "latency",
+    "simulate",
+    "Record",
+    "Schedule",
+    "macs_per_beat",
+    "peak_macs_per_cycle",
+    "peak_tflops",
+]
 
 #: Pipeline stages of the PE product prefix (decode and exact multiply; product sum) before its
 #: psum adder.  The PE (``ncrtl.hdl.tensor_engine.pe``) is built with this many stages.
@@ -137,8 +147,12 @@ class Record:
     @property
     def last_cycle(self):
         """Cycle of its last event (issue, error strobe, beat or output)."""
-        return max([self.issue] + [c for c in (self.error_cycle,) if c is not None]
-                   + list(self.beats[-1:]) + list(self.outputs[-1:]))
+        return max(
+            [self.issue]
+            + [c for c in (self.error_cycle,) if c is not None]
+            + list(self.beats[-1:])
+            + list(self.outputs[-1:])
+        )
 
 
 @dataclass(frozen=True)
@@ -157,8 +171,11 @@ class Schedule:
     @property
     def macs(self):
         """MACs of the whole program (accepted MMs; transposes count 0)."""
-        return sum(macs_per_beat(r.instruction) * len(r.beats) for r in self.records
-                   if r.accepted and r.instruction.op == Op.MM)
+        return sum(
+            macs_per_beat(r.instruction) * len(r.beats)
+            for r in self.records
+            if r.accepted and r.instruction.op == Op.MM
+        )
 
     def mm_window(self):
         """``(start, stop)``: first MM issue to the end of the last MM's sequencer occupancy.
@@ -177,8 +194,11 @@ class Schedule:
         stop = self.total_cycles if stop is None else stop
         if stop <= start:
             raise ValueError(f"empty window [{start}, {stop})")
-        macs = sum(macs_per_beat(r.instruction) * sum(start <= b < stop for b in r.beats)
-                   for r in self.records if r.accepted and r.instruction.op == Op.MM)
+        macs = sum(
+            macs_per_beat(r.instruction) * sum(start <= b < stop for b in r.beats)
+            for r in self.records
+            if r.accepted and r.instruction.op == Op.MM
+        )
         return macs, stop - start
 
     def utilization(self, start=None, stop=None):
@@ -228,10 +248,10 @@ def simulate(program, rows=128, cols=128):
     lat = latency(rows, cols)
     records = []
     prev_issue = -1
-    loader_free = 0          # first cycle the loader can take a new LS
-    seq_free = 0             # first cycle the moving sequencer can take a new MM
-    next_bank = 0            # bank of the next accepted LS
-    last_ls = None           # (instruction, bank, cycle of its last beat)
+    loader_free = 0  # first cycle the loader can take a new LS
+    seq_free = 0  # first cycle the moving sequencer can take a new MM
+    next_bank = 0  # bank of the next accepted LS
+    last_ls = None  # (instruction, bank, cycle of its last beat)
     bank_last_read = [-1, -1]  # last moving-beat cycle of the latest MM reading each bank
     for index, ins in enumerate(program):
         if not isinstance(ins, Instruction):
@@ -257,7 +277,8 @@ def simulate(program, rows=128, cols=128):
             beats = tuple(t + j * ii for j in range(ins.n))
             seq_free = t + max(ins.n, MIN_MM_CYCLES) * ii
             bank_last_read[bank] = beats[-1]
-            records.append(Record(index, ins, t, bank=bank, beats=beats,
-                                  outputs=tuple(b + lat for b in beats)))
+            records.append(
+                Record(index, ins, t, bank=bank, beats=beats, outputs=tuple(b + lat for b in beats))
+            )
         prev_issue = t
     return Schedule(rows, cols, tuple(records))

@@ -16,17 +16,22 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from ncrtl.model.core import chunk_flags, nc_matmul
+from ncrtl.model.modes import operation
 from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
 from ncrtl.model.psum import encode as psum_encode
 from ncrtl.model.tensor_engine import isa
-from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.psum.program import EngineReq, req_word
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
-from ncrtl.testbench.tensor_engine.program import (_as_dtype, _selection, _values, lane_words,
-                                                   tile_shape)
+from ncrtl.testbench.tensor_engine.program import (
+    _as_dtype,
+    _selection,
+    _values,
+    lane_words,
+    tile_shape,
+)
 
 LANE = 32
 
@@ -46,8 +51,11 @@ def chunked_program(params, seed):
         ls = Instruction(Op.LS, mode, k=k, m=cols, transpose=transpose)
         mm = Instruction(Op.MM, mode, k=k, m=cols, n=n, transpose=transpose)
         st = _values(rng, fmt, tile_shape(pe_mode, k, cols), special=0.002)
-        mv = (_selection(rng, k, n, fmt) if transpose
-              else _values(rng, fmt, tile_shape(pe_mode, k, n), special=0.002))
+        mv = (
+            _selection(rng, k, n, fmt)
+            if transpose
+            else _values(rng, fmt, tile_shape(pe_mode, k, n), special=0.002)
+        )
         flags = 3 if transpose else chunk_flags(i, chunks)
         w = Write(bank=bank, col=0, n=n, dtype=dtype, rounding=rounding, flags=flags)
         prog.append((ls, st, mm, mv, w))
@@ -57,13 +65,21 @@ def chunked_program(params, seed):
 def golden(params, prog):
     """The golden PSUM after the program, and the group-complete banks."""
     g = Geometry(params["cols"], params["banks"], params["bank_bytes"])
-    psum = Psum(g)          # generators at their reset state, like the RTL's
+    psum = Psum(g)  # generators at their reset state, like the RTL's
     done = []
     for ls, st, mm, mv, w in prog:
         fs, fm = mm.formats
-        bank = nc_matmul(psum, w, _as_dtype(st, fs), _as_dtype(mv, fm),
-                         perf_mode=mm.pe_mode.perf_mode, is_transpose=mm.transpose,
-                         rows=params["rows"], stationary_format=fs, moving_format=fm)
+        bank = nc_matmul(
+            psum,
+            w,
+            _as_dtype(st, fs),
+            _as_dtype(mv, fm),
+            perf_mode=mm.pe_mode.perf_mode,
+            is_transpose=mm.transpose,
+            rows=params["rows"],
+            stationary_format=fs,
+            moving_format=fm,
+        )
         if bank is not None:
             done.append(bank)
     return psum, done
@@ -93,8 +109,8 @@ class MatmulCoreTB:
         dut.se_req__valid.value = 0
         dut.se_resp__ready.value = 1
         dut.seed__valid.value = 0
-        self.done = []        # (cycle, bank) of each o_done pulse
-        self.errors = []      # (cycle, "te" | "psum", code)
+        self.done = []  # (cycle, bank) of each o_done pulse
+        self.errors = []  # (cycle, "te" | "psum", code)
         self.cycle = 0
         self._watcher = cocotb.start_soon(self._watch())
 
@@ -120,9 +136,9 @@ class MatmulCoreTB:
         for ls, st, mm, mv, w in prog:
             words += [isa.encode(ls), isa.encode(mm)]
             for tile, src, rev in ((st, self.stat, True), (mv, self.mov, False)):
-                lanes = lane_words(tile)                              # [X, K]
+                lanes = lane_words(tile)  # [X, K]
                 beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
-                beats[:, :lanes.shape[1]] = lanes.astype(np.uint64)
+                beats[:, : lanes.shape[1]] = lanes.astype(np.uint64)
                 src.send(pack_lanes(beats[::-1] if rev else beats, LANE))  # LS: columns M-1 first
             self.pinstr.send([psum_encode(w)])
         self.instr.send(words)
@@ -132,7 +148,7 @@ class MatmulCoreTB:
         p = self.params["cols"]
         self.ve.send([req_word(EngineReq(we=0, mask=0, bank=bank, row=r), p) for r in rows])
         words = await self.ve_resp.recv(len(rows), timeout=20_000)
-        return unpack_lanes(words, 32, p)                             # [rows, partitions]
+        return unpack_lanes(words, 32, p)  # [rows, partitions]
 
 
 @cocotb.test()
@@ -157,10 +173,10 @@ async def test_chunked_matmul(dut):
     got = await tb.read_rows(w.bank, range(slots))
     ref = want.mem[w.bank, :slots, :]
     name = f"core.psum_{Dtype(w.dtype).name.lower()}"
-    decode = ((lambda x: np.asarray(x, np.uint32).view(np.float32)) if w.dtype == Dtype.FP32
-              else None)
-    sb = Scoreboard(name, "fp32" if w.dtype == Dtype.FP32 else "2 x 16-bit", bits=32,
-                    decode=decode)
+    decode = (
+        (lambda x: np.asarray(x, np.uint32).view(np.float32)) if w.dtype == Dtype.FP32 else None
+    )
+    sb = Scoreboard(name, "fp32" if w.dtype == Dtype.FP32 else "2 x 16-bit", bits=32, decode=decode)
     sb.compare(got.astype(np.int64), ref.astype(np.int64))
     eb = Scoreboard("core.events", "count, then bank / 1000 + error", bits=16)
     eb.compare_sequence([b for _, b in tb.done] + [1000 + c for _, _, c in tb.errors], want_done)

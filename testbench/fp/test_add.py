@@ -7,10 +7,10 @@ pairs a few binades apart (alignment, ties, carries) and uniformly random encodi
 import cocotb
 import numpy as np
 
-from ncrtl.model.fp import fp32_add
 from ncrtl.blocks import get
-from ncrtl.testbench.fp.vectors import fp32_corner_codes, random_codes
+from ncrtl.model.fp import fp32_add
 from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.fp.vectors import fp32_corner_codes, random_codes
 from ncrtl.testbench.lanes import LanesTB
 from ncrtl.testbench.scoreboard import Scoreboard
 
@@ -22,7 +22,7 @@ def add_vectors(rng, count):
     third = max(1, count // 3)
     x = random_codes(rng, "fp32", third).astype(np.int64)
     a.append(x)
-    b.append((x ^ 0x80000000) + rng.integers(-4, 5, third))        # deep cancellation
+    b.append((x ^ 0x80000000) + rng.integers(-4, 5, third))  # deep cancellation
     y = random_codes(rng, "fp32", third).astype(np.int64)
     a.append(y)
     b.append(y + (rng.integers(-26, 27, third) << 23) + rng.integers(-2, 3, third))  # alignment
@@ -47,8 +47,9 @@ async def test_add(dut):
     a, b = add_vectors(np.random.default_rng(seed), count)
     out = await tb.run({"i_a": a, "i_b": b})
     want = fp32_add(a.view(np.float32), b.view(np.float32)).view(np.uint32)
-    sb = Scoreboard("add.fp32", "fp32", bits=32,
-                    decode=lambda x: np.asarray(x, np.uint32).view(np.float32))
+    sb = Scoreboard(
+        "add.fp32", "fp32", bits=32, decode=lambda x: np.asarray(x, np.uint32).view(np.float32)
+    )
     sb.compare(out["o_result"].astype(np.int64), want, inputs=(a, b))
     sb.write_json()
     tb.record_cycles()

@@ -10,9 +10,10 @@ import cocotb
 import ml_dtypes
 import numpy as np
 
-from ncrtl.model.fp import fp32_to_bf16, fp32_to_fp16, to_bits
 from ncrtl.blocks import get
-from ncrtl.testbench.conformance import tb_block, tb_settings as settings
+from ncrtl.model.fp import fp32_to_bf16, fp32_to_fp16, to_bits
+from ncrtl.testbench.conformance import tb_block
+from ncrtl.testbench.conformance import tb_settings as settings
 from ncrtl.testbench.fp.vectors import random_codes
 from ncrtl.testbench.lanes import LanesTB
 from ncrtl.testbench.scoreboard import Scoreboard
@@ -20,8 +21,14 @@ from ncrtl.testbench.scoreboard import Scoreboard
 
 def convert_inputs(rng, count):
     hi = np.arange(1 << 16, dtype=np.uint32) << 16
-    lows = [np.zeros_like(hi), hi * 0 + 0x7FFF, hi * 0 + 0x8000, hi * 0 + 0x8001, hi * 0 + 0xFFFF,
-            rng.integers(0, 1 << 16, hi.size).astype(np.uint32)]
+    lows = [
+        np.zeros_like(hi),
+        hi * 0 + 0x7FFF,
+        hi * 0 + 0x8000,
+        hi * 0 + 0x8001,
+        hi * 0 + 0xFFFF,
+        rng.integers(0, 1 << 16, hi.size).astype(np.uint32),
+    ]
     x = np.concatenate([hi | lo for lo in lows] + [random_codes(rng, "fp32", count)])
     return x.astype(np.uint32)
 
@@ -34,8 +41,9 @@ class ConvertTB(LanesTB):
 
 def _board(name, fmt, bits16):
     view = ml_dtypes.bfloat16 if fmt == "bf16" else np.float16
-    return Scoreboard(name, fmt, bits=16,
-                      decode=lambda x: np.asarray(x, np.uint16).view(view).astype(np.float32))
+    return Scoreboard(
+        name, fmt, bits=16, decode=lambda x: np.asarray(x, np.uint16).view(view).astype(np.float32)
+    )
 
 
 @cocotb.test()
@@ -63,8 +71,9 @@ async def test_convert(dut):
     elif block == "fp.fp16":
         out = await tb.run({"i_value": x})
         sb = _board("fp16.rne", "fp16", 16)
-        sb.compare(out["o_result"].astype(np.int64), to_bits(fp32_to_fp16(x.view(np.float32))),
-                   inputs=x)
+        sb.compare(
+            out["o_result"].astype(np.int64), to_bits(fp32_to_fp16(x.view(np.float32))), inputs=x
+        )
         boards.append(sb)
     else:
         raise ValueError(f"test_convert checks fp.bf16 or fp.fp16, not {block!r}")

@@ -12,19 +12,25 @@ import itertools
 import cocotb
 import numpy as np
 
-from ncrtl.model.fp import QNAN, fp32_dot_add, from_bits, get_format
 from ncrtl.blocks import get
+from ncrtl.model.fp import QNAN, fp32_dot_add, from_bits, get_format
 from ncrtl.model.modes import get_mode
-from ncrtl.testbench.fp.vectors import dot_add_vectors
 from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.fp.vectors import dot_add_vectors
 from ncrtl.testbench.lanes import LanesTB
 from ncrtl.testbench.scoreboard import Scoreboard
 
 
 def golden(psum, a, b, fa, fb, scale_exp, scale_nan):
     """FP32 result bits the contract gives for one format pair."""
-    out = fp32_dot_add(psum.view(np.float32), from_bits(a, fa), from_bits(b, fb),
-                       a_format=fa, b_format=fb, scale_exp=scale_exp).view(np.uint32)
+    out = fp32_dot_add(
+        psum.view(np.float32),
+        from_bits(a, fa),
+        from_bits(b, fb),
+        a_format=fa,
+        b_format=fb,
+        scale_exp=scale_exp,
+    ).view(np.uint32)
     return np.where(scale_nan, np.uint32(QNAN["fp32"]), out)
 
 
@@ -65,15 +71,23 @@ async def test_dot_add(dut):
     per_pair = max(1, count // len(pairs))
     for ia, ib in pairs:
         fa, fb = tb.formats_a[ia], tb.formats_b[ib]
-        psum, a, b, se = dot_add_vectors(rng, fa, fb, tb.k, per_pair, scale=tb.scale,
-                                         exhaustive=(fa == fb))
+        psum, a, b, se = dot_add_vectors(
+            rng, fa, fb, tb.k, per_pair, scale=tb.scale, exhaustive=(fa == fb)
+        )
         snan = (rng.random(len(psum)) < 0.01) if tb.scale else np.zeros(len(psum), bool)
         got = await tb.run(tb.fields(psum, a, b, ia, ib, se, snan))
-        sb = Scoreboard(f"dot_add.{fa}x{fb}", "fp32", bits=32,
-                        decode=lambda x: np.asarray(x, np.uint32).view(np.float32))
+        sb = Scoreboard(
+            f"dot_add.{fa}x{fb}",
+            "fp32",
+            bits=32,
+            decode=lambda x: np.asarray(x, np.uint32).view(np.float32),
+        )
         want = golden(psum, a, b, fa, fb, se if tb.scale else None, snan)
-        sb.compare(got["o_result"].astype(np.int64), want,
-                   inputs=(psum, a, b, se) if tb.scale else (psum, a, b))
+        sb.compare(
+            got["o_result"].astype(np.int64),
+            want,
+            inputs=(psum, a, b, se) if tb.scale else (psum, a, b),
+        )
         sb.write_json()
         dut._log.info(sb.report())
         sb.assert_clean()

@@ -10,10 +10,10 @@ zero / Inf / NaN flags bit for bit.
 import cocotb
 import numpy as np
 
-from ncrtl.model.fp import decode_fields, get_format
 from ncrtl.blocks import get
-from ncrtl.testbench.fp.vectors import corner_codes, exhaustive_pairs, random_codes
+from ncrtl.model.fp import decode_fields, get_format
 from ncrtl.testbench.conformance import tb_settings as settings
+from ncrtl.testbench.fp.vectors import corner_codes, exhaustive_pairs, random_codes
 from ncrtl.testbench.lanes import LanesTB
 from ncrtl.testbench.scoreboard import Scoreboard
 
@@ -79,7 +79,9 @@ async def test_mul(dut):
     got_v, got_f = tb.rtl_product(out)
     want_v, want_f = golden_product(a, b, fa, fb)
     name = f"mul.{fa.name}x{fb.name}"
-    sb = Scoreboard(name, "f64 product", bits=64, decode=lambda x: np.asarray(x, np.uint64).view(np.float64))
+    sb = Scoreboard(
+        name, "f64 product", bits=64, decode=lambda x: np.asarray(x, np.uint64).view(np.float64)
+    )
     sb.compare(got_v, want_v, inputs=(a, b))
     fl = Scoreboard(name + ".flags", "zero|inf<<1|nan<<2", bits=4)
     fl.compare(got_f, want_f, inputs=(a, b))

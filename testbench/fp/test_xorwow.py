@@ -9,9 +9,9 @@ Each lane is one generator.  Every beat may load the state of a fresh 64-bit see
 import cocotb
 import numpy as np
 
+from ncrtl.blocks import get
 from ncrtl.hdl.fp.xorwow import pack_state
 from ncrtl.model.fp import Xorwow
-from ncrtl.blocks import get
 from ncrtl.testbench.conformance import tb_settings as settings
 from ncrtl.testbench.lanes import LanesTB
 from ncrtl.testbench.scoreboard import Scoreboard
@@ -22,7 +22,9 @@ def xorwow_program(rng, n):
     load = rng.random(n) < 0.01
     nxt = rng.random(n) < 0.85
     load[0] = nxt[0] = True
-    seeds = rng.integers(0, 1 << 63, n, dtype=np.uint64) * 2 + rng.integers(0, 2, n).astype(np.uint64)
+    seeds = rng.integers(0, 1 << 63, n, dtype=np.uint64) * 2 + rng.integers(0, 2, n).astype(
+        np.uint64
+    )
     return load, nxt, seeds
 
 
@@ -61,13 +63,18 @@ async def test_xorwow(dut):
     load = np.stack([p[0] for p in programs], axis=1).reshape(-1)
     nxt = np.stack([p[1] for p in programs], axis=1).reshape(-1)
     seeds = np.stack([p[2] for p in programs], axis=1).reshape(-1)
-    state = np.array([pack_state(Xorwow.seed_state(int(s))) if ld else 0
-                      for s, ld in zip(seeds, load)], dtype=object)
+    state = np.array(
+        [pack_state(Xorwow.seed_state(int(s))) if ld else 0 for s, ld in zip(seeds, load)],
+        dtype=object,
+    )
     out = await tb.run({"i_state": state, "i_load": load.astype(int), "i_next": nxt.astype(int)})
     want = np.stack([golden_outputs(*p) for p in programs], axis=1).reshape(-1)
     sb = Scoreboard("xorwow", "u32", bits=32)
-    sb.compare(out["o_value"].astype(np.int64), want.astype(np.int64),
-               inputs=(load.astype(int), nxt.astype(int)))
+    sb.compare(
+        out["o_value"].astype(np.int64),
+        want.astype(np.int64),
+        inputs=(load.astype(int), nxt.astype(int)),
+    )
     sb.write_json()
     tb.record_cycles()
     dut._log.info(sb.report())

@@ -8,17 +8,54 @@ import numpy as np
 
 from ncrtl.model.fp import bits_to_float, encode, fp32_dot_add, from_bits, get_format
 
-__all__ = ["corner_codes", "random_codes", "exhaustive_pairs", "psum_for", "dot_add_vectors",
-           "fp32_corner_codes"]
+__all__ = [
+    "corner_codes",
+    "random_codes",
+    "exhaustive_pairs",
+    "psum_for",
+    "dot_add_vectors",
+    "fp32_corner_codes",
+]
 
 
 def fp32_corner_codes():
     """FP32 encodings every adder must see: zeros, subnormals, normals' edges, Inf, NaN, ties."""
-    c = [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00000002, 0x007FFFFF, 0x807FFFFF,
-         0x00800000, 0x80800000, 0x00800001, 0x3F800000, 0xBF800000, 0x3F800001, 0x3F7FFFFF,
-         0x3FFFFFFF, 0x4B800000, 0x33800000, 0x34000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7FFFFE,
-         0x7F000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FBFFFFF,
-         0x0C000000, 0x8C000000, 0x73000000, 0x01000000, 0x00400000, 0x00C00000]
+    c = [
+        0x00000000,
+        0x80000000,
+        0x00000001,
+        0x80000001,
+        0x00000002,
+        0x007FFFFF,
+        0x807FFFFF,
+        0x00800000,
+        0x80800000,
+        0x00800001,
+        0x3F800000,
+        0xBF800000,
+        0x3F800001,
+        0x3F7FFFFF,
+        0x3FFFFFFF,
+        0x4B800000,
+        0x33800000,
+        0x34000000,
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x7F7FFFFE,
+        0x7F000000,
+        0x7F800000,
+        0xFF800000,
+        0x7FC00000,
+        0xFFC00000,
+        0x7F800001,
+        0x7FBFFFFF,
+        0x0C000000,
+        0x8C000000,
+        0x73000000,
+        0x01000000,
+        0x00400000,
+        0x00C00000,
+    ]
     return np.array(c, dtype=np.uint32)
 
 
@@ -35,11 +72,26 @@ def corner_codes(fmt):
         # Inf/NaN/max) and of the binade around 1.0; exhaustive pairs come from exhaustive_pairs.
         codes = np.arange(1 << f.bits)
         ef = (codes >> f.man_bits) & ((1 << f.exp_bits) - 1)
-        keep = (ef == 0) | (ef == (1 << f.exp_bits) - 1) | (ef == min(f.bias, (1 << f.exp_bits) - 1))
+        keep = (
+            (ef == 0) | (ef == (1 << f.exp_bits) - 1) | (ef == min(f.bias, (1 << f.exp_bits) - 1))
+        )
         return codes[keep].astype(f.storage_dtype)
-    vals = [0.0, -0.0, f.smallest_subnormal, -f.smallest_subnormal, 2.0 ** f.emin,
-            2.0 ** f.emin - f.smallest_subnormal, f.max_finite, -f.max_finite, 1.0, -1.0,
-            1.0 + 2.0 ** -f.man_bits, 1.5, np.inf, -np.inf]
+    vals = [
+        0.0,
+        -0.0,
+        f.smallest_subnormal,
+        -f.smallest_subnormal,
+        2.0**f.emin,
+        2.0**f.emin - f.smallest_subnormal,
+        f.max_finite,
+        -f.max_finite,
+        1.0,
+        -1.0,
+        1.0 + 2.0**-f.man_bits,
+        1.5,
+        np.inf,
+        -np.inf,
+    ]
     codes = list(encode(np.array(vals), f))
     if f.has_nan:
         codes += [(((1 << f.exp_bits) - 1) << f.man_bits) | 1, (1 << f.bits) - 1]
@@ -64,7 +116,8 @@ def random_codes(rng, fmt, n, special_rate=0.01):
     if spec.any():
         # Replace most specials by the finite value with the next lower exponent field.
         repl = rng.integers(0, 1 << f.bits, n).astype(f.storage_dtype) & f.storage_dtype(
-            ((1 << (f.bits - 1)) | ((1 << (f.bits - 2)) - 1)))
+            ((1 << (f.bits - 1)) | ((1 << (f.bits - 2)) - 1))
+        )
         bits = np.where(spec & (rng.random(n) >= special_rate), repl, bits)
     return bits.astype(f.storage_dtype)
 
@@ -88,8 +141,9 @@ def psum_for(rng, a, b, fmt_a, fmt_b, scale_exp=None):
     n = a.shape[0]
     fa, fb = get_format(fmt_a), get_format(fmt_b)
     zero = np.zeros(n, dtype=np.float32)
-    s = fp32_dot_add(zero, from_bits(a, fa), from_bits(b, fb), a_format=fa, b_format=fb,
-                     scale_exp=scale_exp).view(np.uint32)
+    s = fp32_dot_add(
+        zero, from_bits(a, fa), from_bits(b, fb), a_format=fa, b_format=fb, scale_exp=scale_exp
+    ).view(np.uint32)
     nudge = rng.integers(-3, 4, n).astype(np.int64)
     cancel = ((s.astype(np.int64) ^ 0x80000000) + nudge) & 0xFFFFFFFF
     shift = rng.integers(-30, 31, n).astype(np.int64) << 23

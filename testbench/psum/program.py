@@ -33,8 +33,15 @@ from ncrtl.model.fp.xorwow import Xorwow
 from ncrtl.model.psum import isa
 from ncrtl.model.psum.isa import Dtype, Error, Flag, Geometry, GroupState, Rounding, Write
 
-__all__ = ["EngineReq", "Phase", "Program", "random_program", "req_word", "seed_word",
-           "beat_values"]
+__all__ = [
+    "EngineReq",
+    "Phase",
+    "Program",
+    "random_program",
+    "req_word",
+    "seed_word",
+    "beat_values",
+]
 
 
 @dataclass
@@ -45,7 +52,7 @@ class EngineReq:
     mask: int
     bank: int
     row: int
-    data: np.ndarray = None      # uint32 [partitions]; zeros when None
+    data: np.ndarray = None  # uint32 [partitions]; zeros when None
 
     def ok(self, geometry):
         return self.bank < geometry.banks and self.row < geometry.rows
@@ -57,10 +64,10 @@ class Phase:
     backpressure.  ``full_rate``: the TE beats must be taken in consecutive cycles."""
 
     name: str
-    writes: list = field(default_factory=list)     # (Write, uint32 beats [n, partitions])
-    ve: list = field(default_factory=list)         # EngineReq
+    writes: list = field(default_factory=list)  # (Write, uint32 beats [n, partitions])
+    ve: list = field(default_factory=list)  # EngineReq
     se: list = field(default_factory=list)
-    seeds: list = field(default_factory=list)      # (partition, six words)
+    seeds: list = field(default_factory=list)  # (partition, six words)
     stall: float = None
     full_rate: bool = False
 
@@ -106,11 +113,30 @@ def seed_word(partition, words):
 
 #: FP32 corner encodings: zeros, NaNs with payloads, Infs, subnormals, the largest finite (BF16
 #: RNE overflows it to Inf), a BF16 tie, values around 1.
-CORNERS = np.array([
-    0x00000000, 0x80000000, 0x7FC00000, 0x7F800001, 0xFFC12345, 0x7FBFFFFF, 0x7F800000,
-    0xFF800000, 0x00000001, 0x807FFFFF, 0x00400000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000,
-    0x3F808000, 0x3F818000, 0x3F800000, 0xBF800000, 0x33800000,
-], dtype=np.uint32)
+CORNERS = np.array(
+    [
+        0x00000000,
+        0x80000000,
+        0x7FC00000,
+        0x7F800001,
+        0xFFC12345,
+        0x7FBFFFFF,
+        0x7F800000,
+        0xFF800000,
+        0x00000001,
+        0x807FFFFF,
+        0x00400000,
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x7F7F8000,
+        0x3F808000,
+        0x3F818000,
+        0x3F800000,
+        0xBF800000,
+        0x33800000,
+    ],
+    dtype=np.uint32,
+)
 
 
 def beat_values(rng, shape, *, corner=0.08):
@@ -119,13 +145,14 @@ def beat_values(rng, shape, *, corner=0.08):
     n = int(np.prod(shape))
     mag = np.exp2(rng.integers(-8, 9, n)).astype(np.float64) * (1 + rng.random(n))
     v = (np.where(rng.random(n) < 0.5, -1.0, 1.0) * mag).astype(np.float32).view(np.uint32)
-    v = np.where(rng.random(n) < 0.2, v & np.uint32(0xFFFF0000), v)   # BF16-exact
+    v = np.where(rng.random(n) < 0.2, v & np.uint32(0xFFFF0000), v)  # BF16-exact
     pick = rng.random(n) < corner
     v = np.where(pick, CORNERS[rng.integers(0, len(CORNERS), n)], v)
     return v.astype(np.uint32).reshape(shape)
 
 
 # -- the random phase ---------------------------------------------------------------------------
+
 
 class _Planner:
     """Draws the random phase, tracking the group state the writes leave (legal ones only change
@@ -134,7 +161,7 @@ class _Planner:
     def __init__(self, rng, geometry):
         self.rng, self.g = rng, geometry
         self.groups = [GroupState() for _ in range(geometry.banks)]
-        self.plans = {}       # bank -> the open group's plan
+        self.plans = {}  # bank -> the open group's plan
         self.writes = []
 
     def _apply(self, w, beats):
@@ -163,13 +190,15 @@ class _Planner:
         dtype = plan["dtype"]
         first = plan["first"] is None
         if first:
-            flags = Flag.FIRST if dtype == Dtype.RAW16 or rng.random() < 0.7 else Flag.FIRST_ACCUMULATE
+            flags = (
+                Flag.FIRST if dtype == Dtype.RAW16 or rng.random() < 0.7 else Flag.FIRST_ACCUMULATE
+            )
         else:
             flags = 0
         if plan["left"] == 1:
             flags |= Flag.LAST
         col, n = plan["col"], plan["n"]
-        if not first and rng.random() < 0.3:      # a sub-range of the group's region
+        if not first and rng.random() < 0.3:  # a sub-range of the group's region
             n = int(rng.integers(1, plan["n"] + 1))
             col = plan["col"] + int(rng.integers(0, plan["n"] - n + 1))
         rounding = Rounding.SR if dtype == Dtype.BF16 and rng.random() < 0.5 else Rounding.RNE
@@ -196,8 +225,14 @@ class _Planner:
         """Append a write breaking rule ``kind`` (if the state allows it); return success."""
         rng, g = self.rng, self.g
         bank = int(rng.integers(0, g.banks))
-        base = dict(bank=bank, col=0, n=int(rng.integers(1, min(3, g.rows) + 1)), dtype=Dtype.FP32,
-                    rounding=Rounding.RNE, flags=3)
+        base = dict(
+            bank=bank,
+            col=0,
+            n=int(rng.integers(1, min(3, g.rows) + 1)),
+            dtype=Dtype.FP32,
+            rounding=Rounding.RNE,
+            flags=3,
+        )
         if kind == Error.BANK:
             if g.banks == 16:
                 return False
@@ -234,12 +269,23 @@ class _Planner:
         several rules at once, which checks the order of the rules."""
         rng, g = self.rng, self.g
         while True:
-            w = Write(bank=int(rng.integers(0, 16)), col=int(rng.integers(0, 2048)),
-                      n=int(rng.integers(0, 4)), dtype=int(rng.integers(0, 4)),
-                      rounding=int(rng.integers(0, 2)), flags=int(rng.integers(0, 8)))
-            if rng.random() < 0.7:       # mostly in range, so that the later rules matter
-                w = Write(bank=w.bank % g.banks, col=int(rng.integers(0, 4)), n=w.n,
-                          dtype=w.dtype, rounding=w.rounding, flags=w.flags)
+            w = Write(
+                bank=int(rng.integers(0, 16)),
+                col=int(rng.integers(0, 2048)),
+                n=int(rng.integers(0, 4)),
+                dtype=int(rng.integers(0, 4)),
+                rounding=int(rng.integers(0, 2)),
+                flags=int(rng.integers(0, 8)),
+            )
+            if rng.random() < 0.7:  # mostly in range, so that the later rules matter
+                w = Write(
+                    bank=w.bank % g.banks,
+                    col=int(rng.integers(0, 4)),
+                    n=w.n,
+                    dtype=w.dtype,
+                    rounding=w.rounding,
+                    flags=w.flags,
+                )
             state = self.groups[w.bank] if w.bank < g.banks else None
             if isa.check(w, g, state) is not None:
                 break
@@ -263,8 +309,15 @@ def _engine_reqs(rng, g, count, hot_banks, hot_rows, *, bad=0.05, only_hot=False
             else:
                 row = int(rng.integers(g.rows, 2048))
         we = int(rng.random() < 0.5)
-        out.append(EngineReq(we, int(rng.integers(0, 4)) if we else 0, bank, row,
-                             beat_values(rng, (g.partitions,)) if we else None))
+        out.append(
+            EngineReq(
+                we,
+                int(rng.integers(0, 4)) if we else 0,
+                bank,
+                row,
+                beat_values(rng, (g.partitions,)) if we else None,
+            )
+        )
     return out
 
 
@@ -289,10 +342,14 @@ def _random_phase(rng, g, beats):
     for k in kinds:
         pl.illegal(k)
     hot_banks = sorted({w.bank for w, _ in pl.writes if w.bank < g.banks})
-    hot_rows = sorted({(w.col + j) // (1 if w.dtype == Dtype.FP32 else 2)
-                       for w, _ in pl.writes for j in range(w.n)
-                       if w.bank < g.banks and w.dtype in (0, 1, 2)
-                       and w.col + w.n <= g.capacity(w.dtype)})
+    hot_rows = sorted(
+        {
+            (w.col + j) // (1 if w.dtype == Dtype.FP32 else 2)
+            for w, _ in pl.writes
+            for j in range(w.n)
+            if w.bank < g.banks and w.dtype in (0, 1, 2) and w.col + w.n <= g.capacity(w.dtype)
+        }
+    )
     ve = _engine_reqs(rng, g, max(1, beats // 3), hot_banks, hot_rows)
     se = _engine_reqs(rng, g, max(1, beats // 3), hot_banks, hot_rows)
     return Phase("random", pl.writes, ve, se, _seeds(rng, g, max(2, beats // 10)))
@@ -300,8 +357,10 @@ def _random_phase(rng, g, beats):
 
 def _seeds(rng, g, count):
     """``count`` generator loads: random partitions, states of random 63-bit seeds."""
-    return [(int(rng.integers(0, g.partitions)), Xorwow.seed_state(int(rng.integers(0, 1 << 63))))
-            for _ in range(count)]
+    return [
+        (int(rng.integers(0, g.partitions)), Xorwow.seed_state(int(rng.integers(0, 1 << 63))))
+        for _ in range(count)
+    ]
 
 
 def _seed_phase(rng, g, beats):
@@ -311,8 +370,14 @@ def _seed_phase(rng, g, beats):
     while sum(w.n for w, _ in writes) < beats:
         n = int(rng.integers(1, min(8, 2 * g.rows) + 1))
         col = int(rng.integers(0, 2 * g.rows - n + 1))
-        w = Write(bank=int(rng.integers(0, g.banks)), col=col, n=n, dtype=Dtype.BF16,
-                  rounding=Rounding.SR, flags=3)
+        w = Write(
+            bank=int(rng.integers(0, g.banks)),
+            col=col,
+            n=n,
+            dtype=Dtype.BF16,
+            rounding=Rounding.SR,
+            flags=3,
+        )
         writes.append((w, beat_values(rng, (n, g.partitions), corner=0.0)))
     return Phase("seeds", writes, seeds=_seeds(rng, g, beats), stall=0.0, full_rate=True)
 
@@ -321,8 +386,9 @@ def _hammer_phase(rng, g, beats):
     """N = 1 accumulations into one address every cycle: FP32, BF16 SR, BF16 RNE."""
     writes = []
     per = max(4, beats // 3)
-    for k, (dtype, rounding) in enumerate(((Dtype.FP32, Rounding.RNE), (Dtype.BF16, Rounding.SR),
-                                           (Dtype.BF16, Rounding.RNE))):
+    for k, (dtype, rounding) in enumerate(
+        ((Dtype.FP32, Rounding.RNE), (Dtype.BF16, Rounding.SR), (Dtype.BF16, Rounding.RNE))
+    ):
         bank = k % g.banks
         col = int(rng.integers(0, g.capacity(dtype)))
         for j in range(per):
@@ -352,10 +418,8 @@ def _full_rate_phase(rng, g, beats):
         pl.group_write(bank)
     ve = se = []
     if other:
-        ve = _engine_reqs(rng, g, beats // 2, other, list(range(g.rows)), bad=0.0,
-                          only_hot=True)
-        se = _engine_reqs(rng, g, beats // 2, other, list(range(g.rows)), bad=0.0,
-                          only_hot=True)
+        ve = _engine_reqs(rng, g, beats // 2, other, list(range(g.rows)), bad=0.0, only_hot=True)
+        se = _engine_reqs(rng, g, beats // 2, other, list(range(g.rows)), bad=0.0, only_hot=True)
     return Phase("full_rate", pl.writes, ve, se, stall=0.0, full_rate=True)
 
 

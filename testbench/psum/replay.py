@@ -42,9 +42,9 @@ ENGINES = ("ve", "se")
 class Latencies:
     """The RTL's documented latencies (``ncrtl.hdl.psum.Psum`` attributes) the replay times events by."""
 
-    done: int = 4          # last beat granted -> o_done
-    error: int = 1         # instruction / request taken -> error pulse
-    resp_depth: int = 4    # read responses in flight per engine port
+    done: int = 4  # last beat granted -> o_done
+    error: int = 1  # instruction / request taken -> error pulse
+    resp_depth: int = 4  # read responses in flight per engine port
 
     @classmethod
     def of(cls, psum):
@@ -60,17 +60,17 @@ class Sample:
     pulse or None.
     """
 
-    instr: bool = False                   # instruction handshake
+    instr: bool = False  # instruction handshake
     data_valid: bool = False
-    data: bool = False                    # data handshake
+    data: bool = False  # data handshake
     req_valid: dict = field(default_factory=dict)
     req_ready: dict = field(default_factory=dict)
     resp: dict = field(default_factory=dict)
-    seed: bool = False                    # seed handshake
-    grant: int = 0                        # o_grant
-    error: int = None                     # o_error_code when o_error
+    seed: bool = False  # seed handshake
+    grant: int = 0  # o_grant
+    error: int = None  # o_error_code when o_error
     eng_error: dict = field(default_factory=dict)
-    done: int = None                      # o_done_bank when o_done
+    done: int = None  # o_done_bank when o_done
 
 
 def _words_to_lanes(words, partitions):
@@ -104,7 +104,7 @@ class Replay:
         self.arbiter = Arbiter()
         self.cycle = 0
         P = geometry.partitions
-        self.instrs = []                 # Write, in stream order
+        self.instrs = []  # Write, in stream order
         self.beats = np.zeros((0, P), dtype=np.uint32)
         self._beat_chunks = []
         self.reqs = {e: [] for e in ENGINES}
@@ -112,11 +112,11 @@ class Replay:
         self.seeds = []
         self._ni = self._nb = self._ns = 0
         self._nr = {e: 0 for e in ENGINES}
-        self._taken = collections.deque()     # (take cycle, Write) not yet issued
+        self._taken = collections.deque()  # (take cycle, Write) not yet issued
         self._cur_legal = False
         self._cur_bank = 0
         self._in_flight = {e: 0 for e in ENGINES}
-        self.want_resp = {e: [] for e in ENGINES}   # (tag, uint32[P])
+        self.want_resp = {e: [] for e in ENGINES}  # (tag, uint32[P])
         self.got_resp_count = {e: 0 for e in ENGINES}
         self.want_errors, self.got_errors = [], []
         self.want_done, self.got_done = [], []
@@ -126,7 +126,7 @@ class Replay:
         self.flow = Scoreboard("psum.handshakes", "ready", bits=1)
         self._grant_got, self._grant_want = [], []
         self._flow_got, self._flow_want = [], []
-        self.te_beats = []            # cycle of every TE data handshake
+        self.te_beats = []  # cycle of every TE data handshake
         self.grant_cycles = {p: [] for p in ("te", "ve", "se")}
 
     # -- stimulus bookkeeping -------------------------------------------------------------------
@@ -192,7 +192,7 @@ class Replay:
             if done is not None:
                 self.want_done.append((c + self.lat.done, done))
         elif s.data:
-            self._nb += 1          # a beat the RTL should not have taken (flow mismatch above)
+            self._nb += 1  # a beat the RTL should not have taken (flow mismatch above)
         # 4b. the engine requests
         for i, e in enumerate(ENGINES, start=1):
             r = reqs[e]
@@ -213,8 +213,7 @@ class Replay:
                 if not r.we:
                     self.want_resp[e].append((tag, np.zeros(g.partitions, dtype=np.uint32)))
             elif r.we:
-                data = (r.data if r.data is not None
-                        else np.zeros(g.partitions, dtype=np.uint32))
+                data = r.data if r.data is not None else np.zeros(g.partitions, dtype=np.uint32)
                 gold.engine_write(r.bank, r.row, np.asarray(data, dtype=np.uint32), r.mask)
             else:
                 self.want_resp[e].append((tag, gold.engine_read(r.bank, r.row)))
@@ -252,8 +251,11 @@ class Replay:
     @property
     def idle(self):
         """Every request taken has been answered and every instruction issued."""
-        return (not self.golden.pending and not self._taken
-                and all(v == 0 for v in self._in_flight.values()))
+        return (
+            not self.golden.pending
+            and not self._taken
+            and all(v == 0 for v in self._in_flight.values())
+        )
 
     def finish(self, responses):
         """Compare everything; ``responses[e]`` is the list of response words of port ``e`` in
@@ -264,7 +266,7 @@ class Replay:
         self.grants.compare(np.array(self._grant_got), np.array(self._grant_want))
         self.flow.compare(np.array(self._flow_got), np.array(self._flow_want))
         if self.golden.pending:
-            self.flow.compare(np.array([0]), np.array([1]))   # beats never sent / taken
+            self.flow.compare(np.array([0]), np.array([1]))  # beats never sent / taken
         boards += [self.grants, self.flow]
         for e in ENGINES:
             got = _words_to_lanes(responses[e], P)
@@ -275,15 +277,19 @@ class Replay:
             for tag in sorted({t for t, _ in want}):
                 sb = Scoreboard(f"psum.{e}_{tag}", "fp32/raw", bits=32)
                 idx = [k for k, (t, _) in enumerate(want) if t == tag]
-                g_rows = np.array([got[k] if k < len(got) else np.full(P, 0xDEADBEEF)
-                                   for k in idx], dtype=np.int64)
+                g_rows = np.array(
+                    [got[k] if k < len(got) else np.full(P, 0xDEADBEEF) for k in idx],
+                    dtype=np.int64,
+                )
                 w_rows = np.array([want[k][1] for k in idx], dtype=np.int64)
                 sb.compare(g_rows, w_rows)
                 boards.append(sb)
-        for name, got, want in [("psum.errors", self.got_errors, self.want_errors),
-                                ("psum.done", self.got_done, self.want_done)] + [
-                (f"psum.{e}_errors", self.got_eng_errors[e], self.want_eng_errors[e])
-                for e in ENGINES]:
+        for name, got, want in [
+            ("psum.errors", self.got_errors, self.want_errors),
+            ("psum.done", self.got_done, self.want_done),
+        ] + [
+            (f"psum.{e}_errors", self.got_eng_errors[e], self.want_eng_errors[e]) for e in ENGINES
+        ]:
             sb = Scoreboard(name, "count, then cycle<<8|code", bits=64)
             sb.compare_sequence(_events(got), _events(want))
             boards.append(sb)

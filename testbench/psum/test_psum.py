@@ -12,10 +12,9 @@ when one address is hammered by N = 1 accumulations).
 """
 
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
-
-import numpy as np
 
 from ncrtl.model.psum.isa import Geometry, encode
 from ncrtl.testbench.conformance import tb_settings
@@ -44,17 +43,26 @@ class PsumTB:
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
         clk, rst = dut.clk, dut.rst
-        self.bus = {name: StreamBus.from_prefix(dut, name) for name in (
-            "instr", "data", "seed", *(f"{e}_{k}" for e in ENGINES for k in ("req", "resp")))}
+        self.bus = {
+            name: StreamBus.from_prefix(dut, name)
+            for name in (
+                "instr",
+                "data",
+                "seed",
+                *(f"{e}_{k}" for e in ENGINES for k in ("req", "resp")),
+            )
+        }
         self.instr = StreamSource(self.bus["instr"], clk, rst, stall=stall, seed=seed)
         self.data = StreamSource(self.bus["data"], clk, rst, stall=stall, seed=seed + 1)
         self.seed = StreamSource(self.bus["seed"], clk, rst, stall=stall, seed=seed + 2)
         self.req, self.resp = {}, {}
         for k, e in enumerate(ENGINES):
-            self.req[e] = StreamSource(self.bus[f"{e}_req"], clk, rst, stall=stall,
-                                       seed=seed + 3 + k)
-            self.resp[e] = StreamSink(self.bus[f"{e}_resp"], clk, rst, backpressure=stall,
-                                      seed=seed + 5 + k)
+            self.req[e] = StreamSource(
+                self.bus[f"{e}_req"], clk, rst, stall=stall, seed=seed + 3 + k
+            )
+            self.resp[e] = StreamSink(
+                self.bus[f"{e}_resp"], clk, rst, backpressure=stall, seed=seed + 5 + k
+            )
         self.replay = Replay(geometry, Latencies())
         self.resp_cycles = {e: [] for e in ENGINES}
         self._monitor = None
@@ -84,16 +92,28 @@ class PsumTB:
         sv = bus["seed"].valid
         grant, err, err_code = dut.o_grant, dut.o_error, dut.o_error_code
         done, done_bank = dut.o_done, dut.o_done_bank
-        ports = [(e, bus[f"{e}_req"].valid, bus[f"{e}_req"].ready, bus[f"{e}_resp"].valid,
-                  bus[f"{e}_resp"].ready, getattr(dut, f"o_{e}_error"),
-                  getattr(dut, f"o_{e}_error_code"))
-                 for e in ENGINES]
+        ports = [
+            (
+                e,
+                bus[f"{e}_req"].valid,
+                bus[f"{e}_req"].ready,
+                bus[f"{e}_resp"].valid,
+                bus[f"{e}_resp"].ready,
+                getattr(dut, f"o_{e}_error"),
+                getattr(dut, f"o_{e}_error_code"),
+            )
+            for e in ENGINES
+        ]
         while True:
             await edge
             d_valid = int(dv.value)
-            s = Sample(instr=bool(int(iv.value) and int(ir.value)), data_valid=bool(d_valid),
-                       data=bool(d_valid and int(dr.value)), seed=bool(int(sv.value)),
-                       grant=int(grant.value))
+            s = Sample(
+                instr=bool(int(iv.value) and int(ir.value)),
+                data_valid=bool(d_valid),
+                data=bool(d_valid and int(dr.value)),
+                seed=bool(int(sv.value)),
+                grant=int(grant.value),
+            )
             if int(err.value):
                 s.error = int(err_code.value)
             if int(done.value):
@@ -128,8 +148,13 @@ class PsumTB:
             self.data.send(pack_lanes(np.concatenate(beats), 32))
 
     def _progress(self):
-        return (self.instr.sent, self.data.sent, self.seed.sent,
-                *(self.req[e].sent for e in ENGINES), *(self.resp[e].count for e in ENGINES))
+        return (
+            self.instr.sent,
+            self.data.sent,
+            self.seed.sent,
+            *(self.req[e].sent for e in ENGINES),
+            *(self.resp[e].count for e in ENGINES),
+        )
 
     async def drain(self, patience=2000):
         """Wait until every queued word is taken, every response received and every pulse due;
@@ -138,21 +163,33 @@ class PsumTB:
         last, still = None, 0
         while True:
             await self.dut.clk.rising_edge
-            if (all(s.idle for s in self.sources) and r.idle
-                    and all(self.resp[e].count == len(r.want_resp[e]) for e in ENGINES)):
+            if (
+                all(s.idle for s in self.sources)
+                and r.idle
+                and all(self.resp[e].count == len(r.want_resp[e]) for e in ENGINES)
+            ):
                 break
             now = self._progress()
             still = still + 1 if now == last else 0
             last = now
             if still >= patience:
-                names = ("instr", "data", "seed", *(f"{e}_req" for e in ENGINES),
-                         *(f"{e}_resp" for e in ENGINES))
-                want = (len(r.instrs), len(r.beats) + sum(len(c) for c in r._beat_chunks),
-                        len(r.seeds), *(len(r.reqs[e]) for e in ENGINES),
-                        *(len(r.want_resp[e]) for e in ENGINES))
+                names = (
+                    "instr",
+                    "data",
+                    "seed",
+                    *(f"{e}_req" for e in ENGINES),
+                    *(f"{e}_resp" for e in ENGINES),
+                )
+                want = (
+                    len(r.instrs),
+                    len(r.beats) + sum(len(c) for c in r._beat_chunks),
+                    len(r.seeds),
+                    *(len(r.reqs[e]) for e in ENGINES),
+                    *(len(r.want_resp[e]) for e in ENGINES),
+                )
                 state = ", ".join(f"{n} {g}/{w}" for n, g, w in zip(names, now, want))
                 raise TimeoutError(f"PSUM stopped: no progress for {patience} cycles ({state})")
-        await ClockCycles(self.dut.clk, 8)   # o_done / error pulses land
+        await ClockCycles(self.dut.clk, 8)  # o_done / error pulses land
 
 
 def _span(cycles):
@@ -174,7 +211,7 @@ async def run_program(dut, prog, *, stall, seed):
         tb.send(phase)
         await tb.drain()
         beats = r.te_beats[beats0:]
-        grants = {p: v[grants0[p]:] for p, v in r.grant_cycles.items()}
+        grants = {p: v[grants0[p] :] for p, v in r.grant_cycles.items()}
         if phase.full_rate:
             # One beat per cycle, no bubble, from the first beat of the phase to the last.
             rate.compare(np.array([_span(beats)]), np.array([len(beats)]))
@@ -182,7 +219,7 @@ async def run_program(dut, prog, *, stall, seed):
             counters[f"{phase.name}_cycles"] = _span(beats)
         if phase.name == "latency" and r.got_done[done0:]:
             counters["latency_done"] = r.got_done[done0][0] - grants["te"][0]
-        if phase.name == "latency_read" and tb.resp_cycles["ve"][resp0["ve"]:]:
+        if phase.name == "latency_read" and tb.resp_cycles["ve"][resp0["ve"] :]:
             counters["latency_read"] = tb.resp_cycles["ve"][resp0["ve"]] - grants["ve"][0]
         if phase.name == "contention":
             lo = min(grants["te"][0], grants["ve"][0])

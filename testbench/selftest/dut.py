@@ -46,10 +46,12 @@ class StreamIncrement(wiring.Component):
         self._lane_bits = lane_bits
         self._depth = depth
         width = lanes * lane_bits
-        super().__init__({
-            "i_stream": In(stream.Signature(width)),
-            "o_stream": Out(stream.Signature(width)),
-        })
+        super().__init__(
+            {
+                "i_stream": In(stream.Signature(width)),
+                "o_stream": Out(stream.Signature(width)),
+            }
+        )
 
     @property
     def lanes(self):
@@ -62,7 +64,8 @@ class StreamIncrement(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.fifo = q = fifo.SyncFIFOBuffered(
-            width=self._lanes * self._lane_bits, depth=self._depth)
+            width=self._lanes * self._lane_bits, depth=self._depth
+        )
         i_s, o_s = self.i_stream, self.o_stream
         m.d.comb += [
             q.w_data.eq(i_s.payload),
@@ -74,7 +77,7 @@ class StreamIncrement(wiring.Component):
         w = self._lane_bits
         for i in range(self._lanes):
             # Truncating add: lane + 1 mod 2**lane_bits, no carry into the next lane.
-            m.d.comb += o_s.payload[i * w:(i + 1) * w].eq(q.r_data[i * w:(i + 1) * w] + 1)
+            m.d.comb += o_s.payload[i * w : (i + 1) * w].eq(q.r_data[i * w : (i + 1) * w] + 1)
         return m
 
 
@@ -110,10 +113,12 @@ class StreamPipeline(wiring.Component):
         self._lane_bits = lane_bits
         self._stages = stages
         width = lanes * lane_bits
-        super().__init__({
-            "i_stream": In(stream.Signature(width)),
-            "o_stream": Out(stream.Signature(width)),
-        })
+        super().__init__(
+            {
+                "i_stream": In(stream.Signature(width)),
+                "o_stream": Out(stream.Signature(width)),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -133,5 +138,5 @@ class StreamPipeline(wiring.Component):
                 m.d.sync += [valid[k].eq(valid[k - 1]), data[k].eq(data[k - 1])]
         w = self._lane_bits
         for i in range(self._lanes):
-            m.d.comb += o_s.payload[i * w:(i + 1) * w].eq(data[-1][i * w:(i + 1) * w] + 1)
+            m.d.comb += o_s.payload[i * w : (i + 1) * w].eq(data[-1][i * w : (i + 1) * w] + 1)
         return m

@@ -45,10 +45,16 @@ class TB:
         self.log = dut._log
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        self.source = StreamSource(StreamBus.from_prefix(dut, "i_stream"), dut.clk, dut.rst,
-                                   stall=stall, seed=seed)
-        self.sink = StreamSink(StreamBus.from_prefix(dut, "o_stream"), dut.clk, dut.rst,
-                               backpressure=backpressure, seed=seed + 1)
+        self.source = StreamSource(
+            StreamBus.from_prefix(dut, "i_stream"), dut.clk, dut.rst, stall=stall, seed=seed
+        )
+        self.sink = StreamSink(
+            StreamBus.from_prefix(dut, "o_stream"),
+            dut.clk,
+            dut.rst,
+            backpressure=backpressure,
+            seed=seed + 1,
+        )
 
     async def reset(self, cycles=2):
         self.dut.rst.value = 1
@@ -120,7 +126,8 @@ async def test_full_throughput(dut):
     gaps = np.flatnonzero(np.diff(cycles) != 1)
     assert gaps.size == 0, (
         f"{gaps.size} bubbles in the output stream, first after word {int(gaps[0])} "
-        f"(cycles {cycles[gaps[0]]} -> {cycles[gaps[0] + 1]})")
+        f"(cycles {cycles[gaps[0]]} -> {cycles[gaps[0] + 1]})"
+    )
     # Both DUTs have 3-4 cycles of latency; c0 may lag one edge behind, depending on whether
     # this task or the sink task resumes first on the same edge.
     assert latency <= 6, f"first word out after {latency} cycles"
@@ -162,7 +169,7 @@ async def test_reset_holds_words(dut):
     DUT's state) and the sink holds ready low through it."""
     tb = TB(dut)
     x = _stimulus(4, 3)
-    tb.source.send_lanes(x, LANE_BITS)          # still in reset (TB() asserts it)
+    tb.source.send_lanes(x, LANE_BITS)  # still in reset (TB() asserts it)
     await ClockCycles(dut.clk, 5)
     assert dut.i_stream__valid.value == 0 and dut.o_stream__ready.value == 0
     assert tb.source.sent == 0 and tb.sink.count == 0
@@ -207,8 +214,9 @@ async def test_sink_timeout(dut):
 @cocotb.test()
 async def test_vpi_visibility(dut):
     """Top-level ports are visible to cocotb; internals are not (no --public-flat-rw)."""
-    ports = {"clk", "rst"} | {f"{s}__{m}" for s in ("i_stream", "o_stream")
-                              for m in ("valid", "ready", "payload")}
+    ports = {"clk", "rst"} | {
+        f"{s}__{m}" for s in ("i_stream", "o_stream") for m in ("valid", "ready", "payload")
+    }
     for name in ports:
         assert hasattr(dut, name), f"port {name} not visible"
     assert len(dut.i_stream__payload) == LANES * LANE_BITS

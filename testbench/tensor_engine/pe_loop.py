@@ -17,7 +17,7 @@ import numpy as np
 from amaranth.hdl import Const, Shape
 
 from ncrtl.hdl.tensor_engine.array import PE_MODULE, TILE_MODULE, PETile
-from ncrtl.hdl.tensor_engine.pe import LS_CTL_LAYOUT, TAG_LAYOUT, PE, tag_fields
+from ncrtl.hdl.tensor_engine.pe import LS_CTL_LAYOUT, PE, TAG_LAYOUT, tag_fields
 from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import operation
@@ -27,14 +27,17 @@ __all__ = ["tile_stimulus", "build_tile_loop", "run_tile_loop", "OPERATIONS"]
 #: Operations ``ncrtl bench --only pe`` measures.
 OPERATIONS = ("bf16", "fp32", "fp8", "double_row", "transpose_bf16")
 
-_MAGIC = 0x4E435054          # "NCPT"
+_MAGIC = 0x4E435054  # "NCPT"
 
 
 def _codes(rng, fmt, n):
     """Random finite encodings of ``fmt`` around 1 (products and sums interact)."""
     f = get_format(fmt)
-    v = np.where(rng.random(n) < 0.5, -1.0, 1.0) * np.exp2(rng.integers(-6, 7, n)) * (
-        1 + rng.random(n))
+    v = (
+        np.where(rng.random(n) < 0.5, -1.0, 1.0)
+        * np.exp2(rng.integers(-6, 7, n))
+        * (1 + rng.random(n))
+    )
     return encode(np.minimum(v, f.max_finite), f).astype(np.int64) & ((1 << f.container_bits) - 1)
 
 
@@ -73,21 +76,27 @@ def tile_stimulus(op_name, size, cycles, seed=1):
 
     out = []
     for c in range(cycles):
-        ls = c < 2 * size                       # LoadStationary of bank 0, then bank 1
+        ls = c < 2 * size  # LoadStationary of bank 0, then bank 1
         beat = not ls
         if transpose:
             x = np.where(rng.random(size) < 0.5, one, 0)
         else:
             x = words(fm, size)
-        tag = _value(TAG_LAYOUT, tag_fields(pe_mode, 0, 0, transpose, valid=beat,
-                                            bank=c % 2, first_row=False))
+        tag = _value(
+            TAG_LAYOUT,
+            tag_fields(pe_mode, 0, 0, transpose, valid=beat, bank=c % 2, first_row=False),
+        )
         lsc = _value(LS_CTL_LAYOUT, {"valid": ls, "bank": c // size if ls else 0, "skip": 0})
         psum = encode(rng.standard_normal(size), get_format("fp32")).astype(np.int64)
-        out.append({
-            "i_x": _pack(x, 32), "i_tag": _pack([tag] * size, tag_bits),
-            "i_ls": _pack(words(fs, size), 32), "i_ls_ctl": _pack([lsc] * size, lsc_bits),
-            "i_psum": _pack(psum, 32),
-        })
+        out.append(
+            {
+                "i_x": _pack(x, 32),
+                "i_tag": _pack([tag] * size, tag_bits),
+                "i_ls": _pack(words(fs, size), 32),
+                "i_ls_ctl": _pack([lsc] * size, lsc_bits),
+                "i_psum": _pack(psum, 32),
+            }
+        )
     return out
 
 
@@ -95,17 +104,18 @@ def _ports(size):
     """``[(name, width)]`` of the tile's input ports, in stimulus order."""
     tile = PETile(size)
     tile._MustUse__silence = True
-    return [(name, Shape.cast(member.shape).width)
-            for name, member in tile.signature.members.items()
-            if name.startswith("i_")]
+    return [
+        (name, Shape.cast(member.shape).width)
+        for name, member in tile.signature.members.items()
+        if name.startswith("i_")
+    ]
 
 
 def _assign(name, width, off):
     if width <= 32:
         return f"    top.{name} = p[{off}];\n", off + 1
     if width <= 64:
-        return (f"    top.{name} = (uint64_t)p[{off}] | ((uint64_t)p[{off + 1}] << 32);\n",
-                off + 2)
+        return (f"    top.{name} = (uint64_t)p[{off}] | ((uint64_t)p[{off + 1}] << 32);\n", off + 2)
     n = (width + 31) // 32
     return f"    for (int i = 0; i < {n}; ++i) top.{name}[i] = p[{off} + i];\n", off + n
 
@@ -180,9 +190,23 @@ def build_tile_loop(size, directory):
     (directory / "main.cpp").write_text(_main_cpp(size))
     install = find_verilator()
     env = {**os.environ, **install.env}
-    cmd = [str(install.executable), "--cc", "--exe", "--build", "-j", "0", "-Wno-fatal",
-           "--top-module", TILE_MODULE, "-Mdir", str(directory / "obj"), "-o", "tile_loop",
-           str(directory / "tile.v"), str(directory / "main.cpp")]
+    cmd = [
+        str(install.executable),
+        "--cc",
+        "--exe",
+        "--build",
+        "-j",
+        "0",
+        "-Wno-fatal",
+        "--top-module",
+        TILE_MODULE,
+        "-Mdir",
+        str(directory / "obj"),
+        "-o",
+        "tile_loop",
+        str(directory / "tile.v"),
+        str(directory / "main.cpp"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
     if proc.returncode:
         raise RuntimeError(f"tile loop build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
@@ -191,7 +215,8 @@ def build_tile_loop(size, directory):
 
 def run_tile_loop(binary, stimulus_path, repeats):
     """``(cycles, ns)`` of ``repeats`` replays of a stimulus file."""
-    proc = subprocess.run([str(binary), str(stimulus_path), str(repeats)], capture_output=True,
-                          text=True, check=True)
+    proc = subprocess.run(
+        [str(binary), str(stimulus_path), str(repeats)], capture_output=True, text=True, check=True
+    )
     cycles, ns, _ = proc.stdout.split()
     return int(cycles), float(ns)

@@ -122,26 +122,47 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
         m = int(rng.integers(1, (tcs or cols) + 1))
         fs = int(rng.integers(0, len(pe_mode.formats_s)))
         fm = int(rng.integers(0, len(pe_mode.formats_m))) if len(pe_mode.formats_m) > 1 else 0
-        if transpose:       # the selection matrix is in the stationary format
+        if transpose:  # the selection matrix is in the stationary format
             fm = fs
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         s_fmt, m_fmt = ls.formats
         prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m))))
         for _ in range(int(rng.integers(1, 4))):
             n = int(rng.integers(1, max_n + 1))
-            mm = Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose,
-                             **tile)
+            mm = Instruction(
+                Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile
+            )
             if transpose:
                 x = _selection(rng, k, n, m_fmt)
             else:
                 x = _values(rng, m_fmt, tile_shape(pe_mode, k, n))
             prog.steps.append(Step(mm, x))
             if errors and rng.random() < 0.3:
-                bad = [Instruction(Op.MM, mode, k=k, m=m, n=isa.MAX_N + 1, fmt_s=fs, fmt_m=fm,
-                                   transpose=transpose),
-                       Instruction(Op.LS, mode, k=0, m=m, fmt_s=fs, fmt_m=fm),
-                       Instruction(Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm,
-                                   transpose=transpose, tile_row=16, tile_rows=32)]
+                bad = [
+                    Instruction(
+                        Op.MM,
+                        mode,
+                        k=k,
+                        m=m,
+                        n=isa.MAX_N + 1,
+                        fmt_s=fs,
+                        fmt_m=fm,
+                        transpose=transpose,
+                    ),
+                    Instruction(Op.LS, mode, k=0, m=m, fmt_s=fs, fmt_m=fm),
+                    Instruction(
+                        Op.MM,
+                        mode,
+                        k=k,
+                        m=m,
+                        n=n,
+                        fmt_s=fs,
+                        fmt_m=fm,
+                        transpose=transpose,
+                        tile_row=16,
+                        tile_rows=32,
+                    ),
+                ]
                 prog.steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
     return prog
 
@@ -149,6 +170,7 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
 def expected_outputs(prog):
     """Golden output vectors, in emission order: list of (mm step index, ``[M, N]`` bits)."""
     from ncrtl.model.tensor_engine.matmul import matmul
+
     outs = []
     valid = prog.valid_steps()
     for idx, (s, ls) in enumerate(valid):
@@ -158,9 +180,16 @@ def expected_outputs(prog):
         fs, fm = s.ins.formats
         a = _as_dtype(st.data, fs)
         b = _as_dtype(s.data, fm)
-        res = matmul(a, b, perf_mode=s.ins.pe_mode.perf_mode, is_transpose=s.ins.transpose,
-                     rows=prog.rows, cols=prog.cols,
-                     stationary_format=fs, moving_format=fm)
+        res = matmul(
+            a,
+            b,
+            perf_mode=s.ins.pe_mode.perf_mode,
+            is_transpose=s.ins.transpose,
+            rows=prog.rows,
+            cols=prog.cols,
+            stationary_format=fs,
+            moving_format=fm,
+        )
         res = np.asarray(res)
         bits = res.view(np.uint32) if res.dtype == np.float32 else res.astype(np.uint32)
         outs.append((idx, bits))
@@ -172,4 +201,3 @@ def _as_dtype(codes, fmt):
     if f.name == "tf32":
         return np.asarray(codes, dtype=np.uint32).view(np.float32)
     return np.asarray(codes).astype(f.storage_dtype).view(f.dtype)
-

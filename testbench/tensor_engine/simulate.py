@@ -7,8 +7,8 @@ the timing model) and prints cycles, utilization and the equivalent TFLOPS at 2.
 
 import json
 
-from ncrtl.model.modes import operation
 from ncrtl import blocks
+from ncrtl.model.modes import operation
 from ncrtl.testbench.conformance import run_block
 
 __all__ = ["sim_matmul", "CLOCK_HZ"]
@@ -21,9 +21,16 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
     """Run the matmul and print its figures; return the exit status (0 = matched)."""
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
-    res = run_block(block, params, count=n, seed=seed, stall=0.0, waves=True if waves else None,
-                    testbench="ncrtl.testbench.tensor_engine.test_sim",
-                    extra_env={"NCRTL_MATMUL": json.dumps({"k": k, "m": m, "n": n})})
+    res = run_block(
+        block,
+        params,
+        count=n,
+        seed=seed,
+        stall=0.0,
+        waves=True if waves else None,
+        testbench="ncrtl.testbench.tensor_engine.test_sim",
+        extra_env={"NCRTL_MATMUL": json.dumps({"k": k, "m": m, "n": n})},
+    )
     pe_mode, transpose = operation(dtype)
     c = res.counters
     if not c.get("last_out"):
@@ -38,20 +45,30 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
     stream = n * pe_mode.interval(transpose)
     print(f"matmul {dtype} K={k} M={m} N={n} on a {rows}x{cols} array")
     print(f"  cycles (first instruction to last output vector): {cycles}")
-    print(f"  first output vector after {c['first_out'] - c['first_instr']} cycles; "
-          f"moving stream {stream} cycles")
+    print(
+        f"  first output vector after {c['first_out'] - c['first_instr']} cycles; "
+        f"moving stream {stream} cycles"
+    )
     if macs:
-        print(f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization {util:.3f} of "
-              f"{rows * cols * products} MACs/cycle")
-        print(f"  equivalent {tflops:.2f} TFLOPS at {CLOCK_HZ / 1e9:.1f} GHz "
-              f"(mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in steady state)")
+        print(
+            f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization {util:.3f} of "
+            f"{rows * cols * products} MACs/cycle"
+        )
+        print(
+            f"  equivalent {tflops:.2f} TFLOPS at {CLOCK_HZ / 1e9:.1f} GHz "
+            f"(mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in steady state)"
+        )
     if c.get("run_us"):
-        print(f"  simulation speed {c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s "
-              f"(wall time of the streaming, {c['run_us'] / 1e6:.1f} s)")
+        print(
+            f"  simulation speed {c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s "
+            f"(wall time of the streaming, {c['run_us'] / 1e6:.1f} s)"
+        )
     for u in res.units:
         print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
-    print(f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model and the "
-          f"timing model")
+    print(
+        f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model and the "
+        f"timing model"
+    )
     if not res.passed:
         print(res.message)
     return 0 if res.passed else 1

@@ -12,8 +12,7 @@ from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.scoreboard import write_counters
-from ncrtl.testbench.tensor_engine.program import (Program, Step, _selection, _values,
-                                                   tile_shape)
+from ncrtl.testbench.tensor_engine.program import Program, Step, _selection, _values, tile_shape
 from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
 
@@ -23,12 +22,18 @@ def matmul_program(rows, cols, op_name, k, m, n, seed):
     rng = np.random.default_rng(seed)
     fs, fm = pe_mode.formats_s[0], pe_mode.formats_m[0]
     prog = Program(rows, cols)
-    prog.steps.append(Step(Instruction(Op.LS, pe_mode.code, k=k, m=m, transpose=transpose),
-                           _values(rng, fs, tile_shape(pe_mode, k, m), special=0)))
-    x = (_selection(rng, k, n, fs) if transpose
-         else _values(rng, fm, tile_shape(pe_mode, k, n), special=0))
-    prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, k=k, m=m, n=n, transpose=transpose),
-                           x))
+    prog.steps.append(
+        Step(
+            Instruction(Op.LS, pe_mode.code, k=k, m=m, transpose=transpose),
+            _values(rng, fs, tile_shape(pe_mode, k, m), special=0),
+        )
+    )
+    x = (
+        _selection(rng, k, n, fs)
+        if transpose
+        else _values(rng, fm, tile_shape(pe_mode, k, n), special=0)
+    )
+    prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, k=k, m=m, n=n, transpose=transpose), x))
     return prog
 
 
@@ -37,8 +42,12 @@ async def test_sim_matmul(dut):
     """One LS + MM, no stalls: values and output cycles checked, cycle figures recorded."""
     params, _, seed, _ = tb_settings()
     shape = json.loads(os.environ["NCRTL_MATMUL"])
-    prog = matmul_program(params["rows"], params["cols"], params["mode"], shape["k"],
-                          shape["m"], shape["n"], seed)
+    prog = matmul_program(
+        params["rows"], params["cols"], params["mode"], shape["k"], shape["m"], shape["n"], seed
+    )
     cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True)
-    write_counters(first_instr=cycles["first_instr"], first_out=cycles["first_out"],
-                   last_out=cycles["last_out"])
+    write_counters(
+        first_instr=cycles["first_instr"],
+        first_out=cycles["first_out"],
+        last_out=cycles["last_out"],
+    )

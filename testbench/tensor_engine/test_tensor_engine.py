@@ -36,16 +36,20 @@ class TensorEngineTB:
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
         clk, rst = dut.clk, dut.rst
-        self.instr = StreamSource(StreamBus.from_prefix(dut, "instr"), clk, rst, stall=stall,
-                                  seed=seed)
-        self.stat = StreamSource(StreamBus.from_prefix(dut, "stationary"), clk, rst,
-                                 stall=stall, seed=seed + 1)
-        self.mov = StreamSource(StreamBus.from_prefix(dut, "moving"), clk, rst, stall=stall,
-                                seed=seed + 2)
-        self.out = StreamSink(StreamBus.from_prefix(dut, "result"), clk, rst,
-                              backpressure=stall, seed=seed + 3)
-        self.accepted = []   # cycle of each accepted instruction word
-        self.errors = []     # (cycle, code) of each o_error pulse
+        self.instr = StreamSource(
+            StreamBus.from_prefix(dut, "instr"), clk, rst, stall=stall, seed=seed
+        )
+        self.stat = StreamSource(
+            StreamBus.from_prefix(dut, "stationary"), clk, rst, stall=stall, seed=seed + 1
+        )
+        self.mov = StreamSource(
+            StreamBus.from_prefix(dut, "moving"), clk, rst, stall=stall, seed=seed + 2
+        )
+        self.out = StreamSink(
+            StreamBus.from_prefix(dut, "result"), clk, rst, backpressure=stall, seed=seed + 3
+        )
+        self.accepted = []  # cycle of each accepted instruction word
+        self.errors = []  # (cycle, code) of each o_error pulse
         self._watcher = cocotb.start_soon(self._watch())
 
     async def _watch(self):
@@ -71,9 +75,9 @@ class TensorEngineTB:
         self.instr.send([isa.encode(s.ins) for s in prog.steps])
         for s, _ in prog.valid_steps():
             ins = s.ins.whole(self.rows, self.cols)
-            words = lane_words(s.data)                                      # [X, K]
+            words = lane_words(s.data)  # [X, K]
             beats = np.zeros((words.shape[0], self.rows), dtype=np.uint64)
-            beats[:, ins.tile_row:ins.tile_row + ins.k] = words.astype(np.uint64)
+            beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
             if ins.op == Op.LS:
                 self.stat.send(pack_lanes(beats[::-1], LANE))  # columns M-1 first
             else:
@@ -98,14 +102,18 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     got_last = np.array([w >> (LANE * cols) for w in got_words], dtype=np.int64)
     valid = prog.valid_steps()
 
-    sb = Scoreboard(f"tensor_engine.{dut._name}", "fp32/raw", bits=32,
-                    decode=lambda x: np.asarray(x, np.uint32).view(np.float32))
+    sb = Scoreboard(
+        f"tensor_engine.{dut._name}",
+        "fp32/raw",
+        bits=32,
+        decode=lambda x: np.asarray(x, np.uint32).view(np.float32),
+    )
     pos = 0
     want_last = []
     for idx, bits in expect:
         ins = valid[idx][0].ins.whole(rows, cols)
         m, n = bits.shape
-        vec = got[pos:pos + n, ins.tile_col:ins.tile_col + m].T  # [M, N]
+        vec = got[pos : pos + n, ins.tile_col : ins.tile_col + m].T  # [M, N]
         sb.compare(vec.astype(np.int64), bits.astype(np.int64))
         want_last += [0] * (n - 1) + [1]
         pos += n
@@ -133,6 +141,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     boards = [sb, lb, eb]
     if check_timing:
         from ncrtl.model.tensor_engine import timing
+
         sched = timing.simulate(prog.instructions(), rows, cols)
         t0 = tb.accepted[0]
         want_out = [c for r in sched.records for c in r.outputs]
@@ -146,8 +155,11 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     write_counters(cycles=tb.out.cycle, run_cycles=c_run, run_us=int(t_run * 1e6))
     for b in boards:
         b.assert_clean()
-    return {"first_instr": tb.accepted[0], "first_out": tb.out.cycles[0] if tb.out.cycles else 0,
-            "last_out": tb.out.cycles[-1] if tb.out.cycles else 0}
+    return {
+        "first_instr": tb.accepted[0],
+        "first_out": tb.out.cycles[0] if tb.out.cycles else 0,
+        "last_out": tb.out.cycles[-1] if tb.out.cycles else 0,
+    }
 
 
 def _program(seed, salt):
@@ -171,5 +183,6 @@ async def test_program_timing(dut):
 async def test_program_stalls(dut):
     """Random input stalls and output backpressure: values and error codes, nothing lost."""
     params, count, seed, stall = tb_settings()
-    await run_program(dut, _program(seed, 2), stall=max(stall, 0.2), seed=seed + 11,
-                      check_timing=False)
+    await run_program(
+        dut, _program(seed, 2), stall=max(stall, 0.2), seed=seed + 11, check_timing=False
+    )
