@@ -42,6 +42,7 @@ from ncrtl.model.fp import (
 )
 from ncrtl.model.fp.xorwow import XORWOW_INIT
 from ncrtl.model.fp.xorwow import Xorwow as ModelXorwow
+from ncrtl.model.modes import MODES
 from ncrtl.testbench.lint import CheckError, lint_verilog, synth_check
 from tests.exact_ref import marsaglia_xorwow
 
@@ -376,19 +377,11 @@ def test_fixed_point_windows_of_the_pe_modes():
     assert tuple(fixed_point_window(f, f, 4)) == (-32, 64, 67)
     f = [get_format("fp16")]
     assert tuple(fixed_point_window(f, f, 2)) == (-48, 80, 82)
-    # Every required configuration elaborates (constructor-level), with its latency.
-    for fa, fb, k, scale in [
-        (["fp32"], ["fp32"], 1, False),
-        (["tf32"], ["tf32"], 1, False),
-        (["bf16"], ["bf16"], 1, False),
-        (["fp16"], ["fp16"], 1, False),
-        (FP8 + ["fp8_e3m4"], FP8 + ["fp8_e3m4"], 1, False),
-        (FP8, FP8, 2, False),
-        (MX, MX, 4, True),
-    ]:
-        dut = FusedDotAdd(fa, fb, k, scale=scale)
+    # The unit of every mode of the mode table elaborates (constructor-level), with its latency.
+    for mode in MODES:
+        dut = FusedDotAdd.for_mode(mode)
         dut._MustUse__silence = True  # constructed only, never elaborated
-        assert dut.latency == (5 if k == 1 else 6)
+        assert dut.latency == (5 if mode.products == 1 else 6)
 
 
 # -- Unpack -------------------------------------------------------------------------------------
@@ -635,14 +628,24 @@ def _corner_block(rng, case):
             case.add(int(FP32_CORNERS[i % len(FP32_CORNERS)]), a, b, x, y, se)
 
 
+#: Random vectors per configuration of the mode table's modes.
+MODE_VECTORS = {
+    "fp32": 1200,
+    "tf32": 500,
+    "bf16": 800,
+    "fp16": 800,
+    "fp8": 600,
+    "double_row": 800,
+    "mx": 800,
+}
+
+#: Every PE mode (the mode table), plus configurations the unit allows beyond the modes.
 DOT_ADD_CONFIGS = {
-    "fp32": (["fp32"], ["fp32"], 1, False, 1200),
-    "tf32": (["tf32"], ["tf32", "fp32"], 1, False, 500),
-    "bf16": (["bf16"], ["bf16"], 1, False, 800),
-    "fp16": (["fp16"], ["fp16"], 1, False, 800),
-    "fp8": (FP8 + ["fp8_e3m4"], FP8 + ["fp8_e3m4"], 1, False, 600),
-    "double_row": (FP8, FP8, 2, False, 800),
-    "mx": (MX, MX, 4, True, 800),
+    **{
+        m.name: (list(m.formats_s), list(m.formats_m), m.products, m.scale, MODE_VECTORS[m.name])
+        for m in MODES
+    },
+    "tf32xfp32": (["tf32"], ["tf32", "fp32"], 1, False, 500),
     "fp16x2": (["fp16"], ["fp16"], 2, False, 300),
 }
 
