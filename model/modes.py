@@ -15,9 +15,11 @@ here):
 * the beat interval: cycles per stationary or moving beat, and for a transpose;
 * the tilings the Tensor Engine accepts.
 
-The MX row (quad MXFP8 / MXFP4, NeuronCore-v4) is a mode of the fused dot-add unit; the Tensor
-Engine does not serve it yet (``engine=False``): its instructions are rejected with the unknown
-mode code.
+The MX row (quad MXFP8 / MXFP4 with E8M0 block scales, NeuronCore-v4 ``nc_matmul_mx``) is
+selected by its own instruction, never implied by operand formats (``scale``): its contraction
+size is a multiple of 32 partitions (``k_multiple``: scale groups of 8 partitions x 4 packed
+elements, 4 groups per 32-partition quadrant) and its stationary free size is even
+(``m_multiple``).
 """
 
 from dataclasses import dataclass
@@ -79,6 +81,11 @@ class PeMode:
         The Tensor Engine serves the mode.
     perf_mode : str or None
         The ``perf_mode`` argument of ``nc_matmul`` that selects the mode (``"double_row"``).
+    k_multiple : int
+        K (partitions) must be a multiple of this on the hardware (MX: 32); an engine whose
+        tiles are scaled down (``tile_unit`` < 32) scales it alike (:meth:`k_step`).
+    m_multiple : int
+        M (stationary free size) must be a multiple of this (MX: 2).
     """
 
     name: str
@@ -93,6 +100,8 @@ class PeMode:
     col_tiles: tuple = TILE_SIZES
     engine: bool = True
     perf_mode: object = None
+    k_multiple: int = 1
+    m_multiple: int = 1
 
     def __post_init__(self):
         for side in (self.formats_s, self.formats_m):
@@ -126,6 +135,11 @@ class PeMode:
         """Peak MACs per cycle of a ``rows x cols`` array in this mode."""
         return rows * cols * self.products / self.beat_interval
 
+    def k_step(self, tile_unit=32):
+        """The K granule on an engine whose tile sizes are ``tile_unit`` and ``2 * tile_unit``
+        (32 on the hardware): ``k_multiple`` scaled by ``tile_unit / 32``, at least 1."""
+        return max(1, self.k_multiple * tile_unit // 32)
+
     @property
     def tiles(self):
         """The mode accepts a row or a column tiling."""
@@ -158,7 +172,8 @@ MODES = (
         scale=True,
         transpose_interval=None,
         col_tiles=(),
-        engine=False,
+        k_multiple=32,
+        m_multiple=2,
     ),
 )
 

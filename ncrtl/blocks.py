@@ -309,16 +309,26 @@ TE_MODES = operations()
 _TE_SIM_ARGS = ("--hierarchical", str(TE_VERILATOR_CONFIG))
 
 
-def _make_te(rows, cols, mode, max_n, block):
+def _make_te(rows, cols, mode, max_n, block, tile_unit=32):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
 
-    if block and (rows % block or cols % block or 32 % block):
+    if block and (rows % block or cols % block or tile_unit % block):
         raise BlockError(
             f"pe_array: parameter block={block} must divide rows={rows}, "
-            f"cols={cols} and the column tile granule 32"
+            f"cols={cols} and the column tile granule tile_unit={tile_unit}"
         )
-    return TensorEngine(rows, cols, block=block or default_block(rows, cols, 32))
+    if cols > 4 * tile_unit:
+        raise BlockError(
+            f"pe_array: parameter tile_unit={tile_unit} is too small for cols={cols} "
+            f"(column tiles start at multiples of tile_unit; at most 4 per row)"
+        )
+    return TensorEngine(
+        rows,
+        cols,
+        tile_unit=tile_unit,
+        block=block or default_block(rows, cols, tile_unit),
+    )
 
 
 def _big_array_threads(rows, cols, **_):
@@ -328,8 +338,12 @@ def _big_array_threads(rows, cols, **_):
     return 2 if rows * cols >= 64 * 64 else 1
 
 
-def _te_top(rows, cols, mode, max_n, block):
-    return f"tensor_engine_{rows}x{cols}" + (f"_b{block}" if block else "")
+def _te_top(rows, cols, mode, max_n, block, tile_unit=32):
+    return (
+        f"tensor_engine_{rows}x{cols}"
+        + (f"_b{block}" if block else "")
+        + (f"_u{tile_unit}" if tile_unit != 32 else "")
+    )
 
 
 register(
@@ -361,6 +375,14 @@ register(
                 "PEs per side of the Verilog tile module (0: the default, 8 when "
                 "it divides the array)",
                 choices=(0, 1, 2, 4, 8, 16, 32),
+            ),
+            Param(
+                "tile_unit",
+                int,
+                32,
+                "tile sizes tile_unit and 2 x tile_unit, MX K granule tile_unit (32 on the "
+                "hardware; smaller lets small arrays run tiles and MX)",
+                choices=(1, 2, 4, 8, 16, 32),
             ),
         ),
         _make_te,
@@ -499,8 +521,9 @@ GROUPS = {
         + [("fp.dot_add", {"mode": m.name}) for m in MODES]
         + [("fp.add", {}), ("fp.bf16", {}), ("fp.fp16", {}), ("fp.xorwow", {})]
     ),
+    # MX needs K a multiple of tile_unit (32 on the hardware): its small arrays scale it down.
     "tensor_engine": [
-        ("pe_array", {"rows": r, "cols": c, "mode": m})
+        ("pe_array", {"rows": r, "cols": c, "mode": m, **({"tile_unit": r} if m == "mx" else {})})
         for m in TE_MODES
         for r, c in ((4, 4), (8, 8))
     ],
@@ -534,3 +557,34 @@ GROUPS = {
         )
     ],
 }
+
+# -- Vector Engine: QuantizeMX ----------------------------------------------------------------
+
+
+def _make_quantize_mx(groups):
+    from ncrtl.hdl.vector_engine.quantize_mx import QuantizeMX
+
+    return QuantizeMX(groups)
+
+
+register(
+    Block(
+        "quantize_mx",
+        "Vector Engine QuantizeMX: BF16/FP16 groups of 32 -> MXFP8/MXFP4 codes and E8M0 scales",
+        (
+            Param(
+                "groups",
+                int,
+                16,
+                "8-partition x 4-element groups per beat (16: 128 partitions, the hardware rate)",
+                minimum=1,
+                maximum=16,
+            ),
+        ),
+        _make_quantize_mx,
+        lambda groups: f"quantize_mx_g{groups}",
+        "ncrtl.testbench.vector_engine.test_quantize_mx",
+    )
+)
+
+GROUPS["vector_engine"] = [("quantize_mx", {"groups": g}) for g in (1, 4)]

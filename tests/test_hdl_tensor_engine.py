@@ -26,6 +26,7 @@ from amaranth.sim import Simulator
 from ncrtl.hdl.tensor_engine.array import PE_MODULE, TILE_MODULE, SystolicArray, beat_tag_layout
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT, LS_DESC_LAYOUT, check_logic
 from ncrtl.hdl.tensor_engine.pe import (
+    LANE_WIDTH,
     LS_CTL_LAYOUT,
     P_PREFIX,
     PE,
@@ -36,16 +37,19 @@ from ncrtl.hdl.tensor_engine.pe import (
 from ncrtl.hdl.tensor_engine.top import TensorEngine
 from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.model.fp import encode, fp32_dot_add, get_format
-from ncrtl.model.modes import ENGINE_MODES, MODES, get_mode, mode_by_code, operation, operations
+from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operation, operations
 from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
-from ncrtl.model.tensor_engine.matmul import matmul
+from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
 from ncrtl.testbench.lint import lint_verilog, synth_check
+from ncrtl.testbench.tensor_engine.program import tile_shape
 from tests.test_hdl_fp import FP32_CORNERS, corner_codes, golden_dot_add, random_codes
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
-LANE = 32
+#: Bits of one input lane word (data and MX scale) and of one result lane.
+LANE = LANE_WIDTH
+RESULT_LANE = 32
 
 
 def pack(layout, **fields):
@@ -62,7 +66,7 @@ def lanes(words):
 
 
 def unlanes(value, n):
-    return [(value >> (LANE * i)) & 0xFFFFFFFF for i in range(n)]
+    return [(value >> (RESULT_LANE * i)) & 0xFFFFFFFF for i in range(n)]
 
 
 # -- one PE -------------------------------------------------------------------------------------
@@ -178,6 +182,36 @@ def test_pe_every_mode():
                         x=int(b[k, 0] | b[k, 1] << 8),
                         psum=int(psum[k]),
                         tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=j),
+                    )
+                )
+    # MX: four products fused and scaled by 2**(Es + Ex - 254) (scales in bits [32, 40) of the
+    # lane words; 0xFF is NaN), every element format pair, scale extremes on both sides.
+    mx = get_mode("mx")
+    for i, fa in enumerate(mx.formats_s):
+        for j, fb in enumerate(mx.formats_m):
+            n = 30
+            a = random_codes(rng, fa, 4 * n).reshape(n, 4)
+            b = random_codes(rng, fb, 4 * n).reshape(n, 4)
+            a[:4, 1] = corner_codes(fa)[:4]
+            es = (127 + rng.integers(-8, 9, n)).astype(np.int64)
+            ex = (127 + rng.integers(-8, 9, n)).astype(np.int64)
+            es[:6] = [0, 254, 255, 0, 254, 127]
+            ex[:6] = [0, 254, 127, 254, 0, 255]
+            psum = random_codes(rng, "fp32", n)
+            nan = (es == 255) | (ex == 255)
+            se = np.where(nan, 0, es + ex - 254)
+            s0 = golden_dot_add(np.zeros(n, dtype=np.int64), a, b, fa, fb, se)
+            cancel = ((s0 ^ 0x80000000) + rng.integers(-2, 3, n)) & 0xFFFFFFFF
+            psum = np.where(rng.random(n) < 0.4, cancel, psum)
+            want += list(golden_dot_add(psum, a, b, fa, fb, se, nan))
+            for k in range(n):
+                word = lambda v, e: int(sum(int(v[t]) << (8 * t) for t in range(4)) | int(e) << 32)  # noqa
+                beats.append(
+                    dict(
+                        s=word(a[k], es[k]),
+                        x=word(b[k], ex[k]),
+                        psum=int(psum[k]),
+                        tag=dict(mode=Mode.MX, fmt_s=i, fmt_m=j),
                     )
                 )
     # Bubbles and rows outside the tile pass the psum through untouched (NaN payload too).
@@ -354,7 +388,7 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
         words = [isa.encode(ins) for ins, _ in program]
         stat, mov, last_ls = [], [], None
         for ins, beats in program:
-            if isa.check(ins, rows, cols, last_ls) is None:
+            if isa.check(ins, rows, cols, last_ls, tile_unit=te.tile_unit) is None:
                 if ins.op == Op.LS:
                     last_ls = ins
                     stat += beats
@@ -424,12 +458,16 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     return results
 
 
-def tile_beats(ins, tile, rows):
+def tile_beats(ins, tile, rows, scale=None):
     """Beats of an instruction's data ``[K, X]`` (``[K, P, X]`` with ``P`` products per step,
-    value ``j`` in bits ``[8j, 8j+8)``): lane ``tile_row + k`` of beat ``x`` holds element
-    ``k``; LS beats go columns M-1 first."""
+    or with ``scale`` an MX tile ``[K, X, 4]``: value ``j`` in bits ``[8j, 8j+8)``, the row's
+    scale ``scale[k, x]`` in bits ``[32, 40)``): lane ``tile_row + k`` of beat ``x`` holds
+    element ``k``; LS beats go columns M-1 first."""
     t = np.asarray(tile).astype(np.int64)
-    if t.ndim == 3:
+    if scale is not None:
+        t = sum(t[:, :, j] << (8 * j) for j in range(t.shape[2]))
+        t = t | (np.asarray(scale).astype(np.int64) << 32)
+    elif t.ndim == 3:
         t = sum(t[:, j, :] << (8 * j) for j in range(t.shape[1]))
     beats = np.zeros((t.shape[1], rows), dtype=np.int64)
     beats[:, ins.tile_row : ins.tile_row + t.shape[0]] = t.T
@@ -467,8 +505,25 @@ def _as_dtype(codes, fmt):
     )
 
 
+def _mx_scales(rng, shape):
+    """E8M0 bytes around 127, with the extremes (0, 254) and NaN (255) mixed in."""
+    sc = 127 + rng.integers(-5, 6, shape)
+    sc = np.where(rng.random(shape) < 0.08, rng.choice([0, 1, 200, 254, 255], shape), sc)
+    return sc.astype(np.uint8)
+
+
 def make_program(
-    rng, rows, cols, name, *, groups=2, max_n=10, errors=True, tiles=((0, 0, 0, 0),), mms=None
+    rng,
+    rows,
+    cols,
+    name,
+    *,
+    groups=2,
+    max_n=10,
+    errors=True,
+    tiles=((0, 0, 0, 0),),
+    mms=None,
+    tile_unit=32,
 ):
     """A random program: ``groups`` LS, each followed by 1..2 MMs, illegal words mixed in.
 
@@ -477,18 +532,21 @@ def make_program(
     """
     pe_mode, transpose = operation(name)
     mode, names = pe_mode.code, pe_mode.formats_s
-    shape = lambda k, x: (k, pe_mode.products, x) if pe_mode.products > 1 else (k, x)  # noqa
+    shape = lambda k, x: tile_shape(pe_mode, k, x)  # noqa
+    k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
+    scales = (lambda x: _mx_scales(rng, x)) if pe_mode.scale else (lambda x: None)  # noqa
     program, expected = [], []
     for g in range(groups):
         r0, tr, c0, tc = tiles[g % len(tiles)]
         tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
-        k = int(rng.integers(1, (tr or rows) + 1))
-        m = int(rng.integers(1, (tc or cols) + 1))
+        k = k_step * int(rng.integers(1, (tr or rows) // k_step + 1))
+        m = m_step * int(rng.integers(1, (tc or cols) // m_step + 1))
         fs = int(rng.integers(0, len(names)))
         fm = int(rng.integers(0, len(names))) if len(names) > 1 else fs
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         s = _codes(rng, names[fs], shape(k, m))
-        program.append((ls, tile_beats(ls, s, rows)))
+        s_scale = scales((k, m))
+        program.append((ls, tile_beats(ls, s, rows, s_scale)))
         for _ in range(mms or int(rng.integers(1, 3))):
             n = int(rng.integers(1, max_n + 1))
             mm = Instruction(
@@ -499,7 +557,22 @@ def make_program(
                 if transpose
                 else _codes(rng, names[fm], shape(k, n))
             )
-            program.append((mm, tile_beats(mm, x, rows)))
+            x_scale = scales((k, n))
+            program.append((mm, tile_beats(mm, x, rows, x_scale)))
+            if pe_mode.scale:
+                res = matmul_mx_rows(
+                    _as_dtype(s, names[fs]),
+                    _as_dtype(x, names[fm]),
+                    s_scale,
+                    x_scale,
+                    rows=rows,
+                    cols=cols,
+                    tile_unit=tile_unit,
+                    tile_position=(r0, c0) if (tr or tc) else None,
+                    tile_size=(tr or rows, tc or cols) if (tr or tc) else None,
+                )
+                expected.append((np.asarray(res).view(np.uint32).astype(np.int64), c0))
+                continue
             res = matmul(
                 _as_dtype(s, names[fs]),
                 _as_dtype(x, names[fm]),
@@ -509,6 +582,7 @@ def make_program(
                 cols=cols,
                 stationary_format=names[fs],
                 moving_format=names[fm],
+                tile_unit=tile_unit,
                 tile_position=(r0, c0) if (tr or tc) else None,
                 tile_size=(tr or rows, tc or cols) if (tr or tc) else None,
             )
@@ -547,14 +621,14 @@ def check_engine_run(te, program, expected, ev, *, timed):
     instrs = [ins for ins, _ in program]
     want_codes, last_ls = [], None
     for ins in instrs:
-        e = isa.check(ins, rows, cols, last_ls)
+        e = isa.check(ins, rows, cols, last_ls, tile_unit=te.tile_unit)
         if e is None and ins.op == Op.LS:
             last_ls = ins
         if e is not None:
             want_codes.append(int(e[0]))
     assert [c for _, c in ev["err"]] == want_codes
     if timed:
-        sched = timing.simulate(instrs, rows, cols)
+        sched = timing.simulate(instrs, rows, cols, tile_unit=te.tile_unit)
         t0 = ev["issue"][0]
         assert t0 == 0
         assert ev["issue"] == [r.issue for r in sched.records]
@@ -652,7 +726,7 @@ def engine4_runs():
     R = 4
     te = TensorEngine(R, R, instance=False)
     runs = {}
-    for name in operations():
+    for name in ENGINE4_OPERATIONS:
         rng = np.random.default_rng(sum(map(ord, name)))
         runs[name] = make_program(rng, R, R, name)
     ill_prog, ill_exp, ill_codes = _illegal_program(np.random.default_rng(9), R)
@@ -665,7 +739,12 @@ def engine4_runs():
     return out
 
 
-@pytest.mark.parametrize("name", operations())
+#: The operations of the 4 x 4 engine of tile_unit 32 (MX needs K a multiple of 32 there: it
+#: runs on its own engine, :func:`test_engine_mx`).
+ENGINE4_OPERATIONS = [op for op in operations() if not operation(op)[0].scale]
+
+
+@pytest.mark.parametrize("name", ENGINE4_OPERATIONS)
 def test_engine_program_values_and_timing(engine4_runs, name):
     te, program, expected, ev = engine4_runs[name]
     check_engine_run(te, program, expected, ev, timed=True)
@@ -700,6 +779,27 @@ def test_transpose_selection_error(engine4_runs):
     assert got == [[0x3F80, 0x4000], [0, 0], [0, 0], [0x4040, 0x4080], [0x3F80, 0x4000]]
 
 
+def test_engine_mx():
+    """The MX mode on a 4 x 4 engine of tile_unit 2 (K a multiple of 2, M even): every format
+    pair, per-row E8M0 scales with extremes and NaN, the scaled fused sum against
+    ``matmul_mx_rows`` bit for bit and the timing model cycle for cycle; then its rules:
+    K not a multiple of the granule, odd M, column tiling (K_RANGE, M_RANGE, TILE), and the
+    engine working afterwards."""
+    te = TensorEngine(4, 4, instance=False, tile_unit=2)
+    rng = np.random.default_rng(33)
+    program, expected = make_program(rng, 4, 4, "mx", groups=4, max_n=6, errors=False, tile_unit=2)
+    ls = program[0][0]
+    bad = [
+        replace_ins(ls, k=3),
+        replace_ins(ls, m=3),
+        replace_ins(ls, tile_col=2, tile_cols=2),
+    ]
+    program[1:1] = [(b, []) for b in bad]
+    (ev,) = run_engine(te, [program])
+    check_engine_run(te, program, expected, ev, timed=True)
+    assert [c for _, c in ev["err"]] == [Error.K_RANGE, Error.M_RANGE, Error.TILE]
+
+
 def test_engine_stalls_and_backpressure():
     te = TensorEngine(3, 5, instance=False)
     rng = np.random.default_rng(5)
@@ -711,26 +811,15 @@ def test_engine_stalls_and_backpressure():
         check_engine_run(te, program, expected, ev, timed=False)
 
 
-def test_row_and_column_tiles(monkeypatch):
-    """Tiling on a 4x4 engine with tile_unit=1 (tile sizes 1 and 2, isa rules scaled alike):
-    row tiles cut the psum chain at the tile's first row, column tiles load and emit at their
-    columns; values equal the whole-array matmul, timing the model's."""
-    from dataclasses import replace
-
-    scaled = {
-        m.code: replace(
-            m,
-            row_tiles=tuple(s // 32 for s in m.row_tiles),
-            col_tiles=tuple(s // 32 for s in m.col_tiles),
-        )
-        for m in MODES
-    }
-    monkeypatch.setattr(isa, "mode_by_code", lambda code: scaled.get(int(code)))
+def test_row_and_column_tiles():
+    """Tiling on a 4x4 engine with tile_unit=1 (tile sizes 1 and 2, ``isa.check(tile_unit=1)``
+    scales the rules alike): row tiles cut the psum chain at the tile's first row, column tiles
+    load and emit at their columns; values equal the whole-array matmul, timing the model's."""
     te = TensorEngine(4, 4, instance=False, tile_unit=1)
     rng = np.random.default_rng(21)
     tiles = ((2, 2, 0, 0), (3, 1, 0, 0), (0, 0, 2, 2), (0, 0, 1, 1), (0, 0, 3, 1), (1, 1, 0, 0))
     program, expected = make_program(
-        rng, 4, 4, "bf16", groups=len(tiles), max_n=4, errors=False, tiles=tiles, mms=1
+        rng, 4, 4, "bf16", groups=len(tiles), max_n=4, errors=False, tiles=tiles, mms=1, tile_unit=1
     )
     program.insert(3, (replace_ins(program[0][0], tile_row=1), []))  # misaligned: TILE
     program.insert(5, (replace_ins(program[0][0], tile_col=2, tile_cols=2), []))  # both: TILE

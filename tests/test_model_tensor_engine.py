@@ -20,7 +20,10 @@ from ncrtl.model.tensor_engine import (
     latency,
     matmul,
     matmul_bits,
+    matmul_mx,
+    matmul_mx_rows,
     mode_of,
+    mx_row_scales,
     result_bits,
     simulate,
     timing,
@@ -46,6 +49,7 @@ DTYPES = {
     "fp8_e4m3fn": ml_dtypes.float8_e4m3fn,
     "fp8_e5m2": ml_dtypes.float8_e5m2,
     "fp8_e3m4": ml_dtypes.float8_e3m4,
+    "fp4_e2m1fn": ml_dtypes.float4_e2m1fn,
 }
 
 
@@ -175,6 +179,132 @@ def test_double_row_is_one_rounding_per_row():
     got = matmul(s, x, perf_mode="double_row")
     assert got[0, 0] == np.float32(1.0 + 2.0**-23)
     assert_bits_equal(result_bits(got), reference(s, x, "fp8_e5m2", "fp8_e5m2", True))
+
+
+# -- MX (nc_matmul_mx) -------------------------------------------------------------------------
+
+MX_FORMATS = ("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn")
+
+
+def mx_reference(s, x, ss, xs, fs, fm):
+    """The MX PE chain exactly: row ``p`` adds ``2**(Es + Ex - 254) * sum_j s_j * x_j`` with one
+    rounding; a NaN scale (0xFF) makes the step NaN.  ``ss`` / ``xs``: per-row scales."""
+    sb, xb = bits_of(s, fs), bits_of(x, fm)
+    sv = np.vectorize(lambda b: exact_operand(b, fs), otypes=[object])(sb)
+    xv = np.vectorize(lambda b: exact_operand(b, fm), otypes=[object])(xb)
+    k_n, m_n, n_n = s.shape[0], s.shape[1], x.shape[1]
+    out = np.zeros((m_n, n_n), dtype=np.uint32)
+    for m in range(m_n):
+        for n in range(n_n):
+            p = 0
+            for k in range(k_n):
+                if ss[k, m] == 255 or xs[k, n] == 255:
+                    p = 0x7FC00000
+                    continue
+                e = int(ss[k, m]) + int(xs[k, n]) - 254
+                p = dot_add_reference(p, list(sv[k, m]), list(xv[k, n]), scale_exp=e)
+            out[m, n] = p
+    return out
+
+
+def mx_scales(rng, shape, extremes=0.1):
+    sc = 127 + rng.integers(-10, 11, shape)
+    pick = rng.random(shape)
+    sc = np.where(pick < extremes, rng.choice([0, 1, 40, 220, 253, 254], shape), sc)
+    sc = np.where(pick > 1 - extremes / 4, 255, sc)
+    return sc.astype(np.uint8)
+
+
+@pytest.mark.parametrize("fs", MX_FORMATS)
+@pytest.mark.parametrize("fm", MX_FORMATS)
+def test_mx_matches_exact_chain(fs, fm):
+    """matmul_mx against the exact rational chain: every element format pair (fp8 x fp4 too),
+    raw bit patterns (NaN, Inf where the format has them), scales from 2**-127 to 2**127 and
+    NaN, through the quadrant scale layout (K = 64: two quadrants)."""
+    rng = np.random.default_rng(zlib.crc32(f"mx {fs} {fm}".encode()))
+    k, m, n = 64, 2, 3
+    s = operands(rng, fs, (k, m, 4), 0.05)
+    x = operands(rng, fm, (k, n, 4), 0.05)
+    # SBUF scale tensors: 4 used partitions per quadrant, the others garbage (ignored).
+    s_sbuf = rng.integers(0, 256, (k, m)).astype(np.uint8)
+    x_sbuf = rng.integers(0, 256, (k, n)).astype(np.uint8)
+    for q in range(k // 32):
+        s_sbuf[32 * q : 32 * q + 4] = mx_scales(rng, (4, m))
+        x_sbuf[32 * q : 32 * q + 4] = mx_scales(rng, (4, n))
+    got = matmul_mx(s, x, s_sbuf, x_sbuf)
+    assert got.dtype == np.float32 and got.shape == (m, n)
+    ss, xs = mx_row_scales(s_sbuf, k), mx_row_scales(x_sbuf, k)
+    # Rows 8g .. 8g + 7 share the scale of group g: quadrant q, partition 32q + (p % 32) // 8.
+    assert (ss[40] == s_sbuf[33]).all() and (xs[7] == x_sbuf[0]).all()
+    assert_bits_equal(result_bits(got), mx_reference(s, x, ss, xs, fs, fm))
+
+
+def test_mx_one_rounding_per_row_and_scale_range():
+    """Row p scales the exact 4-product sum, then rounds once: 1 + 2**-24 + 2**-26 (e5m2
+    products under the scale 2**0) rounds up; a tiny scale 2**-254 sends the sum below FP32's
+    subnormals (+0 / the smallest subnormal as RNE says); 2**254 overflows to Inf."""
+    e5 = ml_dtypes.float8_e5m2
+    s = np.zeros((32, 2, 4), dtype=e5)
+    x = np.zeros((32, 1, 4), dtype=e5)
+    s[0, 0, :3] = [1.0, 2.0**-12, 2.0**-13]
+    x[0, 0, :3] = [1.0, 2.0**-12, 2.0**-13]
+    one = np.full((32, 2), 127, np.uint8)
+    got = matmul_mx(s, x, one, np.full((32, 1), 127, np.uint8))
+    assert got[0, 0] == np.float32(1.0 + 2.0**-23)
+    tiny = matmul_mx(s, x, np.zeros((32, 2), np.uint8), np.zeros((32, 1), np.uint8))
+    assert tiny[0, 0] == 0.0
+    big = matmul_mx(s, x, np.full((32, 2), 254, np.uint8), np.full((32, 1), 254, np.uint8))
+    assert np.isinf(big[0, 0]) and big[0, 0] > 0
+    nan = matmul_mx(s, x, one, np.full((32, 1), 255, np.uint8))
+    assert result_bits(nan)[1, 0] == 0x7FC00000  # a zero data column with a NaN scale: NaN
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(k=16), r"K=16 must be a multiple of 32"),
+        (dict(k=160), r"K=160 must be in 1..128"),
+        (dict(m=3), r"M=3 must be a multiple of 2"),
+        (dict(n=513), r"N=513 must be in 1..512"),
+        (dict(col_tile=True), r"mx cannot tile columns; it tiles rows only \(64 or 32\)"),
+        (dict(s_dtype=ml_dtypes.bfloat16), r"stationary dtype bfloat16 is not an MX element"),
+        (
+            dict(s_parts=3),
+            r"stationary_scale has 3 partitions; K=32 data partitions need at least 4",
+        ),
+        (dict(x_scale_dtype=np.int32), r"moving_scale must be uint8"),
+        (dict(x_free=5), r"moving_scale free size 5 does not match the data's 4"),
+        (dict(packed=2), r"stationary must be \[K, free, 4\]"),
+    ],
+)
+def test_mx_bad_input(kwargs, match):
+    k, m, n = kwargs.get("k", 32), kwargs.get("m", 2), kwargs.get("n", 4)
+    s = np.zeros(
+        (k, m, kwargs.get("packed", 4)), dtype=kwargs.get("s_dtype", ml_dtypes.float8_e4m3fn)
+    )
+    x = np.zeros((k, n, 4), dtype=ml_dtypes.float4_e2m1fn)
+    ss = np.full((kwargs.get("s_parts", max(k, 4)), m), 127, np.uint8)
+    xs = np.full((max(k, 4), kwargs.get("x_free", n)), 127, kwargs.get("x_scale_dtype", np.uint8))
+    tile = dict(tile_position=(0, 64), tile_size=(128, 64)) if kwargs.get("col_tile") else {}
+    with pytest.raises(InstructionError, match=match):
+        matmul_mx(s, x, ss, xs, **tile)
+
+
+def test_mx_row_tiles_and_mode_choice():
+    """Row tiles give the whole-array values; fp4 data is refused by the plain matmul (MX
+    elements take block scales) and an fp8 e4m3fn pair there is the fp8 mode, not MX."""
+    rng = np.random.default_rng(5)
+    s = operands(rng, "fp8_e4m3fn", (32, 4, 4))
+    x = operands(rng, "fp4_e2m1fn", (32, 6, 4))
+    ss, xs = mx_scales(rng, (32, 4), 0.0), mx_scales(rng, (32, 6), 0.0)
+    whole = matmul_mx(s, x, ss, xs)
+    tiled = matmul_mx(s, x, ss, xs, tile_position=(96, 0), tile_size=(32, 128))
+    assert (result_bits(whole) == result_bits(tiled)).all()
+    rows = matmul_mx_rows(s, x, mx_row_scales(ss, 32), mx_row_scales(xs, 32))
+    assert (result_bits(rows) == result_bits(whole)).all()
+    with pytest.raises(InstructionError, match="fp4_e2m1fn is an MX element format"):
+        matmul(x[:, :, 0], x[:, :, 1])
+    assert mode_of(ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn)[0] == Mode.FP8
 
 
 def test_chain_rounds_every_row():
@@ -505,7 +635,7 @@ ERROR_CASES = [
         z((4, 4), ml_dtypes.float4_e2m1fn),
         z((4, 4)),
         {},
-        r"stationary dtype float4_e2m1fn is not a Tensor Engine operand",
+        r"stationary dtype float4_e2m1fn: fp4_e2m1fn is an MX element format; MX matmuls take",
         Error.NONE,
     ),
     (

@@ -117,10 +117,10 @@ class PETile(wiring.Component):
     Interface
     ---------
     en : In(1, init=1)
-    i_x, o_x : In / Out(size * 32)
-        Moving lane word of row ``r`` in bits ``[32r, 32r+32)``.
+    i_x, o_x : In / Out(size * LANE_WIDTH)
+        Moving lane word of row ``r`` in bits ``[40r, 40r+40)``.
     i_tag, o_tag : In / Out(size * bits of TAG_LAYOUT)
-    i_ls, o_ls : In / Out(size * 32)
+    i_ls, o_ls : In / Out(size * LANE_WIDTH)
     i_ls_ctl, o_ls_ctl : In / Out(size * bits of LS_CTL_LAYOUT)
     i_psum, o_psum : In / Out(size * 32)
         Psum lane of column ``c`` in bits ``[32c, 32c+32)``.
@@ -194,12 +194,13 @@ class SystolicArray(wiring.Component):
     ---------
     en : In(1, init=1)
         Clock enable of the whole array.
-    i_x : In(rows * 32)
-        Moving beat: lane word ``r`` (bits ``[32r, 32r+32)``) enters PE row ``r``.
+    i_x : In(rows * LANE_WIDTH)
+        Moving beat: lane word ``r`` (bits ``[40r, 40r+40)``: data, then the MX scale) enters
+        PE row ``r``.
     i_tag : In(beat_tag_layout(rows))
         Its tag; rows outside ``[row_lo, row_hi)`` get ``valid = 0`` (psum passes through), row
         ``row_lo`` gets ``first_row``.
-    i_ls : In(rows * 32)
+    i_ls : In(rows * LANE_WIDTH)
         LoadStationary beat: lane word ``r`` shifts into row ``r``.
     i_ls_ctl : In(LS_CTL_LAYOUT)
         ``valid``, target ``bank``, column groups to ``skip``.
@@ -237,7 +238,7 @@ class SystolicArray(wiring.Component):
                 "i_tag": In(beat_tag_layout(rows)),
                 "i_ls": In(rows * LANE_WIDTH),
                 "i_ls_ctl": In(LS_CTL_LAYOUT),
-                "o_psum": Out(cols * LANE_WIDTH),
+                "o_psum": Out(cols * 32),
             }
         )
 
@@ -304,11 +305,11 @@ class SystolicArray(wiring.Component):
             bottom = self._grid(m, x_in, tag_in, ls_in, lsc_in)
 
         # ---- bottom: de-skew into the output vector register ------------------------------
-        out = Signal(cols * W, name="out_vec", reset_less=True)
+        out = Signal(cols * 32, name="out_vec", reset_less=True)
         with m.If(en):
             for c in range(cols):
-                m.d.sync += out[c * W : (c + 1) * W].eq(
-                    delay(f"deskew_c{c}", bottom[c], cols - 1 - c, W)
+                m.d.sync += out[c * 32 : (c + 1) * 32].eq(
+                    delay(f"deskew_c{c}", bottom[c], cols - 1 - c, 32)
                 )
         m.d.comb += self.o_psum.eq(out)
         return m

@@ -51,10 +51,21 @@ def mode_rules(m, ins, tile_unit):
     """The instruction's mode as the mode table describes it, as signals: ``known`` (a mode the
     engine serves), ``bad_fmt`` (a format index the mode lacks), ``no_transpose``,
     ``no_tiling``, ``row_size_ok`` / ``col_size_ok`` (the tile size, scaled by ``tile_unit /
-    32``, is one the mode accepts) and ``ii`` (cycles per beat of this instruction)."""
+    32``, is one the mode accepts), ``k_misaligned`` / ``m_misaligned`` (K is no multiple of
+    the mode's K granule, M of its M multiple: MX) and ``ii`` (cycles per beat of this
+    instruction)."""
     rules = {
         name: Signal(name=f"mode_{name}")
-        for name in ("known", "bad_fmt", "no_transpose", "no_tiling", "row_size_ok", "col_size_ok")
+        for name in (
+            "known",
+            "bad_fmt",
+            "no_transpose",
+            "no_tiling",
+            "row_size_ok",
+            "col_size_ok",
+            "k_misaligned",
+            "m_misaligned",
+        )
     }
     ii = Signal(range(MAX_INTERVAL + 1), name="mode_ii")
     size = bits_for_range(0, 255)
@@ -65,6 +76,13 @@ def mode_rules(m, ins, tile_unit):
     def one_of(value, sizes):
         hits = [value == s * tile_unit // 32 for s in sizes]
         return Cat(*hits).any() if hits else Const(0, 1)
+
+    def not_multiple(value, step):
+        if step == 1:
+            return Const(0, 1)
+        if step & (step - 1) == 0:
+            return value[: step.bit_length() - 1].any()
+        return value % step != 0
 
     with m.Switch(ins.mode):
         for pe_mode in ENGINE_MODES:
@@ -83,6 +101,8 @@ def mode_rules(m, ins, tile_unit):
                     rules["no_tiling"].eq(not pe_mode.tiles),
                     rules["row_size_ok"].eq(one_of(tr, pe_mode.row_tiles)),
                     rules["col_size_ok"].eq(one_of(tc, pe_mode.col_tiles)),
+                    rules["k_misaligned"].eq(not_multiple(ins.k, pe_mode.k_step(tile_unit))),
+                    rules["m_misaligned"].eq(not_multiple(ins.m, pe_mode.m_multiple)),
                     ii.eq(Mux(ins.transpose, pe_mode.interval(True) or 1, pe_mode.interval(False))),
                 ]
         with m.Default():
@@ -155,8 +175,8 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     bad_m = Signal(name="chk_m")
     bad_n = Signal(name="chk_n")
     m.d.comb += [
-        bad_k.eq(equals(ins.k, 0) | (ins.k > tr)),
-        bad_m.eq(equals(ins.m, 0) | (ins.m > tc)),
+        bad_k.eq(equals(ins.k, 0) | (ins.k > tr) | rules["k_misaligned"]),
+        bad_m.eq(equals(ins.m, 0) | (ins.m > tc) | rules["m_misaligned"]),
         bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | (ins.n > MAX_N))),
     ]
     bad_nost = Signal(name="chk_no_stationary")
@@ -235,13 +255,13 @@ class TensorControl(wiring.Component):
         Global clock enable (0 freezes every register; no handshake happens).
     instr : In(stream.Signature(INSTR_LAYOUT))
         Instructions.
-    stationary : In(stream.Signature(rows * 32))
+    stationary : In(stream.Signature(rows * LANE_WIDTH))
         Stationary beats; the payload goes to the array as ``o_ls``.
-    moving : In(stream.Signature(rows * 32))
+    moving : In(stream.Signature(rows * LANE_WIDTH))
         Moving beats; the payload is checked (transpose selection) and passed on as ``o_x``.
-    o_x : Out(rows * 32), o_tag : Out(beat_tag_layout(rows))
+    o_x : Out(rows * LANE_WIDTH), o_tag : Out(beat_tag_layout(rows))
         Moving beat and tag for the array (``o_tag.pe.valid`` = a beat was consumed).
-    o_ls : Out(rows * 32), o_ls_ctl : Out(LS_CTL_LAYOUT)
+    o_ls : Out(rows * LANE_WIDTH), o_ls_ctl : Out(LS_CTL_LAYOUT)
         LS beat and control for the array (``valid`` = a stationary beat was consumed).
     o_info : Out(OUT_INFO_LAYOUT)
         Info of the output vector in the array's output register (``latency`` cycles after its

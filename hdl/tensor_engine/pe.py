@@ -4,11 +4,12 @@ See docs/tensor_engine.md ("RTL: hdl/tensor_engine") for the datapath, the port 
 timing.  In short, one PE of the weight-stationary array:
 
 * registers the moving lane word and its tag (``x_reg``) and passes them right;
-* holds two stationary banks (one 32-bit lane word each), written by a skewed shift chain from the
+* holds two stationary banks (one lane word each), written by a skewed shift chain from the
   left neighbour during LoadStationary;
 * runs a product pipeline of :data:`P_PREFIX` register stages off ``x_reg`` and
   ``bank[tag.bank]``: decode + exact multiply of every product lane ``|`` the exact product sum
-  (:func:`~ncrtl.hdl.fp.exact.product_sum`) or the one product ``|``;
+  (:func:`~ncrtl.hdl.fp.exact.product_sum`), scaled by the two E8M0 block scales in the MX
+  mode, or the one product ``|``;
 * adds the product (sum) to ``psum_in`` with ONE combinational, correctly rounded
   :class:`~ncrtl.hdl.fp.add_round.AddRound` and registers the FP32 result as ``psum_out``.
 
@@ -19,12 +20,12 @@ instruction, in the control; :func:`tag_fields` is the same decode in Python.
 """
 
 import numpy as np
-from amaranth.hdl import EnableInserter, Module, Mux, Signal
+from amaranth.hdl import EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.fp.add_round import AddRound
-from ncrtl.hdl.fp.exact import fixed_point_window, product_sum, resize_exact
+from ncrtl.hdl.fp.exact import ExactLayout, fixed_point_window, product_sum, resize_exact
 from ncrtl.hdl.fp.mul import ExactMul, product_layout
 from ncrtl.hdl.fp.unpack import Unpack
 from ncrtl.model.fp import encode, get_format
@@ -37,6 +38,8 @@ __all__ = [
     "TAG_LAYOUT",
     "LS_CTL_LAYOUT",
     "LANE_WIDTH",
+    "DATA_WIDTH",
+    "SCALE_WIDTH",
     "P_PREFIX",
     "WIDE_FORMATS",
     "NARROW_FORMATS",
@@ -47,8 +50,18 @@ __all__ = [
     "one_code",
 ]
 
-#: Bits of one lane word (one operand slot of the array).
-LANE_WIDTH = 32
+#: Bits of the data part of a lane word: one fp32/tf32/bf16/fp16/fp8 value in its low bits, or
+#: one 8-bit slot per product lane (double_row, MX; FP4 in the low 4 bits of its slot).
+DATA_WIDTH = 32
+
+#: Bits of the E8M0 block scale above the data (MX; 0 in the other modes).
+SCALE_WIDTH = 8
+
+#: Bits of one lane word (one operand slot of the array): data, then the scale.
+LANE_WIDTH = DATA_WIDTH + SCALE_WIDTH
+
+#: Exponent range of the MX scale factor ``2**(Es + Ex - 254)`` (E8M0 exponents 0..254).
+SCALE_EXP_RANGE = range(-254, 255)
 
 #: Formats of product lane 0: every operand format of the engine's modes.
 WIDE_FORMATS = operand_formats(ENGINE_MODES)
@@ -72,7 +85,8 @@ RAW_WIDTHS = (32, 16, 8)
 #: Tag of a moving beat, LSB first: the PE's whole configuration for that beat.
 #: ``first_row``: this row starts the psum chain (+0.0).  ``fmt_s`` / ``fmt_m``: lane 0 formats
 #: (index into :data:`WIDE_FORMATS`); ``lane_s`` / ``lane_m``: lanes 1.. formats (index into
-#: :data:`NARROW_FORMATS`); ``fused``: sum the lanes; ``raw``: transpose container.
+#: :data:`NARROW_FORMATS`); ``fused``: sum the lanes; ``scaled``: scale the sum by the lane
+#: words' E8M0 scales (MX); ``raw``: transpose container.
 TAG_LAYOUT = data.StructLayout(
     {
         "valid": 1,
@@ -80,6 +94,7 @@ TAG_LAYOUT = data.StructLayout(
         "first_row": 1,
         "transpose": 1,
         "fused": 1,
+        "scaled": 1,
         "fmt_s": range(len(WIDE_FORMATS)),
         "fmt_m": range(len(WIDE_FORMATS)),
         "lane_s": range(max(len(NARROW_FORMATS), 1)),
@@ -140,11 +155,13 @@ def tag_fields(pe_mode, fmt_s, fmt_m, transpose, *, valid=True, bank=0, first_ro
         "first_row": int(first_row),
         "transpose": int(transpose),
         "fused": int(fused),
+        "scaled": int(pe_mode.scale),
         "fmt_s": WIDE_FORMATS.index(fs),
         "fmt_m": WIDE_FORMATS.index(fm),
         "lane_s": NARROW_FORMATS.index(fs) if fused else 0,
         "lane_m": NARROW_FORMATS.index(fm) if fused else 0,
-        "raw": _raw_index(fs),
+        # The container of a transpose's raw word (modes that cannot transpose: unused).
+        "raw": _raw_index(fs) if pe_mode.transposes else 0,
     }
 
 
@@ -155,12 +172,15 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
     instruction before any beat)."""
     fields = {
         f: Signal(TAG_LAYOUT.members[f], name=f"{name}_{f}")
-        for f in ("fmt_s", "fmt_m", "lane_s", "lane_m", "raw", "fused")
+        for f in ("fmt_s", "fmt_m", "lane_s", "lane_m", "raw", "fused", "scaled")
     }
     with m.Switch(mode):
         for pe_mode in ENGINE_MODES:
             with m.Case(pe_mode.code):
-                m.d.comb += fields["fused"].eq(pe_mode.products > 1)
+                m.d.comb += [
+                    fields["fused"].eq(pe_mode.products > 1),
+                    fields["scaled"].eq(pe_mode.scale),
+                ]
                 for side, field in (("s", fmt_s), ("m", fmt_m)):
                     formats = pe_mode.formats_s if side == "s" else pe_mode.formats_m
                     with m.Switch(field):
@@ -204,15 +224,19 @@ class PE(wiring.Component):
     Lanes: lane 0 multiplies any operand format (:data:`WIDE_FORMATS`, including the FP32
     24 x 24 product); lanes 1 .. :data:`LANES` - 1 multiply the formats of the multi-product
     modes (:data:`NARROW_FORMATS`) from the lane word's byte ``j``.  A ``fused`` beat sums every
-    lane's product exactly (lane 0's product is then a narrow one too).
+    lane's product exactly (lane 0's product is then a narrow one too); a ``scaled`` beat (MX)
+    multiplies that sum by ``2**(Es + Ex - 254)``, ``Es`` / ``Ex`` the E8M0 scales in bits
+    ``[32, 40)`` of the stationary and the moving lane word (0xFF: NaN), exactly (an exponent
+    shift before the one rounding).
 
     Interface
     ---------
     en : In(1, init=1)
         Clock enable of every register.
-    i_x : In(32), i_tag : In(TAG_LAYOUT)
-        Moving lane word and tag from the left neighbour (or the row's skew line).
-    i_ls : In(32), i_ls_ctl : In(LS_CTL_LAYOUT)
+    i_x : In(LANE_WIDTH), i_tag : In(TAG_LAYOUT)
+        Moving lane word (data in bits ``[0, 32)``, scale in ``[32, 40)``) and tag from the left
+        neighbour (or the row's skew line).
+    i_ls : In(LANE_WIDTH), i_ls_ctl : In(LS_CTL_LAYOUT)
         LoadStationary shift chain from the left neighbour.
     i_psum : In(32)
         FP32 psum (or transpose word) from the PE above.
@@ -264,8 +288,10 @@ class PE(wiring.Component):
         m.d.comb += s_word.eq(Mux(tag.bank, banks[1], banks[0]))
         return s_word
 
-    def _multiply(self, m, reg, x, tag, s_word):
-        """Stage 1: decode and multiply every lane exactly; the transpose word and its test."""
+    def _multiply(self, m, reg, x_lane, tag, s_lane):
+        """Stage 1: decode and multiply every lane exactly; the block-scale exponent; the
+        transpose word and its test."""
+        x, s_word = x_lane[:DATA_WIDTH], s_lane[:DATA_WIDTH]
         m.submodules.mul0 = mul0 = ExactMul(WIDE_FORMATS, WIDE_FORMATS)
         m.d.comb += [
             mul0.i_a.eq(s_word),
@@ -281,6 +307,15 @@ class PE(wiring.Component):
             if len(NARROW_FORMATS) > 1:
                 m.d.comb += [mul.i_fmt_a.eq(tag.lane_s), mul.i_fmt_b.eq(tag.lane_m)]
             lanes.append(reg(f"r1_p{j}", mul.o_product))
+        # MX: the scale factor 2**(Es + Ex - 254) as an exponent (0 unless scaled), NaN for an
+        # E8M0 0xFF on either side.
+        es, ex = s_lane[DATA_WIDTH:], x_lane[DATA_WIDTH:]
+        scale_exp = Signal(signed(10), name="scale_exp")
+        scale_nan = Signal(name="scale_nan")
+        m.d.comb += [
+            scale_exp.eq(Mux(tag.scaled, es + ex - 254, 0)),
+            scale_nan.eq(tag.scaled & (es.all() | ex.all())),
+        ]
         # Transpose: is the moving word exactly 1.0 in its format?  The stationary word, cut to
         # its container, rides in lane 0's significand (a transpose multiplies nothing).
         is_one = Signal(name="is_one")
@@ -305,21 +340,32 @@ class PE(wiring.Component):
             first=reg("r1_first", tag.first_row),
             tr=reg("r1_transpose", tag.transpose),
             fused=reg("r1_fused", tag.fused),
+            scale_exp=reg("r1_scale_exp", scale_exp),
+            scale_nan=reg("r1_scale_nan", scale_nan),
             one=reg("r1_one", is_one),
         )
 
     def _sum(self, m, reg, r1):
-        """Stage 2: operand B of the psum adder: the exact sum of the lanes (a fused beat), or
-        lane 0's product."""
+        """Stage 2: operand B of the psum adder: the exact sum of the lanes (a fused beat),
+        times the block scales (a scaled beat: an exponent shift), or lane 0's product."""
         p0 = r1["p0"]
         if LANES == 1:
             b = p0
         else:
             narrow0 = resize_exact(m, p0, product_layout(_NARROW, _NARROW), name="s2_p0_narrow")
             total = product_sum(m, [narrow0, *r1["lanes"]], _WINDOW, name="s2_sum")
-            b = Signal(p0.shape().union(total.shape()), name="s2_b")
-            for f in ("sign", "exp", "sig", "zero", "inf", "nan"):
+            lsb = _WINDOW.lsb
+            scaled = ExactLayout(
+                total.shape().sig_width,
+                range(lsb + SCALE_EXP_RANGE.start, lsb + SCALE_EXP_RANGE.stop),
+            )
+            b = Signal(p0.shape().union(scaled), name="s2_b")
+            for f in ("sign", "sig", "zero", "inf"):
                 m.d.comb += getattr(b, f).eq(Mux(r1["fused"], getattr(total, f), getattr(p0, f)))
+            m.d.comb += [
+                b.exp.eq(Mux(r1["fused"], total.exp + r1["scale_exp"], p0.exp)),
+                b.nan.eq(Mux(r1["fused"], total.nan | r1["scale_nan"], p0.nan)),
+            ]
         return dict(
             b=reg("r2_b", b),
             valid=reg("r2_valid", r1["valid"]),

@@ -8,9 +8,12 @@ Ports (all synchronous to ``clk``, reset ``rst``); each stream ``x`` is an
 port               payload                 meaning
 =================  ======================  =======================================================
 ``instr``          ``INSTR_LAYOUT`` (67)   in: ``isa.encode`` words (``isa.FIELDS``, LSB first)
-``stationary``     rows*32                 in: lane word ``r`` = ``stationary[r - tile_row, m]``
-                                           (PE row ``r``); beat ``j`` is column ``m = M - 1 - j``
-``moving``         rows*32                 in: lane word ``r`` = ``moving[r - tile_row, n]``
+``stationary``     rows*40                 in: lane word ``r`` = ``stationary[r - tile_row, m]``
+                                           (PE row ``r``) in bits ``[40r, 40r+32)``, its MX
+                                           scale in ``[40r+32, 40r+40)``; beat ``j`` is column
+                                           ``m = M - 1 - j``
+``moving``         rows*40                 in: lane word ``r`` = ``moving[r - tile_row, n]``
+                                           and its MX scale, as for ``stationary``
 ``result``         ``vector_layout(cols)`` out: ``data`` lane word ``c`` = result of PE column
                                            ``c`` (FP32 bits, or the raw transpose word
                                            zero-extended; lanes outside ``[tile_col, tile_col +
@@ -110,7 +113,7 @@ class TensorEngine(wiring.Component):
             self.o_error_code.eq(ctl.o_error_code),
         ]
         info = ctl.o_info
-        W = LANE_WIDTH
+        W = 32  # an FP32 result (or a transpose word) per column
         lanes = []
         for c in range(self.cols):
             keep = Signal(name=f"out_keep_c{c}")

@@ -1,7 +1,8 @@
 """Golden models of the Tensor Engine (docs/tensor_engine.md).
 
 * :mod:`.isa` — instructions, validation rules (:func:`isa.check`) and the instruction word.
-* :mod:`.matmul` — bit-exact values of one matmul / transpose (:func:`matmul`).
+* :mod:`.matmul` — bit-exact values of one matmul / transpose (:func:`matmul`) and of one MX
+  matmul (:func:`matmul_mx`, ``nc_matmul_mx``).
 * :mod:`.timing` — the cycle-level schedule of an instruction stream (:func:`timing.simulate`).
 """
 
@@ -12,7 +13,11 @@ from .matmul import (
     InstructionError,
     matmul,
     matmul_bits,
+    matmul_mx,
+    matmul_mx_rows,
     mode_of,
+    mx_row_scales,
+    mx_scale_partitions,
     result_bits,
 )
 from .timing import P_PREFIX, latency, simulate
@@ -22,6 +27,10 @@ __all__ = [
     "timing",
     "matmul",
     "matmul_bits",
+    "matmul_mx",
+    "matmul_mx_rows",
+    "mx_row_scales",
+    "mx_scale_partitions",
     "result_bits",
     "mode_of",
     "InstructionError",

@@ -158,7 +158,7 @@ def _sizes(sizes, sep="|"):
     return sep.join(map(str, sorted(sizes, reverse=True))) or "none"
 
 
-def check(ins, rows, cols, stationary=None):
+def check(ins, rows, cols, stationary=None, *, tile_unit=32):
     """The first rule ``ins`` breaks on a ``rows x cols`` array, or ``None``.
 
     Parameters
@@ -168,6 +168,10 @@ def check(ins, rows, cols, stationary=None):
         Array size.
     stationary : Instruction or None
         The LS whose bank an MM would use (None: no LS yet).  Ignored for LS.
+    tile_unit : int
+        32 on the hardware.  An engine built with a smaller ``tile_unit`` (small test arrays)
+        scales the size rules by ``tile_unit / 32``: tile sizes ``tile_unit`` and
+        ``2 * tile_unit``, the MX K granule ``tile_unit`` (:meth:`PeMode.k_step`).
 
     Returns
     -------
@@ -193,6 +197,8 @@ def check(ins, rows, cols, stationary=None):
                 f"{mode.name} {side} format index {idx} is not allowed; "
                 f"allowed: {', '.join(f'{i}={n}' for i, n in enumerate(names))}"
             )
+    row_tiles = tuple(t * tile_unit // 32 for t in mode.row_tiles)
+    col_tiles = tuple(t * tile_unit // 32 for t in mode.col_tiles)
     row_t = ins.tile_rows != rows
     col_t = ins.tile_cols != cols
     tiled = row_t or col_t or ins.tile_row or ins.tile_col
@@ -202,18 +208,28 @@ def check(ins, rows, cols, stationary=None):
         if row_t and col_t:
             return Error.TILE, (
                 f"tile_size ({ins.tile_rows}, {ins.tile_cols}) tiles rows and "
-                f"columns at once; allowed: ({_sizes(mode.row_tiles)}, {cols}) "
-                f"or ({rows}, {_sizes(mode.col_tiles)})"
+                f"columns at once; allowed: ({_sizes(row_tiles)}, {cols}) "
+                f"or ({rows}, {_sizes(col_tiles)})"
             )
-        if row_t and (ins.tile_rows not in mode.row_tiles or ins.tile_col):
+        for axis, on, sizes, other in (
+            ("rows", row_t, row_tiles, col_tiles),
+            ("columns", col_t, col_tiles, row_tiles),
+        ):
+            if on and not sizes:
+                return Error.TILE, (
+                    f"{mode.name} cannot tile {axis}; it tiles "
+                    f"{'rows' if axis == 'columns' else 'columns'} only "
+                    f"({_sizes(other, ' or ')})"
+                )
+        if row_t and (ins.tile_rows not in row_tiles or ins.tile_col):
             return Error.TILE, (
                 f"row tile size {ins.tile_rows} at column {ins.tile_col} is not "
-                f"allowed; allowed: {_sizes(mode.row_tiles, ' or ')} at column 0"
+                f"allowed; allowed: {_sizes(row_tiles, ' or ')} at column 0"
             )
-        if col_t and (ins.tile_cols not in mode.col_tiles or ins.tile_row):
+        if col_t and (ins.tile_cols not in col_tiles or ins.tile_row):
             return Error.TILE, (
                 f"column tile size {ins.tile_cols} at row {ins.tile_row} is not "
-                f"allowed; allowed: {_sizes(mode.col_tiles, ' or ')} at row 0"
+                f"allowed; allowed: {_sizes(col_tiles, ' or ')} at row 0"
             )
         if ins.tile_row < 0 or ins.tile_row % ins.tile_rows or ins.tile_row + ins.tile_rows > rows:
             return Error.TILE, (
@@ -227,8 +243,16 @@ def check(ins, rows, cols, stationary=None):
             )
     if not 1 <= ins.k <= ins.tile_rows:
         return Error.K_RANGE, f"K={ins.k} must be in 1..{ins.tile_rows} (rows of the tile)"
+    k_step = mode.k_step(tile_unit)
+    if ins.k % k_step:
+        return Error.K_RANGE, (
+            f"{mode.name} K={ins.k} must be a multiple of {k_step} partitions (block-scale "
+            f"groups of 8 partitions x 4 packed elements fill whole quadrants)"
+        )
     if not 1 <= ins.m <= ins.tile_cols:
         return Error.M_RANGE, f"M={ins.m} must be in 1..{ins.tile_cols} (columns of the tile)"
+    if ins.m % mode.m_multiple:
+        return Error.M_RANGE, f"{mode.name} M={ins.m} must be a multiple of {mode.m_multiple}"
     if ins.op == Op.MM:
         if not 1 <= ins.n <= MAX_N:
             return Error.N_RANGE, f"N={ins.n} must be in 1..{MAX_N}"

@@ -9,6 +9,10 @@ call is one LoadStationary + MultiplyMoving pair on a ``rows x cols`` array:
   rounded :func:`ncrtl.model.fp.fp32_dot_add`.
 * **transpose**: ``out[m, n]`` is the raw encoding of ``stationary[k, m]`` for the single ``k``
   with ``moving[k, n] == 1``; no arithmetic, so NaN payloads survive.
+* **MX** (:func:`matmul_mx`, ``nc_matmul_mx``): stationary ``[K, M, 4]`` and moving ``[K, N, 4]``
+  MXFP8 / MXFP4 elements with E8M0 scales; PE row ``p`` computes
+  ``round_fp32(p + 2**(Es + Ex - 254) * sum_j s[p, m, j] * x[p, n, j])`` in one rounding, a NaN
+  scale (0xFF) giving NaN.
 
 Every rule is checked through :func:`ncrtl.model.tensor_engine.isa.check` on the LS / MM instructions
 built from the arguments, so the golden and the RTL reject exactly the same instructions; the
@@ -18,12 +22,18 @@ golden raises :class:`InstructionError` (a ``ValueError``) with the rule's messa
 import numpy as np
 
 from ncrtl.model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
-from ncrtl.model.modes import ENGINE_MODES, mode_by_code, operand_formats
+from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operand_formats
 
 from .isa import Error, Instruction, Mode, Op, check
 
 __all__ = [
     "matmul",
+    "matmul_mx",
+    "matmul_mx_rows",
+    "mx_row_scales",
+    "mx_scale_partitions",
+    "MX_GROUP_PARTITIONS",
+    "QUADRANT",
     "matmul_bits",
     "result_bits",
     "mode_of",
@@ -32,8 +42,22 @@ __all__ = [
     "PERF_MODES",
 ]
 
-#: Formats a Tensor Engine operand may have (TF32 is float32 data with ``*_format="tf32"``).
-OPERAND_FORMATS = operand_formats(ENGINE_MODES)
+#: Formats a Tensor Engine operand of :func:`matmul` may have (TF32 is float32 data with
+#: ``*_format="tf32"``).  The MX element formats are :func:`matmul_mx`'s.
+OPERAND_FORMATS = operand_formats([m for m in ENGINE_MODES if not m.scale])
+
+#: The MX mode (``nc_matmul_mx``): a row of the mode table.
+MX_MODE = get_mode("mx")
+
+#: Partitions of one MX scale group (x 4 packed elements = 32 elements along the contraction).
+MX_GROUP_PARTITIONS = 8
+
+#: Partitions of an SBUF quadrant; each holds the scales of its 32 data partitions in its first
+#: ``QUADRANT // MX_GROUP_PARTITIONS`` = 4 partitions.
+QUADRANT = 32
+
+#: Canonical FP32 NaN of the datapath.
+_QNAN = np.uint32(0x7FC00000).view(np.float32)
 
 #: Accepted ``perf_mode`` values (None: one product per PE step).
 PERF_MODES = (None,) + tuple(m.perf_mode for m in ENGINE_MODES if m.perf_mode)
@@ -103,6 +127,12 @@ def mode_of(stationary, moving, perf_mode=None):
     fs = _format(stationary, "stationary")
     fm = _format(moving, "moving")
     for f, side in ((fs, "stationary"), (fm, "moving")):
+        if f.name not in OPERAND_FORMATS and f.name in MX_MODE.formats_s + MX_MODE.formats_m:
+            raise InstructionError(
+                f"{side} format {f.name} is an MX element format: MX matmuls take block "
+                f"scales (matmul_mx)",
+                Error.FORMAT,
+            )
         if f.name not in OPERAND_FORMATS:
             raise InstructionError(
                 f"{side} format {f.name} is not a Tensor Engine operand "
@@ -124,7 +154,10 @@ def mode_of(stationary, moving, perf_mode=None):
             (
                 m
                 for m in ENGINE_MODES
-                if m.perf_mode is None and fs.name in m.formats_s and fm.name in m.formats_m
+                if m.perf_mode is None
+                and not m.scale
+                and fs.name in m.formats_s
+                and fm.name in m.formats_m
             ),
             None,
         )
@@ -149,6 +182,11 @@ def _operand(arr, fmt, what):
         dfmt = format_of_dtype(a.dtype)
     except ValueError:
         dfmt = None
+    if dfmt is not None and dfmt.name not in OPERAND_FORMATS and dfmt.name in MX_MODE.formats_s:
+        raise InstructionError(
+            f"{what} dtype {a.dtype}: {dfmt.name} is an MX element format; MX matmuls take "
+            f"block scales (matmul_mx)"
+        )
     if dfmt is None or dfmt.name not in OPERAND_FORMATS:
         raise InstructionError(
             f"{what} dtype {a.dtype} is not a Tensor Engine operand dtype; "
@@ -214,6 +252,7 @@ def _validate(
     cols,
     stationary_format,
     moving_format,
+    tile_unit=32,
 ):
     """Check every rule; return ``(s, fs, x, fm, mode, (K, M, N))``."""
     for name, v in (("rows", rows), ("cols", cols)):
@@ -243,7 +282,7 @@ def _validate(
         mode, fmt_s, fmt_m, k, m, n, bool(is_transpose), tile_position, tile_size
     )
     for ins, st in ((ls, None), (mm, ls)):
-        bad = check(ins, rows, cols, st)
+        bad = check(ins, rows, cols, st, tile_unit=tile_unit)
         if bad is not None:
             raise InstructionError(bad[1], bad[0])
     return s, fs, x, fm, mode, (k, m, n)
@@ -261,6 +300,7 @@ def matmul(
     cols=128,
     stationary_format=None,
     moving_format=None,
+    tile_unit=32,
 ):
     """Golden result of one Tensor Engine matmul or transpose.
 
@@ -285,6 +325,9 @@ def matmul(
     stationary_format, moving_format : str or None
         ``"tf32"`` reads float32 data as TF32 (low 13 mantissa bits ignored); any other name must
         be the dtype's own format.
+    tile_unit : int
+        32 on the hardware; a smaller value scales the tile-size rules like :func:`isa.check`
+        (engines built with a small ``tile_unit`` for tests).
 
     Returns
     -------
@@ -312,6 +355,7 @@ def matmul(
         cols,
         stationary_format,
         moving_format,
+        tile_unit,
     )
     if is_transpose:
         return _transpose(s, fs, x, fm)
@@ -362,6 +406,172 @@ def _transpose(s, fs, x, fm):
     # At most one 1 per column: the integer product picks that encoding exactly (0 if none).
     out = bits.T @ ones.astype(np.uint64)
     return out.astype(np.uint32 if fs.container_bits == 32 else np.uint16)
+
+
+def mx_scale_partitions(k):
+    """Scale partition of each data partition ``p < k`` (the quadrant layout of seed 001):
+    ``32 * (p // 32) + (p % 32) // 8``, as an int array ``[k]``."""
+    p = np.arange(k)
+    return QUADRANT * (p // QUADRANT) + (p % QUADRANT) // MX_GROUP_PARTITIONS
+
+
+def mx_row_scales(scale, k, what="scale"):
+    """The scale byte each of ``k`` PE rows uses: ``scale[32 * (p // 32) + (p % 32) // 8, :]``
+    for row ``p``, from an SBUF scale tensor ``[partitions, X]`` of uint8 (E8M0).  Returns
+    ``[k, X]`` uint8; a tensor without the partitions the layout reads is an error naming its
+    shape and the rule."""
+    sc = np.asarray(scale)
+    if sc.dtype != np.uint8:
+        raise InstructionError(f"{what} must be uint8 (E8M0 bytes), got dtype {sc.dtype}")
+    if sc.ndim != 2:
+        raise InstructionError(f"{what} must be [partitions, free], got shape {sc.shape}")
+    need = int(mx_scale_partitions(k).max()) + 1 if k else 0
+    if sc.shape[0] < need:
+        raise InstructionError(
+            f"{what} has {sc.shape[0]} partitions; K={k} data partitions need at least "
+            f"{need} (the scale of partition p is at 32 * (p // 32) + (p % 32) // 8)"
+        )
+    return sc[mx_scale_partitions(k)]
+
+
+def _mx_operand(arr, what):
+    """``(ndarray [K, X, 4], Format)`` of one MX data operand."""
+    a = np.asarray(arr)
+    try:
+        f = format_of_dtype(a.dtype)
+    except ValueError:
+        f = None
+    names = MX_MODE.formats_s
+    if f is None or f.name not in names:
+        raise InstructionError(
+            f"{what} dtype {a.dtype} is not an MX element dtype; allowed: float8_e4m3fn, "
+            f"float8_e5m2, float4_e2m1fn"
+        )
+    if a.ndim != 3 or a.shape[2] != MX_MODE.products:
+        raise InstructionError(
+            f"{what} must be [K, free, {MX_MODE.products}] (4 packed elements per partition), "
+            f"got shape {a.shape}"
+        )
+    return a, f
+
+
+def matmul_mx_rows(
+    stationary,
+    moving,
+    stationary_scale,
+    moving_scale,
+    *,
+    tile_position=None,
+    tile_size=None,
+    rows=128,
+    cols=128,
+    tile_unit=32,
+):
+    """:func:`matmul_mx` with the scales as the PE rows see them: ``stationary_scale[p, m]`` and
+    ``moving_scale[p, n]`` (uint8 ``[K, M]`` / ``[K, N]``) are the E8M0 scales of PE row ``p``
+    (:func:`mx_row_scales` of the SBUF tensors).  ``tile_unit`` scales the size rules like
+    :func:`isa.check` (32 on the hardware)."""
+    s, fs = _mx_operand(stationary, "stationary")
+    x, fm = _mx_operand(moving, "moving")
+    if s.shape[0] != x.shape[0]:
+        raise InstructionError(
+            f"stationary and moving must have the same K (partitions), got "
+            f"stationary {s.shape} and moving {x.shape}"
+        )
+    k, m, n = s.shape[0], s.shape[1], x.shape[1]
+    for what, sc, free in (
+        ("stationary_scale", stationary_scale, m),
+        ("moving_scale", moving_scale, n),
+    ):
+        sc = np.asarray(sc)
+        if sc.dtype != np.uint8 or sc.shape != (k, free):
+            raise InstructionError(
+                f"{what} (per PE row) must be uint8 [{k}, {free}], got {sc.dtype} {sc.shape}"
+            )
+    for name, v in (("rows", rows), ("cols", cols), ("tile_unit", tile_unit)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InstructionError(f"{name} must be a positive integer, got {v!r}")
+    mode = Mode(MX_MODE.code)
+    fmt_s, fmt_m = MX_MODE.formats_s.index(fs.name), MX_MODE.formats_m.index(fm.name)
+    ls, mm = _instructions(mode, fmt_s, fmt_m, k, m, n, False, tile_position, tile_size)
+    for ins, st in ((ls, None), (mm, ls)):
+        bad = check(ins, rows, cols, st, tile_unit=tile_unit)
+        if bad is not None:
+            raise InstructionError(bad[1], bad[0])
+    ss = np.asarray(stationary_scale).astype(np.int32)
+    xs = np.asarray(moving_scale).astype(np.int32)
+    p = np.zeros((m, n), dtype=np.float32)
+    shape = (m, n, MX_MODE.products)
+    for i in range(k):
+        nan = (ss[i][:, None] == 0xFF) | (xs[i][None, :] == 0xFF)
+        exp = (ss[i][:, None] - 127) + (xs[i][None, :] - 127)
+        p = fp32_dot_add(
+            p,
+            np.broadcast_to(s[i][:, None, :], shape),
+            np.broadcast_to(x[i][None, :, :], shape),
+            scale_exp=np.where(nan, 0, exp),
+        )
+        # A NaN scale makes the step NaN; the chain carries it to the output.
+        p = np.where(nan, _QNAN, p)
+    return p
+
+
+def matmul_mx(
+    stationary,
+    moving,
+    stationary_scale,
+    moving_scale,
+    *,
+    tile_position=None,
+    tile_size=None,
+    rows=128,
+    cols=128,
+):
+    """Golden result of one MX matmul (``nc_matmul_mx``, NeuronCore-v4).
+
+    Parameters
+    ----------
+    stationary : ndarray ``[K, M, 4]``
+        MX elements, dtype ``ml_dtypes.float8_e4m3fn``, ``float8_e5m2`` or ``float4_e2m1fn``.
+        Element ``(p, m, j)`` is contraction index ``j * K + p``; PE row ``p`` holds the 4
+        elements of partition ``p``.
+    moving : ndarray ``[K, N, 4]``
+        Same rules (its own dtype: fp8 x fp4 is allowed).
+    stationary_scale, moving_scale : ndarray of uint8 ``[partitions, M]`` / ``[partitions, N]``
+        E8M0 scales (bias 127, 0xFF = NaN) in the quadrant layout: the scale of data partition
+        ``p`` is at partition ``32 * (p // 32) + (p % 32) // 8``; at least
+        ``32 * (K / 32 - 1) + 4`` partitions, the others are ignored.
+    tile_position, tile_size : (int, int) or None
+        Row tiling only: ``tile_size`` ``(64 | 32, cols)`` at ``(r0, 0)``.
+    rows, cols : int
+        Array size (128 x 128 on the hardware).
+
+    Returns
+    -------
+    ndarray ``[M, N]`` of float32
+        ``out[m, n]``: the psum chain ``p = +0``; for ``p`` in ``0 .. K-1``:
+        ``p = round_fp32(p + 2**(Es + Ex - 254) * sum_j s[p, m, j] * x[p, n, j])``, one
+        rounding per step, subnormals kept, a NaN scale or element giving NaN.
+
+    Raises
+    ------
+    InstructionError (ValueError)
+        K not a multiple of 32 or above the tile, odd M, N above 512, column tiling, a non-MX
+        dtype, shapes that do not fit, a scale tensor that is not uint8 or lacks partitions.
+    """
+    s, _ = _mx_operand(stationary, "stationary")
+    x, _ = _mx_operand(moving, "moving")
+    k = s.shape[0]
+    ss = mx_row_scales(stationary_scale, k, "stationary_scale")
+    xs = mx_row_scales(moving_scale, x.shape[0], "moving_scale")
+    for what, sc, free in (("stationary_scale", ss, s.shape[1]), ("moving_scale", xs, x.shape[1])):
+        if sc.shape[1] != free:
+            raise InstructionError(
+                f"{what} free size {sc.shape[1]} does not match the data's {free}"
+            )
+    return matmul_mx_rows(
+        s, x, ss, xs, tile_position=tile_position, tile_size=tile_size, rows=rows, cols=cols
+    )
 
 
 def result_bits(result):

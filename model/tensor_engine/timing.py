@@ -232,7 +232,7 @@ class Schedule:
         return sorted(ev, key=lambda e: (e[0], e[2], e[1], e[3]))
 
 
-def simulate(program, rows=128, cols=128):
+def simulate(program, rows=128, cols=128, *, tile_unit=32):
     """Timing of ``program`` on a ``rows x cols`` array (rules in the module docstring).
 
     Parameters
@@ -240,6 +240,8 @@ def simulate(program, rows=128, cols=128):
     program : iterable of Instruction or int
         The instruction stream (ints are instruction words, see :func:`isa.decode`).
     rows, cols : int
+    tile_unit : int
+        The engine's tile unit (32 on the hardware; :func:`isa.check`).
 
     Returns
     -------
@@ -257,7 +259,7 @@ def simulate(program, rows=128, cols=128):
         if not isinstance(ins, Instruction):
             ins = decode(int(ins))
         t = prev_issue + 1
-        bad = check(ins, rows, cols, last_ls[0] if last_ls else None)
+        bad = check(ins, rows, cols, last_ls[0] if last_ls else None, tile_unit=tile_unit)
         if bad is not None:
             records.append(Record(index, ins, t, bad[0], bad[1], error_cycle=t + ERROR_DELAY))
             prev_issue = t

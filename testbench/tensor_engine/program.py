@@ -20,18 +20,23 @@ __all__ = ["Step", "Program", "random_program", "lane_words", "tile_shape"]
 
 def tile_shape(pe_mode, k, x):
     """Shape of a stationary (``x = M``) or moving (``x = N``) tile of encodings in a mode:
-    ``[K, X]``, or ``[K, P, X]`` with ``P`` products per PE step (double_row: 2)."""
+    ``[K, X]``, ``[K, P, X]`` with ``P`` products per PE step (double_row: 2), or ``[K, X, 4]``
+    in the MX mode (packed elements last, as ``nc_matmul_mx`` takes them)."""
+    if pe_mode.scale:
+        return (k, x, pe_mode.products)
     return (k, pe_mode.products, x) if pe_mode.products > 1 else (k, x)
 
 
 @dataclass
 class Step:
     """One instruction and its data (encodings, uint arrays): stationary ``[K, M]`` (or
-    ``[K, P, M]``, :func:`tile_shape`) for an LS, moving ``[K, N]`` (or ``[K, P, N]``) for an
-    MM."""
+    ``[K, P, M]``, ``[K, M, 4]``: :func:`tile_shape`) for an LS, moving ``[K, N]`` (or
+    ``[K, P, N]``, ``[K, N, 4]``) for an MM; in the MX mode ``scale`` holds the E8M0 scale of
+    every PE row, ``[K, M]`` or ``[K, N]`` uint8."""
 
     ins: Instruction
     data: np.ndarray = None
+    scale: np.ndarray = None
 
 
 @dataclass
@@ -39,6 +44,8 @@ class Program:
     rows: int
     cols: int
     steps: list = field(default_factory=list)
+    #: The engine's tile unit (32 on the hardware; :func:`isa.check`).
+    tile_unit: int = 32
 
     def instructions(self):
         return [s.ins for s in self.steps]
@@ -47,7 +54,7 @@ class Program:
         """Steps the engine accepts (``isa.check`` passes), with their LS for MMs."""
         out, last_ls = [], None
         for s in self.steps:
-            err = isa.check(s.ins, self.rows, self.cols, last_ls)
+            err = isa.check(s.ins, self.rows, self.cols, last_ls, tile_unit=self.tile_unit)
             if err is None:
                 if s.ins.op == Op.LS:
                     last_ls = s.ins
@@ -55,14 +62,28 @@ class Program:
         return out
 
 
-def lane_words(tile):
+def lane_words(tile, scale=None):
     """Beat lane words of a tile of encodings: ``[K, X]`` -> one int per (x, k) lane, as
-    ``[X, K]`` array; a ``[K, P, X]`` tile (``P`` products per step) packs value ``j`` in bits
-    ``[8j, 8j+8)`` of the lane word."""
+    ``[X, K]`` array; a ``[K, P, X]`` tile (double_row) or, with ``scale``, a ``[K, X, 4]``
+    MX tile packs value ``j`` in bits ``[8j, 8j+8)`` of the lane word (FP4 in the low 4 bits
+    of its byte), and the row's E8M0 scale ``scale[k, x]`` goes to bits ``[32, 40)``."""
     t = np.asarray(tile).astype(np.int64)
-    if t.ndim == 3:
+    if scale is not None:
+        t = sum(t[:, :, j] << (8 * j) for j in range(t.shape[2]))
+        t = t | (np.asarray(scale).astype(np.int64) << 32)
+    elif t.ndim == 3:
         t = sum(t[:, j, :] << (8 * j) for j in range(t.shape[1]))
     return t.T
+
+
+def _scales(rng, shape):
+    """Random E8M0 scale bytes: mostly within a few binades of 1.0 (127), some extremes
+    (0, 254: sums far below and above the FP32 range) and a rare NaN (255)."""
+    sc = 127 + rng.integers(-6, 7, shape)
+    pick = rng.random(shape)
+    sc = np.where(pick < 0.02, rng.choice([0, 1, 60, 200, 253, 254], shape), sc)
+    sc = np.where(pick > 0.997, 255, sc)
+    return sc.astype(np.uint8)
 
 
 def _values(rng, fmt, shape, special=0.01):
@@ -107,26 +128,34 @@ def _random_tile(rng, rows, cols, pe_mode):
     return 0, 0, size * int(rng.integers(0, cols // size)), size
 
 
-def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True):
+def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True, tile_unit=32):
     """A random program of ``groups`` LS + 1..3 MM groups of one operation
     (:func:`ncrtl.model.modes.operations`: a mode's matmul or transpose), with illegal
     instructions mixed in when ``errors``; on arrays of 64 x 64 and more, most groups run on a
-    random row or column tile of the mode (double_row has none)."""
+    random row or column tile of the mode (double_row has none).  K and M are multiples of the
+    mode's granules (MX: K of :meth:`PeMode.k_step`, M even) on an engine of ``tile_unit``."""
     pe_mode, transpose = operation(op_name)
     mode = pe_mode.code
-    prog = Program(rows, cols)
+    prog = Program(rows, cols, tile_unit=tile_unit)
+    k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
+    if k_step > rows or m_step > cols:
+        raise ValueError(
+            f"{op_name} needs K a multiple of {k_step} and M of {m_step}: no instruction fits "
+            f"a {rows} x {cols} engine of tile_unit {tile_unit}"
+        )
     for g in range(groups):
         tr, trs, tc, tcs = _random_tile(rng, rows, cols, pe_mode)
         tile = dict(tile_row=tr, tile_rows=trs, tile_col=tc, tile_cols=tcs)
-        k = int(rng.integers(1, (trs or rows) + 1))
-        m = int(rng.integers(1, (tcs or cols) + 1))
+        k = k_step * int(rng.integers(1, (trs or rows) // k_step + 1))
+        m = m_step * int(rng.integers(1, (tcs or cols) // m_step + 1))
         fs = int(rng.integers(0, len(pe_mode.formats_s)))
         fm = int(rng.integers(0, len(pe_mode.formats_m))) if len(pe_mode.formats_m) > 1 else 0
         if transpose:  # the selection matrix is in the stationary format
             fm = fs
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         s_fmt, m_fmt = ls.formats
-        prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m))))
+        scale = (lambda x: _scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
+        prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m)), scale(m)))
         for _ in range(int(rng.integers(1, 4))):
             n = int(rng.integers(1, max_n + 1))
             mm = Instruction(
@@ -136,7 +165,7 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
                 x = _selection(rng, k, n, m_fmt)
             else:
                 x = _values(rng, m_fmt, tile_shape(pe_mode, k, n))
-            prog.steps.append(Step(mm, x))
+            prog.steps.append(Step(mm, x, scale(n)))
             if errors and rng.random() < 0.3:
                 bad = [
                     Instruction(
@@ -169,7 +198,7 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
 
 def expected_outputs(prog):
     """Golden output vectors, in emission order: list of (mm step index, ``[M, N]`` bits)."""
-    from ncrtl.model.tensor_engine.matmul import matmul
+    from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
 
     outs = []
     valid = prog.valid_steps()
@@ -180,6 +209,22 @@ def expected_outputs(prog):
         fs, fm = s.ins.formats
         a = _as_dtype(st.data, fs)
         b = _as_dtype(s.data, fm)
+        if s.ins.pe_mode.scale:
+            ins = s.ins.whole(prog.rows, prog.cols)
+            tiled = (ins.tile_rows, ins.tile_cols) != (prog.rows, prog.cols)
+            res = matmul_mx_rows(
+                a,
+                b,
+                st.scale,
+                s.scale,
+                tile_position=(ins.tile_row, ins.tile_col) if tiled else None,
+                tile_size=(ins.tile_rows, ins.tile_cols) if tiled else None,
+                rows=prog.rows,
+                cols=prog.cols,
+                tile_unit=prog.tile_unit,
+            )
+            outs.append((idx, np.asarray(res).view(np.uint32)))
+            continue
         res = matmul(
             a,
             b,

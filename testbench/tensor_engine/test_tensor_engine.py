@@ -14,6 +14,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
+from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
 from ncrtl.testbench.conformance import tb_settings
@@ -21,6 +22,7 @@ from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
 from ncrtl.testbench.tensor_engine.program import expected_outputs, lane_words, random_program
 
+#: Bits of one result lane (FP32, or a transpose word).
 LANE = 32
 
 
@@ -31,8 +33,8 @@ class TensorEngineTB:
     Cycle numbers of the sink and the watcher count the same rising edges from the start.
     """
 
-    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0):
-        self.dut, self.rows, self.cols = dut, rows, cols
+    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0, tile_unit=32):
+        self.dut, self.rows, self.cols, self.tile_unit = dut, rows, cols, tile_unit
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
         clk, rst = dut.clk, dut.rst
@@ -75,18 +77,18 @@ class TensorEngineTB:
         self.instr.send([isa.encode(s.ins) for s in prog.steps])
         for s, _ in prog.valid_steps():
             ins = s.ins.whole(self.rows, self.cols)
-            words = lane_words(s.data)  # [X, K]
+            words = lane_words(s.data, s.scale)  # [X, K]
             beats = np.zeros((words.shape[0], self.rows), dtype=np.uint64)
             beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
             if ins.op == Op.LS:
-                self.stat.send(pack_lanes(beats[::-1], LANE))  # columns M-1 first
+                self.stat.send(pack_lanes(beats[::-1], LANE_WIDTH))  # columns M-1 first
             else:
-                self.mov.send(pack_lanes(beats, LANE))
+                self.mov.send(pack_lanes(beats, LANE_WIDTH))
 
 
 async def run_program(dut, prog, *, stall, seed, check_timing):
-    rows, cols = prog.rows, prog.cols
-    tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed)
+    rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
+    tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed, tile_unit=unit)
     await tb.reset()
     tb.load(prog)
     expect = expected_outputs(prog)
@@ -128,7 +130,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     want_codes = []
     last_ls = None
     for s in prog.steps:
-        err = isa.check(s.ins, rows, cols, last_ls)
+        err = isa.check(s.ins, rows, cols, last_ls, tile_unit=unit)
         if err is None and s.ins.op == Op.LS:
             last_ls = s.ins
         if err is not None:
@@ -142,7 +144,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     if check_timing:
         from ncrtl.model.tensor_engine import timing
 
-        sched = timing.simulate(prog.instructions(), rows, cols)
+        sched = timing.simulate(prog.instructions(), rows, cols, tile_unit=unit)
         t0 = tb.accepted[0]
         want_out = [c for r in sched.records for c in r.outputs]
         tsb = Scoreboard("tensor_engine.output_cycles", "count, then cycles", bits=32)
@@ -169,7 +171,15 @@ def _program(seed, salt):
     # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
     max_n = int(min(isa.MAX_N, max(1, params.get("max_n", 96))))
     groups = max(1, count // (2 * max_n))
-    return random_program(rng, rows, cols, params["mode"], groups=groups, max_n=max_n)
+    return random_program(
+        rng,
+        rows,
+        cols,
+        params["mode"],
+        groups=groups,
+        max_n=max_n,
+        tile_unit=params.get("tile_unit", 32),
+    )
 
 
 @cocotb.test()
