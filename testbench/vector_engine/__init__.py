@@ -1,0 +1,1 @@
+"""cocotb testbenches of the Vector Engine units (``ncrtl.hdl.vector_engine``)."""
