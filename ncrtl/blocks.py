@@ -432,8 +432,13 @@ register(
 
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
-#: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.
-CORE_MODES = operations(max_transpose_bits=16)
+#: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.  The MX mode
+#: is not among them yet: the path's testbench and golden do not carry block scales.
+CORE_MODES = tuple(
+    op
+    for op in operations(max_transpose_bits=16)
+    if not get_mode(op.removeprefix("transpose_")).scale
+)
 
 
 def _make_core(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):

@@ -645,7 +645,7 @@ def _illegal_program(rng, R):
     ls = Instruction(Op.LS, Mode.FP16, k=3, m=2)
     mm = Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5)
     before = [
-        replace_ins(mm, mode=6),  # MODE
+        replace_ins(mm, mode=7),  # MODE (no row of the mode table)
         Instruction(Op.MM, Mode.FP16, k=3, m=2, n=5),  # NO_STATIONARY
         replace_ins(ls, fmt_s=1),  # FORMAT
         Instruction(Op.LS, Mode.DOUBLE_ROW, k=2, m=2, fmt_s=3),  # FORMAT (e3m4)

@@ -570,6 +570,8 @@ class TensorControl(wiring.Component):
                         mask.eq(msk),
                         mag.eq(msk & ~(1 << (get_format(name).bits - 1))),
                     ]
+            with m.Default():  # no format of that index (the instruction was rejected)
+                m.d.comb += [one.eq(1), mask.eq(0), mag.eq(0)]  # never a one
         any_bad, ones = [], []
         for r in range(self.rows):
             x = self.moving.payload[r * LANE_WIDTH : (r + 1) * LANE_WIDTH]

@@ -324,6 +324,8 @@ class PE(wiring.Component):
                 code, mask = one_code(f)
                 with m.Case(i):
                     m.d.comb += is_one.eq((x & mask) == code)
+            with m.Default():  # no format of that index: never a selection one
+                m.d.comb += is_one.eq(0)
         raw = Signal(LANE_WIDTH, name="raw_s")
         with m.Switch(tag.raw):
             for i, w in enumerate(RAW_WIDTHS[1:], start=1):

@@ -17,7 +17,14 @@ import numpy as np
 from amaranth.hdl import Const, Shape
 
 from ncrtl.hdl.tensor_engine.array import PE_MODULE, TILE_MODULE, PETile
-from ncrtl.hdl.tensor_engine.pe import LS_CTL_LAYOUT, PE, TAG_LAYOUT, tag_fields
+from ncrtl.hdl.tensor_engine.pe import (
+    DATA_WIDTH,
+    LANE_WIDTH,
+    LS_CTL_LAYOUT,
+    PE,
+    TAG_LAYOUT,
+    tag_fields,
+)
 from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import operation
@@ -25,7 +32,7 @@ from ncrtl.model.modes import operation
 __all__ = ["tile_stimulus", "build_tile_loop", "run_tile_loop", "OPERATIONS"]
 
 #: Operations ``ncrtl bench --only pe`` measures.
-OPERATIONS = ("bf16", "fp32", "fp8", "double_row", "transpose_bf16")
+OPERATIONS = ("bf16", "fp32", "fp8", "double_row", "mx", "transpose_bf16")
 
 _MAGIC = 0x4E435054  # "NCPT"
 
@@ -72,7 +79,10 @@ def tile_stimulus(op_name, size, cycles, seed=1):
     def words(fmt, n):
         if lanes == 1:
             return _codes(rng, fmt, n)
-        return sum(_codes(rng, fmt, n) << (8 * j) for j in range(lanes))
+        w = sum(_codes(rng, fmt, n) << (8 * j) for j in range(lanes))
+        if pe_mode.scale:  # E8M0 scales near 1.0 in bits [32, 40)
+            w = w | ((127 + rng.integers(-4, 5, n)) << DATA_WIDTH)
+        return w
 
     out = []
     for c in range(cycles):
@@ -90,9 +100,9 @@ def tile_stimulus(op_name, size, cycles, seed=1):
         psum = encode(rng.standard_normal(size), get_format("fp32")).astype(np.int64)
         out.append(
             {
-                "i_x": _pack(x, 32),
+                "i_x": _pack(x, LANE_WIDTH),
                 "i_tag": _pack([tag] * size, tag_bits),
-                "i_ls": _pack(words(fs, size), 32),
+                "i_ls": _pack(words(fs, size), LANE_WIDTH),
                 "i_ls_ctl": _pack([lsc] * size, lsc_bits),
                 "i_psum": _pack(psum, 32),
             }

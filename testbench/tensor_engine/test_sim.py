@@ -10,6 +10,7 @@ import numpy as np
 
 from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine.isa import Instruction, Op
+from ncrtl.model.tensor_engine.matmul import mx_row_scales
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.scoreboard import write_counters
 from ncrtl.testbench.tensor_engine.program import Program, Step, _selection, _values, tile_shape
@@ -22,10 +23,19 @@ def matmul_program(rows, cols, op_name, k, m, n, seed):
     rng = np.random.default_rng(seed)
     fs, fm = pe_mode.formats_s[0], pe_mode.formats_m[0]
     prog = Program(rows, cols)
+
+    def scale(x):
+        """MX: SBUF scale tensors near 1.0 in the quadrant layout, as PE rows see them."""
+        if not pe_mode.scale:
+            return None
+        sbuf = (127 + rng.integers(-4, 5, (k, x))).astype(np.uint8)
+        return mx_row_scales(sbuf, k)
+
     prog.steps.append(
         Step(
             Instruction(Op.LS, pe_mode.code, k=k, m=m, transpose=transpose),
             _values(rng, fs, tile_shape(pe_mode, k, m), special=0),
+            scale(m),
         )
     )
     x = (
@@ -33,7 +43,9 @@ def matmul_program(rows, cols, op_name, k, m, n, seed):
         if transpose
         else _values(rng, fm, tile_shape(pe_mode, k, n), special=0)
     )
-    prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, k=k, m=m, n=n, transpose=transpose), x))
+    prog.steps.append(
+        Step(Instruction(Op.MM, pe_mode.code, k=k, m=m, n=n, transpose=transpose), x, scale(n))
+    )
     return prog
 
 
