@@ -15,6 +15,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
+from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.model.core import chunk_flags, nc_matmul
 from ncrtl.model.modes import operation
 from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
@@ -33,7 +34,8 @@ from ncrtl.testbench.tensor_engine.program import (
     tile_shape,
 )
 
-LANE = 32
+#: Bits of one stationary / moving lane word (data, then the MX scale: 0 here).
+LANE = LANE_WIDTH
 
 
 def chunked_program(params, seed):
