@@ -8,7 +8,7 @@ the cocotb testbench that checks it against the golden model.  Groups name sets 
 from dataclasses import dataclass
 
 from ncrtl.hdl.tensor_engine import VERILATOR_CONFIG as TE_VERILATOR_CONFIG
-from ncrtl.model.modes import MODES, get_mode, operand_formats, operations
+from ncrtl.model.modes import MODES, get_mode, operand_formats, operation, operations
 
 __all__ = [
     "BlockError",
@@ -434,11 +434,7 @@ register(
 
 #: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.  The MX mode
 #: is not among them yet: the path's testbench and golden do not carry block scales.
-CORE_MODES = tuple(
-    op
-    for op in operations(max_transpose_bits=16)
-    if not get_mode(op.removeprefix("transpose_")).scale
-)
+CORE_MODES = tuple(op for op in operations(max_transpose_bits=16) if not operation(op)[0].scale)
 
 
 def _make_core(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):

@@ -30,7 +30,6 @@ from ncrtl.hdl.fp.unpack import Unpack
 from ncrtl.hdl.fp.xorwow import Xorwow, pack_state
 from ncrtl.hdl.verilog import convert
 from ncrtl.model.fp import (
-    QNAN,
     decode_fields,
     encode,
     fp32_add,
@@ -246,11 +245,9 @@ def golden_dot_add(psum, a, b, fa, fb, scale_exp=None, scale_nan=None):
         a_format=fa,
         b_format=fb,
         scale_exp=scale_exp,
+        scale_nan=scale_nan,
     )
-    out = out.view(np.uint32).astype(np.int64)
-    if scale_nan is not None:
-        out = np.where(scale_nan, QNAN["fp32"], out)
-    return out
+    return out.view(np.uint32).astype(np.int64)
 
 
 class DotAddCase:

@@ -42,7 +42,7 @@ from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
 from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
 from ncrtl.testbench.lint import lint_verilog, synth_check
-from ncrtl.testbench.tensor_engine.program import tile_shape
+from ncrtl.testbench.tensor_engine.program import lane_words, random_scales, tile_shape
 from tests.test_hdl_fp import FP32_CORNERS, corner_codes, golden_dot_add, random_codes
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -463,14 +463,9 @@ def tile_beats(ins, tile, rows, scale=None):
     or with ``scale`` an MX tile ``[K, X, 4]``: value ``j`` in bits ``[8j, 8j+8)``, the row's
     scale ``scale[k, x]`` in bits ``[32, 40)``): lane ``tile_row + k`` of beat ``x`` holds
     element ``k``; LS beats go columns M-1 first."""
-    t = np.asarray(tile).astype(np.int64)
-    if scale is not None:
-        t = sum(t[:, :, j] << (8 * j) for j in range(t.shape[2]))
-        t = t | (np.asarray(scale).astype(np.int64) << 32)
-    elif t.ndim == 3:
-        t = sum(t[:, j, :] << (8 * j) for j in range(t.shape[1]))
-    beats = np.zeros((t.shape[1], rows), dtype=np.int64)
-    beats[:, ins.tile_row : ins.tile_row + t.shape[0]] = t.T
+    words = lane_words(tile, scale)  # [X, K]
+    beats = np.zeros((words.shape[0], rows), dtype=np.int64)
+    beats[:, ins.tile_row : ins.tile_row + words.shape[1]] = words
     if ins.op == Op.LS:
         beats = beats[::-1]
     return [list(b) for b in beats]
@@ -505,13 +500,6 @@ def _as_dtype(codes, fmt):
     )
 
 
-def _mx_scales(rng, shape):
-    """E8M0 bytes around 127, with the extremes (0, 254) and NaN (255) mixed in."""
-    sc = 127 + rng.integers(-5, 6, shape)
-    sc = np.where(rng.random(shape) < 0.08, rng.choice([0, 1, 200, 254, 255], shape), sc)
-    return sc.astype(np.uint8)
-
-
 def make_program(
     rng,
     rows,
@@ -534,7 +522,7 @@ def make_program(
     mode, names = pe_mode.code, pe_mode.formats_s
     shape = lambda k, x: tile_shape(pe_mode, k, x)  # noqa
     k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
-    scales = (lambda x: _mx_scales(rng, x)) if pe_mode.scale else (lambda x: None)  # noqa
+    scales = (lambda x: random_scales(rng, x, special=0.08)) if pe_mode.scale else (lambda x: None)  # noqa
     program, expected = [], []
     for g in range(groups):
         r0, tr, c0, tc = tiles[g % len(tiles)]

@@ -201,6 +201,23 @@ def test_dot_add_scaled_vs_rational(fa, k):
     )
 
 
+def test_dot_add_scale_nan():
+    """A NaN block scale gives the canonical NaN where it is set and changes nothing elsewhere
+    (broadcast over the output like ``scale_exp``)."""
+    rng = np.random.default_rng(12)
+    n = 64
+    psum = _psum_bits(rng, n).view(np.float32)
+    a = from_bits(_random_operands(rng, "fp8_e5m2", (n, 4)), "fp8_e5m2")
+    b = from_bits(_random_operands(rng, "fp4_e2m1fn", (n, 4)), "fp4_e2m1fn")
+    se = rng.integers(-20, 21, n)
+    nan = rng.random(n) < 0.3
+    plain = fp32_dot_add(psum, a, b, scale_exp=se).view(np.uint32)
+    got = fp32_dot_add(psum, a, b, scale_exp=se, scale_nan=nan).view(np.uint32)
+    assert (got[nan] == QNAN["fp32"]).all() and (got[~nan] == plain[~nan]).all()
+    everywhere = fp32_dot_add(psum, a, b, scale_exp=se, scale_nan=True).view(np.uint32)
+    assert (everywhere == QNAN["fp32"]).all()
+
+
 def test_dot_add_adversarial_vs_rational():
     """Ties, cancellation, overflow, underflow and huge exponent gaps, built on purpose."""
     f32 = lambda v: np.array(v, dtype=np.float64).astype(np.float32).view(np.uint32)

@@ -108,7 +108,7 @@ def exact_sum_round(terms, fmt="fp32"):
     return round_to_format(s, f, rs)
 
 
-def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None):
+def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None, scale_nan=None):
     """Fused dot-product-add: ``round_fp32(psum + 2**scale_exp * sum_k a[..., k] * b[..., k])``.
 
     Parameters
@@ -123,6 +123,9 @@ def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None):
     scale_exp : int or ndarray of int, optional
         Power-of-two exponent applied to the sum of products (MX: the sum of the two unbiased
         E8M0 scale exponents), broadcastable to ``a.shape[:-1]``; ``|scale_exp| <= 600``.
+    scale_nan : bool or ndarray of bool, optional
+        A block scale is NaN (E8M0 0xFF), broadcastable to ``a.shape[:-1]``: the result is
+        the canonical NaN ``0x7FC00000`` there (``scale_exp`` is not read there).
 
     Returns
     -------
@@ -166,7 +169,11 @@ def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None):
         prods = np.ldexp(prods, se.astype(np.int32)[..., None])
     terms = [np.broadcast_to(decode(psum).astype(np.float64), shape)]
     terms += [np.broadcast_to(prods[..., i], shape) for i in range(prods.shape[-1])]
-    return exact_sum_round(terms, _FP32).view(np.float32)
+    out = exact_sum_round(terms, _FP32)
+    if scale_nan is not None:
+        out = np.where(np.broadcast_to(np.asarray(scale_nan, bool), shape), QNAN["fp32"], out)
+        out = out.astype(np.uint32)
+    return out.view(np.float32)
 
 
 def fp32_add(x, y):

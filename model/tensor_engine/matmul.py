@@ -31,6 +31,7 @@ __all__ = [
     "matmul_mx",
     "matmul_mx_rows",
     "mx_row_scales",
+    "mx_scale_partition",
     "mx_scale_partitions",
     "MX_GROUP_PARTITIONS",
     "QUADRANT",
@@ -55,9 +56,6 @@ MX_GROUP_PARTITIONS = 8
 #: Partitions of an SBUF quadrant; each holds the scales of its 32 data partitions in its first
 #: ``QUADRANT // MX_GROUP_PARTITIONS`` = 4 partitions.
 QUADRANT = 32
-
-#: Canonical FP32 NaN of the datapath.
-_QNAN = np.uint32(0x7FC00000).view(np.float32)
 
 #: Accepted ``perf_mode`` values (None: one product per PE step).
 PERF_MODES = (None,) + tuple(m.perf_mode for m in ENGINE_MODES if m.perf_mode)
@@ -255,9 +253,7 @@ def _validate(
     tile_unit=32,
 ):
     """Check every rule; return ``(s, fs, x, fm, mode, (K, M, N))``."""
-    for name, v in (("rows", rows), ("cols", cols)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise InstructionError(f"{name} must be a positive integer, got {v!r}")
+    _array_size(rows, cols, tile_unit)
     s, fs = _operand(stationary, stationary_format, "stationary")
     x, fm = _operand(moving, moving_format, "moving")
     mode, fmt_s, fmt_m = mode_of(fs, fm, perf_mode)
@@ -272,20 +268,42 @@ def _validate(
         raise InstructionError(
             f"operand shapes must be {want}, got stationary {s.shape} and moving {x.shape}"
         )
+    k, m, n = s.shape[0], s.shape[-1], x.shape[-1]
+    _check_pair(
+        (mode, fmt_s, fmt_m, bool(is_transpose)),
+        s,
+        x,
+        (m, n),
+        tile_position,
+        tile_size,
+        rows,
+        cols,
+        tile_unit,
+    )
+    return s, fs, x, fm, mode, (k, m, n)
+
+
+def _array_size(rows, cols, tile_unit):
+    for name, v in (("rows", rows), ("cols", cols), ("tile_unit", tile_unit)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InstructionError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit):
+    """The rules of the LS + MM pair of one call: ``op`` = ``(mode, fmt_s, fmt_m,
+    transpose)``, ``s`` / ``x`` the operands (same K), ``mn`` = ``(M, N)``; raises
+    :class:`InstructionError` with :func:`isa.check`'s message and code."""
     if s.shape[0] != x.shape[0]:
         raise InstructionError(
             f"stationary and moving must have the same K (partitions), got "
             f"stationary {s.shape} and moving {x.shape}"
         )
-    k, m, n = s.shape[0], s.shape[-1], x.shape[-1]
-    ls, mm = _instructions(
-        mode, fmt_s, fmt_m, k, m, n, bool(is_transpose), tile_position, tile_size
-    )
+    mode, fmt_s, fmt_m, transpose = op
+    ls, mm = _instructions(mode, fmt_s, fmt_m, s.shape[0], *mn, transpose, tile_position, tile_size)
     for ins, st in ((ls, None), (mm, ls)):
         bad = check(ins, rows, cols, st, tile_unit=tile_unit)
         if bad is not None:
             raise InstructionError(bad[1], bad[0])
-    return s, fs, x, fm, mode, (k, m, n)
 
 
 def matmul(
@@ -408,11 +426,16 @@ def _transpose(s, fs, x, fm):
     return out.astype(np.uint32 if fs.container_bits == 32 else np.uint16)
 
 
-def mx_scale_partitions(k):
-    """Scale partition of each data partition ``p < k`` (the quadrant layout of seed 001):
-    ``32 * (p // 32) + (p % 32) // 8``, as an int array ``[k]``."""
-    p = np.arange(k)
+def mx_scale_partition(p):
+    """Scale partition of data partition ``p`` (int or int array), the quadrant layout of seed
+    001 that the MX matmul reads and QuantizeMX writes: ``32 * (p // 32) + (p % 32) // 8``."""
+    p = np.asarray(p)
     return QUADRANT * (p // QUADRANT) + (p % QUADRANT) // MX_GROUP_PARTITIONS
+
+
+def mx_scale_partitions(k):
+    """:func:`mx_scale_partition` of every data partition ``p < k``, as an int array ``[k]``."""
+    return mx_scale_partition(np.arange(k))
 
 
 def mx_row_scales(scale, k, what="scale"):
@@ -473,11 +496,6 @@ def matmul_mx_rows(
     :func:`isa.check` (32 on the hardware)."""
     s, fs = _mx_operand(stationary, "stationary")
     x, fm = _mx_operand(moving, "moving")
-    if s.shape[0] != x.shape[0]:
-        raise InstructionError(
-            f"stationary and moving must have the same K (partitions), got "
-            f"stationary {s.shape} and moving {x.shape}"
-        )
     k, m, n = s.shape[0], s.shape[1], x.shape[1]
     for what, sc, free in (
         ("stationary_scale", stationary_scale, m),
@@ -488,16 +506,19 @@ def matmul_mx_rows(
             raise InstructionError(
                 f"{what} (per PE row) must be uint8 [{k}, {free}], got {sc.dtype} {sc.shape}"
             )
-    for name, v in (("rows", rows), ("cols", cols), ("tile_unit", tile_unit)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise InstructionError(f"{name} must be a positive integer, got {v!r}")
-    mode = Mode(MX_MODE.code)
+    _array_size(rows, cols, tile_unit)
     fmt_s, fmt_m = MX_MODE.formats_s.index(fs.name), MX_MODE.formats_m.index(fm.name)
-    ls, mm = _instructions(mode, fmt_s, fmt_m, k, m, n, False, tile_position, tile_size)
-    for ins, st in ((ls, None), (mm, ls)):
-        bad = check(ins, rows, cols, st, tile_unit=tile_unit)
-        if bad is not None:
-            raise InstructionError(bad[1], bad[0])
+    _check_pair(
+        (Mode(MX_MODE.code), fmt_s, fmt_m, False),
+        s,
+        x,
+        (m, n),
+        tile_position,
+        tile_size,
+        rows,
+        cols,
+        tile_unit,
+    )
     ss = np.asarray(stationary_scale).astype(np.int32)
     xs = np.asarray(moving_scale).astype(np.int32)
     p = np.zeros((m, n), dtype=np.float32)
@@ -505,14 +526,14 @@ def matmul_mx_rows(
     for i in range(k):
         nan = (ss[i][:, None] == 0xFF) | (xs[i][None, :] == 0xFF)
         exp = (ss[i][:, None] - 127) + (xs[i][None, :] - 127)
+        # A NaN scale makes the step NaN; the chain carries it to the output.
         p = fp32_dot_add(
             p,
             np.broadcast_to(s[i][:, None, :], shape),
             np.broadcast_to(x[i][None, :, :], shape),
             scale_exp=np.where(nan, 0, exp),
+            scale_nan=nan,
         )
-        # A NaN scale makes the step NaN; the chain carries it to the output.
-        p = np.where(nan, _QNAN, p)
     return p
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ncrtl.model.fp import QNAN, Format, decode, encode, from_bits, get_format, round_to_format
 from ncrtl.model.fp.formats import format_of_dtype
+from ncrtl.model.tensor_engine.matmul import MX_GROUP_PARTITIONS, QUADRANT, mx_scale_partition
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -49,11 +50,9 @@ ELEMENT_FORMATS = ("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn")
 #: Scale rules; the index is the RTL's ``scale_rule`` code.
 SCALE_RULES = ("trn3", "ocp")
 
-#: A group: 8 partitions x 4 consecutive free elements.
-GROUP_ROWS, GROUP_COLS = 8, 4
+#: A group: 8 partitions (the MX matmul's scale group) x 4 consecutive free elements.
+GROUP_ROWS, GROUP_COLS = MX_GROUP_PARTITIONS, 4
 GROUP_SIZE = GROUP_ROWS * GROUP_COLS
-#: Partitions per SBUF quadrant; each quadrant holds the scales of its 4 groups in 4 partitions.
-QUADRANT = 32
 #: The E8M0 NaN: the scale of a group holding NaN or Inf.
 SCALE_NAN = 0xFF
 
@@ -117,10 +116,8 @@ def group_nan_code(fmt):
     return QNAN[fmt.name] if fmt.has_nan else 0
 
 
-def scale_partition(p):
-    """Scale partition of data partition ``p``: ``32 * (p // 32) + (p % 32) // 8``."""
-    p = np.asarray(p)
-    return QUADRANT * (p // QUADRANT) + (p % QUADRANT) // GROUP_ROWS
+#: Scale partition of data partition ``p``: the MX matmul's layout, one definition for both.
+scale_partition = mx_scale_partition
 
 
 def _source(values, what):

@@ -34,9 +34,6 @@ from ncrtl.testbench.tensor_engine.program import (
     tile_shape,
 )
 
-#: Bits of one stationary / moving lane word (data, then the MX scale: 0 here).
-LANE = LANE_WIDTH
-
 
 def chunked_program(params, seed):
     """``[(ls, stationary codes, mm, moving codes, Write)]`` of the block parameters."""
@@ -141,7 +138,9 @@ class MatmulCoreTB:
                 lanes = lane_words(tile)  # [X, K]
                 beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
                 beats[:, : lanes.shape[1]] = lanes.astype(np.uint64)
-                src.send(pack_lanes(beats[::-1] if rev else beats, LANE))  # LS: columns M-1 first
+                src.send(
+                    pack_lanes(beats[::-1] if rev else beats, LANE_WIDTH)
+                )  # LS: columns M-1 first
             self.pinstr.send([psum_encode(w)])
         self.instr.send(words)
 

@@ -15,7 +15,7 @@ from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 
-__all__ = ["Step", "Program", "random_program", "lane_words", "tile_shape"]
+__all__ = ["Step", "Program", "random_program", "random_scales", "lane_words", "tile_shape"]
 
 
 def tile_shape(pe_mode, k, x):
@@ -76,13 +76,14 @@ def lane_words(tile, scale=None):
     return t.T
 
 
-def _scales(rng, shape):
-    """Random E8M0 scale bytes: mostly within a few binades of 1.0 (127), some extremes
-    (0, 254: sums far below and above the FP32 range) and a rare NaN (255)."""
+def random_scales(rng, shape, special=0.02):
+    """Random E8M0 scale bytes: mostly within a few binades of 1.0 (127), a fraction
+    ``special`` of extremes (0, 254: sums far below and above the FP32 range) and NaNs (255),
+    one NaN to six extremes."""
     sc = 127 + rng.integers(-6, 7, shape)
     pick = rng.random(shape)
-    sc = np.where(pick < 0.02, rng.choice([0, 1, 60, 200, 253, 254], shape), sc)
-    sc = np.where(pick > 0.997, 255, sc)
+    sc = np.where(pick < special, rng.choice([0, 1, 60, 200, 253, 254], shape), sc)
+    sc = np.where(pick > 1 - special / 6, 255, sc)
     return sc.astype(np.uint8)
 
 
@@ -154,7 +155,7 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
             fm = fs
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         s_fmt, m_fmt = ls.formats
-        scale = (lambda x: _scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
+        scale = (lambda x: random_scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
         prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m)), scale(m)))
         for _ in range(int(rng.integers(1, 4))):
             n = int(rng.integers(1, max_n + 1))
