@@ -32,6 +32,7 @@ __all__ = [
     "ENGINE_MODES",
     "FP8_FORMATS",
     "MX_FORMATS",
+    "MX_DTYPES",
     "get_mode",
     "mode_by_code",
     "operand_formats",
@@ -46,6 +47,10 @@ FP8_FORMATS = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4")
 
 #: The element formats of the MX mode (OCP MXFP8 / MXFP4), in fmt-field order.
 MX_FORMATS = ("fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1fn")
+
+#: The MX data types by their OCP names (``mxfp8_e4m3fn``, ``mxfp8_e5m2``, ``mxfp4_e2m1fn``): the
+#: element format of each.
+MX_DTYPES = {f"mx{f}": f for f in MX_FORMATS}
 
 #: Tile sizes of the row and column tiling modes (2 x 64 on NeuronCore-v2+, 4 x 32 on v3+).
 TILE_SIZES = (32, 64)
@@ -86,6 +91,10 @@ class PeMode:
         tiles are scaled down (``tile_unit`` < 32) scales it alike (:meth:`k_step`).
     m_multiple : int
         M (stationary free size) must be a multiple of this (MX: 2).
+    max_n, max_n_bf16 : int
+        Largest moving free size N of one MultiplyMoving whose result PSUM accumulates in FP32
+        (``max_n``: one 2 KiB bank row of FP32, 512) and in BF16 (``max_n_bf16``: the instruction's
+        ``bf16_out``; MX: 1024, a bank row of BF16).
     """
 
     name: str
@@ -102,6 +111,8 @@ class PeMode:
     perf_mode: object = None
     k_multiple: int = 1
     m_multiple: int = 1
+    max_n: int = 512
+    max_n_bf16: int = 512
 
     def __post_init__(self):
         for side in (self.formats_s, self.formats_m):
@@ -134,6 +145,11 @@ class PeMode:
     def macs_per_cycle(self, rows, cols):
         """Peak MACs per cycle of a ``rows x cols`` array in this mode."""
         return rows * cols * self.products / self.beat_interval
+
+    def n_limit(self, bf16_out=False):
+        """Largest N of a MultiplyMoving whose result goes to FP32 (or, ``bf16_out``, BF16)
+        PSUM."""
+        return self.max_n_bf16 if bf16_out else self.max_n
 
     def k_step(self, tile_unit=32):
         """The K granule on an engine whose tile sizes are ``tile_unit`` and ``2 * tile_unit``
@@ -174,6 +190,7 @@ MODES = (
         col_tiles=(),
         k_multiple=32,
         m_multiple=2,
+        max_n_bf16=1024,
     ),
 )
 

@@ -364,9 +364,10 @@ register(
                 "max_n",
                 int,
                 96,
-                "largest moving free size N of the conformance program",
+                "largest moving free size N of the conformance program (above 512: MX "
+                "instructions with a BF16 result)",
                 minimum=1,
-                maximum=512,
+                maximum=1024,
             ),
             Param(
                 "block",
@@ -432,38 +433,71 @@ register(
 
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
-#: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.  The MX mode
-#: is not among them yet: the path's testbench and golden do not carry block scales.
-CORE_MODES = tuple(op for op in operations(max_transpose_bits=16) if not operation(op)[0].scale)
+#: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.
+CORE_MODES = operations(max_transpose_bits=16)
 
 
-def _make_core(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
+def _make_core(
+    rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
+):
     from ncrtl.hdl.core.top import MatmulCore
     from ncrtl.hdl.tensor_engine.array import default_block
 
-    if block and (rows % block or cols % block or 32 % block):
+    if block and (rows % block or cols % block or tile_unit % block):
         raise BlockError(
             f"core: parameter block={block} must divide rows={rows}, cols={cols} "
-            f"and the column tile granule 32"
+            f"and the column tile granule tile_unit={tile_unit}"
+        )
+    if cols > 4 * tile_unit:
+        raise BlockError(
+            f"core: parameter tile_unit={tile_unit} is too small for cols={cols} "
+            f"(column tiles start at multiples of tile_unit; at most 4 per row)"
         )
     if bank >= banks:
         raise BlockError(
             f"core: parameter bank={bank} is out of range; PSUM has banks 0..{banks - 1}"
         )
-    cap = bank_bytes // 4 * (1 if psum == "fp32" and not mode.startswith("transpose") else 2)
+    pe_mode, transpose = operation(mode)
+    if pe_mode.k_step(tile_unit) > rows or rows % pe_mode.k_step(tile_unit):
+        raise BlockError(
+            f"core: mode={mode} needs K = rows={rows} to be a multiple of "
+            f"{pe_mode.k_step(tile_unit)} partitions at tile_unit={tile_unit} "
+            f"(set tile_unit to a divisor of rows)"
+        )
+    if cols % pe_mode.m_multiple:
+        raise BlockError(f"core: mode={mode} needs M = cols={cols} to be even")
+    cap = bank_bytes // 4 * (1 if psum == "fp32" and not transpose else 2)
     if n > cap:
         raise BlockError(
             f"core: parameter n={n} does not fit a bank row of {cap} "
-            f"{psum if not mode.startswith('transpose') else 'raw16'} values "
+            f"{psum if not transpose else 'raw16'} values "
             f"(bank_bytes={bank_bytes})"
+        )
+    limit = pe_mode.n_limit(psum == "bf16" and not transpose)
+    if n > limit:
+        raise BlockError(
+            f"core: parameter n={n} is above the {mode} limit of {limit} with a {psum} result"
         )
     if rounding == "sr" and psum != "bf16":
         raise BlockError("core: parameter rounding=sr needs psum=bf16")
-    return MatmulCore(rows, cols, banks, bank_bytes, block=block or default_block(rows, cols, 32))
+    return MatmulCore(
+        rows,
+        cols,
+        banks,
+        bank_bytes,
+        tile_unit=tile_unit,
+        block=block or default_block(rows, cols, tile_unit),
+    )
 
 
-def _core_top(rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block):
-    return f"matmul_core_{rows}x{cols}_{banks}x{bank_bytes}" + (f"_b{block}" if block else "")
+def _core_top(
+    rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
+):
+    return (
+        f"matmul_core_{rows}x{cols}_{banks}x{bank_bytes}"
+        + (f"_b{block}" if block else "")
+        + (f"_u{tile_unit}" if tile_unit != 32 else "")
+    )
 
 
 register(
@@ -492,7 +526,14 @@ register(
                 minimum=1,
                 maximum=64,
             ),
-            Param("n", int, 64, "moving free size N of each matmul", minimum=1, maximum=512),
+            Param(
+                "n",
+                int,
+                64,
+                "moving free size N of each matmul (MX with psum=bf16: up to 1024)",
+                minimum=1,
+                maximum=1024,
+            ),
             Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15),
             Param(
                 "block",
@@ -500,6 +541,14 @@ register(
                 0,
                 "PEs per side of the Verilog tile module (0: the default)",
                 choices=(0, 1, 2, 4, 8, 16, 32),
+            ),
+            Param(
+                "tile_unit",
+                int,
+                32,
+                "Tensor Engine tile sizes tile_unit and 2 x tile_unit, MX K granule tile_unit "
+                "(32 on the hardware; mx on arrays under 32 rows needs it at most rows)",
+                choices=(1, 2, 4, 8, 16, 32),
             ),
         ),
         _make_core,
@@ -527,12 +576,15 @@ GROUPS = {
         ("pe_array", {"rows": r, "cols": c, "mode": m, **({"tile_unit": r} if m == "mx" else {})})
         for m in TE_MODES
         for r, c in ((4, 4), (8, 8))
-    ],
+    ]
+    # MX with a BF16 result reaches N = 1024.
+    + [("pe_array", {"rows": 4, "cols": 4, "mode": "mx", "tile_unit": 4, "max_n": 1024})],
     "psum": [
         ("psum", {"partitions": p, "banks": b, "bank_bytes": n})
         for p, b, n in ((4, 4, 64), (8, 8, 128), (16, 8, 2048))
     ],
-    # K = 4 x 8 = 32 as four accumulated matmuls on an 8 x 8 engine, in FP32 and BF16 PSUM.
+    # K = 4 x 8 = 32 as four accumulated matmuls on an 8 x 8 engine, in FP32 and BF16 PSUM (MX:
+    # tile_unit 8, so that K = 8 is a whole number of scale groups).
     "core": [
         (
             "core",
@@ -545,6 +597,7 @@ GROUPS = {
                 "psum": p,
                 "rounding": r,
                 "bank": 2,
+                **({"tile_unit": 8} if m == "mx" else {}),
             },
         )
         for m, p, r in (
@@ -554,7 +607,27 @@ GROUPS = {
             ("fp32", "fp32", "rne"),
             ("double_row", "fp32", "rne"),
             ("fp8", "bf16", "sr"),
+            ("mx", "fp32", "rne"),
+            ("mx", "bf16", "rne"),
+            ("mx", "bf16", "sr"),
             ("transpose_bf16", "fp32", "rne"),
+        )
+    ]
+    # MX into BF16 PSUM with N = 1024: a whole 2 KiB bank row of BF16.
+    + [
+        (
+            "core",
+            {
+                "rows": 4,
+                "cols": 4,
+                "banks": 2,
+                "bank_bytes": 2048,
+                "mode": "mx",
+                "psum": "bf16",
+                "chunks": 2,
+                "n": 1024,
+                "tile_unit": 4,
+            },
         )
     ],
 }

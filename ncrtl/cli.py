@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from . import blocks
+from .model.modes import MX_DTYPES, operation
 
 __all__ = ["main"]
 
@@ -116,9 +117,17 @@ def _cmd_sim(args):
 
     if args.what != "matmul":
         raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
+    if args.dtype in MX_DTYPES:
+        return _sim_mx(args)
+    if args.moving_dtype is not None:
+        raise UsageError(
+            f"--moving-dtype applies to the MX dtypes ({', '.join(MX_DTYPES)}), not to "
+            f"--dtype {args.dtype}"
+        )
     if args.dtype not in blocks.TE_MODES:
         raise UsageError(
-            f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(blocks.TE_MODES)}"
+            f"--dtype {args.dtype!r} is not allowed; allowed: "
+            f"{', '.join(blocks.TE_MODES + tuple(MX_DTYPES))}"
         )
     if args.psum is not None:
         from ncrtl.testbench.core.simulate import sim_matmul_psum
@@ -138,8 +147,12 @@ def _cmd_sim(args):
                 f"--m {args.m} must equal --cols {args.cols} with --psum (every "
                 f"partition of the bank is written)"
             )
-        if not 1 <= args.n <= 512:
-            raise UsageError(f"--n {args.n} must be in 1..512")
+        pe_mode, transpose = operation(args.dtype)
+        limit = pe_mode.n_limit(args.psum == "bf16" and not transpose)
+        if not 1 <= args.n <= limit:
+            raise UsageError(
+                f"--n {args.n} must be in 1..{limit} ({args.dtype} into {args.psum} PSUM)"
+            )
         return sim_matmul_psum(
             rows=args.rows,
             cols=args.cols,
@@ -163,6 +176,48 @@ def _cmd_sim(args):
         k=args.k,
         m=args.m,
         n=args.n,
+        seed=args.seed,
+        waves=args.waves,
+    )
+
+
+def _sim_mx(args):
+    """``ncrtl sim matmul --dtype mxfp8_*|mxfp4_*``: the QuantizeMX + MX matmul chain."""
+    from ncrtl.testbench.tensor_engine.simulate import sim_matmul_mx
+
+    moving = args.moving_dtype or args.dtype
+    if moving not in MX_DTYPES:
+        raise UsageError(
+            f"--moving-dtype {moving!r} is not an MX dtype; allowed: {', '.join(MX_DTYPES)}"
+        )
+    if args.psum is not None or args.rounding != "rne":
+        raise UsageError(
+            "--psum and --rounding do not apply to the MX chain; --dtype mx --psum fp32|bf16 "
+            "runs MX matmuls into PSUM"
+        )
+    if args.rows < 32 or args.rows % 32:
+        raise UsageError(
+            f"--rows {args.rows}: the MX chain needs a multiple of 32 rows (QuantizeMX groups "
+            f"and the scale quadrants span 32 partitions)"
+        )
+    if not 1 <= args.k <= args.rows or args.k % 32:
+        raise UsageError(
+            f"--k {args.k} partitions must be a multiple of 32 in 32..{args.rows} (the "
+            f"contraction is 4 x K)"
+        )
+    if not 2 <= args.m <= args.cols or args.m % 2:
+        raise UsageError(f"--m {args.m} must be even and in 2..{args.cols}")
+    if not 1 <= args.n <= 512:
+        raise UsageError(f"--n {args.n} must be in 1..512")
+    return sim_matmul_mx(
+        rows=args.rows,
+        cols=args.cols,
+        dtype=args.dtype,
+        moving_dtype=moving,
+        k=args.k,
+        m=args.m,
+        n=args.n,
+        scale_rule=args.scale_rule,
         seed=args.seed,
         waves=args.waves,
     )
@@ -235,7 +290,20 @@ def build_parser():
         default="bf16",
         metavar="OPERATION",
         help=f"a mode's matmul or transpose (default bf16): "
-        f"{', '.join(blocks.TE_MODES)}; with --psum: {', '.join(blocks.CORE_MODES)}",
+        f"{', '.join(blocks.TE_MODES)}; with --psum: {', '.join(blocks.CORE_MODES)}; or an MX "
+        f"dtype ({', '.join(MX_DTYPES)}): BF16 inputs quantized by the RTL QuantizeMX, then the "
+        f"MX matmul, with the error against float64 (K partitions: a multiple of 32)",
+    )
+    s.add_argument(
+        "--moving-dtype",
+        metavar="MXDTYPE",
+        help="the moving side's MX dtype (default: --dtype); the sides may differ",
+    )
+    s.add_argument(
+        "--scale-rule",
+        choices=("trn3", "ocp"),
+        default="trn3",
+        help="QuantizeMX scale rule of the MX chain (default trn3)",
     )
     s.add_argument("--k", type=int, default=128)
     s.add_argument("--m", type=int, default=128)

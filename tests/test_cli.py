@@ -1,5 +1,6 @@
 """The ``ncrtl`` command line: Verilog generation, errors on bad input, a small conformance run."""
 
+import re
 import subprocess
 import sys
 from xml.etree import ElementTree
@@ -59,6 +60,36 @@ def test_verilog_writes_a_module(tmp_path, capsys):
             "--param is not accepted with the group 'fp'",
         ),
         (["conformance", "fp.add", "--count", "0"], "--count must be >= 1, got 0"),
+        (
+            ["sim", "matmul", "--dtype", "mxfp8_e5m2", "--rows", "16", "--cols", "16"],
+            "--rows 16: the MX chain needs a multiple of 32 rows",
+        ),
+        (
+            ["sim", "matmul", "--dtype", "mxfp4_e2m1fn", "--k", "48"],
+            "--k 48 partitions must be a multiple of 32 in 32..128",
+        ),
+        (["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--m", "7"], "--m 7 must be even"),
+        (["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--n", "513"], "--n 513 must be in 1..512"),
+        (
+            ["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--moving-dtype", "bf16"],
+            "--moving-dtype 'bf16' is not an MX dtype; allowed: mxfp8_e4m3fn, mxfp8_e5m2",
+        ),
+        (
+            ["sim", "matmul", "--dtype", "bf16", "--moving-dtype", "mxfp8_e5m2"],
+            "--moving-dtype applies to the MX dtypes",
+        ),
+        (
+            ["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--psum", "bf16"],
+            "--psum and --rounding do not apply to the MX chain",
+        ),
+        (
+            ["sim", "matmul", "--dtype", "mx", "--psum", "fp32", "--n", "1024"],
+            "--n 1024 must be in 1..512 (mx into fp32 PSUM)",
+        ),
+        (
+            ["sim", "matmul", "--dtype", "bf16", "--psum", "bf16", "--n", "1024"],
+            "--n 1024 must be in 1..512 (bf16 into bf16 PSUM)",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(argv, message, capsys):
@@ -85,3 +116,17 @@ def test_conformance_run_writes_junit(tmp_path, capsys):
     assert "add.fp32" in out and "PASS" in out and "0 mismatches" in out
     suite = ElementTree.parse(junit).getroot()
     assert suite.get("tests") == "1" and suite.get("failures") == "0"
+
+
+@pytest.mark.sim
+def test_sim_matmul_mx_chain(capsys):
+    """BF16 tiles through the RTL QuantizeMX, then the MX matmul on a 32 x 32 RTL engine: both
+    bit for bit with the golden chain, and the error against float64 printed."""
+    argv = ["sim", "matmul", "--rows", "32", "--cols", "32", "--k", "32", "--m", "8", "--n", "16"]
+    assert main(argv + ["--dtype", "mxfp8_e4m3fn", "--moving-dtype", "mxfp4_e2m1fn"]) == 0
+    out = capsys.readouterr().out
+    assert "quantize_mx.moving.data: 2049 compared, 0 mismatches" in out
+    assert "RTL result vs the golden chain (quantize_mx, matmul_mx): 0 mismatching words" in out
+    err = re.search(r"float64 matmul of the BF16 inputs: ([0-9.e+-]+) \(Frobenius", out)
+    assert err and 0.01 < float(err.group(1)) < 0.5, out
+    assert "result MATCHES" in out

@@ -3,8 +3,8 @@
 one PSUM group, read back bit for bit.
 
 The ``core`` group (8 x 8 engine, K = 32 as four matmuls, FP32 and BF16 PSUM with RNE and SR,
-bf16 / fp32 / fp8 / double_row / transpose) runs in ``make test`` with random stalls and
-backpressure; the full 128 x 128 engine with a 128-partition PSUM and K = 512 runs in the slow
+bf16 / fp32 / fp8 / double_row / mx / transpose, and MX into a whole BF16 bank row of N = 1024 on
+a 4 x 4 engine) runs in ``make test`` with random stalls and backpressure; the full 128 x 128 engine with a 128-partition PSUM and K = 512 runs in the slow
 suite.
 """
 
@@ -17,7 +17,9 @@ CONFIGS = [p for _, p in blocks.GROUPS["core"]]
 
 
 def _id(p):
-    return f"{p['mode']}-{p['psum']}-{p['rounding']}"
+    return f"{p['mode']}-{p['psum']}-{p.get('rounding', 'rne')}" + (
+        f"-n{p['n']}" if "n" in p else ""
+    )
 
 
 def _check(res, vectors):

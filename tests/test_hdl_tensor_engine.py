@@ -771,8 +771,9 @@ def test_engine_mx():
     """The MX mode on a 4 x 4 engine of tile_unit 2 (K a multiple of 2, M even): every format
     pair, per-row E8M0 scales with extremes and NaN, the scaled fused sum against
     ``matmul_mx_rows`` bit for bit and the timing model cycle for cycle; then its rules:
-    K not a multiple of the granule, odd M, column tiling (K_RANGE, M_RANGE, TILE), and the
-    engine working afterwards."""
+    K not a multiple of the granule, odd M, column tiling (K_RANGE, M_RANGE, TILE), N above 512
+    with an FP32 result, above 1024 with a BF16 one, above 512 in another mode whatever its
+    result (N_RANGE), and the engine working afterwards."""
     te = TensorEngine(4, 4, instance=False, tile_unit=2)
     rng = np.random.default_rng(33)
     program, expected = make_program(rng, 4, 4, "mx", groups=4, max_n=6, errors=False, tile_unit=2)
@@ -783,9 +784,22 @@ def test_engine_mx():
         replace_ins(ls, tile_col=2, tile_cols=2),
     ]
     program[1:1] = [(b, []) for b in bad]
+    # N up to 1024 with a BF16 result (bf16_out), 512 with an FP32 one; 1024 is MX's alone.  (A
+    # legal MM of N > 512 runs in the cocotb conformance, where 1024 beats are quick.)
+    ls = program[0][0]
+    mm = Instruction(Op.MM, Mode.MX, k=ls.k, m=ls.m, n=513, fmt_s=ls.fmt_s, fmt_m=ls.fmt_m)
+    program[1:1] = [
+        (mm, []),
+        (replace_ins(mm, n=1025, bf16_out=True), []),
+        (replace_ins(mm, mode=Mode.BF16, fmt_s=0, fmt_m=0, bf16_out=True), []),  # not MX: 512
+    ]
     (ev,) = run_engine(te, [program])
     check_engine_run(te, program, expected, ev, timed=True)
-    assert [c for _, c in ev["err"]] == [Error.K_RANGE, Error.M_RANGE, Error.TILE]
+    assert [c for _, c in ev["err"]] == [Error.N_RANGE] * 3 + [
+        Error.K_RANGE,
+        Error.M_RANGE,
+        Error.TILE,
+    ]
 
 
 def test_engine_stalls_and_backpressure():

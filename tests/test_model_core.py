@@ -9,7 +9,8 @@ from ncrtl.model.core import chunk_flags, nc_matmul
 from ncrtl.model.fp import fp32_add, fp32_to_bf16
 from ncrtl.model.fp.xorwow import Xorwow
 from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
-from ncrtl.model.tensor_engine.matmul import matmul
+from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
+from ncrtl.model.vector_engine import quantize_mx
 
 
 def _chunks(rng, count, k, m, n, dtype=ml_dtypes.bfloat16):
@@ -99,3 +100,53 @@ def test_bad_input_names_the_rule_and_leaves_psum_alone():
     with pytest.raises(ValueError, match="must be a ncrtl.model.psum.Psum"):
         nc_matmul(object(), Write(0, 0, 4), s, x)
     np.testing.assert_array_equal(psum.mem, before)
+
+
+def test_mx_into_bf16_psum_with_n_1024():
+    """An MX matmul (per-row scales) into a BF16 group: the golden MX vectors rounded by PSUM's
+    BF16 path, N = 1024 filling a 2 KiB bank row; N = 1024 into FP32 is refused, PSUM unchanged."""
+    rng = np.random.default_rng(4)
+    psum = Psum(Geometry(4, 2, 2048))
+    s = rng.integers(0, 16, (4, 4, 4)).astype(np.uint8).view(ml_dtypes.float4_e2m1fn)
+    x = rng.integers(0, 256, (4, 1024, 4)).astype(np.uint8).view(ml_dtypes.float8_e5m2)
+    x = np.where(np.isfinite(x.astype(np.float32)), x, x.dtype.type(1.0))
+    ss = rng.integers(120, 134, (4, 4)).astype(np.uint8)
+    xs = rng.integers(120, 134, (4, 1024)).astype(np.uint8)
+    mx = dict(stationary_scale=ss, moving_scale=xs, rows=4, tile_unit=4)
+    before = psum.mem.copy()
+    with pytest.raises(ValueError, match=r"N=1024 must be in 1..512 \(mx with an FP32 result"):
+        nc_matmul(psum, Write(0, 0, 1024, Dtype.FP32), s, x, **mx)
+    with pytest.raises(ValueError, match="must be given together"):
+        nc_matmul(psum, Write(0, 0, 1024, Dtype.BF16), s, x, stationary_scale=ss, rows=4)
+    np.testing.assert_array_equal(psum.mem, before)
+    assert nc_matmul(psum, Write(1, 0, 1024, Dtype.BF16), s, x, **mx) == 1
+    want = matmul_mx_rows(s, x, ss, xs, rows=4, cols=4, tile_unit=4, psum_dtype="bf16")
+    np.testing.assert_array_equal(
+        psum.read(1, 0, 1024, Dtype.BF16).view(np.uint16),
+        fp32_to_bf16(want, "rne").view(np.uint16),
+    )
+
+
+def test_mx_chain_from_bf16_tiles():
+    """QuantizeMX output in SBUF layout feeds the MX matmul through mx_row_scales: the chain the
+    ``ncrtl sim matmul --dtype mxfp8_*`` command runs on the RTL."""
+    from ncrtl.model.tensor_engine.matmul import matmul_mx, mx_row_scales
+
+    rng = np.random.default_rng(6)
+    src_s = rng.standard_normal((32, 8)).astype(ml_dtypes.bfloat16)
+    src_x = rng.standard_normal((32, 12)).astype(ml_dtypes.bfloat16)
+    s, ss = quantize_mx(src_s, "fp8_e4m3fn")
+    x, xs = quantize_mx(src_x, "fp4_e2m1fn")
+    psum = Psum(Geometry(32, 1, 64))
+    nc_matmul(
+        psum,
+        Write(0, 0, 3),
+        s,
+        x,
+        stationary_scale=mx_row_scales(ss, 32),
+        moving_scale=mx_row_scales(xs, 32),
+        rows=32,
+    )
+    got = psum.read(0, 0, 3, Dtype.FP32)[:2]
+    want = matmul_mx(s, x, ss, xs, rows=32, cols=32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

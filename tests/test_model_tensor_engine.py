@@ -36,6 +36,7 @@ from ncrtl.model.tensor_engine.isa import (
     Mode,
     Op,
     check,
+    decode,
     encode,
 )
 from tests.exact_ref import dot_add_reference, exact_operand
@@ -265,7 +266,9 @@ def test_mx_one_rounding_per_row_and_scale_range():
         (dict(k=16), r"K=16 must be a multiple of 32"),
         (dict(k=160), r"K=160 must be in 1..128"),
         (dict(m=3), r"M=3 must be a multiple of 2"),
-        (dict(n=513), r"N=513 must be in 1..512"),
+        (dict(n=513), r"N=513 must be in 1..512 \(mx with an FP32 result; 1024 with a BF16"),
+        (dict(n=1025, psum_dtype="bf16"), r"N=1025 must be in 1..1024 \(mx with a BF16 result\)"),
+        (dict(psum_dtype="fp16"), r"psum_dtype must be 'fp32' or 'bf16'"),
         (dict(col_tile=True), r"mx cannot tile columns; it tiles rows only \(64 or 32\)"),
         (dict(s_dtype=ml_dtypes.bfloat16), r"stationary dtype bfloat16 is not an MX element"),
         (
@@ -286,8 +289,32 @@ def test_mx_bad_input(kwargs, match):
     ss = np.full((kwargs.get("s_parts", max(k, 4)), m), 127, np.uint8)
     xs = np.full((max(k, 4), kwargs.get("x_free", n)), 127, kwargs.get("x_scale_dtype", np.uint8))
     tile = dict(tile_position=(0, 64), tile_size=(128, 64)) if kwargs.get("col_tile") else {}
+    dtype = {"psum_dtype": kwargs["psum_dtype"]} if "psum_dtype" in kwargs else {}
     with pytest.raises(InstructionError, match=match):
-        matmul_mx(s, x, ss, xs, **tile)
+        matmul_mx(s, x, ss, xs, **tile, **dtype)
+
+
+def test_mx_n_limit_follows_the_result_dtype():
+    """N = 1024 is an MX matmul whose result PSUM accumulates in BF16 (a 2 KiB bank row of
+    BF16); the vectors are the FP32 ones either way, and the other modes stay at 512."""
+    rng = np.random.default_rng(8)
+    s = operands(rng, "fp8_e5m2", (32, 2, 4))
+    x = operands(rng, "fp8_e4m3fn", (32, 1024, 4))
+    ss, xs = mx_scales(rng, (32, 2), 0.0), mx_scales(rng, (32, 1024), 0.0)
+    wide = matmul_mx(s, x, ss, xs, psum_dtype="bf16")
+    half = matmul_mx(s, x[:, :512], ss, xs[:, :512])
+    assert wide.shape == (2, 1024)
+    assert (result_bits(wide[:, :512]) == result_bits(half)).all()
+    ls = Instruction(Op.LS, Mode.BF16, k=8, m=8)
+    mm = Instruction(Op.MM, Mode.BF16, k=8, m=8, n=513, bf16_out=True)
+    assert check(mm, 8, 8, ls) == (
+        Error.N_RANGE,
+        "N=513 must be in 1..512 (bf16 with a BF16 result)",
+    )
+    mx_ls = Instruction(Op.LS, Mode.MX, k=32, m=8)
+    mx_mm = Instruction(Op.MM, Mode.MX, k=32, m=8, n=1024, bf16_out=True)
+    assert check(mx_mm, 32, 8, mx_ls) is None
+    assert decode(encode(mx_mm)) == mx_mm
 
 
 def test_mx_row_tiles_and_mode_choice():

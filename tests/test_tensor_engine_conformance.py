@@ -45,7 +45,7 @@ def test_small_array_programs(params):
 
 @pytest.mark.sim
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "transpose_bf16"])
+@pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "mx", "transpose_bf16"])
 def test_full_array_matmul(mode):
     """128 x 128 array, K = 128, M = 128, N = 512: values and output cycles."""
     block = blocks.get("pe_array")

@@ -42,13 +42,26 @@ class MatmulCore(wiring.Component):
     instance : bool
         Build the PEs, PSUM slot units and bank memories as Verilog instances (True: see
         :meth:`cells`) or as Amaranth submodules (False: for the Amaranth simulator).
+    tile_unit : int
+        Tensor Engine tile sizes ``tile_unit`` and ``2 * tile_unit`` and MX K granule (32 on the
+        hardware: :class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`).
     block : int or None
         Tensor Engine tile size (:class:`~ncrtl.hdl.tensor_engine.array.SystolicArray`).
     """
 
     @validated_init
-    def __init__(self, rows=128, cols=128, banks=8, bank_bytes=2048, *, instance=True, block=None):
-        self.te = TensorEngine(rows, cols, instance=instance, block=block)
+    def __init__(
+        self,
+        rows=128,
+        cols=128,
+        banks=8,
+        bank_bytes=2048,
+        *,
+        instance=True,
+        tile_unit=32,
+        block=None,
+    ):
+        self.te = TensorEngine(rows, cols, instance=instance, tile_unit=tile_unit, block=block)
         self.psum = Psum(cols, banks, bank_bytes, instance=instance)
         self.rows, self.cols, self.instance = rows, cols, instance
         te, ps = self.te.signature.members, self.psum.signature.members

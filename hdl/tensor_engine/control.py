@@ -26,7 +26,7 @@ from ncrtl.hdl.common.bits import bits_for_range, equals
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.fp import get_format
 from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
-from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N, MIN_MM_CYCLES, Error, Op
+from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N_ANY, MIN_MM_CYCLES, Error, Op
 
 from .array import beat_tag_layout
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, SKIP_BITS, WIDE_FORMATS, decode_tag, one_code
@@ -52,8 +52,8 @@ def mode_rules(m, ins, tile_unit):
     engine serves), ``bad_fmt`` (a format index the mode lacks), ``no_transpose``,
     ``no_tiling``, ``row_size_ok`` / ``col_size_ok`` (the tile size, scaled by ``tile_unit /
     32``, is one the mode accepts), ``k_misaligned`` / ``m_misaligned`` (K is no multiple of
-    the mode's K granule, M of its M multiple: MX) and ``ii`` (cycles per beat of this
-    instruction)."""
+    the mode's K granule, M of its M multiple: MX), ``n_over`` (N above the mode's limit for the
+    instruction's result dtype) and ``ii`` (cycles per beat of this instruction)."""
     rules = {
         name: Signal(name=f"mode_{name}")
         for name in (
@@ -65,6 +65,7 @@ def mode_rules(m, ins, tile_unit):
             "col_size_ok",
             "k_misaligned",
             "m_misaligned",
+            "n_over",
         )
     }
     ii = Signal(range(MAX_INTERVAL + 1), name="mode_ii")
@@ -103,6 +104,9 @@ def mode_rules(m, ins, tile_unit):
                     rules["col_size_ok"].eq(one_of(tc, pe_mode.col_tiles)),
                     rules["k_misaligned"].eq(not_multiple(ins.k, pe_mode.k_step(tile_unit))),
                     rules["m_misaligned"].eq(not_multiple(ins.m, pe_mode.m_multiple)),
+                    rules["n_over"].eq(
+                        ins.n > Mux(ins.bf16_out, pe_mode.n_limit(True), pe_mode.n_limit(False))
+                    ),
                     ii.eq(Mux(ins.transpose, pe_mode.interval(True) or 1, pe_mode.interval(False))),
                 ]
         with m.Default():
@@ -177,7 +181,7 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     m.d.comb += [
         bad_k.eq(equals(ins.k, 0) | (ins.k > tr) | rules["k_misaligned"]),
         bad_m.eq(equals(ins.m, 0) | (ins.m > tc) | rules["m_misaligned"]),
-        bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | (ins.n > MAX_N))),
+        bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | rules["n_over"])),
     ]
     bad_nost = Signal(name="chk_no_stationary")
     m.d.comb += bad_nost.eq((ins.op == Op.MM) & ~st_valid)
@@ -620,8 +624,8 @@ class _State:
         self.ls_bank = Signal(name="ls_bank", reset_less=True)
         self.ls_skip = Signal(SKIP_BITS, name="ls_skip", reset_less=True)
         # MM sequencer
-        self.mm_beats = Signal(range(MAX_N + 1), name="mm_beats_left")
-        self.mm_slots = Signal(range(MAX_N + 1), name="mm_slots_left")
+        self.mm_beats = Signal(range(MAX_N_ANY + 1), name="mm_beats_left")
+        self.mm_slots = Signal(range(MAX_N_ANY + 1), name="mm_slots_left")
         self.mm_phase = Signal(range(MAX_INTERVAL), name="mm_phase")
         self.mm_ii = Signal(range(MAX_INTERVAL + 1), name="mm_ii", reset_less=True)
         self.mm_tag = Signal(beat_tag_layout(rows), name="mm_tag", reset_less=True)

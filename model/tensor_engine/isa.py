@@ -25,11 +25,14 @@ __all__ = [
     "check",
     "instruction_bits",
     "MAX_N",
+    "MAX_N_ANY",
     "MIN_MM_CYCLES",
 ]
 
-#: Largest moving free size of one MM (one PSUM bank of FP32).
+#: Largest moving free size of one MM with an FP32 result (one PSUM bank row of FP32).
 MAX_N = 512
+#: Largest moving free size any mode accepts (MX with a BF16 result: a bank row of BF16).
+MAX_N_ANY = max(max(m.max_n, m.max_n_bf16) for m in MODES)
 #: An MM occupies the moving sequencer for at least this many beat slots.
 MIN_MM_CYCLES = 64
 
@@ -51,7 +54,7 @@ class Error(enum.IntEnum):
     NONE = 0
     K_RANGE = 1  # K == 0 or K > rows (or > the row tile)
     M_RANGE = 2  # M == 0 or M > cols (or > the column tile)
-    N_RANGE = 3  # MM with N == 0 or N > 512
+    N_RANGE = 3  # MM with N == 0 or N > 512 (MX with bf16_out: 1024)
     FORMAT = 4  # a format index the mode does not accept
     TILE = 5  # tile size / position not allowed
     MODE_COMBO = 6  # a tiling or a transpose the mode cannot run (double_row)
@@ -80,6 +83,10 @@ class Instruction:
         Moving free size (MM only; 0 for LS).
     transpose : bool
         ``is_transpose`` (data movement, no arithmetic).
+    bf16_out : bool
+        The result is accumulated in a BF16 PSUM tile (NKI: the destination tile's dtype).  The
+        values leaving the array are FP32 either way (PSUM rounds them); it raises the N limit
+        of a mode that allows it (:meth:`ncrtl.model.modes.PeMode.n_limit`: MX, 1024).
     tile_row, tile_rows, tile_col, tile_cols : int
         Tile position and size; the default ``(0, rows, 0, cols)`` is the whole array (use
         :meth:`whole` to fill in the array size).
@@ -93,6 +100,7 @@ class Instruction:
     fmt_s: int = 0
     fmt_m: int = 0
     transpose: bool = False
+    bf16_out: bool = False
     tile_row: int = 0
     tile_rows: int = 0
     tile_col: int = 0
@@ -127,9 +135,10 @@ FIELDS = (
     ("fmt_s", FORMAT_BITS),
     ("fmt_m", FORMAT_BITS),
     ("transpose", 1),
+    ("bf16_out", 1),
     ("k", 8),
     ("m", 8),
-    ("n", 10),
+    ("n", 11),
     ("tile_row", 8),
     ("tile_rows", 8),
     ("tile_col", 8),
@@ -150,6 +159,7 @@ def decode(word):
     vals = unpack_fields(FIELDS, word)
     vals["op"] = Op(vals["op"])
     vals["transpose"] = bool(vals["transpose"])
+    vals["bf16_out"] = bool(vals["bf16_out"])
     return Instruction(**vals)
 
 
@@ -254,8 +264,13 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32):
     if ins.m % mode.m_multiple:
         return Error.M_RANGE, f"{mode.name} M={ins.m} must be a multiple of {mode.m_multiple}"
     if ins.op == Op.MM:
-        if not 1 <= ins.n <= MAX_N:
-            return Error.N_RANGE, f"N={ins.n} must be in 1..{MAX_N}"
+        limit = mode.n_limit(ins.bf16_out)
+        if not 1 <= ins.n <= limit:
+            out = "a BF16" if ins.bf16_out else "an FP32"
+            return Error.N_RANGE, (
+                f"N={ins.n} must be in 1..{limit} ({mode.name} with {out} result"
+                + (f"; {mode.max_n_bf16} with a BF16 result)" if mode.max_n_bf16 > limit else ")")
+            )
         if stationary is None:
             return Error.NO_STATIONARY, "MultiplyMoving before any LoadStationary"
         st = stationary.whole(rows, cols)

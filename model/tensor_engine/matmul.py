@@ -219,7 +219,7 @@ def _pair(name, value):
     return a, b
 
 
-def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_size):
+def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_size, bf16_out=False):
     """The LS and MM of one call (tile fields filled in only when tiling is requested)."""
     if (tile_position is None) != (tile_size is None):
         raise InstructionError(
@@ -234,7 +234,16 @@ def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_si
         tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
     ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile)
     mm = Instruction(
-        Op.MM, mode, k=k, m=m, n=n, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile
+        Op.MM,
+        mode,
+        k=k,
+        m=m,
+        n=n,
+        fmt_s=fmt_s,
+        fmt_m=fmt_m,
+        transpose=transpose,
+        bf16_out=bf16_out,
+        **tile,
     )
     return ls, mm
 
@@ -289,17 +298,20 @@ def _array_size(rows, cols, tile_unit):
             raise InstructionError(f"{name} must be a positive integer, got {v!r}")
 
 
-def _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit):
+def _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit, *, bf16_out=False):
     """The rules of the LS + MM pair of one call: ``op`` = ``(mode, fmt_s, fmt_m,
-    transpose)``, ``s`` / ``x`` the operands (same K), ``mn`` = ``(M, N)``; raises
-    :class:`InstructionError` with :func:`isa.check`'s message and code."""
+    transpose)``, ``s`` / ``x`` the operands (same K), ``mn`` = ``(M, N)``, ``bf16_out`` the
+    MM's result dtype flag; raises :class:`InstructionError` with :func:`isa.check`'s message
+    and code."""
     if s.shape[0] != x.shape[0]:
         raise InstructionError(
             f"stationary and moving must have the same K (partitions), got "
             f"stationary {s.shape} and moving {x.shape}"
         )
     mode, fmt_s, fmt_m, transpose = op
-    ls, mm = _instructions(mode, fmt_s, fmt_m, s.shape[0], *mn, transpose, tile_position, tile_size)
+    ls, mm = _instructions(
+        mode, fmt_s, fmt_m, s.shape[0], *mn, transpose, tile_position, tile_size, bf16_out
+    )
     for ins, st in ((ls, None), (mm, ls)):
         bad = check(ins, rows, cols, st, tile_unit=tile_unit)
         if bad is not None:
@@ -489,11 +501,13 @@ def matmul_mx_rows(
     rows=128,
     cols=128,
     tile_unit=32,
+    psum_dtype="fp32",
 ):
     """:func:`matmul_mx` with the scales as the PE rows see them: ``stationary_scale[p, m]`` and
     ``moving_scale[p, n]`` (uint8 ``[K, M]`` / ``[K, N]``) are the E8M0 scales of PE row ``p``
     (:func:`mx_row_scales` of the SBUF tensors).  ``tile_unit`` scales the size rules like
     :func:`isa.check` (32 on the hardware)."""
+    bf16_out = _psum_dtype(psum_dtype)
     s, fs = _mx_operand(stationary, "stationary")
     x, fm = _mx_operand(moving, "moving")
     k, m, n = s.shape[0], s.shape[1], x.shape[1]
@@ -518,6 +532,7 @@ def matmul_mx_rows(
         rows,
         cols,
         tile_unit,
+        bf16_out=bf16_out,
     )
     ss = np.asarray(stationary_scale).astype(np.int32)
     xs = np.asarray(moving_scale).astype(np.int32)
@@ -547,6 +562,7 @@ def matmul_mx(
     tile_size=None,
     rows=128,
     cols=128,
+    psum_dtype="fp32",
 ):
     """Golden result of one MX matmul (``nc_matmul_mx``, NeuronCore-v4).
 
@@ -566,6 +582,10 @@ def matmul_mx(
         Row tiling only: ``tile_size`` ``(64 | 32, cols)`` at ``(r0, 0)``.
     rows, cols : int
         Array size (128 x 128 on the hardware).
+    psum_dtype : ``"fp32"`` or ``"bf16"``
+        The dtype PSUM accumulates the result in: N may be up to 512 with ``"fp32"``, up to 1024
+        with ``"bf16"`` (a 2 KiB bank row).  The values returned are the FP32 vectors that leave
+        the array either way; PSUM's BF16 path rounds them (:mod:`ncrtl.model.psum`).
 
     Returns
     -------
@@ -577,8 +597,9 @@ def matmul_mx(
     Raises
     ------
     InstructionError (ValueError)
-        K not a multiple of 32 or above the tile, odd M, N above 512, column tiling, a non-MX
-        dtype, shapes that do not fit, a scale tensor that is not uint8 or lacks partitions.
+        K not a multiple of 32 or above the tile, odd M, N above 512 (1024 with ``psum_dtype``
+        ``"bf16"``), column tiling, a non-MX dtype, shapes that do not fit, a scale tensor that
+        is not uint8 or lacks partitions, an unknown ``psum_dtype``.
     """
     s, _ = _mx_operand(stationary, "stationary")
     x, _ = _mx_operand(moving, "moving")
@@ -591,8 +612,25 @@ def matmul_mx(
                 f"{what} free size {sc.shape[1]} does not match the data's {free}"
             )
     return matmul_mx_rows(
-        s, x, ss, xs, tile_position=tile_position, tile_size=tile_size, rows=rows, cols=cols
+        s,
+        x,
+        ss,
+        xs,
+        tile_position=tile_position,
+        tile_size=tile_size,
+        rows=rows,
+        cols=cols,
+        psum_dtype=psum_dtype,
     )
+
+
+def _psum_dtype(psum_dtype):
+    """``bf16_out`` of a ``psum_dtype`` argument (``"fp32"`` or ``"bf16"``)."""
+    if psum_dtype not in ("fp32", "bf16"):
+        raise InstructionError(
+            f"psum_dtype must be 'fp32' or 'bf16' (the PSUM accumulation dtype), not {psum_dtype!r}"
+        )
+    return psum_dtype == "bf16"
 
 
 def result_bits(result):

@@ -4,6 +4,7 @@
   ``[P, F/4, 4]`` and E8M0 scales in the Tensor Engine's quadrant layout.
 * :func:`quantize_groups` — the same rule on groups of 32 values given in group order (what one
   beat of the RTL carries).
+* :func:`sbuf_groups` / :func:`sbuf_tiles` — an SBUF tile as groups in beat order, and back.
 """
 
 from .quantize_mx import (
@@ -20,11 +21,15 @@ from .quantize_mx import (
     max_code,
     quantize_groups,
     quantize_mx,
+    sbuf_groups,
+    sbuf_tiles,
     scale_emax,
     scale_partition,
 )
 
 __all__ = [
+    "sbuf_groups",
+    "sbuf_tiles",
     "ELEMENT_FORMATS",
     "GROUP_COLS",
     "GROUP_ROWS",

@@ -41,6 +41,8 @@ __all__ = [
     "scale_partition",
     "quantize_groups",
     "quantize_mx",
+    "sbuf_groups",
+    "sbuf_tiles",
 ]
 
 #: Source formats; the index is the RTL's ``src_fmt`` code.
@@ -234,15 +236,29 @@ def quantize_mx(src, out_dtype, *, scale_rule="trn3"):
             f"{what}: F={F} free elements is not a positive multiple of {GROUP_COLS} (a group "
             f"takes {GROUP_COLS} consecutive free elements of each of its partitions)"
         )
+    codes, group_scales = _quantize(sbuf_groups(decode(arr, src_fmt)), fmt, rule)
+    data, scales = sbuf_tiles(codes, group_scales, P, F)
+    return from_bits(data, fmt), scales
+
+
+def sbuf_groups(tile):
+    """The groups of an SBUF tile ``[P, F]`` (any dtype) in group order, ``[P/8 * F/4, 32]``:
+    group ``(r, c)`` (partitions ``8r ..``, free elements ``4c ..``) is row ``r * F/4 + c``,
+    its element ``4 * i + j`` the tile's ``[8r + i, 4c + j]`` (the order of
+    :func:`quantize_groups` and of the RTL's beats)."""
+    t = np.asarray(tile)
+    P, F = t.shape
     R, C = P // GROUP_ROWS, F // GROUP_COLS
-    groups = (
-        decode(arr, src_fmt)
-        .reshape(R, GROUP_ROWS, C, GROUP_COLS)
-        .transpose(0, 2, 1, 3)
-        .reshape(R * C, GROUP_SIZE)
-    )
-    codes, group_scales = _quantize(groups, fmt, rule)
+    return t.reshape(R, GROUP_ROWS, C, GROUP_COLS).transpose(0, 2, 1, 3).reshape(R * C, GROUP_SIZE)
+
+
+def sbuf_tiles(codes, group_scales, P, F):
+    """The inverse of :func:`sbuf_groups` for QuantizeMX outputs: element codes ``[G, 32]`` and
+    group scales ``[G]`` of a ``[P, F]`` tile to ``(data [P, F/4, 4], scales [P, F/4])``, the
+    scales at their :func:`scale_partition` (the other partitions 0)."""
+    R, C = P // GROUP_ROWS, F // GROUP_COLS
+    codes = np.asarray(codes)
     data = codes.reshape(R, C, GROUP_ROWS, GROUP_COLS).transpose(0, 2, 1, 3).reshape(P, C, 4)
     scales = np.zeros((P, C), dtype=np.uint8)
-    scales[scale_partition(np.arange(R) * GROUP_ROWS)] = group_scales.reshape(R, C)
-    return from_bits(data, fmt), scales
+    scales[scale_partition(np.arange(R) * GROUP_ROWS)] = np.asarray(group_scales).reshape(R, C)
+    return data, scales

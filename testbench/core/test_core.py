@@ -4,11 +4,14 @@ PSUM, against the golden :func:`ncrtl.model.core.nc_matmul`.
 A contraction of ``chunks`` x ``rows`` partitions is done as ``chunks`` LoadStationary +
 MultiplyMoving pairs whose PSUM writes form one accumulation group in one bank (the first
 overwrites, the last closes the group: :func:`ncrtl.model.core.chunk_flags`); the usual way to
-multiply a K = 512 contraction on a 128-row array.  The testbench streams the Tensor Engine
+multiply a K = 512 contraction on a 128-row array; in the MX mode each matmul carries the E8M0
+scales of its PE rows in its lane words.  The testbench streams the Tensor Engine
 instructions and data and the PSUM write instructions, waits for the group-complete event, reads
 the bank back through the Vector Engine port and compares every word bit for bit with the golden
 PSUM.  Parameters (``NCRTL_PARAMS``): the ``core`` block's (``ncrtl list``).
 """
+
+from dataclasses import dataclass
 
 import cocotb
 import numpy as np
@@ -31,33 +34,59 @@ from ncrtl.testbench.tensor_engine.program import (
     _selection,
     _values,
     lane_words,
+    random_scales,
     tile_shape,
 )
 
 
+@dataclass
+class Chunk:
+    """One ``nc_matmul`` of the program: its LS and MM, their data (encodings in
+    :func:`tile_shape`), the MX scales of every PE row (``[K, M]`` / ``[K, N]`` uint8, None
+    outside MX) and its PSUM write."""
+
+    ls: Instruction
+    stationary: np.ndarray
+    stationary_scale: object
+    mm: Instruction
+    moving: np.ndarray
+    moving_scale: object
+    write: Write
+
+
 def chunked_program(params, seed):
-    """``[(ls, stationary codes, mm, moving codes, Write)]`` of the block parameters."""
+    """The :class:`Chunk` list of the block parameters: ``chunks`` matmuls of K = rows, one
+    stationary and one moving format drawn for the program (the mode's formats)."""
     rows, cols = params["rows"], params["cols"]
     pe_mode, transpose = operation(params["mode"])
-    mode, fmt = pe_mode.code, pe_mode.formats_s[0]
     n, chunks, bank = params["n"], params["chunks"], params["bank"]
     dtype = Dtype.RAW16 if transpose else Dtype[params["psum"].upper()]
     rounding = Rounding[params["rounding"].upper()]
     rng = np.random.default_rng(seed)
+    fs = int(rng.integers(0, len(pe_mode.formats_s)))
+    fm = fs if transpose else int(rng.integers(0, len(pe_mode.formats_m)))
+    # A matmul with a BF16 result says so (MX: N up to 1024).
+    fields = dict(fmt_s=fs, fmt_m=fm, transpose=transpose, bf16_out=dtype == Dtype.BF16)
+    scales = (
+        (lambda x: random_scales(rng, (rows, x), special=0.005))
+        if pe_mode.scale
+        else (lambda x: None)
+    )
     prog = []
     for i in range(chunks):
         k = rows
-        ls = Instruction(Op.LS, mode, k=k, m=cols, transpose=transpose)
-        mm = Instruction(Op.MM, mode, k=k, m=cols, n=n, transpose=transpose)
-        st = _values(rng, fmt, tile_shape(pe_mode, k, cols), special=0.002)
+        ls = Instruction(Op.LS, pe_mode.code, k=k, m=cols, **fields)
+        mm = Instruction(Op.MM, pe_mode.code, k=k, m=cols, n=n, **fields)
+        s_fmt, m_fmt = ls.formats
+        st = _values(rng, s_fmt, tile_shape(pe_mode, k, cols), special=0.002)
         mv = (
-            _selection(rng, k, n, fmt)
+            _selection(rng, k, n, m_fmt)
             if transpose
-            else _values(rng, fmt, tile_shape(pe_mode, k, n), special=0.002)
+            else _values(rng, m_fmt, tile_shape(pe_mode, k, n), special=0.002)
         )
         flags = 3 if transpose else chunk_flags(i, chunks)
         w = Write(bank=bank, col=0, n=n, dtype=dtype, rounding=rounding, flags=flags)
-        prog.append((ls, st, mm, mv, w))
+        prog.append(Chunk(ls, st, scales(cols), mm, mv, scales(n), w))
     return prog
 
 
@@ -66,18 +95,28 @@ def golden(params, prog):
     g = Geometry(params["cols"], params["banks"], params["bank_bytes"])
     psum = Psum(g)  # generators at their reset state, like the RTL's
     done = []
-    for ls, st, mm, mv, w in prog:
-        fs, fm = mm.formats
+    for c in prog:
+        fs, fm = c.mm.formats
+        if c.mm.pe_mode.scale:
+            mode_kwargs = dict(
+                stationary_scale=c.stationary_scale,
+                moving_scale=c.moving_scale,
+                tile_unit=params["tile_unit"],
+            )
+        else:
+            mode_kwargs = dict(
+                perf_mode=c.mm.pe_mode.perf_mode,
+                is_transpose=c.mm.transpose,
+                stationary_format=fs,
+                moving_format=fm,
+            )
         bank = nc_matmul(
             psum,
-            w,
-            _as_dtype(st, fs),
-            _as_dtype(mv, fm),
-            perf_mode=mm.pe_mode.perf_mode,
-            is_transpose=mm.transpose,
+            c.write,
+            _as_dtype(c.stationary, fs),
+            _as_dtype(c.moving, fm),
             rows=params["rows"],
-            stationary_format=fs,
-            moving_format=fm,
+            **mode_kwargs,
         )
         if bank is not None:
             done.append(bank)
@@ -132,16 +171,19 @@ class MatmulCoreTB:
     def load(self, prog):
         rows = self.params["rows"]
         words = []
-        for ls, st, mm, mv, w in prog:
-            words += [isa.encode(ls), isa.encode(mm)]
-            for tile, src, rev in ((st, self.stat, True), (mv, self.mov, False)):
-                lanes = lane_words(tile)  # [X, K]
+        for c in prog:
+            words += [isa.encode(c.ls), isa.encode(c.mm)]
+            for tile, scale, src, rev in (
+                (c.stationary, c.stationary_scale, self.stat, True),
+                (c.moving, c.moving_scale, self.mov, False),
+            ):
+                lanes = lane_words(tile, scale)  # [X, K]
                 beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
                 beats[:, : lanes.shape[1]] = lanes.astype(np.uint64)
                 src.send(
                     pack_lanes(beats[::-1] if rev else beats, LANE_WIDTH)
                 )  # LS: columns M-1 first
-            self.pinstr.send([psum_encode(w)])
+            self.pinstr.send([psum_encode(c.write)])
         self.instr.send(words)
 
     async def read_rows(self, bank, rows):
@@ -169,7 +211,7 @@ async def test_chunked_matmul(dut):
         await ClockCycles(dut.clk, 1)
     await ClockCycles(dut.clk, 4)
     finish = tb.done[-1][0] if tb.done else tb.cycle
-    w = prog[-1][4]
+    w = prog[-1].write
     slots = w.n if w.dtype == Dtype.FP32 else (w.n + 1) // 2
     got = await tb.read_rows(w.bank, range(slots))
     ref = want.mem[w.bank, :slots, :]

@@ -158,9 +158,20 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
         scale = (lambda x: random_scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
         prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m)), scale(m)))
         for _ in range(int(rng.integers(1, 4))):
-            n = int(rng.integers(1, max_n + 1))
+            # MX: a BF16 result (bf16_out) half the time, which lets N reach 1024.
+            bf16_out = pe_mode.max_n_bf16 > pe_mode.max_n and rng.random() < 0.5
+            n = int(rng.integers(1, min(max_n, pe_mode.n_limit(bf16_out)) + 1))
             mm = Instruction(
-                Op.MM, mode, k=k, m=m, n=n, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile
+                Op.MM,
+                mode,
+                k=k,
+                m=m,
+                n=n,
+                fmt_s=fs,
+                fmt_m=fm,
+                transpose=transpose,
+                bf16_out=bf16_out,
+                **tile,
             )
             if transpose:
                 x = _selection(rng, k, n, m_fmt)
@@ -174,10 +185,11 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
                         mode,
                         k=k,
                         m=m,
-                        n=isa.MAX_N + 1,
+                        n=pe_mode.n_limit(bf16_out) + 1,
                         fmt_s=fs,
                         fmt_m=fm,
                         transpose=transpose,
+                        bf16_out=bf16_out,
                     ),
                     Instruction(Op.LS, mode, k=0, m=m, fmt_s=fs, fmt_m=fm),
                     Instruction(
@@ -223,6 +235,7 @@ def expected_outputs(prog):
                 rows=prog.rows,
                 cols=prog.cols,
                 tile_unit=prog.tile_unit,
+                psum_dtype="bf16" if ins.bf16_out else "fp32",
             )
             outs.append((idx, np.asarray(res).view(np.uint32)))
             continue

@@ -3,15 +3,28 @@
 Builds the engine, runs one LoadStationary + MultiplyMoving through
 ``ncrtl.testbench.tensor_engine.test_sim`` (values checked against the golden, output cycles against
 the timing model) and prints cycles, utilization and the equivalent TFLOPS at 2.4 GHz.
+:func:`sim_matmul_mx` runs the MX chain: BF16 tiles through the RTL QuantizeMX, then the MX
+matmul on the RTL engine, with the error of the result against float64.
 """
 
 import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
 
 from ncrtl import blocks
 from ncrtl.model.modes import operation
 from ncrtl.testbench.conformance import run_block
 
-__all__ = ["sim_matmul", "CLOCK_HZ"]
+__all__ = [
+    "sim_matmul",
+    "sim_matmul_mx",
+    "mx_sources",
+    "mx_reference",
+    "relative_errors",
+    "CLOCK_HZ",
+]
 
 #: Tensor Engine clock of Trainium2 (documented 2.4 GHz).
 CLOCK_HZ = 2.4e9
@@ -72,3 +85,131 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
     if not res.passed:
         print(res.message)
     return 0 if res.passed else 1
+
+
+def mx_sources(rng, k, m, n):
+    """Random BF16 SBUF tiles of an MX matmul: stationary ``[K, 4M]`` and moving ``[K, 4N]``,
+    standard normal values rounded to BF16 (element ``[p, 4f + j]`` becomes packed element
+    ``(p, f, j)``: contraction index ``j * K + p``)."""
+    import ml_dtypes
+
+    return (
+        rng.standard_normal((k, 4 * m)).astype(ml_dtypes.bfloat16),
+        rng.standard_normal((k, 4 * n)).astype(ml_dtypes.bfloat16),
+    )
+
+
+def mx_reference(stationary_src, moving_src):
+    """The float64 matmul of the BF16 sources the MX matmul approximates: ``[M, N]``, the sum over
+    partitions ``p`` and packed index ``j`` of ``S[p, 4m + j] * X[p, 4n + j]``."""
+    k = stationary_src.shape[0]
+    s = np.asarray(stationary_src, np.float64).reshape(k, -1, 4)
+    x = np.asarray(moving_src, np.float64).reshape(k, -1, 4)
+    return np.einsum("pmj,pnj->mn", s, x)
+
+
+def relative_errors(result, reference):
+    """``(Frobenius-norm relative error, largest error / largest reference magnitude)`` of a
+    float result against a float64 reference (NaN if the result holds NaN or Inf)."""
+    r = np.asarray(result, np.float64)
+    ref = np.asarray(reference, np.float64)
+    if not np.isfinite(r).all():
+        return float("nan"), float("nan")
+    scale = np.linalg.norm(ref) or 1.0
+    top = np.abs(ref).max() or 1.0
+    return float(np.linalg.norm(r - ref) / scale), float(np.abs(r - ref).max() / top)
+
+
+def sim_matmul_mx(
+    *, rows, cols, dtype, moving_dtype=None, k, m, n, scale_rule="trn3", seed=1, waves=False
+):
+    """The MX chain on the RTL: two random BF16 tiles quantized by the RTL QuantizeMX, the MX
+    matmul of the RTL's codes and scales on the RTL Tensor Engine; both compared bit for bit with
+    the golden chain (``quantize_mx`` then ``matmul_mx``), and the result's error against a
+    float64 matmul of the BF16 inputs printed.  Returns the exit status (0 = matched)."""
+    from ncrtl.model.modes import MX_DTYPES, MX_FORMATS
+    from ncrtl.model.tensor_engine.matmul import matmul_mx, mx_row_scales
+    from ncrtl.model.vector_engine import quantize_mx
+    from ncrtl.testbench.vector_engine.simulate import quantize_tiles
+
+    moving_dtype = moving_dtype or dtype
+    fs, fm = MX_DTYPES[dtype], MX_DTYPES[moving_dtype]
+    rng = np.random.default_rng(seed)
+    s_src, x_src = mx_sources(rng, k, m, n)
+    print(
+        f"MX matmul {dtype} x {moving_dtype} K={4 * k} (= {k} partitions x 4) M={m} N={n} on a "
+        f"{rows}x{cols} array, inputs BF16 ~ N(0, 1) quantized by the RTL QuantizeMX "
+        f"(scale rule {scale_rule})"
+    )
+    quantized, qres = quantize_tiles(
+        {"stationary": s_src, "moving": x_src},
+        {"stationary": fs, "moving": fm},
+        scale_rule=scale_rule,
+        seed=seed,
+    )
+    for u in qres.units:
+        print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
+    if not qres.passed:
+        print(f"  QuantizeMX DOES NOT MATCH the golden model: {qres.message}")
+        return 1
+    (s_codes, s_scales), (x_codes, x_scales) = quantized["stationary"], quantized["moving"]
+
+    block = blocks.get("pe_array")
+    params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": "mx"})
+    with tempfile.TemporaryDirectory() as tmp:
+        data, out = Path(tmp) / "data.npz", Path(tmp) / "out.npy"
+        np.savez(
+            data,
+            stationary=s_codes,
+            moving=x_codes,
+            stationary_scale=mx_row_scales(s_scales, k),
+            moving_scale=mx_row_scales(x_scales, k),
+            fmt_s=MX_FORMATS.index(fs),
+            fmt_m=MX_FORMATS.index(fm),
+        )
+        res = run_block(
+            block,
+            params,
+            count=n,
+            seed=seed,
+            stall=0.0,
+            waves=True if waves else None,
+            testbench="ncrtl.testbench.tensor_engine.test_sim",
+            extra_env={
+                "NCRTL_MATMUL": json.dumps(
+                    {"k": k, "m": m, "n": n, "data": str(data), "out": str(out)}
+                )
+            },
+        )
+        rtl = np.load(out) if out.exists() else None
+    c = res.counters
+    if rtl is None or not c.get("last_out"):
+        print(f"simulation failed: {res.message}")
+        return 1
+    # The golden chain, on its own: the golden QuantizeMX, then the golden MX matmul.
+    gs, gss = quantize_mx(s_src, fs, scale_rule=scale_rule)
+    gx, gxs = quantize_mx(x_src, fm, scale_rule=scale_rule)
+    golden = matmul_mx(gs, gx, gss, gxs, rows=rows, cols=cols)
+    chain = int((rtl != golden.view(np.uint32)).sum())
+    cycles = c["last_out"] - c["first_instr"] + 1
+    macs = 4 * k * m * n
+    print(f"  matmul cycles (first instruction to last output vector): {cycles}")
+    print(
+        f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization "
+        f"{macs / (cycles * rows * cols * 4):.3f} of {rows * cols * 4} MACs/cycle; "
+        f"{2 * macs / (cycles / CLOCK_HZ) / 1e12:.2f} TFLOPS equivalent at "
+        f"{CLOCK_HZ / 1e9:.1f} GHz"
+    )
+    for u in res.units:
+        print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
+    print(f"  RTL result vs the golden chain (quantize_mx, matmul_mx): {chain} mismatching words")
+    fro, peak = relative_errors(rtl.view(np.float32), mx_reference(s_src, x_src))
+    print(
+        f"  relative error against the float64 matmul of the BF16 inputs: {fro:.3e} "
+        f"(Frobenius norm), {peak:.3e} (largest error / largest magnitude)"
+    )
+    ok = res.passed and chain == 0
+    print(f"  result {'MATCHES' if ok else 'DOES NOT MATCH'} the golden chain and the timing model")
+    if not res.passed:
+        print(res.message)
+    return 0 if ok else 1

@@ -1,6 +1,13 @@
 """cocotb run behind ``ncrtl sim matmul``: one LoadStationary and one MultiplyMoving of a given
 shape (``NCRTL_MATMUL``: JSON with k, m, n) and mode, compared with the golden and the timing
-model; the cycle figures go to the summary file."""
+model; the cycle figures go to the summary file.
+
+With ``data`` in ``NCRTL_MATMUL`` (an ``.npz`` path: ``stationary`` / ``moving`` encodings in
+:func:`tile_shape`, ``fmt_s`` / ``fmt_m`` format indices and, in the MX mode,
+``stationary_scale`` / ``moving_scale`` uint8 scales of every PE row) the matmul runs on that
+data instead of random data; with ``out`` the result ``[M, N]`` (FP32 bits as uint32, as the RTL
+produced them) is written to that ``.npy`` path.
+"""
 
 import json
 import os
@@ -17,35 +24,37 @@ from ncrtl.testbench.tensor_engine.program import Program, Step, _selection, _va
 from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
 
-def matmul_program(rows, cols, op_name, k, m, n, seed):
-    """One LS + MM of an operation (a mode's matmul or transpose), formats of index 0."""
+def matmul_program(rows, cols, op_name, k, m, n, seed, data=None):
+    """One LS + MM of an operation (a mode's matmul or transpose): random data in the formats of
+    index 0, or the arrays of ``data`` (a mapping, see the module docstring)."""
     pe_mode, transpose = operation(op_name)
-    rng = np.random.default_rng(seed)
-    fs, fm = pe_mode.formats_s[0], pe_mode.formats_m[0]
     prog = Program(rows, cols)
+    if data is not None:
+        fs, fm = int(data["fmt_s"]), int(data["fmt_m"])
+        st, x = data["stationary"], data["moving"]
+        ss, xs = (data["stationary_scale"], data["moving_scale"]) if pe_mode.scale else (None, None)
+    else:
+        rng = np.random.default_rng(seed)
+        fs = fm = 0
 
-    def scale(x):
-        """MX: SBUF scale tensors near 1.0 in the quadrant layout, as PE rows see them."""
-        if not pe_mode.scale:
-            return None
-        sbuf = (127 + rng.integers(-4, 5, (k, x))).astype(np.uint8)
-        return mx_row_scales(sbuf, k)
+        def scale(x):
+            """MX: SBUF scale tensors near 1.0 in the quadrant layout, as PE rows see them."""
+            if not pe_mode.scale:
+                return None
+            sbuf = (127 + rng.integers(-4, 5, (k, x))).astype(np.uint8)
+            return mx_row_scales(sbuf, k)
 
-    prog.steps.append(
-        Step(
-            Instruction(Op.LS, pe_mode.code, k=k, m=m, transpose=transpose),
-            _values(rng, fs, tile_shape(pe_mode, k, m), special=0),
-            scale(m),
+        st = _values(rng, pe_mode.formats_s[fs], tile_shape(pe_mode, k, m), special=0)
+        ss = scale(m)
+        x = (
+            _selection(rng, k, n, pe_mode.formats_s[fs])
+            if transpose
+            else _values(rng, pe_mode.formats_m[fm], tile_shape(pe_mode, k, n), special=0)
         )
-    )
-    x = (
-        _selection(rng, k, n, fs)
-        if transpose
-        else _values(rng, fm, tile_shape(pe_mode, k, n), special=0)
-    )
-    prog.steps.append(
-        Step(Instruction(Op.MM, pe_mode.code, k=k, m=m, n=n, transpose=transpose), x, scale(n))
-    )
+        xs = scale(n)
+    fields = dict(k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose)
+    prog.steps.append(Step(Instruction(Op.LS, pe_mode.code, **fields), st, ss))
+    prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, n=n, **fields), x, xs))
     return prog
 
 
@@ -54,10 +63,21 @@ async def test_sim_matmul(dut):
     """One LS + MM, no stalls: values and output cycles checked, cycle figures recorded."""
     params, _, seed, _ = tb_settings()
     shape = json.loads(os.environ["NCRTL_MATMUL"])
+    data = np.load(shape["data"]) if shape.get("data") else None
     prog = matmul_program(
-        params["rows"], params["cols"], params["mode"], shape["k"], shape["m"], shape["n"], seed
+        params["rows"],
+        params["cols"],
+        params["mode"],
+        shape["k"],
+        shape["m"],
+        shape["n"],
+        seed,
+        data,
     )
     cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True)
+    if shape.get("out"):
+        result = np.asarray(cycles["vectors"][:, : shape["m"]]).T.astype(np.uint32)
+        np.save(shape["out"], result)
     write_counters(
         first_instr=cycles["first_instr"],
         first_out=cycles["first_out"],
