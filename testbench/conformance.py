@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
 
-__all__ = ["run_block", "run_conformance", "tb_settings", "tb_block", "BlockResult"]
+__all__ = [
+    "run_block",
+    "build_block",
+    "time_split",
+    "print_time_split",
+    "run_conformance",
+    "tb_settings",
+    "tb_block",
+    "BlockResult",
+]
 
 
 def tb_block():
@@ -43,6 +52,11 @@ class BlockResult:
     cycles: int = 0
     message: str = ""
     counters: dict = field(default_factory=dict)
+    #: Wall seconds of the steps outside the simulation: ``generate`` (Verilog; 0 when the build
+    #: was found from the generator's sources), ``build`` (Verilator, or the cache lookup),
+    #: ``simulate`` (the simulator process, start to exit); ``cached`` and ``directory`` of the
+    #: build.
+    steps: dict = field(default_factory=dict)
 
     @property
     def vectors(self):
@@ -76,13 +90,11 @@ def run_block(
 ):
     """Build ``block`` with ``params`` and run its testbench (or the cocotb module
     ``testbench``) with ``extra_env``; return a :class:`BlockResult`."""
-    from ncrtl.testbench import sim
 
     label = block.label(params)
     t0 = time.perf_counter()
     try:
-        text, top = block.verilog(params)
-        built = sim.build(text, top, waves=waves, extra_args=block.build_args(params))
+        built, steps = build_block(block, params, waves=waves)
     except Exception as exc:  # a build failure is a result, not a crash of the whole run
         return BlockResult(
             label, False, message=f"build failed: {exc}", seconds=time.perf_counter() - t0
@@ -101,6 +113,8 @@ def run_block(
         }
         log = Path("build") / "conformance" / f"{block.top(**params)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        t_sim = time.perf_counter()
+        steps["simulate_start_unix"] = time.time()  # the testbench's clock readings compare to it
         res = built.run(
             testbench or block.testbench,
             testcase=testcase,
@@ -109,6 +123,7 @@ def run_block(
             results=Path(tmp) / "results.xml",
             log=log,
         )
+        steps["simulate"] = time.perf_counter() - t_sim
         units = []
         cycles = 0
         counters = {}
@@ -116,7 +131,8 @@ def run_block(
             data = json.loads(summary.read_text())
             units = list(data.get("scoreboards", []))
             cycles = int(data.get("cycles", 0))
-            counters = {k: v for k, v in data.items() if k != "scoreboards"}
+            counters = {k: v for k, v in data.items() if k not in ("scoreboards", "timings")}
+            steps.update(data.get("timings", {}))
     empty = [u["name"] for u in units if not u["vectors"]]
     passed = res.passed and bool(units) and not empty and all(u["mismatches"] == 0 for u in units)
     if passed:
@@ -133,8 +149,87 @@ def run_block(
     if res.waves:
         print(f"waves: {res.waves}", file=sys.stderr)
     return BlockResult(
-        label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg, counters
+        label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg, counters, steps
     )
+
+
+def time_split(result):
+    """The wall-time split of a run as ``[(step, seconds)]``: ``generate`` and ``build`` (or
+    ``cached build``), ``model start-up`` (simulator process start to the testbench's first
+    line), the testbench's ``stimulus``, ``golden``, ``streaming``, ``compare`` and ``setup``
+    (drivers, reset, the drain), ``exit`` (the rest of the simulator process), ``total``.  Steps
+    a testbench does not report are left out."""
+    st = result.steps
+    out = []
+    if st.get("cached"):
+        out.append(("cached build", st.get("build", 0.0)))
+    else:
+        out += [("generate", st.get("generate", 0.0)), ("build", st.get("build", 0.0))]
+    sim = st.get("simulate")
+    inside = 0.0
+    if "start_unix" in st and "simulate_start_unix" in st:
+        startup = max(0.0, st["start_unix"] - st["simulate_start_unix"])
+        out.append(("model start-up", startup))
+        inside += startup
+    for key, name in (
+        ("stimulus_s", "stimulus"),
+        ("golden_s", "golden"),
+        ("stream_s", "streaming"),
+        ("compare_s", "compare"),
+        ("setup_s", "setup"),
+    ):
+        if key in st:
+            out.append((name, st[key]))
+            inside += st[key]
+    if sim is not None and inside:
+        out.append(("exit", max(0.0, sim - inside)))
+    out.append(("total", result.seconds))
+    return out
+
+
+def print_time_split(result, file=None):
+    """Print :func:`time_split` as two lines: the build (with its folder) and the steps."""
+    split = time_split(result)
+    build = ", ".join(
+        f"{n} {v:.1f} s" for n, v in split if n in ("generate", "build", "cached build")
+    )
+    print(f"  build: {build} ({result.steps.get('directory', '?')})", file=file)
+    rest = ", ".join(
+        f"{n} {v:.1f} s" for n, v in split if n not in ("generate", "build", "cached build")
+    )
+    print(f"  time: {rest}", file=file)
+
+
+def build_block(block, params, *, waves=None):
+    """The Verilator model of ``block`` with ``params``: ``(Build, steps)``.
+
+    A build recorded under the block's :func:`ncrtl.testbench.sim.source_key` (the generator's
+    sources, the block, its parameters, the tools) is used without generating its Verilog, which
+    at 128 x 128 takes most of a minute; otherwise the Verilog is generated and built (or found by
+    its content hash, :func:`ncrtl.testbench.sim.build`) and recorded.  ``steps``: seconds of
+    ``generate`` and ``build``, ``cached``, ``directory``."""
+    from ncrtl.testbench import sim
+
+    top = block.top(**params)
+    args = block.build_args(params)
+    key = sim.source_key(
+        top, json.dumps([block.name, params], sort_keys=True), waves=waves, extra_args=args
+    )
+    t0 = time.perf_counter()
+    built = sim.cached_build(key)
+    generate = 0.0
+    if built is None:
+        text, top = block.verilog(params)
+        generate = time.perf_counter() - t0
+        built = sim.build(text, top, waves=waves, extra_args=args)
+        sim.remember_build(key, built)
+    steps = {
+        "generate": generate,
+        "build": time.perf_counter() - t0 - generate,
+        "cached": built.cached,
+        "directory": str(built.directory),
+    }
+    return built, steps
 
 
 def _junit(results, path):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Scoreboard", "write_counters"]
+__all__ = ["Scoreboard", "write_counters", "write_timings"]
 
 
 def _hex(value, digits: int) -> str:
@@ -285,6 +285,25 @@ def write_counters(path: str | os.PathLike | None = None, **counters: int) -> Pa
     def merge(data):
         for key, value in counters.items():
             data[key] = int(data.get(key, 0)) + int(value)
+
+    return _update_json(path, merge)
+
+
+def write_timings(path: str | os.PathLike | None = None, **seconds: float) -> Path | None:
+    """Record wall-clock figures of the testbench (seconds, or a ``time.time()`` reading) under
+    ``timings`` in the JSON summary file: ``*_s`` values add up over calls, others keep the
+    first value written (a start time).  Same file rules as :func:`write_counters`."""
+    for key, value in seconds.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+            raise TypeError(f"Timing {key} must be a number, not {value!r}")
+
+    def merge(data):
+        t = data.setdefault("timings", {})
+        for key, value in seconds.items():
+            if key.endswith("_s"):
+                t[key] = float(t.get(key, 0.0)) + float(value)
+            else:
+                t.setdefault(key, float(value))
 
     return _update_json(path, merge)
 

@@ -871,3 +871,93 @@ def build(
             + "\n"
         )
     return Build(top, directory, waves, False, time.monotonic() - t0)
+
+
+# --------------------------------------------------------------------------------------------
+# Builds found from their generator's sources (no Verilog generation on a hit)
+# --------------------------------------------------------------------------------------------
+
+#: Packages whose source generates a block's Verilog: the RTL, the model it reads (mode table,
+#: formats, instruction fields) and the block registry.
+_GENERATOR_PACKAGES = ("ncrtl.hdl", "ncrtl.model", "ncrtl.blocks")
+
+
+@functools.lru_cache(maxsize=1)
+def _generator_digest() -> str:
+    """sha256 of every source file of :data:`_GENERATOR_PACKAGES` (``.py`` and ``.vlt``, by path
+    and content) and the Amaranth version: what a block's Verilog is a function of, besides its
+    parameters."""
+    import importlib
+
+    key = hashlib.sha256()
+    for name in _GENERATOR_PACKAGES:
+        mod = importlib.import_module(name)
+        if hasattr(mod, "__path__"):  # a package: every source file under its folder(s)
+            files = [
+                (folder, p)
+                for folder in mod.__path__
+                for p in sorted(Path(folder).rglob("*"))
+                if p.suffix in (".py", ".vlt") and "__pycache__" not in p.parts
+            ]
+        else:
+            files = [(Path(mod.__file__).parent, Path(mod.__file__))]
+        for folder, p in files:
+            key.update(f"{name}/{p.relative_to(folder)}\0".encode())
+            key.update(p.read_bytes())
+    key.update(importlib.metadata.version("amaranth").encode())
+    return key.hexdigest()
+
+
+def source_key(top: str, description: str, *, waves: bool | None = None, extra_args=()) -> str:
+    """Key of a build by what generates it: the generator sources (:func:`_generator_digest`),
+    the top name, a ``description`` of the design's parameters (e.g. the block and its
+    parameters as JSON), the waves flag, the extra Verilator arguments and the tool versions."""
+    if waves is None:
+        waves = _env_flag("WAVES")
+    verilator = find_verilator()
+    import cocotb
+
+    key = hashlib.sha256()
+    for part in (
+        _generator_digest(),
+        top,
+        description,
+        str(bool(waves)),
+        *extra_args,
+        verilator.version,
+        verilator.env.get("MAKEFLAGS", ""),
+        cocotb.__version__,
+    ):
+        key.update(part.encode())
+        key.update(b"\0")
+    return key.hexdigest()[:24]
+
+
+def _index_path(key: str) -> Path:
+    return build_root() / "index" / key
+
+
+def cached_build(key: str) -> Build | None:
+    """The complete build recorded under a :func:`source_key`, or None (never recorded, or its
+    directory is gone or incomplete)."""
+    t0 = time.monotonic()
+    try:
+        rec = json.loads(_index_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    directory = build_root() / rec.get("directory", "")
+    top = rec.get("top", "")
+    if not top or not (directory / _MARKER).is_file() or not (directory / top).is_file():
+        return None
+    return Build(top, directory, bool(rec.get("waves")), True, time.monotonic() - t0)
+
+
+def remember_build(key: str, built: Build) -> None:
+    """Record ``built`` under a :func:`source_key` (atomically: concurrent workers may race)."""
+    path = _index_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(
+        json.dumps({"directory": built.directory.name, "top": built.top, "waves": built.waves})
+    )
+    os.replace(tmp, path)

@@ -373,12 +373,17 @@ def test_run_block_with_an_empty_scoreboard_fails(monkeypatch, tmp_path):
 
     class FakeBuild:
         seconds = 0.0
+        cached = False
+        directory = tmp_path
+        top = "fp_add"
+        waves = False
 
         def run(self, module, *, env, results, **kw):
             Scoreboard("fp.add").write_json(env["NCRTL_SUMMARY"])
             return sim.RunResult(True, Path(results), 1, 0, (), 0, tmp_path, None)
 
     monkeypatch.setattr(sim, "build", lambda *a, **k: FakeBuild())
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
     monkeypatch.chdir(tmp_path)
     block = blocks.get("fp.add")
     res = conformance.run_block(block, block.resolve({}), count=10, seed=1)
@@ -438,3 +443,71 @@ def test_scoreboard_write_json_merges(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(path.parent) if p.endswith(".tmp")]
     with pytest.raises(TypeError, match=r"^Counter cycles must be an integer, not 1.5$"):
         write_counters(path, cycles=1.5)
+
+
+def test_builds_are_found_from_the_generator_sources(monkeypatch, tmp_path):
+    """A build recorded under its source key is found without generating Verilog; another
+    parameter, another top or a build directory that is gone is a miss."""
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path))
+    key = sim.source_key("fp_add", '["fp.add", {"lanes": 1}]')
+    assert key == sim.source_key("fp_add", '["fp.add", {"lanes": 1}]')
+    assert key != sim.source_key("fp_add", '["fp.add", {"lanes": 2}]')
+    assert key != sim.source_key("fp_add_2", '["fp.add", {"lanes": 1}]')
+    assert key != sim.source_key("fp_add", '["fp.add", {"lanes": 1}]', extra_args=("-O3",))
+    assert sim.cached_build(key) is None
+    d = tmp_path / "fp_add-0123456789abcdef"
+    d.mkdir()
+    (d / "fp_add").write_text("binary")
+    (d / sim._MARKER).write_text("{}")
+    sim.remember_build(key, sim.Build("fp_add", d, False, False, 1.0))
+    found = sim.cached_build(key)
+    assert found is not None and found.directory == d and found.cached and found.top == "fp_add"
+    (d / "fp_add").unlink()
+    assert sim.cached_build(key) is None
+
+
+def test_run_block_skips_generation_on_a_recorded_build(monkeypatch, tmp_path):
+    """The second run of a block whose sources did not change neither generates its Verilog nor
+    asks Verilator; the time split says "cached build"."""
+    from ncrtl import blocks
+    from ncrtl.testbench import conformance
+
+    calls = []
+
+    class FakeBuild:
+        seconds = 0.0
+        cached = False
+        top = "fp_add"
+        waves = False
+
+        def __init__(self):
+            self.directory = tmp_path / "sim" / "fp_add-x"
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / "fp_add").write_text("binary")
+            (self.directory / sim._MARKER).write_text("{}")
+
+        def run(self, module, *, env, results, **kw):
+            Scoreboard("fp.add").compare([1], [1])
+            return sim.RunResult(True, Path(results), 1, 0, (), 0, tmp_path, None)
+
+    def fake_build(*a, **k):
+        calls.append("build")
+        return FakeBuild()
+
+    block = blocks.get("fp.add")
+    real_verilog = type(block).verilog
+
+    def counting_verilog(self, params, **kw):
+        calls.append("generate")
+        return real_verilog(self, params, **kw)
+
+    monkeypatch.setattr(sim, "build", fake_build)
+    monkeypatch.setattr(type(block), "verilog", counting_verilog)
+    monkeypatch.setattr(sim.Build, "run", FakeBuild.run)
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
+    monkeypatch.chdir(tmp_path)
+    first = conformance.run_block(block, block.resolve({}), count=10, seed=1)
+    second = conformance.run_block(block, block.resolve({}), count=10, seed=1)
+    assert calls == ["generate", "build"]
+    assert not first.steps["cached"] and second.steps["cached"]
+    assert [n for n, _ in conformance.time_split(second)][0] == "cached build"

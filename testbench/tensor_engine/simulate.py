@@ -15,7 +15,7 @@ import numpy as np
 
 from ncrtl import blocks
 from ncrtl.model.modes import operation
-from ncrtl.testbench.conformance import run_block
+from ncrtl.testbench.conformance import print_time_split, run_block
 
 __all__ = [
     "sim_matmul",
@@ -72,10 +72,14 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
             f"(mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in steady state)"
         )
     if c.get("run_us"):
+        stream = c["run_cycles"] / (c["run_us"] / 1e6)
+        sim_s = res.steps.get("simulate") or 0.0
         print(
-            f"  simulation speed {c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s "
-            f"(wall time of the streaming, {c['run_us'] / 1e6:.1f} s)"
+            f"  simulation speed {stream:.1f} cycles/s streaming ({c['run_us'] / 1e6:.1f} s), "
+            f"{c['cycles'] / res.seconds:.1f} cycles/s end to end ({res.seconds:.1f} s; "
+            f"the simulator process {sim_s:.1f} s)"
         )
+    print_time_split(res)
     for u in res.units:
         print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
     print(

@@ -11,6 +11,7 @@ produced them) is written to that ``.npy`` path.
 
 import json
 import os
+import time
 
 import cocotb
 import numpy as np
@@ -19,7 +20,7 @@ from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 from ncrtl.model.tensor_engine.matmul import mx_row_scales
 from ncrtl.testbench.conformance import tb_settings
-from ncrtl.testbench.scoreboard import write_counters
+from ncrtl.testbench.scoreboard import write_counters, write_timings
 from ncrtl.testbench.tensor_engine.program import Program, Step, _selection, _values, tile_shape
 from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
@@ -61,8 +62,10 @@ def matmul_program(rows, cols, op_name, k, m, n, seed, data=None):
 @cocotb.test()
 async def test_sim_matmul(dut):
     """One LS + MM, no stalls: values and output cycles checked, cycle figures recorded."""
+    t_start = time.time()
     params, _, seed, _ = tb_settings()
     shape = json.loads(os.environ["NCRTL_MATMUL"])
+    t0 = time.perf_counter()
     data = np.load(shape["data"]) if shape.get("data") else None
     prog = matmul_program(
         params["rows"],
@@ -74,10 +77,12 @@ async def test_sim_matmul(dut):
         seed,
         data,
     )
-    cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True)
+    stimulus = time.perf_counter() - t0
+    cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True, t_start=t_start)
     if shape.get("out"):
         result = np.asarray(cycles["vectors"][:, : shape["m"]]).T.astype(np.uint32)
         np.save(shape["out"], result)
+    write_timings(stimulus_s=stimulus)
     write_counters(
         first_instr=cycles["first_instr"],
         first_out=cycles["first_out"],

@@ -18,7 +18,7 @@ from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
 from ncrtl.testbench.conformance import tb_settings
-from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters, write_timings
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
 from ncrtl.testbench.tensor_engine.program import expected_outputs, lane_words, random_program
 
@@ -86,12 +86,19 @@ class TensorEngineTB:
                 self.mov.send(pack_lanes(beats, LANE_WIDTH))
 
 
-async def run_program(dut, prog, *, stall, seed, check_timing):
+async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
+    """Stream ``prog`` into the engine and check it; returns its cycle figures and the result
+    vectors.  The wall time of each step goes to the summary (``tb_*_s``; ``t_start``: when
+    the testbench started, before it made the program, for ``tb_start_unix``)."""
+    t_start = time.time() if t_start is None else t_start
+    t_begin = time.perf_counter()
     rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
     tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed, tile_unit=unit)
     await tb.reset()
     tb.load(prog)
+    t_golden = time.perf_counter()
     expect = expected_outputs(prog)
+    t_golden = time.perf_counter() - t_golden
     total = sum(bits.shape[1] for _, bits in expect)
     # Simulation speed: the wall time of the streaming itself (the golden ran before it).
     t_run, c_run = time.perf_counter(), tb.out.cycle
@@ -99,6 +106,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
     t_run, c_run = time.perf_counter() - t_run, tb.out.cycle - c_run
     await tb.instr.wait()
     await ClockCycles(dut.clk, 8)  # let the last error pulses land
+    t_compare = time.perf_counter()
     data_mask = (1 << (LANE * cols)) - 1
     got = unpack_lanes([w & data_mask for w in got_words], LANE, cols)  # [vectors, cols]
     got_last = np.array([w >> (LANE * cols) for w in got_words], dtype=np.int64)
@@ -154,7 +162,15 @@ async def run_program(dut, prog, *, stall, seed, check_timing):
         tsb.write_json()
         dut._log.info(tsb.report())
         boards.append(tsb)
+    t_end = time.perf_counter()
     write_counters(cycles=tb.out.cycle, run_cycles=c_run, run_us=int(t_run * 1e6))
+    write_timings(
+        start_unix=t_start,
+        golden_s=t_golden,
+        stream_s=t_run,
+        compare_s=t_end - t_compare,
+        setup_s=t_end - t_begin - t_golden - t_run - (t_end - t_compare),
+    )
     for b in boards:
         b.assert_clean()
     return {
