@@ -87,14 +87,16 @@ def run_block(
     testcase=None,
     testbench=None,
     extra_env=None,
+    player=None,
 ):
-    """Build ``block`` with ``params`` and run its testbench (or the cocotb module
-    ``testbench``) with ``extra_env``; return a :class:`BlockResult`."""
+    """Build ``block`` with ``params`` (wrapped in stream players: ``player``, see
+    :func:`build_block`) and run its testbench (or the cocotb module ``testbench``) with
+    ``extra_env``; return a :class:`BlockResult`."""
 
     label = block.label(params)
     t0 = time.perf_counter()
     try:
-        built, steps = build_block(block, params, waves=waves)
+        built, steps = build_block(block, params, waves=waves, player=player)
     except Exception as exc:  # a build failure is a result, not a crash of the whole run
         return BlockResult(
             label, False, message=f"build failed: {exc}", seconds=time.perf_counter() - t0
@@ -200,18 +202,25 @@ def print_time_split(result, file=None):
     print(f"  time: {rest}", file=file)
 
 
-def build_block(block, params, *, waves=None):
+def build_block(block, params, *, waves=None, player=None):
     """The Verilator model of ``block`` with ``params``: ``(Build, steps)``.
 
     A build recorded under the block's :func:`ncrtl.testbench.sim.source_key` (the generator's
     sources, the block, its parameters, the tools) is used without generating its Verilog, which
     at 128 x 128 takes most of a minute; otherwise the Verilog is generated and built (or found by
     its content hash, :func:`ncrtl.testbench.sim.build`) and recorded.  ``steps``: seconds of
-    ``generate`` and ``build``, ``cached``, ``directory``."""
+    ``generate`` and ``build``, ``cached``, ``directory``.
+
+    ``player``: a list of :class:`ncrtl.testbench.player.PlayerPort` of the design; the model is
+    then the design wrapped in its stream players (:func:`ncrtl.testbench.player.player_verilog`),
+    top :func:`~ncrtl.testbench.player.player_top`."""
+    from ncrtl.testbench import player as players
     from ncrtl.testbench import sim
 
     top = block.top(**params)
     args = block.build_args(params)
+    if player:
+        top = players.player_top(top)
     key = sim.source_key(
         top, json.dumps([block.name, params], sort_keys=True), waves=waves, extra_args=args
     )
@@ -219,7 +228,9 @@ def build_block(block, params, *, waves=None):
     built = sim.cached_build(key)
     generate = 0.0
     if built is None:
-        text, top = block.verilog(params)
+        text, design = block.verilog(params)
+        if player:
+            text += "\n" + players.player_verilog(design, player)
         generate = time.perf_counter() - t0
         built = sim.build(text, top, waves=waves, extra_args=args)
         sim.remember_build(key, built)

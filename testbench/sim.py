@@ -877,9 +877,9 @@ def build(
 # Builds found from their generator's sources (no Verilog generation on a hit)
 # --------------------------------------------------------------------------------------------
 
-#: Packages whose source generates a block's Verilog: the RTL, the model it reads (mode table,
+#: Modules whose source generates a block's Verilog: the RTL, the model it reads (mode table,
 #: formats, instruction fields) and the block registry.
-_GENERATOR_PACKAGES = ("ncrtl.hdl", "ncrtl.model", "ncrtl.blocks")
+_GENERATOR_PACKAGES = ("ncrtl.hdl", "ncrtl.model", "ncrtl.blocks", "ncrtl.testbench.player")
 
 
 @functools.lru_cache(maxsize=1)

@@ -119,6 +119,7 @@ def test_conformance_run_writes_junit(tmp_path, capsys):
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 def test_sim_matmul_mx_chain(capsys):
     """BF16 tiles through the RTL QuantizeMX, then the MX matmul on a 32 x 32 RTL engine: both
     bit for bit with the golden chain, and the error against float64 printed."""

@@ -74,3 +74,24 @@ def test_tiled_programs_64x64(mode):
     res = run_block(block, p, count=600, seed=11, stall=0.2)
     _check(res)
     assert sum(u["vectors"] for u in res.units) > 0
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("mode", ["mx"])
+def test_programs_through_the_verilog_stream_players(mode):
+    """The same random programs played by the Verilog stream players instead of the Python
+    drivers (seeded idle cycles on the three sources, seeded backpressure on the result): values,
+    last flags, error codes and, without stalls, every output and error cycle."""
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
+    block = blocks.get("pe_array")
+    params = {"rows": "4", "cols": "4", "mode": mode}
+    if mode == "mx":
+        params.update(tile_unit="4", max_n="1024")
+    p = block.resolve(params)
+    res = run_block(block, p, count=600, seed=3, stall=0.25, player=player_ports(4, 4))
+    _check(res)
+    assert {u["name"] for u in res.units} >= {
+        f"tensor_engine.{block.top(**p)}_player",
+        "tensor_engine.output_cycles",
+    }

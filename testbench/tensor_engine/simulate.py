@@ -30,8 +30,12 @@ __all__ = [
 CLOCK_HZ = 2.4e9
 
 
-def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
-    """Run the matmul and print its figures; return the exit status (0 = matched)."""
+def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False, player=True):
+    """Run the matmul and print its figures; return the exit status (0 = matched).
+    ``player``: the stimulus plays from Verilog stream players (:mod:`ncrtl.testbench.player`),
+    else from the Python drivers."""
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
     res = run_block(
@@ -43,6 +47,7 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False):
         waves=True if waves else None,
         testbench="ncrtl.testbench.tensor_engine.test_sim",
         extra_env={"NCRTL_MATMUL": json.dumps({"k": k, "m": m, "n": n})},
+        player=player_ports(rows, cols) if player else None,
     )
     pe_mode, transpose = operation(dtype)
     c = res.counters

@@ -8,16 +8,19 @@ test) the cycle of every output vector and error with ``ncrtl.model.tensor_engin
 """
 
 import time
+from pathlib import Path
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
 from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
+from ncrtl.testbench import player
 from ncrtl.testbench.conformance import tb_settings
+from ncrtl.testbench.player import PlayerPort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters, write_timings
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
 from ncrtl.testbench.tensor_engine.program import expected_outputs, lane_words, random_program
@@ -74,38 +77,117 @@ class TensorEngineTB:
     def load(self, prog):
         """Queue every instruction word and the data beats of the instructions the engine
         accepts (a rejected instruction consumes no data)."""
-        self.instr.send([isa.encode(s.ins) for s in prog.steps])
-        for s, _ in prog.valid_steps():
-            ins = s.ins.whole(self.rows, self.cols)
-            words = lane_words(s.data, s.scale)  # [X, K]
-            beats = np.zeros((words.shape[0], self.rows), dtype=np.uint64)
-            beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
-            if ins.op == Op.LS:
-                self.stat.send(pack_lanes(beats[::-1], LANE_WIDTH))  # columns M-1 first
-            else:
-                self.mov.send(pack_lanes(beats, LANE_WIDTH))
+        instr, stat, mov = _beats(prog, self.rows)
+        self.instr.send(instr)
+        self.stat.send(stat)
+        self.mov.send(mov)
 
 
-async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
-    """Stream ``prog`` into the engine and check it; returns its cycle figures and the result
-    vectors.  The wall time of each step goes to the summary (``tb_*_s``; ``t_start``: when
-    the testbench started, before it made the program, for ``tb_start_unix``)."""
-    t_start = time.time() if t_start is None else t_start
-    t_begin = time.perf_counter()
-    rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
-    tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed, tile_unit=unit)
+def player_ports(rows, cols):
+    """The engine's ports as :mod:`ncrtl.testbench.player` plays them: the three input streams,
+    the result stream and the error strobe with its code."""
+    return [
+        PlayerPort("source", "instr", isa.instruction_bits()),
+        PlayerPort("source", "stationary", rows * LANE_WIDTH),
+        PlayerPort("source", "moving", rows * LANE_WIDTH),
+        PlayerPort("sink", "result", cols * LANE + 1),
+        PlayerPort("strobe", "o_error", value="o_error_code", value_width=4),
+    ]
+
+
+def _beats(prog, rows):
+    """Instruction words and the stationary and moving beats of the accepted instructions
+    (a rejected instruction consumes no data), as payload ints."""
+    instr = [isa.encode(s.ins) for s in prog.steps]
+    stat, mov = [], []
+    for s, _ in prog.valid_steps():
+        ins = s.ins.whole(rows, prog.cols)
+        words = lane_words(s.data, s.scale)  # [X, K]
+        beats = np.zeros((words.shape[0], rows), dtype=np.uint64)
+        beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
+        if ins.op == Op.LS:
+            stat += pack_lanes(beats[::-1], LANE_WIDTH)  # columns M-1 first
+        else:
+            mov += pack_lanes(beats, LANE_WIDTH)
+    return instr, stat, mov
+
+
+async def _drive_python(dut, prog, total, *, stall, seed):
+    """The program through the Python drivers (:class:`TensorEngineTB`): per-cycle coroutines."""
+    rows, cols = prog.rows, prog.cols
+    tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed, tile_unit=prog.tile_unit)
     await tb.reset()
     tb.load(prog)
-    t_golden = time.perf_counter()
-    expect = expected_outputs(prog)
-    t_golden = time.perf_counter() - t_golden
-    total = sum(bits.shape[1] for _, bits in expect)
-    # Simulation speed: the wall time of the streaming itself (the golden ran before it).
     t_run, c_run = time.perf_counter(), tb.out.cycle
     got_words = await tb.out.recv(total, timeout=5000)
     t_run, c_run = time.perf_counter() - t_run, tb.out.cycle - c_run
     await tb.instr.wait()
     await ClockCycles(dut.clk, 8)  # let the last error pulses land
+    return dict(
+        words=got_words,
+        out_cycles=list(tb.out.cycles),
+        accepted=list(tb.accepted),
+        errors=list(tb.errors),
+        cycles=tb.out.cycle,
+        run_cycles=c_run,
+        run_s=t_run,
+    )
+
+
+async def _drive_player(dut, prog, total, *, stall, seed):
+    """The program through the Verilog stream players (:mod:`ncrtl.testbench.player`): the
+    files are written, the simulator runs to ``done`` without waking Python."""
+    folder = Path(player.FOLDER)
+    folder.mkdir(exist_ok=True)
+    rng = np.random.default_rng(seed + 101)
+    beats = dict(zip(("instr", "stationary", "moving"), _beats(prog, prog.rows)))
+    for name, words in beats.items():
+        idle = rng.geometric(1.0 - stall, len(words)) - 1 if stall else None
+        player.write_beats(folder / f"{name}.in", words, idle)
+    n_beats = sum(len(w) for w in beats.values())
+    player.write_config(
+        folder, seed=seed, backpressure=stall, expect=total, timeout=200_000 + 20 * n_beats
+    )
+    Clock(dut.clk, 10, unit="ns").start()
+    dut.rst.value, dut.go.value = 1, 0
+    await ClockCycles(dut.clk, 2)
+    dut.rst.value, dut.go.value = 0, 1
+    t_run = time.perf_counter()
+    # The players stop at their own cycle timeout; this one only guards against a model that
+    # never raises done.
+    timeout = 10 * (200_000 + 20 * n_beats) + 1000
+    await with_timeout(RisingEdge(dut.done), timeout * 10, "ns")
+    t_run = time.perf_counter() - t_run
+    dut.go.value = 0
+    cycles = int(dut.o_cycle.value)
+    out_cycles, words = player.read_beats(folder / "result.out")
+    err_cycles, codes = player.read_beats(folder / "o_error.out", base=10)
+    return dict(
+        words=words,
+        out_cycles=out_cycles,
+        accepted=player.read_log(folder / "instr.log"),
+        errors=list(zip(err_cycles, codes)),
+        cycles=cycles,
+        run_cycles=cycles - 2,
+        run_s=t_run,
+    )
+
+
+async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
+    """Stream ``prog`` into the engine and check it; returns its cycle figures and the result
+    vectors.  A model built with stream players (top ``*_player``) plays the program in Verilog;
+    otherwise the Python drivers stream it.  The wall time of each step goes to the summary
+    (``t_start``: when the testbench started, before it made the program)."""
+    t_start = time.time() if t_start is None else t_start
+    t_begin = time.perf_counter()
+    rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
+    t_golden = time.perf_counter()
+    expect = expected_outputs(prog)
+    t_golden = time.perf_counter() - t_golden
+    total = sum(bits.shape[1] for _, bits in expect)
+    drive = _drive_player if dut._name.endswith("_player") else _drive_python
+    obs = await drive(dut, prog, total, stall=stall, seed=seed)
+    got_words, t_run, c_run = obs["words"], obs["run_s"], obs["run_cycles"]
     t_compare = time.perf_counter()
     data_mask = (1 << (LANE * cols)) - 1
     got = unpack_lanes([w & data_mask for w in got_words], LANE, cols)  # [vectors, cols]
@@ -144,7 +226,7 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
         if err is not None:
             want_codes.append(int(err[0]))
     eb = Scoreboard("tensor_engine.errors", "count, then codes", bits=8)
-    eb.compare_sequence([c for _, c in tb.errors], want_codes)
+    eb.compare_sequence([c for _, c in obs["errors"]], want_codes)
     eb.write_json()
     dut._log.info(eb.report())
 
@@ -153,17 +235,17 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
         from ncrtl.model.tensor_engine import timing
 
         sched = timing.simulate(prog.instructions(), rows, cols, tile_unit=unit)
-        t0 = tb.accepted[0]
+        t0 = obs["accepted"][0]
         want_out = [c for r in sched.records for c in r.outputs]
         tsb = Scoreboard("tensor_engine.output_cycles", "count, then cycles", bits=32)
-        tsb.compare_sequence([c - t0 for c in tb.out.cycles], want_out)
+        tsb.compare_sequence([c - t0 for c in obs["out_cycles"]], want_out)
         want_err = [r.error_cycle for r in sched.records if r.error_cycle is not None]
-        tsb.compare_sequence([c - t0 for c, _ in tb.errors], want_err)
+        tsb.compare_sequence([c - t0 for c, _ in obs["errors"]], want_err)
         tsb.write_json()
         dut._log.info(tsb.report())
         boards.append(tsb)
     t_end = time.perf_counter()
-    write_counters(cycles=tb.out.cycle, run_cycles=c_run, run_us=int(t_run * 1e6))
+    write_counters(cycles=obs["cycles"], run_cycles=c_run, run_us=int(t_run * 1e6))
     write_timings(
         start_unix=t_start,
         golden_s=t_golden,
@@ -174,9 +256,9 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
     for b in boards:
         b.assert_clean()
     return {
-        "first_instr": tb.accepted[0],
-        "first_out": tb.out.cycles[0] if tb.out.cycles else 0,
-        "last_out": tb.out.cycles[-1] if tb.out.cycles else 0,
+        "first_instr": obs["accepted"][0],
+        "first_out": obs["out_cycles"][0] if obs["out_cycles"] else 0,
+        "last_out": obs["out_cycles"][-1] if obs["out_cycles"] else 0,
         "vectors": got,  # [vectors, cols] result lane words, in arrival order
     }
 
