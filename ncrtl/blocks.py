@@ -309,20 +309,25 @@ TE_MODES = operations()
 _TE_SIM_ARGS = ("--hierarchical", str(TE_VERILATOR_CONFIG))
 
 
-def _make_te(rows, cols, mode, max_n, block, tile_unit=32):
-    from ncrtl.hdl.tensor_engine.array import default_block
-    from ncrtl.hdl.tensor_engine.top import TensorEngine
-
+def _check_engine(name, rows, cols, block, tile_unit):
+    """The engine-size rules of a block holding a Tensor Engine (``pe_array``, ``core``)."""
     if block and (rows % block or cols % block or tile_unit % block):
         raise BlockError(
-            f"pe_array: parameter block={block} must divide rows={rows}, "
+            f"{name}: parameter block={block} must divide rows={rows}, "
             f"cols={cols} and the column tile granule tile_unit={tile_unit}"
         )
     if cols > 4 * tile_unit:
         raise BlockError(
-            f"pe_array: parameter tile_unit={tile_unit} is too small for cols={cols} "
+            f"{name}: parameter tile_unit={tile_unit} is too small for cols={cols} "
             f"(column tiles start at multiples of tile_unit; at most 4 per row)"
         )
+
+
+def _make_te(rows, cols, mode, max_n, block, tile_unit=32):
+    from ncrtl.hdl.tensor_engine.array import default_block
+    from ncrtl.hdl.tensor_engine.top import TensorEngine
+
+    _check_engine("pe_array", rows, cols, block, tile_unit)
     return TensorEngine(
         rows,
         cols,
@@ -443,16 +448,7 @@ def _make_core(
     from ncrtl.hdl.core.top import MatmulCore
     from ncrtl.hdl.tensor_engine.array import default_block
 
-    if block and (rows % block or cols % block or tile_unit % block):
-        raise BlockError(
-            f"core: parameter block={block} must divide rows={rows}, cols={cols} "
-            f"and the column tile granule tile_unit={tile_unit}"
-        )
-    if cols > 4 * tile_unit:
-        raise BlockError(
-            f"core: parameter tile_unit={tile_unit} is too small for cols={cols} "
-            f"(column tiles start at multiples of tile_unit; at most 4 per row)"
-        )
+    _check_engine("core", rows, cols, block, tile_unit)
     if bank >= banks:
         raise BlockError(
             f"core: parameter bank={bank} is out of range; PSUM has banks 0..{banks - 1}"

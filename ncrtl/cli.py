@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 from . import blocks
-from .model.modes import MX_DTYPES, operation
+from .model.modes import MX_DTYPES, MX_FORMATS, operation
+from .model.tensor_engine import isa
+from .model.tensor_engine.isa import Instruction, Mode, Op
 
 __all__ = ["main"]
 
@@ -200,15 +202,14 @@ def _sim_mx(args):
             f"--rows {args.rows}: the MX chain needs a multiple of 32 rows (QuantizeMX groups "
             f"and the scale quadrants span 32 partitions)"
         )
-    if not 1 <= args.k <= args.rows or args.k % 32:
-        raise UsageError(
-            f"--k {args.k} partitions must be a multiple of 32 in 32..{args.rows} (the "
-            f"contraction is 4 x K)"
-        )
-    if not 2 <= args.m <= args.cols or args.m % 2:
-        raise UsageError(f"--m {args.m} must be even and in 2..{args.cols}")
-    if not 1 <= args.n <= 512:
-        raise UsageError(f"--n {args.n} must be in 1..512")
+    # The engine's own rules for the LS + MM pair (K partitions, M, N), with its messages.
+    fields = dict(k=args.k, m=args.m, fmt_s=MX_FORMATS.index(MX_DTYPES[args.dtype]))
+    fields["fmt_m"] = MX_FORMATS.index(MX_DTYPES[moving])
+    ls = Instruction(Op.LS, Mode.MX, **fields)
+    for ins, st in ((ls, None), (Instruction(Op.MM, Mode.MX, n=args.n, **fields), ls)):
+        bad = isa.check(ins, args.rows, args.cols, st)
+        if bad is not None:
+            raise UsageError(f"--k {args.k} --m {args.m} --n {args.n}: {bad[1]}")
     return sim_matmul_mx(
         rows=args.rows,
         cols=args.cols,

@@ -14,7 +14,8 @@ design in a top module whose Verilog does that work instead:
 
 Files live in the simulator's working directory under ``player/``: ``<stream>.in`` (written by
 the testbench before it raises ``go``), ``<stream>.log``, ``<sink>.out``, ``<strobe>.out`` and
-``config`` (backpressure seed and threshold, expected output beats, timeout).  The top has the
+``config`` (backpressure seed and threshold, expected output beats, timeout in cycles from
+``go``).  The top has the
 design's clock and reset, ``go`` (start: the files are opened at the first edge with it),
 ``done`` (every source has sent its file, every sink has its expected beats and 8 cycles have
 passed, or the timeout hit; the files are closed; ``go`` low returns the players to their idle
@@ -97,6 +98,7 @@ def player_verilog(top, ports, *, clock="clk", reset="rst"):
         "    output reg [31:0] o_received",
         ");",
         "  integer cfg_fd, r, expect_beats, timeout, drain;",
+        "  reg [31:0] start_cycle;",
         "  reg opened;",
         "  reg [31:0] bp_seed, bp_threshold;",
         "  initial begin opened = 0; done = 0; o_cycle = 0; o_received = 0; drain = 0; end",
@@ -157,6 +159,7 @@ def player_verilog(top, ports, *, clock="clk", reset="rst"):
         f'      cfg_fd = $fopen("{FOLDER}/config", "r");',
         '      r = $fscanf(cfg_fd, "%d %d %d %d\\n", bp_seed, bp_threshold, expect_beats, timeout);',
         "      $fclose(cfg_fd);",
+        "      start_cycle = o_cycle;",
     ]
     for p in src:
         body += [
@@ -212,7 +215,7 @@ def player_verilog(top, ports, *, clock="clk", reset="rst"):
     ]
     body += [
         f"      if (({sent}) && o_received >= expect_beats) drain = drain + 1;",
-        "      if (drain > 8 || o_cycle >= timeout) begin",
+        "      if (drain > 8 || o_cycle - start_cycle >= timeout) begin",
         "        done <= 1;",
         "        " + " ".join(closes),
         "      end",

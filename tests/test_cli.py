@@ -66,10 +66,16 @@ def test_verilog_writes_a_module(tmp_path, capsys):
         ),
         (
             ["sim", "matmul", "--dtype", "mxfp4_e2m1fn", "--k", "48"],
-            "--k 48 partitions must be a multiple of 32 in 32..128",
+            "--k 48 --m 128 --n 512: mx K=48 must be a multiple of 32 partitions",
         ),
-        (["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--m", "7"], "--m 7 must be even"),
-        (["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--n", "513"], "--n 513 must be in 1..512"),
+        (
+            ["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--m", "7"],
+            "--k 128 --m 7 --n 512: mx M=7 must be a multiple of 2",
+        ),
+        (
+            ["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--n", "513"],
+            "--n 513: N=513 must be in 1..512 (mx with an FP32 result",
+        ),
         (
             ["sim", "matmul", "--dtype", "mxfp8_e4m3fn", "--moving-dtype", "bf16"],
             "--moving-dtype 'bf16' is not an MX dtype; allowed: mxfp8_e4m3fn, mxfp8_e5m2",

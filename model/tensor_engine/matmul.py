@@ -19,6 +19,8 @@ built from the arguments, so the golden and the RTL reject exactly the same inst
 golden raises :class:`InstructionError` (a ``ValueError``) with the rule's message and code.
 """
 
+from dataclasses import replace
+
 import numpy as np
 
 from ncrtl.model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
@@ -233,19 +235,7 @@ def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_si
         tr, tc = _pair("tile_size", tile_size)
         tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
     ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile)
-    mm = Instruction(
-        Op.MM,
-        mode,
-        k=k,
-        m=m,
-        n=n,
-        fmt_s=fmt_s,
-        fmt_m=fmt_m,
-        transpose=transpose,
-        bf16_out=bf16_out,
-        **tile,
-    )
-    return ls, mm
+    return ls, replace(ls, op=Op.MM, n=n, bf16_out=bf16_out)
 
 
 def _validate(

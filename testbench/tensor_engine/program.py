@@ -6,7 +6,7 @@ model (values) and the timing model (cycles) on it.  The cocotb testbench
 (``ncrtl.testbench.tensor_engine.test_tensor_engine``) streams a program into the RTL and compares.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -161,18 +161,7 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
             # MX: a BF16 result (bf16_out) half the time, which lets N reach 1024.
             bf16_out = pe_mode.max_n_bf16 > pe_mode.max_n and rng.random() < 0.5
             n = int(rng.integers(1, min(max_n, pe_mode.n_limit(bf16_out)) + 1))
-            mm = Instruction(
-                Op.MM,
-                mode,
-                k=k,
-                m=m,
-                n=n,
-                fmt_s=fs,
-                fmt_m=fm,
-                transpose=transpose,
-                bf16_out=bf16_out,
-                **tile,
-            )
+            mm = replace(ls, op=Op.MM, n=n, bf16_out=bf16_out)
             if transpose:
                 x = _selection(rng, k, n, m_fmt)
             else:
@@ -180,30 +169,9 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
             prog.steps.append(Step(mm, x, scale(n)))
             if errors and rng.random() < 0.3:
                 bad = [
-                    Instruction(
-                        Op.MM,
-                        mode,
-                        k=k,
-                        m=m,
-                        n=pe_mode.n_limit(bf16_out) + 1,
-                        fmt_s=fs,
-                        fmt_m=fm,
-                        transpose=transpose,
-                        bf16_out=bf16_out,
-                    ),
-                    Instruction(Op.LS, mode, k=0, m=m, fmt_s=fs, fmt_m=fm),
-                    Instruction(
-                        Op.MM,
-                        mode,
-                        k=k,
-                        m=m,
-                        n=n,
-                        fmt_s=fs,
-                        fmt_m=fm,
-                        transpose=transpose,
-                        tile_row=16,
-                        tile_rows=32,
-                    ),
+                    replace(mm, n=pe_mode.n_limit(bf16_out) + 1),  # N_RANGE
+                    replace(ls, k=0),  # K_RANGE
+                    replace(mm, tile_row=16, tile_rows=32, tile_col=0, tile_cols=0),  # bad tile
                 ]
                 prog.steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
     return prog

@@ -30,51 +30,57 @@ __all__ = [
 CLOCK_HZ = 2.4e9
 
 
-def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False, player=True):
-    """Run the matmul and print its figures; return the exit status (0 = matched).
-    ``player``: the stimulus plays from Verilog stream players (:mod:`ncrtl.testbench.player`),
-    else from the Python drivers."""
+def _run_matmul(*, rows, cols, dtype, k, m, n, seed, waves, player, data=None):
+    """One LS + MM of ``dtype`` through ``test_sim`` (random data, or the arrays ``data`` as
+    ``test_sim`` reads them): ``(BlockResult, the RTL's [M, N] result bits or None)``."""
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
-    res = run_block(
-        block,
-        params,
-        count=n,
-        seed=seed,
-        stall=0.0,
-        waves=True if waves else None,
-        testbench="ncrtl.testbench.tensor_engine.test_sim",
-        extra_env={"NCRTL_MATMUL": json.dumps({"k": k, "m": m, "n": n})},
-        player=player_ports(rows, cols) if player else None,
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        job = {"k": k, "m": m, "n": n, "out": str(Path(tmp) / "out.npy")}
+        if data is not None:
+            job["data"] = str(Path(tmp) / "data.npz")
+            np.savez(job["data"], **data)
+        res = run_block(
+            block,
+            params,
+            count=n,
+            seed=seed,
+            stall=0.0,
+            waves=True if waves else None,
+            testbench="ncrtl.testbench.tensor_engine.test_sim",
+            extra_env={"NCRTL_MATMUL": json.dumps(job)},
+            player=player_ports(rows, cols) if player else None,
+        )
+        out = Path(job["out"])
+        rtl = np.load(out) if out.exists() else None
+    return res, rtl
+
+
+def _print_figures(res, *, dtype, rows, cols, k, m, n):
+    """Cycles, MACs, utilization, TFLOPS, simulation speed, the time split and the
+    scoreboards of a :func:`_run_matmul` result."""
     pe_mode, transpose = operation(dtype)
     c = res.counters
-    if not c.get("last_out"):
-        print(f"simulation failed: {res.message}")
-        return 1
     cycles = c["last_out"] - c["first_instr"] + 1
     products = pe_mode.products
     macs = 0 if transpose else k * m * n * products
     peak = pe_mode.macs_per_cycle(rows, cols)
-    util = macs / (cycles * rows * cols * products) if macs else 0.0
-    tflops = 2 * macs / (cycles / CLOCK_HZ) / 1e12
-    stream = n * pe_mode.interval(transpose)
-    print(f"matmul {dtype} K={k} M={m} N={n} on a {rows}x{cols} array")
     print(f"  cycles (first instruction to last output vector): {cycles}")
     print(
         f"  first output vector after {c['first_out'] - c['first_instr']} cycles; "
-        f"moving stream {stream} cycles"
+        f"moving stream {n * pe_mode.interval(transpose)} cycles"
     )
     if macs:
         print(
-            f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization {util:.3f} of "
-            f"{rows * cols * products} MACs/cycle"
+            f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization "
+            f"{macs / (cycles * rows * cols * products):.3f} of {rows * cols * products} MACs/cycle"
         )
         print(
-            f"  equivalent {tflops:.2f} TFLOPS at {CLOCK_HZ / 1e9:.1f} GHz "
-            f"(mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in steady state)"
+            f"  equivalent {2 * macs / (cycles / CLOCK_HZ) / 1e12:.2f} TFLOPS at "
+            f"{CLOCK_HZ / 1e9:.1f} GHz (mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in "
+            f"steady state)"
         )
     if c.get("run_us"):
         stream = c["run_cycles"] / (c["run_us"] / 1e6)
@@ -87,6 +93,20 @@ def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False, player=True):
     print_time_split(res)
     for u in res.units:
         print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
+
+
+def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False, player=True):
+    """Run the matmul and print its figures; return the exit status (0 = matched).
+    ``player``: the stimulus plays from Verilog stream players (:mod:`ncrtl.testbench.player`),
+    else from the Python drivers."""
+    res, _ = _run_matmul(
+        rows=rows, cols=cols, dtype=dtype, k=k, m=m, n=n, seed=seed, waves=waves, player=player
+    )
+    if not res.counters.get("last_out"):
+        print(f"simulation failed: {res.message}")
+        return 1
+    print(f"matmul {dtype} K={k} M={m} N={n} on a {rows}x{cols} array")
+    _print_figures(res, dtype=dtype, rows=rows, cols=cols, k=k, m=m, n=n)
     print(
         f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model and the "
         f"timing model"
@@ -163,36 +183,27 @@ def sim_matmul_mx(
         return 1
     (s_codes, s_scales), (x_codes, x_scales) = quantized["stationary"], quantized["moving"]
 
-    block = blocks.get("pe_array")
-    params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": "mx"})
-    with tempfile.TemporaryDirectory() as tmp:
-        data, out = Path(tmp) / "data.npz", Path(tmp) / "out.npy"
-        np.savez(
-            data,
-            stationary=s_codes,
-            moving=x_codes,
-            stationary_scale=mx_row_scales(s_scales, k),
-            moving_scale=mx_row_scales(x_scales, k),
-            fmt_s=MX_FORMATS.index(fs),
-            fmt_m=MX_FORMATS.index(fm),
-        )
-        res = run_block(
-            block,
-            params,
-            count=n,
-            seed=seed,
-            stall=0.0,
-            waves=True if waves else None,
-            testbench="ncrtl.testbench.tensor_engine.test_sim",
-            extra_env={
-                "NCRTL_MATMUL": json.dumps(
-                    {"k": k, "m": m, "n": n, "data": str(data), "out": str(out)}
-                )
-            },
-        )
-        rtl = np.load(out) if out.exists() else None
-    c = res.counters
-    if rtl is None or not c.get("last_out"):
+    data = dict(
+        stationary=s_codes,
+        moving=x_codes,
+        stationary_scale=mx_row_scales(s_scales, k),
+        moving_scale=mx_row_scales(x_scales, k),
+        fmt_s=MX_FORMATS.index(fs),
+        fmt_m=MX_FORMATS.index(fm),
+    )
+    res, rtl = _run_matmul(
+        rows=rows,
+        cols=cols,
+        dtype="mx",
+        k=k,
+        m=m,
+        n=n,
+        seed=seed,
+        waves=waves,
+        player=True,
+        data=data,
+    )
+    if rtl is None or not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
         return 1
     # The golden chain, on its own: the golden QuantizeMX, then the golden MX matmul.
@@ -200,17 +211,7 @@ def sim_matmul_mx(
     gx, gxs = quantize_mx(x_src, fm, scale_rule=scale_rule)
     golden = matmul_mx(gs, gx, gss, gxs, rows=rows, cols=cols)
     chain = int((rtl != golden.view(np.uint32)).sum())
-    cycles = c["last_out"] - c["first_instr"] + 1
-    macs = 4 * k * m * n
-    print(f"  matmul cycles (first instruction to last output vector): {cycles}")
-    print(
-        f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization "
-        f"{macs / (cycles * rows * cols * 4):.3f} of {rows * cols * 4} MACs/cycle; "
-        f"{2 * macs / (cycles / CLOCK_HZ) / 1e12:.2f} TFLOPS equivalent at "
-        f"{CLOCK_HZ / 1e9:.1f} GHz"
-    )
-    for u in res.units:
-        print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
+    _print_figures(res, dtype="mx", rows=rows, cols=cols, k=k, m=m, n=n)
     print(f"  RTL result vs the golden chain (quantize_mx, matmul_mx): {chain} mismatching words")
     fro, peak = relative_errors(rtl.view(np.float32), mx_reference(s_src, x_src))
     print(

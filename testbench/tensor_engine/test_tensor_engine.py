@@ -152,6 +152,7 @@ async def _drive_player(dut, prog, total, *, stall, seed):
     dut.rst.value, dut.go.value = 1, 0
     await ClockCycles(dut.clk, 2)
     dut.rst.value, dut.go.value = 0, 1
+    start = int(dut.o_cycle.value)  # the cycle counter runs over the whole simulation
     t_run = time.perf_counter()
     # The players stop at their own cycle timeout; this one only guards against a model that
     # never raises done.
@@ -159,7 +160,7 @@ async def _drive_player(dut, prog, total, *, stall, seed):
     await with_timeout(RisingEdge(dut.done), timeout * 10, "ns")
     t_run = time.perf_counter() - t_run
     dut.go.value = 0
-    cycles = int(dut.o_cycle.value)
+    run_cycles = int(dut.o_cycle.value) - start
     out_cycles, words = player.read_beats(folder / "result.out")
     err_cycles, codes = player.read_beats(folder / "o_error.out", base=10)
     return dict(
@@ -167,8 +168,8 @@ async def _drive_player(dut, prog, total, *, stall, seed):
         out_cycles=out_cycles,
         accepted=player.read_log(folder / "instr.log"),
         errors=list(zip(err_cycles, codes)),
-        cycles=cycles,
-        run_cycles=cycles - 2,
+        cycles=run_cycles + 2,  # with the reset cycles, as the Python drivers count
+        run_cycles=run_cycles,
         run_s=t_run,
     )
 
