@@ -229,6 +229,10 @@ def _cmd_bench(args):
 
     if not 0 <= args.psum_partitions <= 128:
         raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
+    if not 0 <= args.harness_size <= 128 or args.harness_size == 1:
+        raise UsageError(f"--harness-size {args.harness_size} must be 0 or in 2..128")
+    if args.harness_repeat < 1:
+        raise UsageError(f"--harness-repeat must be >= 1, got {args.harness_repeat}")
     if args.psum_count < 1:
         raise UsageError(f"--psum-count must be >= 1, got {args.psum_count}")
     return run_bench(args)
@@ -329,8 +333,9 @@ def build_parser():
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
     s.add_argument(
         "--only",
-        choices=("pe", "fp", "te", "psum"),
-        help="run one section: the PE in a C++ loop, the FP units, the Tensor Engine or PSUM",
+        choices=("pe", "fp", "harness", "te", "psum"),
+        help="run one section: the PE in a C++ loop, the FP units, the testbench against a C++ "
+        "loop, the Tensor Engine or PSUM",
     )
     s.add_argument(
         "--pe-cycles",
@@ -355,6 +360,18 @@ def build_parser():
         type=int,
         default=128,
         help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)",
+    )
+    s.add_argument(
+        "--harness-size",
+        type=int,
+        default=16,
+        help="engine size of the testbench-against-C++-loop measurement (default 16; 0 skips it)",
+    )
+    s.add_argument(
+        "--harness-repeat",
+        type=int,
+        default=40,
+        help="bf16 matmuls (K = M = size, N = 512) it streams back to back (default 40)",
     )
     s.set_defaults(func=_cmd_bench)
     return p

@@ -88,6 +88,8 @@ def run_bench(args):
         ok &= _bench_pe(getattr(args, "pe_cycles", 20000))
     if only in (None, "fp"):
         ok &= _bench_fp(args)
+    if only in (None, "harness") and getattr(args, "harness_size", 16):
+        ok &= _bench_harness(args.harness_size, getattr(args, "harness_repeat", 40))
     if only in (None, "te") and args.te_size:
         ok &= _bench_tensor_engine(args.te_size)
     psum = getattr(args, "psum_partitions", 0)
@@ -175,51 +177,51 @@ def _bench_fp(args):
 
 
 def _bench_tensor_engine(size):
-    """Generation, build and simulation of a ``size x size`` Tensor Engine running one bf16
-    K = M = size, N = 512 matmul, and the golden model's time for the same tile."""
-    import json
+    """A ``size x size`` Tensor Engine running one bf16 K = M = ``size``, N = 512 matmul as
+    ``ncrtl sim matmul`` runs it (Verilog stream players, build cache): the build (or the cached
+    build), then a run on the cached build with its time split, streaming against end-to-end
+    cycles/s and the model start-up; the golden model's time for the same tile."""
+    import ml_dtypes
 
     from ncrtl.model.tensor_engine.matmul import matmul
-    from ncrtl.testbench.conformance import run_block
+    from ncrtl.testbench.conformance import build_block, print_time_split, time_split
     from ncrtl.testbench.tensor_engine.program import _values
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
-    with _fresh_build_dir():
-        text, gen, built, rss = _generate_and_build(block, params)
-        res = run_block(
-            block,
-            params,
-            count=512,
-            seed=1,
-            stall=0.0,
-            testbench="ncrtl.testbench.tensor_engine.test_sim",
-            extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512})},
+    print(f"\ntensor engine {size}x{size}, bf16 K=M={size} N=512 (ncrtl sim matmul's run):")
+    rss0 = _children_maxrss_mib()
+    built, steps = build_block(block, params, player=player_ports(size, size))
+    if steps["cached"]:
+        print(f"  cached build ({steps['directory']}), found in {steps['build']:.1f} s")
+    else:
+        print(
+            f"  Verilog generation {steps['generate']:.1f} s, Verilator build "
+            f"{steps['build']:.1f} s, peak build process "
+            f"{max(_children_maxrss_mib(), rss0):.0f} MiB ({steps['directory']})"
         )
-    sim_s = max(res.seconds - res.build_seconds, 1e-9)
+    res = _te_stream_run(size, repeat=1, player=True)
+    if not res.passed:
+        print(f"  run FAILED: {res.message}")
+        return False
+    split = dict(time_split(res))
+    stream, end = _streaming(res), res.cycles / res.seconds
+    print(
+        f"  {res.cycles} cycles: streaming {stream:.1f} cycles/s, end to end {end:.1f} cycles/s "
+        f"= {end / stream:.2f} x streaming (target >= 0.8)"
+    )
+    print(
+        f"  model start-up (simulator process start to the testbench's first line) "
+        f"{split.get('model start-up', float('nan')):.1f} s (target <= 5 s)"
+    )
+    print_time_split(res)
     rng = np.random.default_rng(0)
-    import ml_dtypes
-
     a = _values(rng, "bf16", (size, size)).view(ml_dtypes.bfloat16)
     b = _values(rng, "bf16", (size, 512)).view(ml_dtypes.bfloat16)
     t0 = time.perf_counter()
     matmul(a, b, rows=size, cols=size)
-    golden = time.perf_counter() - t0
-    print(f"\ntensor engine {size}x{size}, bf16 K=M={size} N=512:")
-    print(f"  Verilog generation {gen:.1f} s ({len(text.splitlines())} lines)")
-    print(f"  Verilator build {built.seconds:.1f} s, peak build process {rss:.0f} MiB")
-    c = res.counters
-    print(
-        f"  simulated {res.cycles} cycles in {sim_s:.1f} s end to end (model start-up, stimulus, "
-        f"golden and scoreboards included): {res.cycles / sim_s:.1f} cycles/s"
-    )
-    if c.get("run_us"):
-        print(
-            f"  streaming: {c['run_cycles']} cycles in {c['run_us'] / 1e6:.1f} s from the first "
-            f"instruction to the last output vector: "
-            f"{c['run_cycles'] / (c['run_us'] / 1e6):.1f} cycles/s"
-        )
-    print(f"  golden matmul of the tile {golden:.2f} s")
+    print(f"  golden matmul of the tile {time.perf_counter() - t0:.2f} s")
     print(f"  result {'PASS' if res.passed else 'FAIL'}")
     return res.passed
 
@@ -274,3 +276,100 @@ def _bench_psum(partitions, count):
     )
     print(f"  result {'PASS' if res.passed else 'FAIL'}")
     return res.passed
+
+
+def _te_stream_run(size, *, repeat, player, seed=1, progress=True):
+    """One ``ncrtl sim matmul``-style run of ``repeat`` bf16 K = M = ``size``, N = 512 pairs on
+    a ``size x size`` engine (build cache used): a :class:`BlockResult`."""
+    import json
+
+    from ncrtl.testbench.conformance import run_block
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
+    block = blocks.get("pe_array")
+    params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
+    return run_block(
+        block,
+        params,
+        count=512,
+        seed=seed,
+        stall=0.0,
+        testbench="ncrtl.testbench.tensor_engine.test_sim",
+        extra_env={"NCRTL_MATMUL": json.dumps({"k": size, "m": size, "n": 512, "repeat": repeat})},
+        player=player_ports(size, size) if player else None,
+        progress=progress,
+    )
+
+
+def _streaming(res):
+    """Streaming cycles/s of a run (first instruction offered to the last output), or 0."""
+    c = res.counters
+    return c["run_cycles"] / (c["run_us"] / 1e6) if c.get("run_us") else 0.0
+
+
+def _bench_harness(size=16, repeat=40, runs=3):
+    """What the testbench costs on top of the simulated hardware: the same Verilated engine
+    streaming the same files through the testbench (Verilog stream players, cocotb) and through
+    a C++ loop (:mod:`ncrtl.testbench.stream_loop`), the outputs of the two compared byte for
+    byte, best of ``runs`` runs each; the Python drivers for reference."""
+    import filecmp
+    import shutil
+
+    from ncrtl.testbench.conformance import print_time_split
+    from ncrtl.testbench.stream_loop import build_loop, run_loop
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
+    print(
+        f"\nharness: {size} x {size} engine, {repeat} bf16 matmuls K = M = {size}, N = 512 "
+        f"back to back, no stalls; best of {runs} runs"
+    )
+    results = [_te_stream_run(size, repeat=repeat, player=True) for _ in range(runs)]
+    if not all(r.passed for r in results):
+        bad = next(r for r in results if not r.passed)
+        print(f"  testbench run FAILED: {bad.message}")
+        return False
+    best = max(results, key=_streaming)
+    folder = Path(best.steps["run_dir"]) / "player"
+    block = blocks.get("pe_array")
+    params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
+    ports = player_ports(size, size)
+    with tempfile.TemporaryDirectory() as tmp:
+        text, top = block.verilog(params)
+        binary, build_s = build_loop(text, top, ports, tmp, extra_args=block.build_args(params))
+        files = Path(tmp) / "files"
+        files.mkdir()
+        inputs = ["config"] + [f"{p.name}.in" for p in ports if p.kind == "source"]
+        for name in inputs:
+            shutil.copy(folder / name, files / name)
+        loops = [run_loop(binary, files) for _ in range(runs)]
+        outputs = [f"{p.name}.log" for p in ports if p.kind == "source"] + [
+            f"{p.name}.out" for p in ports if p.kind in ("sink", "strobe")
+        ]
+        differ = [n for n in outputs if not filecmp.cmp(folder / n, files / n, shallow=False)]
+    loop_cycles, loop_s = min(loops, key=lambda r: r[1])
+    c = best.counters
+    tb_rate, loop_rate = _streaming(best), loop_cycles / loop_s
+    if differ or loop_cycles != c["run_cycles"]:
+        print(
+            f"  the C++ loop did not reproduce the testbench's run ({', '.join(differ) or 'cycles'}"
+            f" differ; {loop_cycles} vs {c['run_cycles']} cycles): figures not comparable"
+        )
+        return False
+    python = _te_stream_run(size, repeat=repeat, player=False)
+    print(
+        f"  the same files in both: {c['run_cycles']} cycles from go to done, every output beat, "
+        f"error and transfer cycle identical"
+    )
+    print(f"  C++ loop (the design alone, build {build_s:.0f} s)     {loop_rate:10.0f} cycles/s")
+    print(
+        f"  testbench, Verilog stream players + cocotb {tb_rate:10.0f} cycles/s streaming"
+        f" = {tb_rate / loop_rate:.2f} x the C++ loop (target >= 0.9)"
+    )
+    if python.passed:
+        print(
+            f"  testbench, Python drivers                  {_streaming(python):10.0f} cycles/s "
+            f"streaming = {_streaming(python) / loop_rate:.2f} x the C++ loop"
+        )
+    print(f"  end to end (players): {best.cycles / best.seconds:.0f} cycles/s")
+    print_time_split(best)
+    return True

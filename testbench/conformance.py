@@ -6,6 +6,7 @@ scoreboard summaries in the JSON file named by ``NCRTL_SUMMARY``; this module co
 table and a JUnit XML report.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -55,7 +56,7 @@ class BlockResult:
     #: Wall seconds of the steps outside the simulation: ``generate`` (Verilog; 0 when the build
     #: was found from the generator's sources), ``build`` (Verilator, or the cache lookup),
     #: ``simulate`` (the simulator process, start to exit); ``cached`` and ``directory`` of the
-    #: build.
+    #: build, ``run_dir`` (where the simulator ran: its log, waves and player files).
     steps: dict = field(default_factory=dict)
 
     @property
@@ -88,10 +89,13 @@ def run_block(
     testbench=None,
     extra_env=None,
     player=None,
+    progress=False,
 ):
     """Build ``block`` with ``params`` (wrapped in stream players: ``player``, see
     :func:`build_block`) and run its testbench (or the cocotb module ``testbench``) with
-    ``extra_env``; return a :class:`BlockResult`."""
+    ``extra_env``; return a :class:`BlockResult`.  ``progress``: draw a progress bar on stderr
+    while the simulation runs (:mod:`ncrtl.testbench.progress`; testbenches that report it)."""
+    from ncrtl.testbench.progress import ENV, ProgressBar
 
     label = block.label(params)
     t0 = time.perf_counter()
@@ -113,19 +117,24 @@ def run_block(
             "NCRTL_BLOCK": block.name,
             **(extra_env or {}),
         }
+        if progress:
+            env[ENV] = str(Path(tmp) / "progress.json")
         log = Path("build") / "conformance" / f"{block.top(**params)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         t_sim = time.perf_counter()
         steps["simulate_start_unix"] = time.time()  # the testbench's clock readings compare to it
-        res = built.run(
-            testbench or block.testbench,
-            testcase=testcase,
-            env=env,
-            seed=seed,
-            results=Path(tmp) / "results.xml",
-            log=log,
-        )
+        bar = ProgressBar(env[ENV]) if progress else contextlib.nullcontext()
+        with bar:
+            res = built.run(
+                testbench or block.testbench,
+                testcase=testcase,
+                env=env,
+                seed=seed,
+                results=Path(tmp) / "results.xml",
+                log=log,
+            )
         steps["simulate"] = time.perf_counter() - t_sim
+        steps["run_dir"] = str(res.run_dir)
         units = []
         cycles = 0
         counters = {}

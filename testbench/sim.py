@@ -622,7 +622,14 @@ class Build:
 
         runner = _runner_class()()
         runner.ncrtl_waves = self.waves
-        test_env = {"COCOTB_TRUST_INERTIAL_WRITES": "1"}
+        # cocotb's default applies pytest's assertion rewriting to every module the test
+        # imports ("*.py"): each is then parsed and compiled from source, and with
+        # PYTHONDONTWRITEBYTECODE never cached, about 2 s of every simulator start (numpy,
+        # amaranth, the model).  Only the cocotb test modules hold the asserts worth rewriting.
+        test_env = {
+            "COCOTB_TRUST_INERTIAL_WRITES": "1",
+            "COCOTB_REWRITE_ASSERTION_FILES": "test_*.py",
+        }
         test_env.update(env or {})
         runner.ncrtl_test_env = test_env
 

@@ -511,3 +511,27 @@ def test_run_block_skips_generation_on_a_recorded_build(monkeypatch, tmp_path):
     assert calls == ["generate", "build"]
     assert not first.steps["cached"] and second.steps["cached"]
     assert [n for n, _ in conformance.time_split(second)][0] == "cached build"
+
+
+def test_progress_bar_reads_the_progress_file(tmp_path, monkeypatch):
+    """The command line's bar: the testbench's progress file turned into a percentage, the
+    cycle rate and the time left, one line at a time when stderr is not a terminal."""
+    import io
+    import time
+
+    from ncrtl.testbench import progress
+
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
+    path = tmp_path / "progress.json"
+    out = io.StringIO()
+    bar = progress.ProgressBar(path, stream=out)
+    first = bar.line({"cycle": 100, "done": 10, "total": 100, "unit": "beats"}, 50.0)
+    assert "estimating" in first and " 10%" in first and "10 / 100 beats" in first
+    later = bar.line({"cycle": 1100, "done": 55, "total": 100, "unit": "beats"}, 52.0)
+    # 1000 cycles and 45 beats in 2 s: 500 cycles/s, 45 beats left at 22.5 beats/s.
+    assert " 55%" in later and "500 cycles/s" in later and "2 s left" in later
+    path.write_text(json.dumps({"cycle": 5, "done": 1, "total": 4, "unit": "vectors"}))
+    with progress.ProgressBar(path, stream=out):
+        time.sleep(0.6)
+    assert "1 / 4 vectors" in out.getvalue()
+    assert out.getvalue().count("\n") == 1  # not a terminal: one line per LOG_EVERY

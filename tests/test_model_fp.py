@@ -11,6 +11,7 @@ from ncrtl.model.fp import (
     QNAN,
     Xorwow,
     bits_to_float,
+    codec,
     decode,
     encode,
     fp32_add,
@@ -19,6 +20,7 @@ from ncrtl.model.fp import (
     fp32_to_fp16,
     from_bits,
     get_format,
+    round_to_format,
     to_bits,
 )
 from ncrtl.testbench.fp.vectors import random_codes
@@ -118,6 +120,46 @@ def test_rational_rounding_reference_agrees_with_float32_casts():
     want = x.astype(np.float32).view(np.uint32)
     for xi, wi in zip(x, want):
         assert round_rational(Fraction(float(xi))) == int(wi)
+
+
+def _fp32_rounding_cases(rng, n):
+    """float64 values for FP32 rounding: random magnitudes over the whole range and beyond,
+    exact FP32 midpoints (normal and subnormal), the overflow boundary, specials."""
+    s = rng.standard_normal(n) * np.exp2(rng.integers(-160, 130, n).astype(float))
+    mid = (rng.integers(1 << 23, 1 << 24, n // 4) + 0.5) * np.exp2(
+        rng.integers(-172, 105, n // 4).astype(float)
+    )
+    big = float(np.finfo(np.float32).max)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, big, -big, big + 2.0**103, big + 2.0**104]
+    special += [2.0**-149, 2.0**-150, 3 * 2.0**-151, 2.0**-126, 2.0**-126 - 2.0**-150]
+    return np.concatenate([s, mid, -mid, special])
+
+
+def test_fp32_rounding_fast_path_matches_the_integer_path():
+    """round_to_format to FP32 (the FPU's conversion, with the residual's ties done exactly)
+    equals the format-generic integer rounding on every case, with and without residuals."""
+    rng = np.random.default_rng(11)
+    s = _fp32_rounding_cases(rng, 400_000)
+    d = rng.integers(-1, 2, s.size)
+    d[np.isnan(s) | (s == 0) | np.isinf(s)] = 0
+    for rs in (None, d):
+        fast = codec._round_fp32(s, rs)
+        slow = codec._round(s, codec._fmt("fp32"), rs)
+        assert np.array_equal(fast, slow), np.flatnonzero(fast != slow)[:5]
+        assert np.array_equal(round_to_format(s, "fp32", rs), slow)
+
+
+def test_fp32_rounding_fast_path_vs_rational():
+    """The fast FP32 path against the exact rational reference, the exact value being
+    ``s + d * ulp(s) / 4`` (a residual below half a float64 ulp): midpoints broken both ways."""
+    rng = np.random.default_rng(12)
+    s = _fp32_rounding_cases(rng, 1200)
+    s = s[np.isfinite(s) & (s != 0)]
+    d = rng.integers(-1, 2, s.size)
+    got = codec._round_fp32(s, d)
+    for si, di, gi in zip(s, d, got):
+        exact = Fraction(float(si)) + di * Fraction(float(np.spacing(abs(si)))) / 4
+        assert round_rational(exact) == int(gi), (float(si), int(di))
 
 
 # -- fused dot-product-add against the rational reference ---------------------------------------

@@ -6,6 +6,7 @@ with K = 128, M = 128, N = 512 for bf16, fp32, double_row and transpose.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,42 @@ def test_programs_through_the_verilog_stream_players(mode):
         f"tensor_engine.{block.top(**p)}_player",
         "tensor_engine.output_cycles",
     }
+
+
+@pytest.mark.sim
+def test_the_cpp_loop_replays_a_player_run_byte_for_byte(tmp_path):
+    """The reference ``ncrtl bench`` measures the testbench against: the same engine in a C++
+    loop doing the players' work (:mod:`ncrtl.testbench.stream_loop`) on the files of a player
+    run with idle cycles and backpressure writes the same transfer logs, output beats and error
+    strobes, cycle for cycle, in the same number of cycles."""
+    import filecmp
+    import shutil
+
+    from ncrtl.testbench.stream_loop import build_loop, run_loop
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
+    block = blocks.get("pe_array")
+    p = block.resolve({"rows": "4", "cols": "4", "mode": "bf16"})
+    ports = player_ports(4, 4)
+    # One test in the simulation, so that its cycles count from the simulation's start as the
+    # loop's do.
+    res = run_block(
+        block, p, count=200, seed=5, stall=0.25, player=ports, testcase="test_program_stalls"
+    )
+    _check(res)
+    played = Path(res.steps["run_dir"]) / "player"
+    text, top = block.verilog(p)
+    binary, _ = build_loop(text, top, ports, tmp_path / "loop", extra_args=block.build_args(p))
+    files = tmp_path / "files"
+    files.mkdir()
+    for port in ports:
+        if port.kind == "source":
+            shutil.copy(played / f"{port.name}.in", files)
+    shutil.copy(played / "config", files)
+    cycles, seconds = run_loop(binary, files)
+    assert cycles > 0 and seconds > 0
+    outputs = [f"{q.name}.log" for q in ports if q.kind == "source"]
+    outputs += [f"{q.name}.out" for q in ports if q.kind in ("sink", "strobe")]
+    assert (played / "result.out").stat().st_size > 0
+    for name in outputs:
+        assert filecmp.cmp(played / name, files / name, shallow=False), name

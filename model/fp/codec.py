@@ -144,8 +144,14 @@ def decode_fields(bits, fmt):
 
 def decode(values, fmt=None):
     """Exact float64 values of an array of a format dtype, or of encodings with ``fmt``."""
-    f = _fmt(fmt) if fmt is not None else format_of_dtype(np.asarray(values).dtype)
-    return decode_fields(to_bits(values, f), f)[0]
+    arr = np.asarray(values)
+    f = _fmt(fmt) if fmt is not None else format_of_dtype(arr.dtype)
+    if f.name == "fp32" and arr.dtype == np.float32:
+        return arr.astype(np.float64)  # every float32 is a float64; NaN stays NaN
+    bits = to_bits(values, f)
+    if f.container_bits <= 16:
+        return _table(f)[0][np.asarray(bits).astype(np.int64)]
+    return decode_fields(bits, f)[0]
 
 
 def bits_to_float(bits, fmt):
@@ -182,6 +188,46 @@ def round_to_format(s, fmt, residual_sign=None):
     """
     f = _fmt(fmt)
     s = np.asarray(s, dtype=np.float64)
+    if f.name == "fp32" and s.size >= _FAST_MIN:
+        return _round_fp32(s, residual_sign)
+    return _round(s, f, residual_sign)
+
+
+#: Arrays from this size up round to FP32 through :func:`_round_fp32`.
+_FAST_MIN = 64
+#: Low float64 significand bits below an FP32 normal's last place: 52 - 23.
+_BELOW_FP32 = _F64_MAN - 23
+
+
+def _round_fp32(s, residual_sign):
+    """:func:`round_to_format` to FP32, the accumulator's rounding, done by the FPU.
+
+    Converting a float64 to float32 is IEEE round-to-nearest-even, with gradual underflow and
+    overflow to infinity: exactly the contract when ``s`` is the exact value.  With a residual,
+    the exact value ``s + eps`` (``|eps|`` under half a float64 ulp) rounds like ``s`` unless ``s``
+    lies on a rounding boundary of FP32, i.e. exactly halfway between two FP32 neighbours
+    (its low 29 significand bits are ``1000...0``), or in FP32's subnormal range; those few
+    elements go through the exact path :func:`_round`.  NaN becomes the canonical quiet NaN.
+    """
+    with np.errstate(over="ignore"):
+        out = s.astype(np.float32).view(np.uint32)
+    out = np.where(np.isnan(s), np.uint32(QNAN["fp32"]), out)
+    if residual_sign is None:
+        return out
+    d = np.broadcast_to(np.asarray(residual_sign, dtype=np.int64), s.shape)
+    raw = s.view(np.uint64)
+    low = raw & np.uint64((1 << _BELOW_FP32) - 1)
+    slow = (d != 0) & (
+        (low == np.uint64(1 << (_BELOW_FP32 - 1))) | (np.abs(s) < np.float64(2.0**-126))
+    )
+    if slow.any():
+        out = out.copy()
+        out[slow] = _round(s[slow], _fmt("fp32"), d[slow])
+    return out
+
+
+def _round(s, f, residual_sign):
+    """:func:`round_to_format`, in integer arithmetic for any format."""
     if residual_sign is None:
         d = np.zeros(s.shape, dtype=np.int64)
     else:

@@ -52,6 +52,7 @@ def _run_matmul(*, rows, cols, dtype, k, m, n, seed, waves, player, data=None):
             testbench="ncrtl.testbench.tensor_engine.test_sim",
             extra_env={"NCRTL_MATMUL": json.dumps(job)},
             player=player_ports(rows, cols) if player else None,
+            progress=True,
         )
         out = Path(job["out"])
         rtl = np.load(out) if out.exists() else None

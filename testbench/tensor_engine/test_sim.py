@@ -1,6 +1,7 @@
 """cocotb run behind ``ncrtl sim matmul``: one LoadStationary and one MultiplyMoving of a given
 shape (``NCRTL_MATMUL``: JSON with k, m, n) and mode, compared with the golden and the timing
-model; the cycle figures go to the summary file.
+model; the cycle figures go to the summary file.  ``repeat`` in ``NCRTL_MATMUL`` runs that many
+pairs back to back (the benchmark's long runs).
 
 With ``data`` in ``NCRTL_MATMUL`` (an ``.npz`` path: ``stationary`` / ``moving`` encodings in
 :func:`tile_shape`, ``fmt_s`` / ``fmt_m`` format indices and, in the MX mode,
@@ -25,17 +26,24 @@ from ncrtl.testbench.tensor_engine.program import Program, Step, _selection, _va
 from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
 
-def matmul_program(rows, cols, op_name, k, m, n, seed, data=None):
-    """One LS + MM of an operation (a mode's matmul or transpose): random data in the formats of
-    index 0, or the arrays of ``data`` (a mapping, see the module docstring)."""
-    pe_mode, transpose = operation(op_name)
+def matmul_program(rows, cols, op_name, k, m, n, seed, data=None, repeat=1):
+    """``repeat`` LS + MM pairs of an operation (a mode's matmul or transpose) back to back:
+    random data in the formats of index 0, or the arrays of ``data`` (a mapping, see the module
+    docstring; one pair)."""
     prog = Program(rows, cols)
+    rng = np.random.default_rng(seed)
+    for _ in range(repeat if data is None else 1):
+        _append_matmul(prog, rng, op_name, k, m, n, data)
+    return prog
+
+
+def _append_matmul(prog, rng, op_name, k, m, n, data):
+    pe_mode, transpose = operation(op_name)
     if data is not None:
         fs, fm = int(data["fmt_s"]), int(data["fmt_m"])
         st, x = data["stationary"], data["moving"]
         ss, xs = (data["stationary_scale"], data["moving_scale"]) if pe_mode.scale else (None, None)
     else:
-        rng = np.random.default_rng(seed)
         fs = fm = 0
 
         def scale(x):
@@ -56,7 +64,6 @@ def matmul_program(rows, cols, op_name, k, m, n, seed, data=None):
     fields = dict(k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose)
     prog.steps.append(Step(Instruction(Op.LS, pe_mode.code, **fields), st, ss))
     prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, n=n, **fields), x, xs))
-    return prog
 
 
 @cocotb.test()
@@ -76,6 +83,7 @@ async def test_sim_matmul(dut):
         shape["n"],
         seed,
         data,
+        repeat=int(shape.get("repeat", 1)),
     )
     stimulus = time.perf_counter() - t0
     cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True, t_start=t_start)

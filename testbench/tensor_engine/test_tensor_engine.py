@@ -13,12 +13,12 @@ from pathlib import Path
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 
 from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
-from ncrtl.testbench import player
+from ncrtl.testbench import player, progress
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.player import PlayerPort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters, write_timings
@@ -119,8 +119,11 @@ async def _drive_python(dut, prog, total, *, stall, seed):
     await tb.reset()
     tb.load(prog)
     t_run, c_run = time.perf_counter(), tb.out.cycle
+    bar = progress.watch(lambda: (tb.out.cycle - c_run, len(tb.out.cycles)), total)
     got_words = await tb.out.recv(total, timeout=5000)
     t_run, c_run = time.perf_counter() - t_run, tb.out.cycle - c_run
+    if bar:
+        bar.cancel()
     await tb.instr.wait()
     await ClockCycles(dut.clk, 8)  # let the last error pulses land
     return dict(
@@ -152,13 +155,19 @@ async def _drive_player(dut, prog, total, *, stall, seed):
     dut.rst.value, dut.go.value = 1, 0
     await ClockCycles(dut.clk, 2)
     dut.rst.value, dut.go.value = 0, 1
-    start = int(dut.o_cycle.value)  # the cycle counter runs over the whole simulation
+    # The cycle counter runs over the whole simulation; read it once this edge's updates have
+    # landed (before them it still shows the previous cycle).
+    await ReadOnly()
+    start = int(dut.o_cycle.value)
     t_run = time.perf_counter()
+    bar = progress.watch(lambda: (int(dut.o_cycle.value) - start, int(dut.o_received.value)), total)
     # The players stop at their own cycle timeout; this one only guards against a model that
     # never raises done.
     timeout = 10 * (200_000 + 20 * n_beats) + 1000
     await with_timeout(RisingEdge(dut.done), timeout * 10, "ns")
     t_run = time.perf_counter() - t_run
+    if bar:
+        bar.cancel()
     dut.go.value = 0
     run_cycles = int(dut.o_cycle.value) - start
     out_cycles, words = player.read_beats(folder / "result.out")
