@@ -335,7 +335,7 @@ def _bench_harness(size=16, repeat=40, runs=3):
     ports = player_ports(size, size)
     with tempfile.TemporaryDirectory() as tmp:
         text, top = block.verilog(params)
-        binary, build_s = build_loop(text, top, ports, tmp, extra_args=block.build_args(params))
+        binary, build_s = build_loop(text, top, ports, extra_args=block.build_args(params))
         files = Path(tmp) / "files"
         files.mkdir()
         inputs = ["config"] + [f"{p.name}.in" for p in ports if p.kind == "source"]
@@ -360,7 +360,7 @@ def _bench_harness(size=16, repeat=40, runs=3):
         f"  the same files in both: {c['run_cycles']} cycles from go to done, every output beat, "
         f"error and transfer cycle identical"
     )
-    print(f"  C++ loop (the design alone, build {build_s:.0f} s)     {loop_rate:10.0f} cycles/s")
+    print(f"  C++ loop (the design alone, build {build_s:4.0f} s)   {loop_rate:10.0f} cycles/s")
     print(
         f"  testbench, Verilog stream players + cocotb {tb_rate:10.0f} cycles/s streaming"
         f" = {tb_rate / loop_rate:.2f} x the C++ loop (target >= 0.9)"

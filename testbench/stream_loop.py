@@ -244,40 +244,57 @@ int main(int argc, char** argv) {{
 """
 
 
-def build_loop(verilog_text, top, ports, directory, *, extra_args=()):
+def build_loop(verilog_text, top, ports, directory=None, *, extra_args=()):
     """Verilate ``top`` with ``extra_args`` and link :func:`loop_cpp`; return ``(binary,
-    seconds)``.  ``verilog_text``: the design alone, without its player wrapper."""
-    from ncrtl.testbench.sim import find_verilator
+    seconds)``.  ``verilog_text``: the design alone, without its player wrapper.
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    (directory / f"{top}.v").write_text(verilog_text)
-    (directory / "main.cpp").write_text(loop_cpp(top, ports))
+    ``directory`` None: the project's build cache (``<build root>/<top>_loop-<hash>``, the hash
+    of the Verilog, the loop, the arguments and the Verilator), so a second call finds the
+    binary; concurrent callers wait for one build."""
+    import hashlib
+
+    from ncrtl.testbench.sim import _locked, build_root, find_verilator
+
     install = find_verilator()
-    env = {**os.environ, **install.env}
-    cmd = [
-        str(install.executable),
-        "--cc",
-        "--exe",
-        "--build",
-        "-j",
-        "0",
-        "-Wno-fatal",
-        *extra_args,
-        "--top-module",
-        top,
-        "-Mdir",
-        str(directory / "obj"),
-        "-o",
-        "loop",
-        str(directory / f"{top}.v"),
-        str(directory / "main.cpp"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
-    if proc.returncode:
-        raise RuntimeError(f"C++ loop build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
-    return directory / "obj" / "loop", time.perf_counter() - t0
+    main = loop_cpp(top, ports)
+    args = ["-Wno-fatal", *extra_args]
+    if directory is None:
+        key = hashlib.sha256()
+        for part in (verilog_text, main, *args, install.version, install.env.get("MAKEFLAGS", "")):
+            key.update(part.encode() + b"\0")
+        directory = build_root() / f"{top}_loop-{key.hexdigest()[:16]}"
+    directory = Path(directory)
+    binary = directory / "obj" / "loop"
+    t0 = time.perf_counter()
+    with _locked(directory.with_name(directory.name + ".lock")):
+        if binary.is_file() and (directory / "built").is_file():
+            return binary, time.perf_counter() - t0
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{top}.v").write_text(verilog_text)
+        (directory / "main.cpp").write_text(main)
+        env = {**os.environ, **install.env}
+        cmd = [
+            str(install.executable),
+            "--cc",
+            "--exe",
+            "--build",
+            "-j",
+            "0",
+            *args,
+            "--top-module",
+            top,
+            "-Mdir",
+            str(directory / "obj"),
+            "-o",
+            "loop",
+            str(directory / f"{top}.v"),
+            str(directory / "main.cpp"),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
+        if proc.returncode:
+            raise RuntimeError(f"C++ loop build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+        (directory / "built").write_text("")
+    return binary, time.perf_counter() - t0
 
 
 def run_loop(binary, folder):

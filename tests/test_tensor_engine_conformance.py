@@ -121,7 +121,7 @@ def test_the_cpp_loop_replays_a_player_run_byte_for_byte(tmp_path):
     _check(res)
     played = Path(res.steps["run_dir"]) / "player"
     text, top = block.verilog(p)
-    binary, _ = build_loop(text, top, ports, tmp_path / "loop", extra_args=block.build_args(p))
+    binary, _ = build_loop(text, top, ports, extra_args=block.build_args(p))
     files = tmp_path / "files"
     files.mkdir()
     for port in ports:

@@ -26,7 +26,9 @@ def sim_matmul_psum(*, rows, cols, dtype, k, n, psum, rounding="rne", seed=1, wa
             "bank_bytes": str(bank_bytes),
         }
     )
-    res = run_block(block, params, count=n, seed=seed, stall=0.0, waves=True if waves else None)
+    res = run_block(
+        block, params, count=n, seed=seed, stall=0.0, waves=True if waves else None, progress=True
+    )
     pe_mode, transpose = operation(dtype)
     c = res.counters
     if not c.get("cycles"):

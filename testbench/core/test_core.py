@@ -25,6 +25,7 @@ from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
 from ncrtl.model.psum import encode as psum_encode
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Instruction, Op
+from ncrtl.testbench import progress
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.psum.program import EngineReq, req_word
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
@@ -205,10 +206,13 @@ async def test_chunked_matmul(dut):
     tb.load(prog)
     start = tb.cycle
     n_groups = len(want_done)
+    bar = progress.watch(lambda: (tb.cycle - start, len(tb.done)), n_groups, unit="PSUM groups")
     for _ in range(200_000):
         if len(tb.done) >= n_groups and tb.pinstr.idle and tb.mov.idle:
             break
         await ClockCycles(dut.clk, 1)
+    if bar:
+        bar.cancel()
     await ClockCycles(dut.clk, 4)
     finish = tb.done[-1][0] if tb.done else tb.cycle
     w = prog[-1].write
