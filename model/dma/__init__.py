@@ -1,0 +1,38 @@
+"""``ncrtl.model.dma``: the DMA engine's golden model.
+
+* :mod:`~ncrtl.model.dma.access`: NKI access patterns (``.ap``) on numpy tensors: which elements,
+  in which order; dtype reinterpretation, scalar and vector dynamic offsets, the SBUF partition
+  rule.
+* :mod:`~ncrtl.model.dma.isa`: descriptors (copy, transpose, read-add-write between the SBUF and
+  the device memory), their rules and error codes.
+* :mod:`~ncrtl.model.dma.engine`: a descriptor applied to the memories, bit for bit, and the
+  NKI-level ``dma_copy`` / ``dma_transpose`` / ``dma_add`` on numpy tensors.
+
+See docs/dma.md.
+"""
+
+from .access import AccessPattern, ap_indices, ap_view, ap_write, reinterpret_shape
+from .engine import Memories, dma_add, dma_copy, dma_transpose, execute
+from .isa import AddDtype, Descriptor, Error, Geometry, Indirect, Op, Side, Space, check
+
+__all__ = [
+    "AccessPattern",
+    "ap_indices",
+    "ap_view",
+    "ap_write",
+    "reinterpret_shape",
+    "Memories",
+    "execute",
+    "dma_copy",
+    "dma_transpose",
+    "dma_add",
+    "AddDtype",
+    "Descriptor",
+    "Error",
+    "Geometry",
+    "Indirect",
+    "Op",
+    "Side",
+    "Space",
+    "check",
+]

@@ -1,0 +1,227 @@
+"""Access patterns: which elements of a tensor an instruction or a DMA descriptor touches.
+
+The semantics are NKI's ``.ap`` (seed 003, "NKI Access Patterns"): the tensor is flattened to
+one dimension of elements; a pattern ``[[step0, num0], [step1, num1], ...]`` is a loop nest,
+outermost first, and element ``[i0, i1, ...]`` of the view is element
+``offset + i0 * step0 + i1 * step1 + ...`` of the flattened tensor.  The view's shape is the
+pattern's ``num`` list.  On top of that:
+
+* ``dtype`` reinterprets the tensor's bytes: steps, nums and the offset then count elements of
+  the new dtype (an ``int32 [128, 256]`` tensor read as ``bfloat16`` is ``[128, 512]``); the
+  tensor's innermost dimension must hold a whole number of the new elements.
+* ``scalar_offset`` (an integer read at run time) adds ``scalar_offset * prod(shape[d+1:])`` for
+  ``indirect_dim = d``, the shape being the base tensor's (reinterpreted), not the pattern's.
+* ``vector_offset`` (one integer per index of the outermost pattern dimension, only
+  ``indirect_dim = 0``) replaces ``i0 * step0`` by ``vector_offset[i0] * prod(shape[1:])``: the
+  step of the leading dimension is read from the base tensor, the pattern's is ignored.
+* In SBUF and PSUM the first pattern entry is the partition dimension, and it must be
+  contiguous: ``step0 == prod(shape[1:])``, the elements of one partition of the tensor.
+
+Steps may be negative (a reversed walk) and zero (a broadcast read); every address the pattern
+forms must lie inside the tensor, checked for all of them before anything is read or written.
+
+This module works on element indices of a flattened tensor (:func:`ap_indices`) and on numpy
+tensors (:func:`ap_view`, :func:`ap_write`).  :mod:`ncrtl.model.dma.memory` places tensors in
+the SBUF and the device memory by bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "AccessPattern",
+    "MAX_DIMS",
+    "ap_indices",
+    "ap_view",
+    "ap_write",
+    "reinterpret_shape",
+]
+
+#: Pattern entries: the partition (or outermost) dimension plus up to 4 free dimensions.
+MAX_DIMS = 5
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+    """An access pattern as NKI's ``tensor.ap(...)`` takes it.
+
+    Parameters
+    ----------
+    pattern : tuple of (step, num)
+        Loop nest, outermost first, steps and counts in elements; 1 to 5 entries.
+    offset : int
+        First element, counted from the start of the tensor.
+    scalar_offset : int or None
+        Run-time index on ``indirect_dim`` (the value the SBUF ``(1, 1)`` tensor holds).
+    vector_offset : sequence of int or None
+        Run-time indices of the leading dimension, one per ``num0`` (``indirect_dim`` 0 only).
+    indirect_dim : int
+        Dimension of the base tensor the dynamic offset indexes.
+    dtype : numpy dtype or None
+        Element type the tensor is read as (None: the tensor's own).
+    """
+
+    pattern: tuple
+    offset: int = 0
+    scalar_offset: int | None = None
+    vector_offset: tuple | None = None
+    indirect_dim: int = 0
+    dtype: object = None
+
+    def __post_init__(self):
+        pat = tuple(tuple(int(v) for v in entry) for entry in self.pattern)
+        object.__setattr__(self, "pattern", pat)
+        if not 1 <= len(pat) <= MAX_DIMS:
+            raise ValueError(
+                f"pattern {list(map(list, pat))} has {len(pat)} entries; an access pattern has "
+                f"1 to {MAX_DIMS} (the partition or outermost dimension and up to 4 free ones)"
+            )
+        for entry in self.pattern:
+            if len(entry) != 2:
+                raise ValueError(f"pattern entry {list(entry)} is not a [step, num] pair")
+        for step, num in pat:
+            if num < 1:
+                raise ValueError(f"pattern entry [{step}, {num}]: num must be >= 1")
+        if self.scalar_offset is not None and self.vector_offset is not None:
+            raise ValueError("at most one of scalar_offset and vector_offset can be given")
+        if self.vector_offset is not None:
+            vec = tuple(int(v) for v in np.asarray(self.vector_offset).ravel())
+            object.__setattr__(self, "vector_offset", vec)
+            if self.indirect_dim != 0:
+                raise ValueError(
+                    f"vector_offset supports only indirect_dim=0, got indirect_dim="
+                    f"{self.indirect_dim}"
+                )
+            if len(vec) != pat[0][1]:
+                raise ValueError(
+                    f"vector_offset has {len(vec)} indices; the leading pattern dimension has "
+                    f"num {pat[0][1]}"
+                )
+
+    @property
+    def shape(self):
+        """The view's shape: the pattern's nums."""
+        return tuple(num for _, num in self.pattern)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+
+def reinterpret_shape(shape, itemsize, new_itemsize):
+    """Shape of a tensor of ``shape`` and element size ``itemsize`` read as elements of
+    ``new_itemsize`` bytes: the innermost dimension scales, and must hold whole elements."""
+    shape = tuple(int(s) for s in shape)
+    if new_itemsize == itemsize:
+        return shape
+    if not shape:
+        raise ValueError("a scalar tensor cannot be reinterpreted as another dtype")
+    inner = shape[-1] * itemsize
+    if inner % new_itemsize:
+        raise ValueError(
+            f"dtype reinterpretation: the innermost dimension holds {inner} bytes "
+            f"({shape[-1]} x {itemsize}), not a multiple of the new element size {new_itemsize}"
+        )
+    return shape[:-1] + (inner // new_itemsize,)
+
+
+def ap_indices(shape, ap, *, partition_rule=False):
+    """Flat element indices a pattern addresses, in loop order, shape ``ap.shape``.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The base tensor's shape, in elements of the pattern's dtype (see
+        :func:`reinterpret_shape`).
+    ap : AccessPattern
+    partition_rule : bool
+        The tensor is in SBUF or PSUM: the leading pattern entry is the partition dimension and
+        must step by a whole partition of the tensor (``prod(shape[1:])``).
+
+    Raises
+    ------
+    ValueError
+        A partition step that is not contiguous, a dynamic offset on a dimension the tensor does
+        not have, or any address outside the tensor (the first such view index is named).
+    """
+    shape = tuple(int(s) for s in shape)
+    total = int(np.prod(shape)) if shape else 1
+    row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    pat = ap.pattern
+    if partition_rule and pat[0][1] > 1 and pat[0][0] != row and ap.vector_offset is None:
+        raise ValueError(
+            f"pattern {list(map(list, pat))}: the partition step {pat[0][0]} must be the "
+            f"elements of one partition of the tensor, {row} (partition access is contiguous)"
+        )
+    idx = np.full(ap.shape, int(ap.offset), dtype=np.int64)
+    for d, (step, num) in enumerate(pat):
+        view = [1] * len(pat)
+        view[d] = num
+        if d == 0 and ap.vector_offset is not None:
+            lead = np.asarray(ap.vector_offset, dtype=np.int64) * row
+        else:
+            lead = np.arange(num, dtype=np.int64) * step
+        idx = idx + lead.reshape(view)
+    if ap.scalar_offset is not None:
+        if not 0 <= ap.indirect_dim < max(len(shape), 1):
+            raise ValueError(
+                f"indirect_dim {ap.indirect_dim} is not a dimension of the tensor of shape "
+                f"{list(shape)}"
+            )
+        idx = idx + int(ap.scalar_offset) * int(np.prod(shape[ap.indirect_dim + 1 :]))
+    bad = (idx < 0) | (idx >= total)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"access pattern {list(map(list, pat))} with offset {ap.offset}"
+            + (f", scalar_offset {ap.scalar_offset}" if ap.scalar_offset is not None else "")
+            + (", vector_offset" if ap.vector_offset is not None else "")
+            + f" reads element {int(idx[first])} at view index {list(first)}, outside the "
+            f"tensor's {total} elements (shape {list(shape)})"
+        )
+    return idx
+
+
+def _as_dtype(tensor, dtype):
+    """The tensor's bytes as a flat array of ``dtype`` (the tensor's own when None), and the
+    reinterpreted shape."""
+    t = np.ascontiguousarray(tensor)
+    if dtype is None:
+        return t.reshape(-1), t.shape
+    new = np.dtype(dtype)
+    shape = reinterpret_shape(t.shape, t.dtype.itemsize, new.itemsize)
+    return t.reshape(-1).view(np.uint8).view(new), shape
+
+
+def ap_view(tensor, ap, *, partition_rule=False):
+    """The elements ``ap`` addresses in ``tensor``, in loop order: an array of shape
+    ``ap.shape`` (of ``ap.dtype`` when given; the bits are kept, NaN payloads included)."""
+    flat, shape = _as_dtype(tensor, ap.dtype)
+    return flat[ap_indices(shape, ap, partition_rule=partition_rule)]
+
+
+def ap_write(tensor, ap, values, *, partition_rule=False):
+    """A copy of ``tensor`` with ``values`` (shape ``ap.shape``, or as many elements) written
+    where ``ap`` points, in loop order: where the pattern visits an element twice, the later
+    write is the one that stays, as the hardware's sequential writes leave it."""
+    t = np.array(tensor, copy=True, order="C")
+    flat, shape = _as_dtype(t, ap.dtype)
+    idx = ap_indices(shape, ap, partition_rule=partition_rule).reshape(-1)
+    vals = np.asarray(values)
+    if vals.size != idx.size:
+        raise ValueError(f"{vals.size} values for an access pattern of {idx.size} elements")
+    vals = vals.reshape(-1)
+    if vals.dtype.itemsize != flat.dtype.itemsize:
+        raise ValueError(
+            f"values of {vals.dtype.itemsize}-byte elements written through a pattern of "
+            f"{flat.dtype.itemsize}-byte elements"
+        )
+    vals = vals.view(flat.dtype)
+    # The last visit of each element wins: keep the last occurrence of every index.
+    _, last = np.unique(idx[::-1], return_index=True)
+    keep = idx.size - 1 - last
+    flat[idx[keep]] = vals[keep]
+    return t

@@ -1,0 +1,444 @@
+"""The DMA golden model: NKI access patterns against the loop of seed 003, descriptors against
+the NKI-level functions, every rule and its error code, nothing written on an error."""
+
+import itertools
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ncrtl.model.dma import (
+    AccessPattern,
+    AddDtype,
+    Descriptor,
+    Error,
+    Geometry,
+    Indirect,
+    Memories,
+    Op,
+    Side,
+    Space,
+    ap_indices,
+    ap_view,
+    ap_write,
+    check,
+    dma_add,
+    dma_copy,
+    dma_transpose,
+    execute,
+)
+from ncrtl.model.fp import fp32_add
+
+
+def loop_view(t, pattern, offset=0, scalar=None, vector=None, indirect_dim=0):
+    """Seed 003's pseudo-code, literally: nested loops over the flattened tensor."""
+    flat = t.reshape(-1)
+    out = np.empty([n for _, n in pattern], dtype=t.dtype)
+    for ix in itertools.product(*[range(n) for _, n in pattern]):
+        a = offset
+        for d, (i, (step, _)) in enumerate(zip(ix, pattern)):
+            if d == 0 and vector is not None:
+                a += int(np.prod(t.shape[1:])) * vector[i]
+            else:
+                a += i * step
+        if scalar is not None:
+            a += scalar * int(np.prod(t.shape[indirect_dim + 1 :]))
+        out[ix] = flat[a]
+    return out
+
+
+def _random_pattern(rng, shape):
+    """A random pattern of 1-5 entries (negative and zero steps too) that stays inside a
+    tensor of ``shape``, with its offset."""
+    total = int(np.prod(shape))
+    while True:
+        dims = int(rng.integers(1, 6))
+        pat = [(int(rng.integers(-6, 7)), int(rng.integers(1, 5))) for _ in range(dims)]
+        lo = sum(min(0, s * (n - 1)) for s, n in pat)
+        hi = sum(max(0, s * (n - 1)) for s, n in pat)
+        if hi - lo < total:
+            return pat, int(rng.integers(-lo, total - hi))
+
+
+def test_ap_view_is_the_loop_of_the_seed():
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        shape = tuple(int(s) for s in rng.integers(1, 9, int(rng.integers(1, 4))))
+        t = rng.integers(0, 1 << 16, shape).astype(np.uint16)
+        pat, off = _random_pattern(rng, shape)
+        got = ap_view(t, AccessPattern(pat, off))
+        assert np.array_equal(got, loop_view(t, pat, off)), (shape, pat, off)
+
+
+def test_the_seeds_examples():
+    t = np.arange(256, dtype=np.float32).reshape(16, 16)
+    # t[0:16, 8:16]
+    assert np.array_equal(ap_view(t, AccessPattern([[16, 16], [1, 8]], 8)), t[:, 8:16])
+    # int32 [128, 256] read as bf16: [128, 512], the element counts doubled
+    i = np.arange(128 * 256, dtype=np.int32).reshape(128, 256)
+    v = ap_view(i, AccessPattern([[512, 128], [1, 512]], 0, dtype=ml_dtypes.bfloat16))
+    assert v.shape == (128, 512) and v.dtype == ml_dtypes.bfloat16
+    assert np.array_equal(v.view(np.uint16), i.view(np.uint16).reshape(128, 512))
+    # scalar dynamic offset: A[3*128:, 0:256] with the 3*128 from a run-time value
+    a = np.arange(512 * 512, dtype=np.float32).reshape(512, 512)
+    got = ap_view(a, AccessPattern([[512, 128], [1, 256]], 0, scalar_offset=3 * 128))
+    assert np.array_equal(got, a[384:, :256])
+    # vector dynamic offset: rows picked by an index vector; the pattern's leading step is
+    # ignored, the base tensor's row is used
+    b = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
+    idx = np.arange(0, 128, 2)
+    got = ap_view(b, AccessPattern([[999, 64], [1, 512]], 0, vector_offset=idx))
+    assert np.array_equal(got, b[idx])
+    assert np.array_equal(got, loop_view(b, [(999, 64), (1, 512)], 0, vector=idx))
+
+
+def test_dynamic_offsets_on_other_dimensions_and_random():
+    rng = np.random.default_rng(2)
+    t = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    for d in range(3):
+        for s in range(3):
+            pat = [[48, 1], [8, 2], [1, 3]]
+            got = ap_view(t, AccessPattern(pat, 1, scalar_offset=s, indirect_dim=d))
+            assert np.array_equal(got, loop_view(t, pat, 1, scalar=s, indirect_dim=d))
+    vec = [3, 0, 2]
+    pat = [[48, 3], [1, 5]]
+    got = ap_view(t, AccessPattern(pat, 2, vector_offset=vec))
+    assert np.array_equal(got, loop_view(t, pat, 2, vector=vec))
+
+
+def test_access_pattern_rules():
+    t = np.zeros((16, 32), np.float32)
+    # the seed's illegal example: every other partition
+    with pytest.raises(ValueError, match="partition step 64 must be .* 32"):
+        ap_indices(t.shape, AccessPattern([[64, 8], [1, 32]]), partition_rule=True)
+    ap_indices(t.shape, AccessPattern([[64, 8], [1, 32]]))  # fine in the device memory
+    with pytest.raises(ValueError, match="reads element 512 at view index \\[15, 32\\]"):
+        ap_indices(t.shape, AccessPattern([[32, 16], [1, 33]]))
+    with pytest.raises(ValueError, match="outside the tensor"):
+        ap_indices(t.shape, AccessPattern([[32, 16], [-1, 2]]))
+    with pytest.raises(ValueError, match="1 to 5"):
+        AccessPattern([[1, 1]] * 6)
+    with pytest.raises(ValueError, match="num must be >= 1"):
+        AccessPattern([[1, 0]])
+    with pytest.raises(ValueError, match="at most one"):
+        AccessPattern([[1, 2]], scalar_offset=0, vector_offset=[0, 1])
+    with pytest.raises(ValueError, match="only indirect_dim=0"):
+        AccessPattern([[1, 2]], vector_offset=[0, 1], indirect_dim=1)
+    with pytest.raises(ValueError, match="vector_offset has 3 indices"):
+        AccessPattern([[1, 2]], vector_offset=[0, 1, 2])
+    with pytest.raises(ValueError, match="not a multiple of the new element size 4"):
+        ap_view(np.zeros((4, 3), np.uint16), AccessPattern([[1, 1]], dtype=np.float32))
+
+
+def test_ap_write_keeps_the_last_visit():
+    t = np.zeros(8, np.int32)
+    out = ap_write(t, AccessPattern([[0, 3], [1, 2]], 1), np.arange(6, dtype=np.int32))
+    assert list(out) == [0, 4, 5, 0, 0, 0, 0, 0]
+    assert list(t) == [0] * 8
+
+
+# -- descriptors -------------------------------------------------------------------------------
+
+GEO = Geometry(partitions=16, partition_bytes=256, hbm_bytes=4096)
+
+
+def _memories(rng):
+    return Memories(
+        rng.integers(0, 256, (GEO.partitions, GEO.partition_bytes), dtype=np.uint8),
+        rng.integers(0, 256, GEO.hbm_bytes, dtype=np.uint8),
+    )
+
+
+def _hbm_tensor(mem, base, shape, dtype):
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return mem.hbm[base : base + n].view(dtype).reshape(shape)
+
+
+def _sbuf_tensor(mem, partition, base, shape, dtype):
+    row = int(np.prod(shape[1:])) * np.dtype(dtype).itemsize
+    return (
+        np.ascontiguousarray(mem.sbuf[partition : partition + shape[0], base : base + row])
+        .view(dtype)
+        .reshape(shape)
+    )
+
+
+def test_copy_hbm_to_sbuf_and_back_matches_the_nki_level():
+    rng = np.random.default_rng(3)
+    mem = _memories(rng)
+    # HBM [8, 24] fp32 at 256 -> SBUF [8 partitions, 24] at partition 4, byte 32: columns 4..12
+    src = Side(Space.HBM, 256, row=24, extent=8 * 24, pattern=[[24, 8], [1, 8]], offset=4)
+    dst = Side(Space.SBUF, 32, row=24, extent=8 * 24, pattern=[[24, 8], [1, 8]], partition=4)
+    out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+    assert err == Error.NONE, msg
+    h = _hbm_tensor(mem, 256, (8, 24), np.float32)
+    want = dma_copy(
+        _sbuf_tensor(mem, 4, 32, (8, 24), np.float32),
+        [[24, 8], [1, 8]],
+        h,
+        AccessPattern([[24, 8], [1, 8]], 4),
+        dst_sbuf=True,
+    )
+    assert np.array_equal(
+        _sbuf_tensor(out, 4, 32, (8, 24), np.float32).view(np.uint32), want.view(np.uint32)
+    )
+    # nothing else changed
+    mask = np.ones_like(mem.sbuf, bool)
+    mask[4:12, 32 : 32 + 96] = False
+    assert np.array_equal(out.sbuf[mask], mem.sbuf[mask])
+    assert np.array_equal(out.hbm, mem.hbm)
+
+
+def test_transpose_is_bit_exact_with_nan_payloads():
+    rng = np.random.default_rng(4)
+    mem = _memories(rng)
+    for esize, dt in ((2, np.uint16), (4, np.uint32)):
+        # HBM [6, 10] -> SBUF [10 partitions, 6]
+        src = Side(Space.HBM, 64, row=10, extent=60, pattern=[[10, 6], [1, 10]], esize=esize)
+        dst = Side(Space.SBUF, 0, row=6, extent=60, pattern=[[6, 10], [1, 6]], esize=esize)
+        out, err, msg = execute(Descriptor(Op.TRANSPOSE, src, dst), GEO, mem)
+        assert err == Error.NONE, msg
+        h = _hbm_tensor(mem, 64, (6, 10), dt)
+        assert np.array_equal(_sbuf_tensor(out, 0, 0, (10, 6), dt), h.T)
+    x = np.array([[0x7F81, 0xFFC3], [0x0001, 0x8000]], np.uint16)
+    got = dma_transpose(np.zeros((2, 2), np.uint16), [[2, 2], [1, 2]], x, [[2, 2], [1, 2]])
+    assert np.array_equal(got, x.T)
+    with pytest.raises(ValueError, match="only 2-byte and 4-byte"):
+        dma_transpose(
+            np.zeros((2, 2), np.uint8), [[2, 2], [1, 2]], x.astype(np.uint8), [[2, 2], [1, 2]]
+        )
+
+
+def test_read_add_write_fp32_and_bf16():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((4, 8)).astype(np.float32)
+    b = rng.standard_normal((4, 8)).astype(np.float32)
+    got = dma_add(b, [[8, 4], [1, 8]], a, [[8, 4], [1, 8]])
+    assert np.array_equal(got.view(np.uint32), fp32_add(b, a).view(np.uint32))
+    ab, bb = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    got = dma_add(bb, [[8, 4], [1, 8]], ab, [[8, 4], [1, 8]])
+    # through FP32 (exact widening, one RNE add), then RNE to BF16
+    want = (bb.astype(np.float32) + ab.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    # a destination element visited twice gets both adds, in loop order
+    one = np.ones(3, np.float32)
+    got = dma_add(np.zeros((1, 1), np.float32), [[1, 1], [0, 3]], one, [[1, 3]])
+    assert got[0, 0] == 3.0
+    with pytest.raises(ValueError, match="same dtype"):
+        dma_add(b, [[8, 4], [1, 8]], ab, [[8, 4], [1, 8]])
+
+
+def test_read_add_write_descriptor_matches_the_nki_level():
+    rng = np.random.default_rng(6)
+    mem = _memories(rng)
+    # keep the operands finite: small normal numbers in both tensors
+    vals = rng.standard_normal(16 * 16).astype(np.float32).view(np.uint8)
+    mem.sbuf[:, :64] = vals.reshape(16, 64)
+    mem.hbm[:1024] = rng.standard_normal(256).astype(np.float32).view(np.uint8)
+    src = Side(Space.HBM, 0, row=16, extent=256, pattern=[[16, 16], [1, 16]])
+    dst = Side(Space.SBUF, 0, row=16, extent=256, pattern=[[16, 16], [1, 16]])
+    out, err, msg = execute(Descriptor(Op.ADD, src, dst, AddDtype.FP32), GEO, mem)
+    assert err == Error.NONE, msg
+    b = _sbuf_tensor(mem, 0, 0, (16, 16), np.float32)
+    a = _hbm_tensor(mem, 0, (16, 16), np.float32)
+    assert np.array_equal(
+        _sbuf_tensor(out, 0, 0, (16, 16), np.float32).view(np.uint32),
+        fp32_add(b, a).view(np.uint32),
+    )
+
+
+def test_dynamic_offsets_read_from_the_sbuf():
+    rng = np.random.default_rng(7)
+    mem = _memories(rng)
+    # scalar offset 3 (rows of 8 elements) at partition 15, byte 0
+    mem.sbuf[15, 0:4] = np.array([3], "<i4").view(np.uint8)
+    src = Side(
+        Space.HBM,
+        0,
+        row=8,
+        extent=64,
+        pattern=[[8, 2], [1, 8]],
+        indirect=Indirect("scalar", 15, 0, 8),
+    )
+    dst = Side(Space.HBM, 2048, row=8, extent=16, pattern=[[8, 2], [1, 8]])
+    out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+    assert err == Error.NONE, msg
+    assert np.array_equal(out.hbm[2048 : 2048 + 64], mem.hbm[3 * 32 : 3 * 32 + 64])
+    # vector offsets: rows 5, 1, 6 of an HBM [8, 8] tensor, indices in partitions 0..2, byte 8
+    mem.sbuf[0:3, 8:12] = np.array([[5], [1], [6]], "<i4").view(np.uint8)
+    src = Side(
+        Space.HBM, 0, row=8, extent=64, pattern=[[8, 3], [1, 8]], indirect=Indirect("vector", 0, 8)
+    )
+    dst = Side(Space.HBM, 2048, row=8, extent=24, pattern=[[8, 3], [1, 8]])
+    out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+    assert err == Error.NONE, msg
+    rows = mem.hbm[:256].reshape(8, 32)
+    assert np.array_equal(out.hbm[2048 : 2048 + 96].reshape(3, 32), rows[[5, 1, 6]])
+    # an index outside the tensor: an error, nothing written
+    mem.sbuf[1, 8:12] = np.array([8], "<i4").view(np.uint8)
+    out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+    assert err == Error.INDIRECT and "vector offset 8" in msg
+    assert out is mem
+
+
+@pytest.mark.parametrize(
+    "desc, code, text",
+    [
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]], esize=3),
+                Side(Space.HBM, 64, 4, 16, [[4, 4], [1, 4]], esize=3),
+            ),
+            Error.ELEMENT_SIZE,
+            "element size 3",
+        ),
+        (
+            Descriptor(
+                Op.TRANSPOSE,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]], esize=1),
+                Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]], esize=1),
+            ),
+            Error.ELEMENT_SIZE,
+            "only 2-byte and 4-byte",
+        ),
+        (
+            Descriptor(
+                Op.ADD,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]], esize=2),
+                Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]], esize=2),
+                AddDtype.FP32,
+            ),
+            Error.ELEMENT_SIZE,
+            "fp32 needs 4-byte",
+        ),
+        (
+            Descriptor(
+                Op.ADD,
+                Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
+            ),
+            Error.SPACE,
+            "SBUF only",
+        ),
+        (
+            Descriptor(
+                Op.TRANSPOSE,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 16, [[4, 2], [1, 8]]),
+            ),
+            Error.SHAPE,
+            "must be \\[A, B\\] and \\[B, A\\]",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 16, [[4, 3], [1, 4]]),
+            ),
+            Error.SHAPE,
+            "16 elements, dst 12",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[8, 2], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 16, [[8, 2], [1, 4]]),
+            ),
+            Error.PARTITION_STEP,
+            "partition step 8",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 16 * 4, [[4, 4], [1, 4]], partition=2),
+            ),
+            Error.TENSOR,
+            "partitions \\[2, 18\\)",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 4090, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]]),
+            ),
+            Error.TENSOR,
+            "outside the device memory",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 250, 4, 16, [[4, 4], [1, 4]]),
+            ),
+            Error.TENSOR,
+            "partition size 256",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 32, [[4, 4], [1, 4]], offset=2),
+            ),
+            Error.BOUNDS,
+            "leaves its partition row",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 0, 4, 16, [[4, 4], [-1, 4]]),
+                Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]]),
+            ),
+            Error.BOUNDS,
+            "outside the tensor",
+        ),
+    ],
+)
+def test_every_rule_is_an_error_that_writes_nothing(desc, code, text):
+    rng = np.random.default_rng(8)
+    mem = _memories(rng)
+    got = check(desc, GEO, mem.sbuf)
+    assert got is not None and got[0] == code, got
+    assert re.search(text, got[1]), got[1]
+    out, err, _ = execute(desc, GEO, mem)
+    assert err == code and out is mem
+
+
+def test_negative_steps_walk_backwards():
+    rng = np.random.default_rng(9)
+    mem = _memories(rng)
+    # reverse each row of an HBM [4, 8] int32 tensor into SBUF
+    src = Side(Space.HBM, 0, row=8, extent=32, pattern=[[8, 4], [-1, 8]], offset=7)
+    dst = Side(Space.SBUF, 0, row=8, extent=32, pattern=[[8, 4], [1, 8]])
+    out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+    assert err == Error.NONE, msg
+    h = _hbm_tensor(mem, 0, (4, 8), np.int32)
+    assert np.array_equal(_sbuf_tensor(out, 0, 0, (4, 8), np.int32), h[:, ::-1])
+
+
+def test_random_copies_agree_with_the_nki_level():
+    """Random source patterns (1-5 entries, negative and zero steps) in a device-memory tensor,
+    copied into SBUF rows: the descriptor's bytes equal the NKI-level view, and nothing outside
+    the destination changes."""
+    rng = np.random.default_rng(10)
+    for _ in range(200):
+        mem = _memories(rng)
+        r, c = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        pat, off = _random_pattern(rng, (r, c))
+        n = int(np.prod([m for _, m in pat]))
+        parts = next(p for p in range(min(n, GEO.partitions), 0, -1) if n % p == 0)
+        row = n // parts
+        if row * 4 > GEO.partition_bytes:
+            continue
+        src = Side(Space.HBM, 128, row=c, extent=r * c, pattern=pat, offset=off)
+        dst = Side(Space.SBUF, 0, row=row, extent=n, pattern=[[row, parts], [1, row]])
+        out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+        assert err == Error.NONE, msg
+        want = ap_view(_hbm_tensor(mem, 128, (r, c), np.uint32), AccessPattern(pat, off))
+        got = _sbuf_tensor(out, 0, 0, (parts, row), np.uint32)
+        assert np.array_equal(got.reshape(-1), want.reshape(-1))
+        mask = np.ones_like(mem.sbuf, bool)
+        mask[:parts, : row * 4] = False
+        assert np.array_equal(out.sbuf[mask], mem.sbuf[mask]) and np.array_equal(out.hbm, mem.hbm)
