@@ -1,0 +1,1 @@
+"""``ncrtl.hdl.dma``: the DMA engine (address generators first)."""
