@@ -1,6 +1,8 @@
 """The DMA engine's RTL in the Amaranth simulator: the address generator against the golden
 runs (:func:`ncrtl.model.dma.agu.runs`), random patterns, random stalls on its output."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
@@ -240,3 +242,97 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
     sim.run()
     assert stats["dma"] == n and stats["eng"] == n and stats["reads"] > n // 2
     assert 0 < stats["max_wait"] <= wait + 1
+
+
+def _random_descriptor_side(rng, geo):
+    """A side with random fields, often legal, often breaking one rule or another."""
+    from ncrtl.model.dma import Side
+
+    space = Space(int(rng.integers(0, 2)))
+    esize = int(rng.choice([1, 2, 4, 4, 2, 3] if rng.random() < 0.1 else [1, 2, 4]))
+    dims = int(rng.integers(1, 6))
+    pat = [(int(rng.integers(-3, 4)), int(rng.integers(1, 4))) for _ in range(dims)]
+    if rng.random() < 0.03:
+        pat[int(rng.integers(0, dims))] = (1, 0)
+    if space == Space.SBUF:
+        row = int(rng.integers(1, 40))
+        rows = int(rng.integers(1, 6))
+        if rng.random() < 0.9:
+            pat[0] = (row, pat[0][1])
+        partition = int(rng.integers(0, geo.partitions - rows + 1 + (rng.random() < 0.1)))
+        base = int(rng.integers(0, 16)) * esize + (rng.random() < 0.05)
+        offset = int(rng.integers(-2, rows * row + 2))
+        return Side(space, base, row, rows * row, pat, esize, offset, partition)
+    row = int(rng.integers(1, 8))
+    extent = row * int(rng.integers(1, 20)) + (rng.random() < 0.05)
+    base = int(rng.integers(0, geo.hbm_bytes // 4 // 32)) * 4 + (rng.random() < 0.05)
+    if rng.random() < 0.05:
+        base = geo.hbm_bytes - 8
+    return Side(space, base, row, extent, pat, esize, int(rng.integers(-3, extent + 3)))
+
+
+def test_descriptor_check_matches_the_golden_rules():
+    """Random descriptors, legal and breaking every rule: the RTL's code is the golden's."""
+    from ncrtl.hdl.dma.check import DescriptorCheck, Widths
+    from ncrtl.model.dma import AddDtype, Descriptor, Error, Geometry, Op, check
+    from ncrtl.model.dma.isa import encode
+
+    geo = Geometry(partitions=16, partition_bytes=256, hbm_bytes=4096)
+    dut = DescriptorCheck(Widths(16, 8, 5), partitions=16, partition_bytes=256, hbm_bytes=4096)
+    rng = np.random.default_rng(12)
+    cases = []
+    for _ in range(3000):
+        op = Op(int(rng.integers(0, 3)))
+        src = _random_descriptor_side(rng, geo)
+        dst = _random_descriptor_side(rng, geo)
+        if rng.random() < 0.85:  # mostly the same element size and view shape on both sides
+            lead = (dst.row, src.pattern[0][1]) if dst.space == Space.SBUF else src.pattern[0]
+            pat = [lead] + [(int(rng.integers(-2, 3)), n) for _, n in src.pattern[1:]]
+            dst = replace(dst, esize=src.esize, pattern=pat)
+        if op == Op.TRANSPOSE and rng.random() < 0.5:
+            # make the shapes transposable often
+            from ncrtl.model.dma import Side
+
+            a, b = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+            src = Side(
+                src.space,
+                src.base,
+                src.row,
+                src.extent,
+                [(src.row, a), (1, b)],
+                src.esize,
+                src.offset,
+                src.partition,
+            )
+            dst = Side(
+                dst.space,
+                dst.base,
+                dst.row,
+                dst.extent,
+                [(dst.row, b), (1, a)],
+                src.esize,
+                dst.offset,
+                dst.partition,
+            )
+        add = AddDtype.BF16 if src.esize == 2 and rng.random() < 0.9 else AddDtype.FP32
+        desc = Descriptor(op, src, dst, add)
+        want = check(desc, geo)
+        cases.append((encode(desc), int(want[0]) if want else 0))
+    codes = [c for _, c in cases]
+    for e in Error:
+        if e not in (Error.INDIRECT, Error.OPCODE):
+            assert codes.count(int(e)) >= 20, (e, codes.count(int(e)))
+
+    async def bench(ctx):
+        for fields, want in cases:
+            ctx.set(dut.desc, fields)
+            await ctx.delay(1e-9)
+            assert ctx.get(dut.error) == want, (fields, want)
+        fields = dict(cases[0][0], op=3)
+        ctx.set(dut.desc, fields)
+        await ctx.delay(1e-9)
+        assert ctx.get(dut.error) == Error.OPCODE
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()

@@ -361,7 +361,7 @@ def test_dynamic_offsets_read_from_the_sbuf():
         (
             Descriptor(
                 Op.COPY,
-                Side(Space.HBM, 4090, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.HBM, 4088, 4, 16, [[4, 4], [1, 4]]),
                 Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]]),
             ),
             Error.TENSOR,
@@ -371,10 +371,19 @@ def test_dynamic_offsets_read_from_the_sbuf():
             Descriptor(
                 Op.COPY,
                 Side(Space.HBM, 0, 4, 16, [[4, 4], [1, 4]]),
-                Side(Space.SBUF, 250, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 248, 4, 16, [[4, 4], [1, 4]]),
             ),
             Error.TENSOR,
             "partition size 256",
+        ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.HBM, 2, 4, 16, [[4, 4], [1, 4]]),
+                Side(Space.SBUF, 0, 4, 16, [[4, 4], [1, 4]]),
+            ),
+            Error.TENSOR,
+            "not aligned to its 4-byte elements",
         ),
         (
             Descriptor(

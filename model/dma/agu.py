@@ -20,7 +20,10 @@ import numpy as np
 
 from ncrtl.model.dma.isa import Space, side_addresses
 
-__all__ = ["runs", "pattern_bounds", "command_fields"]
+__all__ = ["runs", "pattern_bounds", "command_fields", "DIMS"]
+
+#: Pattern entries of the hardware: the partition (or outermost) dimension and 4 free ones.
+DIMS = 5
 
 
 def pattern_bounds(pattern, first=0):

@@ -78,6 +78,7 @@ class Error(enum.IntEnum):
     TENSOR = 5  #: the tensor itself does not fit the memory (partitions, partition bytes, HBM)
     INDIRECT = 6  #: a dynamic offset outside the tensor (after reading it from the SBUF)
     BOUNDS = 7  #: an address the pattern forms lies outside its tensor
+    OPCODE = 8  #: (hardware only) an operation code that is not COPY, TRANSPOSE or ADD
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,8 @@ def _tensor_error(side, geo, what):
         return f"{what}: row {side.row} and extent {side.extent} must be >= 1"
     if side.extent % side.row:
         return f"{what}: tensor extent {side.extent} is not whole rows of {side.row} elements"
+    if side.base % side.esize:
+        return f"{what}: tensor base {side.base} is not aligned to its {side.esize}-byte elements"
     if side.space == Space.HBM:
         end = side.base + side.extent * side.esize
         if side.base < 0 or end > geo.hbm_bytes:
@@ -292,6 +295,8 @@ def check(desc, geo, sbuf=None):
             return Error.ELEMENT_SIZE, f"{what}: element size {side.esize} not in {ELEMENT_SIZES}"
         if not 1 <= len(side.pattern) <= MAX_DIMS:
             return Error.SHAPE, f"{what}: pattern of {len(side.pattern)} entries (1..{MAX_DIMS})"
+        if any(n < 1 for _, n in side.pattern):
+            return Error.SHAPE, f"{what}: pattern {list(map(list, side.pattern))} has a num < 1"
     if src.esize != dst.esize:
         return Error.ELEMENT_SIZE, (
             f"src elements of {src.esize} bytes, dst elements of {dst.esize}: a DMA moves "
@@ -355,3 +360,51 @@ def check(desc, geo, sbuf=None):
 
 def _vector(side):
     return side.indirect is not None and side.indirect.kind == "vector"
+
+
+# -- the hardware encoding ---------------------------------------------------------------------
+
+
+def encode_side(side):
+    """``side`` as the engine's descriptor carries it (``ncrtl.hdl.dma.engine.side_layout``):
+    ``esize`` as log2 (3 for a size the hardware does not have), ``dims`` (pattern entries),
+    the pattern padded to 5 entries (the device memory on the outside; an SBUF side keeps its
+    partition entry first and pads between it and the free entries), the tensor (``extent``,
+    ``row``, ``rows``, ``partition``) and the offset split the way the address generator takes
+    it: in the SBUF ``start`` (first row of the access) and ``offset`` (inside the row)."""
+    from ncrtl.model.dma.agu import DIMS
+
+    pattern = list(side.pattern)
+    dims = len(pattern)
+    if side.space == Space.SBUF and dims:
+        lead, free = pattern[0], pattern[1:]
+        pattern = [lead] + [(0, 1)] * (DIMS - 1 - len(free)) + free
+        start, offset = divmod(side.offset, side.row) if side.row > 0 else (0, side.offset)
+    else:
+        pattern = [(0, 1)] * (DIMS - dims) + pattern
+        start, offset = 0, side.offset
+    return {
+        "space": int(side.space),
+        "esize": {1: 0, 2: 1, 4: 2}.get(side.esize, 3),
+        "dims": dims,
+        "base": side.base,
+        "extent": side.extent,
+        "row": side.row,
+        "rows": side.extent // side.row if side.row > 0 else 0,
+        "partition": side.partition,
+        "start": start,
+        "offset": offset,
+        "step": [s for s, _ in pattern[:DIMS]],
+        "num": [n for _, n in pattern[:DIMS]],
+    }
+
+
+def encode(desc):
+    """The descriptor as ``ncrtl.hdl.dma.engine.descriptor_layout`` fields."""
+    return {
+        "op": int(desc.op),
+        "add_dtype": int(desc.add_dtype),
+        "tag": desc.tag,
+        "src": encode_side(desc.src),
+        "dst": encode_side(desc.dst),
+    }

@@ -1,0 +1,175 @@
+"""``DescriptorCheck``: the rules of a DMA descriptor, in hardware, before anything moves."""
+
+from amaranth.hdl import Const, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.model.dma.agu import DIMS
+from ncrtl.model.dma.isa import AddDtype, Error, Op, Space
+
+__all__ = ["DescriptorCheck", "side_layout", "descriptor_layout", "Widths"]
+
+
+class Widths:
+    """Field widths of a descriptor: ``addr_bits`` (device memory byte addresses),
+    ``count_bits`` (a pattern entry's num), ``part_bits`` (a partition number); element
+    indices, steps and offsets are signed ``addr_bits + 2`` bits."""
+
+    def __init__(self, addr_bits=32, count_bits=16, part_bits=7):
+        self.addr_bits = check_int(addr_bits, "addr_bits", minimum=8, maximum=48)
+        self.count_bits = check_int(count_bits, "count_bits", minimum=2, maximum=24)
+        self.part_bits = check_int(part_bits, "part_bits", minimum=1, maximum=8)
+        self.index_bits = addr_bits + 2
+
+
+def side_layout(wd):
+    """One side (:func:`ncrtl.model.dma.isa.encode_side`), LSB first."""
+    return data.StructLayout(
+        {
+            "space": 1,
+            "esize": 2,
+            "dims": 3,
+            "base": wd.addr_bits,
+            "extent": wd.index_bits,
+            "row": wd.index_bits,
+            "rows": wd.part_bits + 1,
+            "partition": wd.part_bits,
+            "start": signed(wd.index_bits),
+            "offset": signed(wd.index_bits),
+            "step": data.ArrayLayout(signed(wd.index_bits), DIMS),
+            "num": data.ArrayLayout(wd.count_bits, DIMS),
+        }
+    )
+
+
+def descriptor_layout(wd):
+    """A descriptor (:func:`ncrtl.model.dma.isa.encode`): ``op`` (2), ``add_dtype`` (1),
+    ``tag`` (8), ``src``, ``dst``."""
+    return data.StructLayout(
+        {"op": 2, "add_dtype": 1, "tag": 8, "src": side_layout(wd), "dst": side_layout(wd)}
+    )
+
+
+class DescriptorCheck(wiring.Component):
+    """The first rule a descriptor breaks, as :func:`ncrtl.model.dma.isa.check` orders them
+    (descriptors without dynamic offsets), plus ``OPCODE`` for an operation code the golden
+    cannot express: combinational.
+
+    The bounds of a pattern come from its corners (``offset + sum(min(0, step (num - 1)))`` and
+    the same with ``max``), which for a loop nest is the check of every address
+    (:func:`ncrtl.model.dma.agu.pattern_bounds`).
+
+    Parameters
+    ----------
+    widths : Widths
+    partitions, partition_bytes : int
+        The SBUF.
+    hbm_bytes : int
+        The device memory behind the AXI4 port.
+
+    Interface
+    ---------
+    desc : In(descriptor_layout(widths))
+    error : Out(4)
+        An :class:`ncrtl.model.dma.isa.Error` code, 0 when the descriptor is legal.
+    """
+
+    @validated_init
+    def __init__(self, widths, *, partitions=128, partition_bytes=192 * 1024, hbm_bytes=1 << 30):
+        if not isinstance(widths, Widths):
+            raise TypeError(f"DescriptorCheck widths must be a Widths, not {widths!r}")
+        self.wd = widths
+        self.partitions = check_int(
+            partitions, "DescriptorCheck partitions", minimum=1, maximum=128
+        )
+        self.partition_bytes = check_int(partition_bytes, "partition_bytes", minimum=4)
+        self.hbm_bytes = check_int(hbm_bytes, "hbm_bytes", minimum=4)
+        super().__init__({"desc": In(descriptor_layout(widths)), "error": Out(4)})
+
+    def _side(self, m, side, name):
+        """Per-side figures: ``count``, ``lo``/``hi`` of the free (SBUF) or whole (HBM)
+        pattern, the transpose view ``(A, B)``."""
+        wide = signed(self.wd.index_bits + self.wd.count_bits + 4)
+        terms_lo, terms_hi = [], []
+        for d in range(DIMS):
+            t = Signal(wide, name=f"{name}_t{d}")
+            m.d.comb += t.eq(side.step[d] * (side.num[d] - 1))
+            free = Signal(name=f"{name}_f{d}")
+            m.d.comb += free.eq((side.space == Space.HBM) | (d > 0))
+            terms_lo.append(Mux(free & (t < 0), t, 0))
+            terms_hi.append(Mux(free & (t > 0), t, 0))
+        lo = Signal(wide, name=f"{name}_lo")
+        hi = Signal(wide, name=f"{name}_hi")
+        m.d.comb += [lo.eq(sum(terms_lo)), hi.eq(sum(terms_hi))]
+        count = Signal(DIMS * self.wd.count_bits, name=f"{name}_count")
+        prod = side.num[0]
+        for d in range(1, DIMS):
+            prod = prod * side.num[d]
+        m.d.comb += count.eq(prod)
+        a = Mux(side.space == Space.SBUF, side.num[0], side.num[3])
+        return count, lo, hi, a, side.num[4]
+
+    def elaborate(self, platform):
+        m = Module()
+        desc = self.desc
+        src, dst = desc.src, desc.dst
+        s_count, s_lo, s_hi, s_a, s_b = self._side(m, src, "src")
+        d_count, d_lo, d_hi, d_a, d_b = self._side(m, dst, "dst")
+
+        def dims_bad(side):
+            bad = (side.dims < 1) | (side.dims > DIMS)
+            for d in range(DIMS):
+                bad = bad | (side.num[d] == 0)
+            return bad
+
+        def step_bad(side):
+            return (side.space == Space.SBUF) & (side.num[0] > 1) & (side.step[0] != side.row)
+
+        def tensor_bad(side):
+            esz = side.esize
+            bad = (side.row == 0) | (side.extent == 0)
+            bad = bad | (side.rows * side.row != side.extent)
+            bad = bad | ((side.base & ((1 << esz) - 1)) != 0)
+            hbm_end = side.base + (side.extent << esz)
+            sbuf_bad = (side.partition + side.rows > self.partitions) | (
+                side.base + (side.row << esz) > self.partition_bytes
+            )
+            return bad | Mux(side.space == Space.HBM, hbm_end > self.hbm_bytes, sbuf_bad)
+
+        def bounds_bad(side, lo, hi):
+            hbm = (side.offset + lo < 0) | (side.offset + hi >= side.extent)
+            sbuf = (
+                (side.start < 0)
+                | (side.start + side.num[0] - 1 >= side.rows)
+                | (side.offset + lo < 0)
+                | (side.offset + hi >= side.row)
+            )
+            return Mux(side.space == Space.HBM, hbm, sbuf)
+
+        op = desc.op
+        add_size = Mux(desc.add_dtype == AddDtype.FP32, 2, 1)
+        transpose_shape_bad = (src.dims != 2) | (dst.dims != 2) | (s_a != d_b) | (s_b != d_a)
+        rules = [
+            (op == 3, Error.OPCODE),
+            (src.esize == 3, Error.ELEMENT_SIZE),
+            (dims_bad(src), Error.SHAPE),
+            (dst.esize == 3, Error.ELEMENT_SIZE),
+            (dims_bad(dst), Error.SHAPE),
+            (src.esize != dst.esize, Error.ELEMENT_SIZE),
+            ((op == Op.TRANSPOSE) & (src.esize == 0), Error.ELEMENT_SIZE),
+            ((op == Op.ADD) & (src.esize != add_size), Error.ELEMENT_SIZE),
+            ((op != Op.COPY) & (dst.space == Space.HBM), Error.SPACE),
+            (Mux(op == Op.TRANSPOSE, transpose_shape_bad, s_count != d_count), Error.SHAPE),
+            (step_bad(src), Error.PARTITION_STEP),
+            (step_bad(dst), Error.PARTITION_STEP),
+            (tensor_bad(src), Error.TENSOR),
+            (tensor_bad(dst), Error.TENSOR),
+            (bounds_bad(src, s_lo, s_hi), Error.BOUNDS),
+            (bounds_bad(dst, d_lo, d_hi), Error.BOUNDS),
+        ]
+        code = Const(0, 4)
+        for cond, err in reversed(rules):
+            code = Mux(cond, int(err), code)
+        m.d.comb += self.error.eq(code)
+        return m
