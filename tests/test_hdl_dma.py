@@ -314,6 +314,8 @@ def test_descriptor_check_matches_the_golden_rules():
                 dst.offset,
                 dst.partition,
             )
+        if rng.random() < 0.05:  # the destination on top of the source, shifted a little
+            dst = replace(src, offset=src.offset + int(rng.integers(-2, 3)))
         add = AddDtype.BF16 if src.esize == 2 and rng.random() < 0.9 else AddDtype.FP32
         desc = Descriptor(op, src, dst, add)
         want = check(desc, geo)
@@ -321,7 +323,7 @@ def test_descriptor_check_matches_the_golden_rules():
     codes = [c for _, c in cases]
     for e in Error:
         if e not in (Error.INDIRECT, Error.OPCODE):
-            assert codes.count(int(e)) >= 20, (e, codes.count(int(e)))
+            assert codes.count(int(e)) >= 15, (e, codes.count(int(e)))
 
     async def bench(ctx):
         for fields, want in cases:
@@ -336,3 +338,242 @@ def test_descriptor_check_matches_the_golden_rules():
     sim = Simulator(dut)
     sim.add_testbench(bench)
     sim.run()
+
+
+class _EngineWithSbuf:
+    """A DmaEngine joined to an Sbuf (the engine port used to load and read back the SBUF)."""
+
+    def __init__(self, geo, word_bytes, overhead):
+        from amaranth.hdl import Module
+        from amaranth.lib import wiring
+
+        from ncrtl.hdl.dma.check import Widths
+        from ncrtl.hdl.dma.engine import DmaEngine
+        from ncrtl.hdl.dma.sbuf import Sbuf
+
+        self.engine = DmaEngine(
+            word_bytes,
+            widths=Widths(16, 8, 5),
+            partitions=geo.partitions,
+            partition_bytes=geo.partition_bytes,
+            hbm_bytes=geo.hbm_bytes,
+            overhead=overhead,
+            outstanding=4,
+        )
+        self.sbuf = Sbuf(geo.partitions, geo.partition_bytes, word_bytes)
+        m = Module()
+        m.submodules.engine, m.submodules.sbuf = self.engine, self.sbuf
+        wiring.connect(m, self.engine.sbuf_req, self.sbuf.dma_req)
+        wiring.connect(m, self.sbuf.dma_resp, self.engine.sbuf_resp)
+        self.top = m
+
+
+def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3):
+    """Run ``descs`` through the engine with the SBUF and the device memory of ``mem``
+    (:class:`ncrtl.model.dma.Memories`) and an AXI4 memory model (``latency`` cycles from an
+    address to its data or write response, ``stall`` the probability of a not-ready cycle on
+    every channel it receives); return ``(statuses, sbuf, hbm, cycles)``."""
+    from ncrtl.model.dma.isa import encode
+
+    h = _EngineWithSbuf(geo, word_bytes, overhead)
+    eng, sb = h.engine, h.sbuf
+    rng = np.random.default_rng(seed)
+    wb = word_bytes
+    hbm = mem.hbm.copy()
+    words = geo.partition_bytes // wb
+    out = {"status": [], "cycles": 0}
+    sbuf_back = np.zeros_like(mem.sbuf)
+    full = (1 << geo.partitions) - 1
+
+    async def load_and_run(ctx):
+        # Load the SBUF through the engine port, one word of every partition per cycle.
+        for word in range(words):
+            chunk = mem.sbuf[:, word * wb : (word + 1) * wb]
+            ctx.set(
+                sb.eng_req.payload,
+                {
+                    "mask": full,
+                    "word": word,
+                    "write": 1,
+                    "data": int.from_bytes(chunk.tobytes(), "little"),
+                    "strobe": (1 << wb) - 1,
+                },
+            )
+            ctx.set(sb.eng_req.valid, 1)
+            await ctx.tick().until(sb.eng_req.ready)
+        ctx.set(sb.eng_req.valid, 0)
+        t0 = 0
+        for desc in descs:
+            ctx.set(eng.desc.payload, encode(desc))
+            ctx.set(eng.desc.valid, 1)
+            await ctx.tick().until(eng.desc.ready)
+            ctx.set(eng.desc.valid, 0)
+            ctx.set(eng.status.ready, 1)
+            n = 0
+            while True:
+                await ctx.tick()
+                n += 1
+                if ctx.get(eng.status.valid):
+                    p = ctx.get(eng.status.payload)
+                    out["status"].append((p.tag, p.error))
+                    await ctx.tick()
+                    break
+                assert n < 20000, "descriptor never completed"
+            t0 += n
+        out["cycles"] = t0
+        ctx.set(eng.status.ready, 0)
+        # Read the SBUF back through the engine port.
+        ctx.set(sb.eng_resp.ready, 1)
+        for word in range(words):
+            ctx.set(
+                sb.eng_req.payload, {"mask": full, "word": word, "write": 0, "data": 0, "strobe": 0}
+            )
+            ctx.set(sb.eng_req.valid, 1)
+            await ctx.tick().until(sb.eng_req.ready)
+            ctx.set(sb.eng_req.valid, 0)
+            await ctx.tick().until(sb.eng_resp.valid)
+            raw = ctx.get(sb.eng_resp.payload).to_bytes(geo.partitions * wb, "little")
+            sbuf_back[:, word * wb : (word + 1) * wb] = np.frombuffer(raw, np.uint8).reshape(
+                geo.partitions, wb
+            )
+
+    async def axi_read(ctx):
+        pending = []  # (due cycle, addr)
+        cycle = 0
+        while True:
+            ready = int(rng.random() >= stall)
+            ctx.set(eng.axi.ar.ready, ready)
+            await ctx.delay(1e-9)
+            if ready and ctx.get(eng.axi.ar.valid):
+                pending.append((cycle + latency, ctx.get(eng.axi.ar.payload.addr)))
+            if pending and pending[0][0] <= cycle:
+                addr = pending[0][1]
+                ctx.set(
+                    eng.axi.r.payload,
+                    {
+                        "id": 0,
+                        "data": int.from_bytes(hbm[addr : addr + wb].tobytes(), "little"),
+                        "resp": 0,
+                        "last": 1,
+                    },
+                )
+                ctx.set(eng.axi.r.valid, 1)
+                await ctx.delay(1e-9)
+                if ctx.get(eng.axi.r.ready):
+                    pending.pop(0)
+            else:
+                ctx.set(eng.axi.r.valid, 0)
+            await ctx.tick()
+            cycle += 1
+
+    async def axi_write(ctx):
+        aws, ws, bs = [], [], []
+        cycle = 0
+        while True:
+            ra, rw = int(rng.random() >= stall), int(rng.random() >= stall)
+            ctx.set(eng.axi.aw.ready, ra)
+            ctx.set(eng.axi.w.ready, rw)
+            await ctx.delay(1e-9)
+            if ra and ctx.get(eng.axi.aw.valid):
+                aws.append(ctx.get(eng.axi.aw.payload.addr))
+            if rw and ctx.get(eng.axi.w.valid):
+                ws.append((ctx.get(eng.axi.w.payload.data), ctx.get(eng.axi.w.payload.strb)))
+            while aws and ws:
+                addr, (dat, strb) = aws.pop(0), ws.pop(0)
+                raw = np.frombuffer(dat.to_bytes(wb, "little"), np.uint8)
+                for i in range(wb):
+                    if (strb >> i) & 1:
+                        hbm[addr + i] = raw[i]
+                bs.append(cycle + latency)
+            if bs and bs[0] <= cycle:
+                ctx.set(eng.axi.b.valid, 1)
+                ctx.set(eng.axi.b.payload, {"id": 0, "resp": 0})
+                await ctx.delay(1e-9)
+                if ctx.get(eng.axi.b.ready):
+                    bs.pop(0)
+            else:
+                ctx.set(eng.axi.b.valid, 0)
+            await ctx.tick()
+            cycle += 1
+
+    sim = Simulator(h.top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(load_and_run)
+    sim.add_testbench(axi_read, background=True)
+    sim.add_testbench(axi_write, background=True)
+    sim.run()
+    return out["status"], sbuf_back, hbm, out["cycles"]
+
+
+def _random_copy(rng, geo, tag):
+    """A random COPY between the device memory and the SBUF (any direction), mostly legal."""
+    from ncrtl.model.dma import Descriptor, Op, Side
+
+    esize = int(rng.choice([1, 2, 4]))
+    a = int(rng.integers(1, 5))
+    b = int(rng.integers(1, 12))
+    sides = []
+    for _ in range(2):
+        if rng.random() < 0.5:
+            row = b + int(rng.integers(0, 4))
+            rows = a + int(rng.integers(0, 3))
+            step = 1 if rng.random() < 0.7 else -1
+            off = int(rng.integers(0, rows - a + 1)) * row + (
+                int(rng.integers(0, row - b + 1))
+                if step == 1
+                else b - 1 + int(rng.integers(0, row - b + 1))
+            )
+            part = int(rng.integers(0, geo.partitions - rows + 1))
+            base = int(rng.integers(0, (geo.partition_bytes - row * esize) // esize + 1)) * esize
+            sides.append(
+                Side(Space.SBUF, base, row, rows * row, [(row, a), (step, b)], esize, off, part)
+            )
+        else:
+            row = b + int(rng.integers(0, 6))
+            rows = a + int(rng.integers(0, 3))
+            step = 1 if rng.random() < 0.7 else int(rng.choice([-1, 2]))
+            span = (b - 1) * abs(step) + 1
+            row = max(row, span)
+            off = int(rng.integers(0, rows - a + 1)) * row + (0 if step > 0 else span - 1)
+            base = int(rng.integers(0, (geo.hbm_bytes - rows * row * esize) // esize // 2)) * esize
+            sides.append(Side(Space.HBM, base, row, rows * row, [(row, a), (step, b)], esize, off))
+    src, dst = sides
+    if rng.random() < 0.1:  # a broken one now and then: out of bounds
+        dst = Side(
+            dst.space,
+            dst.base,
+            dst.row,
+            dst.extent,
+            dst.pattern,
+            dst.esize,
+            dst.extent,
+            dst.partition,
+        )
+    return Descriptor(Op.COPY, src, dst, tag=tag)
+
+
+@pytest.mark.parametrize("word_bytes, latency, stall", [(4, 1, 0.0), (8, 5, 0.3)])
+def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
+    """Random copies between the device memory and the SBUF through the engine, an AXI4 memory
+    model with latency and random not-ready cycles on every channel: every status is the
+    golden's, and after all of them both memories, whole, are the golden's."""
+    from ncrtl.model.dma import Error, Geometry, Memories, execute
+
+    geo = Geometry(partitions=8, partition_bytes=64, hbm_bytes=1024)
+    rng = np.random.default_rng(word_bytes + latency)
+    mem = Memories(
+        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
+        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
+    )
+    descs = [_random_copy(rng, geo, t) for t in range(25)]
+    want, gold = [], mem
+    for desc in descs:
+        gold, err, msg = execute(desc, geo, gold)
+        want.append((desc.tag, int(err)))
+    assert sum(e == 0 for _, e in want) >= 15 and any(e == Error.BOUNDS for _, e in want)
+    status, sbuf, hbm, _ = _run_engine(
+        geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1
+    )
+    assert status == want
+    assert np.array_equal(hbm, gold.hbm)
+    assert np.array_equal(sbuf, gold.sbuf)

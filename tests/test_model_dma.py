@@ -403,6 +403,15 @@ def test_dynamic_offsets_read_from_the_sbuf():
             Error.BOUNDS,
             "outside the tensor",
         ),
+        (
+            Descriptor(
+                Op.COPY,
+                Side(Space.SBUF, 0, 8, 32, [[8, 2], [1, 8]]),
+                Side(Space.SBUF, 0, 8, 32, [[8, 2], [1, 8]], offset=8),
+            ),
+            Error.OVERLAP,
+            "partitions \\[0, 2\\), bytes \\[0, 32\\) and the destination's partitions \\[1, 3\\)",
+        ),
     ],
 )
 def test_every_rule_is_an_error_that_writes_nothing(desc, code, text):

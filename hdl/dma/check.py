@@ -147,6 +147,21 @@ class DescriptorCheck(wiring.Component):
             )
             return Mux(side.space == Space.HBM, hbm, sbuf)
 
+        def box(side, lo, hi):
+            """Byte interval ``[a, b)`` and partition interval ``[p, q)`` of a side."""
+            a = (side.base + ((side.offset + lo) << side.esize)).as_signed()
+            b = (side.base + ((side.offset + hi + 1) << side.esize)).as_signed()
+            p = side.partition + side.start
+            return a, b, p, p + side.num[0]
+
+        def overlap(s, s_lo, s_hi, t, t_lo, t_hi):
+            sa, sb, sp, sq = box(s, s_lo, s_hi)
+            ta, tb, tp, tq = box(t, t_lo, t_hi)
+            bytes_meet = (sa < tb) & (ta < sb)
+            parts_meet = (sp < tq) & (tp < sq)
+            same = s.space == t.space
+            return same & bytes_meet & Mux(s.space == Space.SBUF, parts_meet, 1)
+
         op = desc.op
         add_size = Mux(desc.add_dtype == AddDtype.FP32, 2, 1)
         transpose_shape_bad = (src.dims != 2) | (dst.dims != 2) | (s_a != d_b) | (s_b != d_a)
@@ -167,6 +182,7 @@ class DescriptorCheck(wiring.Component):
             (tensor_bad(dst), Error.TENSOR),
             (bounds_bad(src, s_lo, s_hi), Error.BOUNDS),
             (bounds_bad(dst, d_lo, d_hi), Error.BOUNDS),
+            (overlap(src, s_lo, s_hi, dst, d_lo, d_hi), Error.OVERLAP),
         ]
         code = Const(0, 4)
         for cond, err in reversed(rules):

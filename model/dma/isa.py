@@ -79,6 +79,7 @@ class Error(enum.IntEnum):
     INDIRECT = 6  #: a dynamic offset outside the tensor (after reading it from the SBUF)
     BOUNDS = 7  #: an address the pattern forms lies outside its tensor
     OPCODE = 8  #: (hardware only) an operation code that is not COPY, TRANSPOSE or ADD
+    OVERLAP = 9  #: the source's and the destination's address boxes intersect
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,37 @@ def check(desc, geo, sbuf=None):
         except ValueError as exc:
             code = Error.INDIRECT if side.indirect is not None else Error.BOUNDS
             return code, f"{what}: {exc}"
+    if src.space == dst.space and src.indirect is None and dst.indirect is None:
+        a, b = address_box(src), address_box(dst)
+        if all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b)):
+            return Error.OVERLAP, (
+                f"the source's addresses {_box_text(a)} and the destination's {_box_text(b)} "
+                f"overlap: the engine streams, so a transfer may not read what it writes"
+            )
     return None
+
+
+def address_box(side):
+    """The box of addresses a side's pattern touches: ``[(lo, hi)]`` half-open intervals, bytes
+    for the device memory; partitions and bytes for the SBUF (from the pattern's corners)."""
+    from ncrtl.model.dma.agu import pattern_bounds
+
+    e = side.esize
+    if side.space == Space.HBM:
+        lo, hi = pattern_bounds(side.pattern)
+        return [(side.base + (side.offset + lo) * e, side.base + (side.offset + hi + 1) * e)]
+    start, off = divmod(side.offset, side.row)
+    lo, hi = pattern_bounds(side.pattern, 1)
+    p0 = side.partition + start
+    return [
+        (p0, p0 + side.pattern[0][1]),
+        (side.base + (off + lo) * e, side.base + (off + hi + 1) * e),
+    ]
+
+
+def _box_text(box):
+    names = ["bytes"] if len(box) == 1 else ["partitions", "bytes"]
+    return ", ".join(f"{n} [{lo}, {hi})" for n, (lo, hi) in zip(names, box))
 
 
 def _vector(side):

@@ -1,0 +1,295 @@
+"""``DmaEngine``: one DMA engine between the SBUF and the device memory."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ncrtl.hdl.common.axi import BURST_INCR, AxiManager
+from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.model.dma.isa import Error, Op, Space
+
+from .agu import AddressGenerator
+from .check import DescriptorCheck, Widths, descriptor_layout
+from .gearbox import ByteQueue
+from .sbuf import dma_request_layout
+
+__all__ = ["DmaEngine", "status_layout"]
+
+
+def status_layout():
+    """A descriptor's completion: ``tag`` (the descriptor's), ``error`` (an
+    :class:`ncrtl.model.dma.isa.Error` code, 0 when done)."""
+    return data.StructLayout({"tag": 8, "error": 4})
+
+
+class DmaEngine(wiring.Component):
+    """A DMA engine: descriptors in, completions out; the device memory behind an AXI4
+    manager port, the SBUF behind its DMA port (:class:`ncrtl.hdl.dma.sbuf.Sbuf`).
+
+    A descriptor (:func:`ncrtl.model.dma.isa.encode`) is taken when the engine is idle and
+    checked (:class:`~ncrtl.hdl.dma.check.DescriptorCheck`); a broken rule completes it with
+    the rule's code at once, before any access.  Otherwise, after ``overhead`` cycles (the
+    fixed per-transfer cost), two :class:`~ncrtl.hdl.dma.agu.AddressGenerator` walk the source
+    and the destination patterns.  The **reader** turns every source run into one read (an
+    AXI4 single-beat ``INCR`` burst of the aligned word, or an SBUF word read), at most
+    ``outstanding`` in flight, and pushes the run's bytes into a
+    :class:`~ncrtl.hdl.dma.gearbox.ByteQueue` in order; the **writer** takes each destination
+    run's bytes from the queue once they are all there, shifts them to the run's place in its
+    word and writes it with byte strobes (an AXI4 ``aw`` + ``w`` pair, or an SBUF word write).
+    The descriptor completes when its last write is done and every AXI4 write response is in;
+    a response other than OKAY does not stop it (the memory model never gives one).  SBUF
+    reads and writes of one descriptor share the SBUF's DMA port, writes first.
+
+    This engine moves COPY descriptors; a legal TRANSPOSE or ADD completes with ``OPCODE``
+    and writes nothing (they are built next, see docs/dma.md).
+
+    Parameters
+    ----------
+    word_bytes : int
+        Data path and AXI4 data width in bytes (4 to 64, a power of two).
+    widths : Widths
+    partitions, partition_bytes : int
+        The SBUF.
+    hbm_bytes : int
+        The device memory's size (the descriptor checks use it).
+    overhead : int
+        Cycles between a legal descriptor's check and its first access.
+    outstanding : int
+        Reads in flight.
+
+    Interface
+    ---------
+    desc : In(stream.Signature(descriptor_layout(widths)))
+    status : Out(stream.Signature(status_layout()))
+    axi : Out(AxiManager(word_bytes, widths.addr_bits))
+    sbuf_req : Out(stream.Signature(dma_request_layout(...)))
+    sbuf_resp : In(stream.Signature(8 * word_bytes))
+    """
+
+    @validated_init
+    def __init__(
+        self,
+        word_bytes=16,
+        *,
+        widths=None,
+        partitions=128,
+        partition_bytes=192 * 1024,
+        hbm_bytes=1 << 30,
+        overhead=0,
+        outstanding=8,
+    ):
+        self.word_bytes = check_int(word_bytes, "DmaEngine word_bytes", minimum=4, maximum=64)
+        if word_bytes & (word_bytes - 1):
+            raise ValueError(f"DmaEngine word_bytes must be a power of two, not {word_bytes}")
+        self.wd = widths if widths is not None else Widths()
+        self.partitions = check_int(partitions, "DmaEngine partitions", minimum=1, maximum=128)
+        self.partition_bytes = check_int(partition_bytes, "DmaEngine partition_bytes", minimum=4)
+        self.hbm_bytes = check_int(hbm_bytes, "DmaEngine hbm_bytes", minimum=4)
+        self.overhead = check_int(overhead, "DmaEngine overhead", minimum=0, maximum=1 << 16)
+        self.outstanding = check_int(outstanding, "DmaEngine outstanding", minimum=1, maximum=64)
+        words = partition_bytes // word_bytes
+        super().__init__(
+            {
+                "desc": In(stream.Signature(descriptor_layout(self.wd))),
+                "status": Out(stream.Signature(status_layout())),
+                "axi": Out(AxiManager(word_bytes, self.wd.addr_bits)),
+                "sbuf_req": Out(
+                    stream.Signature(dma_request_layout(partitions, words, word_bytes))
+                ),
+                "sbuf_resp": In(stream.Signature(8 * word_bytes)),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.word_bytes
+        wb = (w - 1).bit_length()
+        wd = self.wd
+        m.submodules.check = check = DescriptorCheck(
+            wd,
+            partitions=self.partitions,
+            partition_bytes=self.partition_bytes,
+            hbm_bytes=self.hbm_bytes,
+        )
+        agu_args = dict(addr_bits=wd.addr_bits, count_bits=wd.count_bits, part_bits=wd.part_bits)
+        m.submodules.src_agu = src_agu = AddressGenerator(w, **agu_args)
+        m.submodules.dst_agu = dst_agu = AddressGenerator(w, **agu_args)
+        m.submodules.queue = queue = ByteQueue(w)
+        m.submodules.inflight = inflight = SyncFIFOBuffered(
+            width=wb + (w).bit_length(), depth=self.outstanding
+        )
+
+        d = Signal.like(self.desc.payload)
+        m.d.comb += check.desc.eq(d)
+        src_hbm = d.src.space == Space.HBM
+        dst_hbm = d.dst.space == Space.HBM
+
+        # -- control ----------------------------------------------------------------------
+        error = Signal(4)
+        wait = Signal(range(self.overhead + 1))
+        outstanding_b = Signal(range(1 << 16))
+        written = Signal()  # the destination's last run is written
+        for side, agu in ((d.src, src_agu), (d.dst, dst_agu)):
+            m.d.comb += [
+                agu.cmd.payload.base.eq(side.base),
+                agu.cmd.payload.offset.eq(side.offset),
+                agu.cmd.payload.partition.eq(
+                    Mux(side.space == Space.SBUF, side.partition + side.start, 0)
+                ),
+                agu.cmd.payload.sbuf.eq(side.space == Space.SBUF),
+                agu.cmd.payload.esize.eq(side.esize),
+            ]
+            for i in range(5):
+                m.d.comb += [
+                    agu.cmd.payload.step[i].eq(side.step[i]),
+                    agu.cmd.payload.num[i].eq(side.num[i]),
+                ]
+        src_taken = Signal()
+        dst_taken = Signal()
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.desc.ready.eq(1)
+                with m.If(self.desc.valid):
+                    m.d.sync += d.eq(self.desc.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                err = Mux(
+                    check.error != 0,
+                    check.error,
+                    Mux(d.op != Op.COPY, int(Error.OPCODE), 0),
+                )
+                m.d.sync += [error.eq(err), wait.eq(self.overhead), written.eq(0)]
+                m.d.sync += [src_taken.eq(0), dst_taken.eq(0)]
+                with m.If(err != 0):
+                    m.next = "STATUS"
+                with m.Else():
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(wait == 0):
+                    m.next = "START"
+                with m.Else():
+                    m.d.sync += wait.eq(wait - 1)
+            with m.State("START"):
+                m.d.comb += [src_agu.cmd.valid.eq(~src_taken), dst_agu.cmd.valid.eq(~dst_taken)]
+                with m.If(src_agu.cmd.ready):
+                    m.d.sync += src_taken.eq(1)
+                with m.If(dst_agu.cmd.ready):
+                    m.d.sync += dst_taken.eq(1)
+                with m.If((src_taken | src_agu.cmd.ready) & (dst_taken | dst_agu.cmd.ready)):
+                    m.next = "RUN"
+            with m.State("RUN"):
+                with m.If(written & (outstanding_b == 0)):
+                    m.next = "STATUS"
+            with m.State("STATUS"):
+                m.d.comb += [
+                    self.status.valid.eq(1),
+                    self.status.payload.tag.eq(d.tag),
+                    self.status.payload.error.eq(error),
+                ]
+                with m.If(self.status.ready):
+                    m.next = "IDLE"
+
+        # -- reader: one read per source run, the run's place in the in-flight FIFO ----------
+        sr = src_agu.run.payload
+        writer_sbuf = Signal()  # the writer uses the SBUF port this cycle
+        issue = Signal()
+        m.d.comb += [
+            inflight.w_data.eq(sr.addr[:wb] | (sr.bytes << wb)),
+            self.axi.ar.payload.addr.eq(Cat(Const(0, wb), sr.addr[wb:])),
+            self.axi.ar.payload.len.eq(0),
+            self.axi.ar.payload.size.eq(wb),
+            self.axi.ar.payload.burst.eq(BURST_INCR),
+        ]
+        can = src_agu.run.valid & inflight.w_rdy
+        with m.If(src_hbm):
+            m.d.comb += [self.axi.ar.valid.eq(can), issue.eq(can & self.axi.ar.ready)]
+        with m.Else():
+            with m.If(can & ~writer_sbuf):
+                m.d.comb += [
+                    self.sbuf_req.valid.eq(1),
+                    self.sbuf_req.payload.partition.eq(sr.partition),
+                    self.sbuf_req.payload.word.eq(sr.addr >> wb),
+                    self.sbuf_req.payload.write.eq(0),
+                    issue.eq(self.sbuf_req.ready),
+                ]
+        m.d.comb += [src_agu.run.ready.eq(issue), inflight.w_en.eq(issue)]
+
+        # Read data, in order, into the byte queue.
+        off = inflight.r_data[:wb]
+        nbytes = inflight.r_data[wb:]
+        rdata = Mux(src_hbm, self.axi.r.payload.data, self.sbuf_resp.payload)
+        rvalid = Mux(src_hbm, self.axi.r.valid, self.sbuf_resp.valid)
+        accept = rvalid & inflight.r_rdy & queue.push.ready
+        m.d.comb += [
+            queue.push.valid.eq(rvalid & inflight.r_rdy),
+            queue.push.payload.data.eq(rdata >> (off << 3)),
+            queue.push.payload.bytes.eq(nbytes),
+            inflight.r_en.eq(accept),
+            self.axi.r.ready.eq(src_hbm & inflight.r_rdy & queue.push.ready),
+            self.sbuf_resp.ready.eq(~src_hbm & inflight.r_rdy & queue.push.ready),
+        ]
+
+        # -- writer: a destination run once its bytes are all in the queue ----------------------
+        dr = dst_agu.run.payload
+        doff = dr.addr[:wb]
+        wdata = Signal(8 * w)
+        strobe = Signal(w)
+        m.d.comb += [
+            wdata.eq(queue.head << (doff << 3)),
+            strobe.eq(((Const(1, w + 1) << dr.bytes) - 1) << doff),
+        ]
+        have = dst_agu.run.valid & (queue.count >= dr.bytes)
+        aw_done = Signal()
+        w_done = Signal()
+        complete = Signal()
+        m.d.comb += [
+            self.axi.aw.payload.addr.eq(Cat(Const(0, wb), dr.addr[wb:])),
+            self.axi.aw.payload.len.eq(0),
+            self.axi.aw.payload.size.eq(wb),
+            self.axi.aw.payload.burst.eq(BURST_INCR),
+            self.axi.w.payload.data.eq(wdata),
+            self.axi.w.payload.strb.eq(strobe),
+            self.axi.w.payload.last.eq(1),
+        ]
+        with m.If(dst_hbm):
+            m.d.comb += [
+                self.axi.aw.valid.eq(have & ~aw_done),
+                self.axi.w.valid.eq(have & ~w_done),
+                complete.eq(have & (aw_done | self.axi.aw.ready) & (w_done | self.axi.w.ready)),
+            ]
+            with m.If(complete):
+                m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+            with m.Else():
+                with m.If(self.axi.aw.valid & self.axi.aw.ready):
+                    m.d.sync += aw_done.eq(1)
+                with m.If(self.axi.w.valid & self.axi.w.ready):
+                    m.d.sync += w_done.eq(1)
+        with m.Else():
+            with m.If(have):
+                m.d.comb += [
+                    writer_sbuf.eq(1),
+                    self.sbuf_req.valid.eq(1),
+                    self.sbuf_req.payload.partition.eq(dr.partition),
+                    self.sbuf_req.payload.word.eq(dr.addr >> wb),
+                    self.sbuf_req.payload.write.eq(1),
+                    self.sbuf_req.payload.data.eq(wdata),
+                    self.sbuf_req.payload.strobe.eq(strobe),
+                    complete.eq(self.sbuf_req.ready),
+                ]
+        m.d.comb += [
+            dst_agu.run.ready.eq(complete),
+            queue.take.eq(Mux(complete, dr.bytes, 0)),
+        ]
+        with m.If(complete & dr.last):
+            m.d.sync += written.eq(1)
+
+        # AXI4 write responses: every one counted before the descriptor completes.
+        m.d.comb += self.axi.b.ready.eq(1)
+        inc = complete & dst_hbm
+        dec = self.axi.b.valid
+        with m.If(inc & ~dec):
+            m.d.sync += outstanding_b.eq(outstanding_b + 1)
+        with m.Elif(dec & ~inc):
+            m.d.sync += outstanding_b.eq(outstanding_b - 1)
+        return m
