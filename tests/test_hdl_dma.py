@@ -552,9 +552,29 @@ def _random_copy(rng, geo, tag):
     return Descriptor(Op.COPY, src, dst, tag=tag)
 
 
+def _random_transpose(rng, geo, tag):
+    """A random DMA transpose into the SBUF, from the device memory or the SBUF."""
+    from ncrtl.model.dma import Descriptor, Op, Side
+
+    esize = int(rng.choice([2, 4]))
+    a, b = int(rng.integers(1, 5)), int(rng.integers(1, 7))
+    row = b + int(rng.integers(0, 3))
+    if rng.random() < 0.5:
+        base = int(rng.integers(0, 64)) * esize
+        src = Side(Space.HBM, base, row, a * row, [(row, a), (1, b)], esize)
+    else:
+        part = int(rng.integers(0, geo.partitions - a + 1))
+        src = Side(Space.SBUF, 32, row, a * row, [(row, a), (1, b)], esize, 0, part)
+    drow = a + int(rng.integers(0, 3))
+    part = int(rng.integers(0, geo.partitions - b + 1))
+    dst = Side(Space.SBUF, 0, drow, b * drow, [(drow, b), (1, a)], esize, 0, part)
+    return Descriptor(Op.TRANSPOSE, src, dst, tag=tag)
+
+
 @pytest.mark.parametrize("word_bytes, latency, stall", [(4, 1, 0.0), (8, 5, 0.3)])
 def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
-    """Random copies between the device memory and the SBUF through the engine, an AXI4 memory
+    """Random copies between the device memory and the SBUF and DMA transposes into the SBUF
+    (2- and 4-byte elements, bits kept) through the engine, an AXI4 memory
     model with latency and random not-ready cycles on every channel: every status is the
     golden's, and after all of them both memories, whole, are the golden's."""
     from ncrtl.model.dma import Error, Geometry, Memories, execute
@@ -565,15 +585,44 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
-    descs = [_random_copy(rng, geo, t) for t in range(25)]
+    descs = [
+        (_random_transpose if rng.random() < 0.3 else _random_copy)(rng, geo, t) for t in range(30)
+    ]
     want, gold = [], mem
     for desc in descs:
         gold, err, msg = execute(desc, geo, gold)
         want.append((desc.tag, int(err)))
     assert sum(e == 0 for _, e in want) >= 15 and any(e == Error.BOUNDS for _, e in want)
+    assert sum(d.op == 1 and e == 0 for d, (_, e) in zip(descs, want)) >= 4
     status, sbuf, hbm, _ = _run_engine(
         geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1
     )
     assert status == want
     assert np.array_equal(hbm, gold.hbm)
     assert np.array_equal(sbuf, gold.sbuf)
+
+
+def test_address_generator_transposed_walks():
+    """The column walk of 2-D views (a DMA transpose's source order), SBUF and device memory."""
+    rng = np.random.default_rng(21)
+    dut = AddressGenerator(8, addr_bits=16, count_bits=8, part_bits=4)
+    sides = []
+    for space in (Space.HBM, Space.SBUF):
+        for esize in (2, 4):
+            for _ in range(8):
+                a, b = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+                if space == Space.SBUF:
+                    row = b + int(rng.integers(0, 4))
+                    sides.append(
+                        Side(space, 0, row, (a + 1) * row, [(row, a), (1, b)], esize, row, 2)
+                    )
+                else:
+                    outer = int(rng.choice([1, b + 2]))
+                    inner = 1 if outer != 1 else a + 1
+                    extent = (a - 1) * outer + (b - 1) * inner + 1
+                    sides.append(Side(space, 8, 1, extent, [(outer, a), (inner, b)], esize))
+    got = _play(dut, [command_fields(s, transpose=True) for s in sides], stall=0.2, seed=2)
+    for side, g in zip(sides, got):
+        want = runs(side, 8, transpose=True)
+        have = np.array([(p, a, b) for p, a, b, _ in g], dtype=np.int64).reshape(-1, 3)
+        assert np.array_equal(have, want), (side, have[:6], want[:6])

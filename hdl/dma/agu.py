@@ -17,15 +17,17 @@ def command_layout(addr_bits, index_bits, count_bits, part_bits):
     element 0 in the device memory, or byte offset of element 0 in every SBUF partition),
     ``offset`` (signed element offset: the whole offset in the device memory, the offset inside
     the partition row in the SBUF), ``partition`` (SBUF: first partition of the access),
-    ``sbuf`` (dimension 0 steps partitions), ``esize`` (log2 of the element bytes), ``step``
-    and ``num`` (5 entries, outermost first; unused outer entries are ``[0, 1]``; an SBUF
-    side's entry 0 is the partition dimension, its step unused)."""
+    ``sbuf`` (one level steps partitions), ``pdim`` (that level: 0 for a pattern as NKI writes
+    it, 4 for a transposed walk of an SBUF view), ``esize`` (log2 of the element bytes),
+    ``step`` and ``num`` (5 entries, outermost first; unused outer entries are ``[0, 1]``; the
+    partition level's step is unused)."""
     return data.StructLayout(
         {
             "base": addr_bits,
             "offset": signed(index_bits),
             "partition": part_bits,
             "sbuf": 1,
+            "pdim": 3,
             "esize": 2,
             "step": data.ArrayLayout(signed(index_bits), DIMS),
             "num": data.ArrayLayout(count_bits, DIMS),
@@ -116,6 +118,7 @@ class AddressGenerator(wiring.Component):
         start = [Signal(signed(self.index_bits + 2), name=f"start{d}") for d in range(DIMS)]
         cur = Signal(signed(self.index_bits + 2))
         part = Signal(self.part_bits)
+        pstart = [Signal(self.part_bits, name=f"pstart{d}") for d in range(DIMS)]
 
         m.d.comb += self.cmd.ready.eq(~busy)
         with m.If(self.cmd.valid & self.cmd.ready):
@@ -123,13 +126,17 @@ class AddressGenerator(wiring.Component):
             m.d.sync += [c.eq(0) for c in count]
             m.d.sync += [s.eq(self.cmd.payload.offset) for s in start]
             m.d.sync += part.eq(self.cmd.payload.partition)
+            m.d.sync += [p.eq(self.cmd.payload.partition) for p in pstart]
 
         esize = cfg.esize
+        is_part = [Signal(name=f"is_part{d}") for d in range(DIMS)]
+        m.d.comb += [is_part[d].eq(cfg.sbuf & (cfg.pdim == d)) for d in range(DIMS)]
         addr = Signal(self.addr_bits)
         m.d.comb += addr.eq(cfg.base + (cur << esize))
-        contiguous = cfg.step[DIMS - 1] == 1
+        inner = DIMS - 1
+        contiguous = (cfg.step[inner] == 1) & ~is_part[inner]
         left = Signal(self.count_bits + 3)  # bytes left in the innermost iteration
-        m.d.comb += left.eq((cfg.num[DIMS - 1] - count[DIMS - 1]) << esize)
+        m.d.comb += left.eq((cfg.num[inner] - count[inner]) << esize)
         room = Signal(wb + 1)  # bytes to the end of the aligned word
         m.d.comb += room.eq(w - addr[:wb])
         nbytes = Signal(wb + 1)
@@ -139,7 +146,7 @@ class AddressGenerator(wiring.Component):
 
         # Level d wraps when its counter is at its last value and every inner level wraps.
         wraps = [Signal(name=f"wrap{d}") for d in range(DIMS)]
-        m.d.comb += wraps[DIMS - 1].eq(count[DIMS - 1] + elems == cfg.num[DIMS - 1])
+        m.d.comb += wraps[inner].eq(count[inner] + elems == cfg.num[inner])
         for d in range(DIMS - 2, -1, -1):
             m.d.comb += wraps[d].eq(wraps[d + 1] & (count[d] + 1 == cfg.num[d]))
 
@@ -151,24 +158,24 @@ class AddressGenerator(wiring.Component):
             self.run.payload.last.eq(wraps[0]),
         ]
         with m.If(self.run.valid & self.run.ready):
-            with m.If(~wraps[DIMS - 1]):
-                m.d.sync += [
-                    count[DIMS - 1].eq(count[DIMS - 1] + elems),
-                    cur.eq(cur + Mux(contiguous, elems, cfg.step[DIMS - 1])),
-                ]
+            with m.If(~wraps[inner]):
+                m.d.sync += count[inner].eq(count[inner] + elems)
+                with m.If(is_part[inner]):
+                    m.d.sync += part.eq(part + 1)
+                with m.Else():
+                    m.d.sync += cur.eq(cur + Mux(contiguous, elems, cfg.step[inner]))
             with m.Elif(wraps[0]):
                 m.d.sync += busy.eq(0)
             with m.Else():
                 # The innermost level that does not wrap advances; the levels inside it restart
-                # at its new start.
+                # at its new start (and its partition: the partition level steps partitions
+                # instead of elements).
                 for d in range(DIMS - 1):
                     with m.If(wraps[d + 1] & ~wraps[d]):
-                        step = Mux(cfg.sbuf, 0, cfg.step[0]) if d == 0 else cfg.step[d]
-                        new = start[d] + step
-                        m.d.sync += [count[d].eq(count[d] + 1), cur.eq(new)]
+                        new = start[d] + Mux(is_part[d], 0, cfg.step[d])
+                        newp = pstart[d] + is_part[d]
+                        m.d.sync += [count[d].eq(count[d] + 1), cur.eq(new), part.eq(newp)]
                         m.d.sync += [start[e].eq(new) for e in range(d, DIMS)]
+                        m.d.sync += [pstart[e].eq(newp) for e in range(d, DIMS)]
                         m.d.sync += [count[e].eq(0) for e in range(d + 1, DIMS)]
-                        if d == 0:
-                            with m.If(cfg.sbuf):
-                                m.d.sync += part.eq(part + 1)
         return m

@@ -41,8 +41,10 @@ class DmaEngine(wiring.Component):
     a response other than OKAY does not stop it (the memory model never gives one).  SBUF
     reads and writes of one descriptor share the SBUF's DMA port, writes first.
 
-    This engine moves COPY descriptors; a legal TRANSPOSE or ADD completes with ``OPCODE``
-    and writes nothing (they are built next, see docs/dma.md).
+    A TRANSPOSE reads its source view column by column (the source generator walks the view
+    transposed), so the byte stream arrives in the destination's order and the rest is a copy;
+    the source side then moves one element per read.  This engine does not yet do ADD: a legal
+    read-add-write completes with ``OPCODE`` and writes nothing (docs/dma.md).
 
     Parameters
     ----------
@@ -145,6 +147,28 @@ class DmaEngine(wiring.Component):
                     agu.cmd.payload.step[i].eq(side.step[i]),
                     agu.cmd.payload.num[i].eq(side.num[i]),
                 ]
+        # A transpose reads its source view [A, B] column by column, so the byte stream is
+        # already in the destination's order: the last two levels swap in the device memory;
+        # in the SBUF the partition level becomes the innermost (pdim 4).
+        sc, s = src_agu.cmd.payload, d.src
+        with m.If(d.op == Op.TRANSPOSE):
+            with m.If(s.space == Space.HBM):
+                m.d.comb += [
+                    sc.step[3].eq(s.step[4]),
+                    sc.num[3].eq(s.num[4]),
+                    sc.step[4].eq(s.step[3]),
+                    sc.num[4].eq(s.num[3]),
+                ]
+            with m.Else():
+                m.d.comb += [
+                    sc.step[0].eq(0),
+                    sc.num[0].eq(1),
+                    sc.step[3].eq(s.step[4]),
+                    sc.num[3].eq(s.num[4]),
+                    sc.step[4].eq(0),
+                    sc.num[4].eq(s.num[0]),
+                    sc.pdim.eq(4),
+                ]
         src_taken = Signal()
         dst_taken = Signal()
         with m.FSM():
@@ -157,7 +181,7 @@ class DmaEngine(wiring.Component):
                 err = Mux(
                     check.error != 0,
                     check.error,
-                    Mux(d.op != Op.COPY, int(Error.OPCODE), 0),
+                    Mux(d.op == Op.ADD, int(Error.OPCODE), 0),
                 )
                 m.d.sync += [error.eq(err), wait.eq(self.overhead), written.eq(0)]
                 m.d.sync += [src_taken.eq(0), dst_taken.eq(0)]

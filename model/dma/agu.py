@@ -34,21 +34,28 @@ def pattern_bounds(pattern, first=0):
     return lo, hi
 
 
-def runs(side, word_bytes, dynamic=None):
+def runs(side, word_bytes, dynamic=None, *, transpose=False):
     """The runs of ``side`` in loop order: an int64 array ``[n, 3]`` of ``(partition, byte
-    address, bytes)``."""
+    address, bytes)``.  ``transpose``: the columns of the side's 2-D view ``[A, B]`` one after
+    the other (the order a DMA transpose reads its source in), each element its own run unless
+    the view's outer step is 1 in the device memory."""
     addr = side_addresses(side, dynamic)
     if side.space == Space.HBM:
         part = np.zeros(np.shape(addr), dtype=np.int64)
         byte = np.asarray(addr, dtype=np.int64)
     else:
         part, byte = (np.asarray(a, dtype=np.int64) for a in addr)
-    inner = side.pattern[-1][1]
+    if transpose:
+        part, byte = part.T, byte.T
+        contiguous = side.space == Space.HBM and side.pattern[0][0] == 1
+        inner = side.pattern[0][1]
+    else:
+        contiguous = side.pattern[-1][0] == 1
+        inner = side.pattern[-1][1]
     part = part.reshape(-1, inner)
     byte = byte.reshape(-1, inner)
     esize = side.esize
     out = []
-    contiguous = side.pattern[-1][0] == 1
     for p_row, b_row in zip(part, byte):
         i = 0
         while i < inner:
@@ -63,21 +70,30 @@ def runs(side, word_bytes, dynamic=None):
     return np.asarray(out, dtype=np.int64).reshape(-1, 3)
 
 
-def command_fields(side, dynamic=None):
+def command_fields(side, dynamic=None, *, transpose=False):
     """The address generator's command for ``side`` (``ncrtl.hdl.dma.agu.command_layout``):
     patterns padded to 5 entries on the outside (an SBUF side keeps its partition entry first
     and pads between it and the free entries), an SBUF offset split into the first partition
-    and the offset inside the row.  A scalar dynamic offset is folded into the offset."""
+    and the offset inside the row.  A scalar dynamic offset is folded into the offset.
+    ``transpose``: the column walk of a 2-D view (:func:`runs`); in the SBUF the partition
+    level is then the innermost (``pdim`` 4)."""
     pattern = list(side.pattern)
     offset = side.offset
     if side.indirect is not None and side.indirect.kind == "scalar":
         offset += int(dynamic) * side.indirect.stride
+    pdim = 0
     if side.space == Space.SBUF:
-        lead, free = pattern[0], pattern[1:]
-        pattern = [lead] + [(0, 1)] * (4 - len(free)) + free
         partition = side.partition + offset // side.row
         offset = offset % side.row
+        lead, free = pattern[0], pattern[1:]
+        if transpose:
+            pattern = [(0, 1)] * 3 + [free[0], (0, lead[1])]
+            pdim = 4
+        else:
+            pattern = [lead] + [(0, 1)] * (4 - len(free)) + free
     else:
+        if transpose:
+            pattern = pattern[::-1]
         pattern = [(0, 1)] * (5 - len(pattern)) + pattern
         partition = 0
     return {
@@ -85,6 +101,7 @@ def command_fields(side, dynamic=None):
         "offset": offset,
         "partition": partition,
         "sbuf": int(side.space == Space.SBUF),
+        "pdim": pdim,
         "esize": side.esize.bit_length() - 1,
         "step": [s for s, _ in pattern],
         "num": [n for _, n in pattern],
