@@ -505,16 +505,17 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     return out["status"], sbuf_back, hbm, out["cycles"]
 
 
-def _random_copy(rng, geo, tag):
-    """A random COPY between the device memory and the SBUF (any direction), mostly legal."""
-    from ncrtl.model.dma import Descriptor, Op, Side
+def _random_copy(rng, geo, tag, *, add=None):
+    """A random COPY between the device memory and the SBUF (any direction), mostly legal; with
+    ``add`` (an AddDtype) a read-add-write of that dtype into the SBUF instead."""
+    from ncrtl.model.dma import AddDtype, Descriptor, Op, Side
 
-    esize = int(rng.choice([1, 2, 4]))
+    esize = int(rng.choice([1, 2, 4])) if add is None else (4 if add == AddDtype.FP32 else 2)
     a = int(rng.integers(1, 5))
     b = int(rng.integers(1, 12))
     sides = []
-    for _ in range(2):
-        if rng.random() < 0.5:
+    for k in range(2):
+        if rng.random() < 0.5 or (add is not None and k == 1):
             row = b + int(rng.integers(0, 4))
             rows = a + int(rng.integers(0, 3))
             step = 1 if rng.random() < 0.7 else -1
@@ -549,6 +550,8 @@ def _random_copy(rng, geo, tag):
             dst.extent,
             dst.partition,
         )
+    if add is not None:
+        return Descriptor(Op.ADD, src, dst, add, tag=tag)
     return Descriptor(Op.COPY, src, dst, tag=tag)
 
 
@@ -573,8 +576,9 @@ def _random_transpose(rng, geo, tag):
 
 @pytest.mark.parametrize("word_bytes, latency, stall", [(4, 1, 0.0), (8, 5, 0.3)])
 def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
-    """Random copies between the device memory and the SBUF and DMA transposes into the SBUF
-    (2- and 4-byte elements, bits kept) through the engine, an AXI4 memory
+    """Random copies between the device memory and the SBUF, DMA transposes into the SBUF (2-
+    and 4-byte elements, bits kept) and SBUF read-add-writes (FP32, BF16; random bits, NaN and
+    Inf included) through the engine, an AXI4 memory
     model with latency and random not-ready cycles on every channel: every status is the
     golden's, and after all of them both memories, whole, are the golden's."""
     from ncrtl.model.dma import Error, Geometry, Memories, execute
@@ -585,15 +589,24 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
-    descs = [
-        (_random_transpose if rng.random() < 0.3 else _random_copy)(rng, geo, t) for t in range(30)
-    ]
+    from ncrtl.model.dma import AddDtype
+
+    descs = []
+    for t in range(36):
+        kind = rng.random()
+        if kind < 0.25:
+            descs.append(_random_transpose(rng, geo, t))
+        elif kind < 0.5:
+            descs.append(_random_copy(rng, geo, t, add=AddDtype(int(rng.integers(0, 2)))))
+        else:
+            descs.append(_random_copy(rng, geo, t))
     want, gold = [], mem
     for desc in descs:
         gold, err, msg = execute(desc, geo, gold)
         want.append((desc.tag, int(err)))
     assert sum(e == 0 for _, e in want) >= 15 and any(e == Error.BOUNDS for _, e in want)
     assert sum(d.op == 1 and e == 0 for d, (_, e) in zip(descs, want)) >= 4
+    assert sum(d.op == 2 and e == 0 for d, (_, e) in zip(descs, want)) >= 4
     status, sbuf, hbm, _ = _run_engine(
         geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1
     )

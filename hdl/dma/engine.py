@@ -7,11 +7,12 @@ from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.axi import BURST_INCR, AxiManager
 from ncrtl.hdl.common.params import check_int, validated_init
-from ncrtl.model.dma.isa import Error, Op, Space
+from ncrtl.model.dma.isa import Op, Space
 
 from .agu import AddressGenerator
 from .check import DescriptorCheck, Widths, descriptor_layout
 from .gearbox import ByteQueue
+from .raw import AddWords
 from .sbuf import dma_request_layout
 
 __all__ = ["DmaEngine", "status_layout"]
@@ -43,8 +44,10 @@ class DmaEngine(wiring.Component):
 
     A TRANSPOSE reads its source view column by column (the source generator walks the view
     transposed), so the byte stream arrives in the destination's order and the rest is a copy;
-    the source side then moves one element per read.  This engine does not yet do ADD: a legal
-    read-add-write completes with ``OPCODE`` and writes nothing (docs/dma.md).
+    the source side then moves one element per read.  An ADD (SBUF read-add-write) writes each
+    destination run as a read of its word, the sum (:class:`~ncrtl.hdl.dma.raw.AddWords`) and a
+    write with the run's strobes, one run at a time (about a quarter of a copy's rate; the
+    pipelined near-memory unit is still to build).
 
     Parameters
     ----------
@@ -181,7 +184,7 @@ class DmaEngine(wiring.Component):
                 err = Mux(
                     check.error != 0,
                     check.error,
-                    Mux(d.op == Op.ADD, int(Error.OPCODE), 0),
+                    0,
                 )
                 m.d.sync += [error.eq(err), wait.eq(self.overhead), written.eq(0)]
                 m.d.sync += [src_taken.eq(0), dst_taken.eq(0)]
@@ -214,10 +217,16 @@ class DmaEngine(wiring.Component):
                 with m.If(self.status.ready):
                     m.next = "IDLE"
 
-        # -- reader: one read per source run, the run's place in the in-flight FIFO ----------
+        # -- reader: one read per source run -------------------------------------------------
+        # Every read has a slot reserved in ``rbuf`` when it is issued, so a read response is
+        # always taken at once: the SBUF's responses (the reader's and the writer's, in order)
+        # never wait behind each other, and the AXI4 R channel is never held up.
         sr = src_agu.run.payload
         writer_sbuf = Signal()  # the writer uses the SBUF port this cycle
         issue = Signal()
+        held = Signal(range(self.outstanding + 1))  # reads issued, not yet in the byte queue
+        owner = SyncFIFOBuffered(width=1, depth=self.outstanding + 2)  # SBUF reads: 1 = writer
+        m.submodules.owner = owner
         m.d.comb += [
             inflight.w_data.eq(sr.addr[:wb] | (sr.bytes << wb)),
             self.axi.ar.payload.addr.eq(Cat(Const(0, wb), sr.addr[wb:])),
@@ -225,7 +234,7 @@ class DmaEngine(wiring.Component):
             self.axi.ar.payload.size.eq(wb),
             self.axi.ar.payload.burst.eq(BURST_INCR),
         ]
-        can = src_agu.run.valid & inflight.w_rdy
+        can = src_agu.run.valid & (held < self.outstanding)
         with m.If(src_hbm):
             m.d.comb += [self.axi.ar.valid.eq(can), issue.eq(can & self.axi.ar.ready)]
         with m.Else():
@@ -236,23 +245,46 @@ class DmaEngine(wiring.Component):
                     self.sbuf_req.payload.word.eq(sr.addr >> wb),
                     self.sbuf_req.payload.write.eq(0),
                     issue.eq(self.sbuf_req.ready),
+                    owner.w_en.eq(self.sbuf_req.ready),
+                    owner.w_data.eq(0),
                 ]
         m.d.comb += [src_agu.run.ready.eq(issue), inflight.w_en.eq(issue)]
 
-        # Read data, in order, into the byte queue.
+        m.submodules.rbuf = rbuf = SyncFIFOBuffered(
+            width=8 * w + (w).bit_length(), depth=self.outstanding
+        )
         off = inflight.r_data[:wb]
         nbytes = inflight.r_data[wb:]
-        rdata = Mux(src_hbm, self.axi.r.payload.data, self.sbuf_resp.payload)
-        rvalid = Mux(src_hbm, self.axi.r.valid, self.sbuf_resp.valid)
-        accept = rvalid & inflight.r_rdy & queue.push.ready
+        sbuf_for_reader = owner.r_rdy & (owner.r_data == 0)
+        sbuf_for_writer = owner.r_rdy & (owner.r_data == 1)
+        r_fire = Signal()
         m.d.comb += [
-            queue.push.valid.eq(rvalid & inflight.r_rdy),
-            queue.push.payload.data.eq(rdata >> (off << 3)),
-            queue.push.payload.bytes.eq(nbytes),
-            inflight.r_en.eq(accept),
-            self.axi.r.ready.eq(src_hbm & inflight.r_rdy & queue.push.ready),
-            self.sbuf_resp.ready.eq(~src_hbm & inflight.r_rdy & queue.push.ready),
+            self.axi.r.ready.eq(src_hbm & inflight.r_rdy),
+            r_fire.eq(
+                Mux(
+                    src_hbm,
+                    self.axi.r.valid & inflight.r_rdy,
+                    self.sbuf_resp.valid & sbuf_for_reader,
+                )
+            ),
+            rbuf.w_en.eq(r_fire),
+            rbuf.w_data.eq(
+                Cat(
+                    Mux(src_hbm, self.axi.r.payload.data, self.sbuf_resp.payload) >> (off << 3),
+                    nbytes,
+                )
+            ),
+            inflight.r_en.eq(r_fire),
+            queue.push.valid.eq(rbuf.r_rdy),
+            queue.push.payload.data.eq(rbuf.r_data[: 8 * w]),
+            queue.push.payload.bytes.eq(rbuf.r_data[8 * w :]),
+            rbuf.r_en.eq(queue.push.ready),
         ]
+        popped = rbuf.r_rdy & queue.push.ready
+        with m.If(issue & ~popped):
+            m.d.sync += held.eq(held + 1)
+        with m.Elif(popped & ~issue):
+            m.d.sync += held.eq(held - 1)
 
         # -- writer: a destination run once its bytes are all in the queue ----------------------
         dr = dst_agu.run.payload
@@ -276,6 +308,29 @@ class DmaEngine(wiring.Component):
             self.axi.w.payload.strb.eq(strobe),
             self.axi.w.payload.last.eq(1),
         ]
+        # Read-add-write: read the destination word, add, write the sum back (one run at a
+        # time, so a run never reads a word an earlier run has not yet written).
+        m.submodules.adder = adder = AddWords(w)
+        old = Signal(8 * w)
+        raw_state = Signal(2)  # 0: read, 1: wait for the word, 2: add, 3: write
+        is_add = d.op == Op.ADD
+        m.d.comb += [
+            adder.i_old.eq(old),
+            adder.i_new.eq(wdata),
+            adder.i_dtype.eq(d.add_dtype),
+        ]
+
+        def sbuf_write(data_):
+            return [
+                writer_sbuf.eq(1),
+                self.sbuf_req.valid.eq(1),
+                self.sbuf_req.payload.partition.eq(dr.partition),
+                self.sbuf_req.payload.word.eq(dr.addr >> wb),
+                self.sbuf_req.payload.write.eq(1),
+                self.sbuf_req.payload.data.eq(data_),
+                self.sbuf_req.payload.strobe.eq(strobe),
+            ]
+
         with m.If(dst_hbm):
             m.d.comb += [
                 self.axi.aw.valid.eq(have & ~aw_done),
@@ -289,19 +344,40 @@ class DmaEngine(wiring.Component):
                     m.d.sync += aw_done.eq(1)
                 with m.If(self.axi.w.valid & self.axi.w.ready):
                     m.d.sync += w_done.eq(1)
-        with m.Else():
+        with m.Elif(~is_add):
             with m.If(have):
-                m.d.comb += [
-                    writer_sbuf.eq(1),
-                    self.sbuf_req.valid.eq(1),
-                    self.sbuf_req.payload.partition.eq(dr.partition),
-                    self.sbuf_req.payload.word.eq(dr.addr >> wb),
-                    self.sbuf_req.payload.write.eq(1),
-                    self.sbuf_req.payload.data.eq(wdata),
-                    self.sbuf_req.payload.strobe.eq(strobe),
-                    complete.eq(self.sbuf_req.ready),
-                ]
+                m.d.comb += sbuf_write(wdata)
+                m.d.comb += complete.eq(self.sbuf_req.ready)
+        with m.Else():
+            with m.Switch(raw_state):
+                with m.Case(0):
+                    with m.If(have):
+                        m.d.comb += [
+                            writer_sbuf.eq(1),
+                            self.sbuf_req.valid.eq(1),
+                            self.sbuf_req.payload.partition.eq(dr.partition),
+                            self.sbuf_req.payload.word.eq(dr.addr >> wb),
+                            self.sbuf_req.payload.write.eq(0),
+                            owner.w_en.eq(self.sbuf_req.ready),
+                            owner.w_data.eq(1),
+                        ]
+                        with m.If(self.sbuf_req.ready):
+                            m.d.sync += raw_state.eq(1)
+                with m.Case(1):
+                    with m.If(self.sbuf_resp.valid & sbuf_for_writer):
+                        m.d.sync += [old.eq(self.sbuf_resp.payload), raw_state.eq(2)]
+                with m.Case(2):
+                    m.d.sync += raw_state.eq(3)
+                with m.Case(3):
+                    m.d.comb += sbuf_write(adder.o_sum)
+                    m.d.comb += complete.eq(self.sbuf_req.ready)
+                    with m.If(self.sbuf_req.ready):
+                        m.d.sync += raw_state.eq(0)
         m.d.comb += [
+            self.sbuf_resp.ready.eq(
+                (~src_hbm & sbuf_for_reader) | (sbuf_for_writer & (raw_state == 1))
+            ),
+            owner.r_en.eq(self.sbuf_resp.valid & self.sbuf_resp.ready),
             dst_agu.run.ready.eq(complete),
             queue.take.eq(Mux(complete, dr.bytes, 0)),
         ]
