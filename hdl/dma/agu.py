@@ -4,6 +4,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 
 __all__ = ["AddressGenerator", "DIMS", "command_layout", "run_layout"]
@@ -130,7 +131,7 @@ class AddressGenerator(wiring.Component):
 
         esize = cfg.esize
         is_part = [Signal(name=f"is_part{d}") for d in range(DIMS)]
-        m.d.comb += [is_part[d].eq(cfg.sbuf & (cfg.pdim == d)) for d in range(DIMS)]
+        m.d.comb += [is_part[d].eq(cfg.sbuf & equals(cfg.pdim, d)) for d in range(DIMS)]
         addr = Signal(self.addr_bits)
         m.d.comb += addr.eq(cfg.base + (cur << esize))
         inner = DIMS - 1

@@ -120,7 +120,7 @@ class DescriptorCheck(wiring.Component):
         def dims_bad(side):
             bad = (side.dims < 1) | (side.dims > DIMS)
             for d in range(DIMS):
-                bad = bad | (side.num[d] == 0)
+                bad = bad | ~side.num[d].any()
             return bad
 
         def step_bad(side):
@@ -128,7 +128,7 @@ class DescriptorCheck(wiring.Component):
 
         def tensor_bad(side):
             esz = side.esize
-            bad = (side.row == 0) | (side.extent == 0)
+            bad = ~side.row.any() | ~side.extent.any()
             bad = bad | (side.rows * side.row != side.extent)
             bad = bad | ((side.base & ((1 << esz) - 1)) != 0)
             hbm_end = side.base + (side.extent << esz)
@@ -172,7 +172,7 @@ class DescriptorCheck(wiring.Component):
             (dst.esize == 3, Error.ELEMENT_SIZE),
             (dims_bad(dst), Error.SHAPE),
             (src.esize != dst.esize, Error.ELEMENT_SIZE),
-            ((op == Op.TRANSPOSE) & (src.esize == 0), Error.ELEMENT_SIZE),
+            ((op == Op.TRANSPOSE) & ~src.esize.any(), Error.ELEMENT_SIZE),
             ((op == Op.ADD) & (src.esize != add_size), Error.ELEMENT_SIZE),
             ((op != Op.COPY) & (dst.space == Space.HBM), Error.SPACE),
             (Mux(op == Op.TRANSPOSE, transpose_shape_bad, s_count != d_count), Error.SHAPE),

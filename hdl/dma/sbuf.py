@@ -6,6 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.dma.sbuf import DMA_WAIT
 
@@ -117,9 +118,8 @@ class Sbuf(wiring.Component):
         dma_blocked = ~dq.write & self.dma_resp.valid & ~self.dma_resp.ready
         eng_blocked = ~eq_.write & self.eng_resp.valid & ~self.eng_resp.ready
         conflict = Signal()
-        m.d.comb += conflict.eq(
-            self.dma_req.valid & self.eng_req.valid & (eq_.mask.bit_select(dq.partition, 1))
-        )
+        hits = [equals(dq.partition, p) & eq_.mask[p] for p in range(self.partitions)]
+        m.d.comb += conflict.eq(self.dma_req.valid & self.eng_req.valid & Cat(*hits).any())
         waited = Signal(range(self.dma_wait + 2))
         dma_first = waited >= self.dma_wait
         eng_go = Signal()
@@ -157,7 +157,7 @@ class Sbuf(wiring.Component):
             m.submodules[f"p{p}"] = mem
             rp = mem.read_port(domain="sync")
             wp = mem.write_port(granularity=8)
-            dma_here = dma_go & (dq.partition == p)
+            dma_here = dma_go & equals(dq.partition, p)
             eng_here = eng_go & eq_.mask[p]
             m.d.comb += [
                 rp.addr.eq(Mux(dma_here, dq.word, eq_.word)),
@@ -171,7 +171,9 @@ class Sbuf(wiring.Component):
                 m.d.comb += wp.en.eq(eq_.strobe)
             rdata.append(rp.data)
         eng_live = Cat(*rdata)
-        dma_live = eng_live.word_select(dma_part, w8)
+        dma_live = rdata[0]
+        for p in range(1, self.partitions):
+            dma_live = Mux(dma_part == p, rdata[p], dma_live)
         eng_hold = Signal.like(self.eng_resp.payload)
         dma_hold = Signal.like(self.dma_resp.payload)
         with m.If(eng_fresh):
