@@ -18,6 +18,7 @@ __all__ = [
     "get",
     "all_blocks",
     "GROUPS",
+    "dma_widths",
     "OPERAND_FORMATS",
     "TE_MODES",
     "CORE_MODES",
@@ -436,6 +437,80 @@ register(
     )
 )
 
+# -- DMA ------------------------------------------------------------------------------------------
+
+
+def dma_widths(hbm_bytes, partitions, **_):
+    """Descriptor field widths of a ``dma`` block: addresses of its device memory, 16-bit nums,
+    partition numbers of its SBUF."""
+    from ncrtl.hdl.dma.check import Widths
+
+    return Widths(max(8, (hbm_bytes - 1).bit_length()), 16, max(1, (partitions - 1).bit_length()))
+
+
+def _make_dma(word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding):
+    from ncrtl.hdl.dma.top import DmaSystem
+
+    if partition_bytes % word_bytes:
+        raise BlockError(
+            f"dma: parameter partition_bytes={partition_bytes} must be a multiple of "
+            f"word_bytes={word_bytes}"
+        )
+    return DmaSystem(
+        word_bytes,
+        widths=dma_widths(hbm_bytes, partitions),
+        partitions=partitions,
+        partition_bytes=partition_bytes,
+        hbm_bytes=hbm_bytes,
+        overhead=overhead,
+        outstanding=outstanding,
+        instance=True,
+    )
+
+
+register(
+    Block(
+        "dma",
+        "DMA engine with its SBUF: copies, DMA transposes, SBUF read-add-write; AXI4 to HBM",
+        (
+            Param(
+                "word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)
+            ),
+            Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
+            Param(
+                "partition_bytes",
+                int,
+                192 * 1024,
+                "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
+                minimum=4,
+                maximum=256 * 1024,
+            ),
+            Param(
+                "hbm_bytes",
+                int,
+                1 << 20,
+                "device memory bytes behind the AXI4 port",
+                minimum=64,
+                maximum=1 << 40,
+            ),
+            Param(
+                "overhead",
+                int,
+                8,
+                "cycles between a descriptor's check and its first access",
+                minimum=0,
+                maximum=1 << 16,
+            ),
+            Param("outstanding", int, 8, "reads in flight", minimum=1, maximum=64),
+        ),
+        _make_dma,
+        lambda word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding: (
+            f"dma_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
+        ),
+        "ncrtl.testbench.dma.test_dma",
+    )
+)
+
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
 #: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.
@@ -575,6 +650,10 @@ GROUPS = {
     ]
     # MX with a BF16 result reaches N = 1024.
     + [("pe_array", {"rows": 4, "cols": 4, "mode": "mx", "tile_unit": 4, "max_n": 1024})],
+    "dma": [
+        ("dma", {"word_bytes": w, "partitions": p, "partition_bytes": n, "hbm_bytes": h})
+        for w, p, n, h in ((8, 8, 256, 4096), (16, 16, 512, 8192))
+    ],
     "psum": [
         ("psum", {"partitions": p, "banks": b, "bank_bytes": n})
         for p, b, n in ((4, 4, 64), (8, 8, 128), (16, 8, 2048))

@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 from ncrtl.hdl.dma.agu import AddressGenerator
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
+from ncrtl.testbench.dma.program import random_descriptors
 
 
 def _random_side(rng, space, esize):
@@ -505,75 +506,6 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     return out["status"], sbuf_back, hbm, out["cycles"]
 
 
-def _random_copy(rng, geo, tag, *, add=None):
-    """A random COPY between the device memory and the SBUF (any direction), mostly legal; with
-    ``add`` (an AddDtype) a read-add-write of that dtype into the SBUF instead."""
-    from ncrtl.model.dma import AddDtype, Descriptor, Op, Side
-
-    esize = int(rng.choice([1, 2, 4])) if add is None else (4 if add == AddDtype.FP32 else 2)
-    a = int(rng.integers(1, 5))
-    b = int(rng.integers(1, 12))
-    sides = []
-    for k in range(2):
-        if rng.random() < 0.5 or (add is not None and k == 1):
-            row = b + int(rng.integers(0, 4))
-            rows = a + int(rng.integers(0, 3))
-            step = 1 if rng.random() < 0.7 else -1
-            off = int(rng.integers(0, rows - a + 1)) * row + (
-                int(rng.integers(0, row - b + 1))
-                if step == 1
-                else b - 1 + int(rng.integers(0, row - b + 1))
-            )
-            part = int(rng.integers(0, geo.partitions - rows + 1))
-            base = int(rng.integers(0, (geo.partition_bytes - row * esize) // esize + 1)) * esize
-            sides.append(
-                Side(Space.SBUF, base, row, rows * row, [(row, a), (step, b)], esize, off, part)
-            )
-        else:
-            row = b + int(rng.integers(0, 6))
-            rows = a + int(rng.integers(0, 3))
-            step = 1 if rng.random() < 0.7 else int(rng.choice([-1, 2]))
-            span = (b - 1) * abs(step) + 1
-            row = max(row, span)
-            off = int(rng.integers(0, rows - a + 1)) * row + (0 if step > 0 else span - 1)
-            base = int(rng.integers(0, (geo.hbm_bytes - rows * row * esize) // esize // 2)) * esize
-            sides.append(Side(Space.HBM, base, row, rows * row, [(row, a), (step, b)], esize, off))
-    src, dst = sides
-    if rng.random() < 0.1:  # a broken one now and then: out of bounds
-        dst = Side(
-            dst.space,
-            dst.base,
-            dst.row,
-            dst.extent,
-            dst.pattern,
-            dst.esize,
-            dst.extent,
-            dst.partition,
-        )
-    if add is not None:
-        return Descriptor(Op.ADD, src, dst, add, tag=tag)
-    return Descriptor(Op.COPY, src, dst, tag=tag)
-
-
-def _random_transpose(rng, geo, tag):
-    """A random DMA transpose into the SBUF, from the device memory or the SBUF."""
-    from ncrtl.model.dma import Descriptor, Op, Side
-
-    esize = int(rng.choice([2, 4]))
-    a, b = int(rng.integers(1, 5)), int(rng.integers(1, 7))
-    row = b + int(rng.integers(0, 3))
-    if rng.random() < 0.5:
-        base = int(rng.integers(0, 64)) * esize
-        src = Side(Space.HBM, base, row, a * row, [(row, a), (1, b)], esize)
-    else:
-        part = int(rng.integers(0, geo.partitions - a + 1))
-        src = Side(Space.SBUF, 32, row, a * row, [(row, a), (1, b)], esize, 0, part)
-    drow = a + int(rng.integers(0, 3))
-    part = int(rng.integers(0, geo.partitions - b + 1))
-    dst = Side(Space.SBUF, 0, drow, b * drow, [(drow, b), (1, a)], esize, 0, part)
-    return Descriptor(Op.TRANSPOSE, src, dst, tag=tag)
-
-
 @pytest.mark.parametrize("word_bytes, latency, stall", [(4, 1, 0.0), (8, 5, 0.3)])
 def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
     """Random copies between the device memory and the SBUF, DMA transposes into the SBUF (2-
@@ -589,17 +521,7 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
-    from ncrtl.model.dma import AddDtype
-
-    descs = []
-    for t in range(36):
-        kind = rng.random()
-        if kind < 0.25:
-            descs.append(_random_transpose(rng, geo, t))
-        elif kind < 0.5:
-            descs.append(_random_copy(rng, geo, t, add=AddDtype(int(rng.integers(0, 2)))))
-        else:
-            descs.append(_random_copy(rng, geo, t))
+    descs = random_descriptors(rng, geo, 36)
     want, gold = [], mem
     for desc in descs:
         gold, err, msg = execute(desc, geo, gold)
@@ -651,7 +573,7 @@ def test_verilog_lint_clean_and_latch_free():
 
     top = "dma_system_t"
     small = dict(widths=Widths(16, 8, 3), partitions=4, partition_bytes=64, hbm_bytes=4096)
-    lint_verilog(convert(DmaSystem(8, outstanding=4, **small), top), top).check()
+    lint_verilog(convert(DmaSystem(8, outstanding=4, instance=True, **small), top), top).check()
     tiny = dict(widths=Widths(12, 4, 2), partitions=2, partition_bytes=16, hbm_bytes=1024)
-    text = convert(DmaSystem(4, outstanding=2, **tiny), top, synthesis=True)
+    text = convert(DmaSystem(4, outstanding=2, instance=True, **tiny), top, synthesis=True)
     synth_check(text, top).check()

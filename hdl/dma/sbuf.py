@@ -1,16 +1,79 @@
 """``Sbuf``: the state buffer, one single-ported SRAM per partition, a DMA port and an engine
 port."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import equals
-from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.hdl.common.params import check_bool, check_int, validated_init
+from ncrtl.hdl.verilog import Cell
 from ncrtl.model.dma.sbuf import DMA_WAIT
 
-__all__ = ["Sbuf", "dma_request_layout", "engine_request_layout"]
+__all__ = [
+    "Sbuf",
+    "PartitionMemory",
+    "partition_module",
+    "dma_request_layout",
+    "engine_request_layout",
+    "SYNTH_SRAM_BITS",
+]
+
+#: Largest partition memory (bits) the synthesis view builds; larger ones are SRAM macros.
+SYNTH_SRAM_BITS = 1 << 16
+
+
+def partition_module(word_bytes, words):
+    """Verilog module name of one partition's :class:`PartitionMemory`."""
+    return f"sbuf_partition_{8 * word_bytes}x{words}"
+
+
+class PartitionMemory(wiring.Component):
+    """One SBUF partition: a single-ported SRAM of ``words`` words of ``word_bytes`` bytes, with
+    byte write enables; zeros out of power-on.  In a cycle it reads (``i_ren``: ``o_rdata`` the
+    next cycle, held while ``i_ren`` is low) or writes (``i_wen``, a bit per byte) the word at
+    ``i_addr``; the SBUF's arbitration never asks for both.
+
+    Interface
+    ---------
+    i_addr : In(range(words))
+    i_ren : In(1)
+    i_wen : In(word_bytes)
+    i_wdata : In(8 * word_bytes)
+    o_rdata : Out(8 * word_bytes)
+    """
+
+    latency = 1
+
+    @validated_init
+    def __init__(self, word_bytes, words):
+        self.word_bytes = check_int(word_bytes, "PartitionMemory word_bytes", minimum=1)
+        self.words = check_int(words, "PartitionMemory words", minimum=1)
+        super().__init__(
+            {
+                "i_addr": In(range(words)),
+                "i_ren": In(1),
+                "i_wen": In(word_bytes),
+                "i_wdata": In(8 * word_bytes),
+                "o_rdata": Out(8 * word_bytes),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=8 * self.word_bytes, depth=self.words, init=[])
+        rp = mem.read_port(domain="sync")
+        wp = mem.write_port(granularity=8)
+        m.d.comb += [
+            rp.addr.eq(self.i_addr),
+            rp.en.eq(self.i_ren),
+            self.o_rdata.eq(rp.data),
+            wp.addr.eq(self.i_addr),
+            wp.en.eq(self.i_wen),
+            wp.data.eq(self.i_wdata),
+        ]
+        return m
 
 
 def dma_request_layout(partitions, words, word_bytes):
@@ -67,6 +130,10 @@ class Sbuf(wiring.Component):
         Bytes per access and partition: 4 to 64, a power of two.
     dma_wait : int
         Cycles a conflicting DMA request waits before it wins.
+    instance : bool
+        Place the partitions as Verilog instances of one :class:`PartitionMemory` module (True,
+        for Verilog generation: :meth:`cells`) or as Amaranth submodules (False, for the
+        Amaranth simulator).
 
     Interface
     ---------
@@ -80,8 +147,15 @@ class Sbuf(wiring.Component):
 
     @validated_init
     def __init__(
-        self, partitions=128, partition_bytes=192 * 1024, word_bytes=16, *, dma_wait=DMA_WAIT
+        self,
+        partitions=128,
+        partition_bytes=192 * 1024,
+        word_bytes=16,
+        *,
+        dma_wait=DMA_WAIT,
+        instance=False,
     ):
+        self.instance = check_bool(instance, "Sbuf instance")
         self.partitions = check_int(partitions, "Sbuf partitions", minimum=1, maximum=128)
         self.word_bytes = check_int(word_bytes, "Sbuf word_bytes", minimum=4, maximum=64)
         if word_bytes & (word_bytes - 1):
@@ -108,6 +182,21 @@ class Sbuf(wiring.Component):
                 "eng_resp": Out(stream.Signature(8 * word_bytes * partitions)),
             }
         )
+
+    def cells(self):
+        """The partition memory module placed with ``Instance`` (none with ``instance=False``);
+        a macro (an SRAM of a real flow, a blackbox in the synthesis view) above
+        :data:`SYNTH_SRAM_BITS` bits."""
+        if not self.instance:
+            return []
+        w, n = self.word_bytes, self.words
+        return [
+            Cell(
+                partition_module(w, n),
+                lambda: PartitionMemory(w, n),
+                macro=8 * w * n > SYNTH_SRAM_BITS,
+            )
+        ]
 
     def elaborate(self, platform):
         m = Module()
@@ -153,23 +242,45 @@ class Sbuf(wiring.Component):
 
         rdata = []
         for p in range(self.partitions):
-            mem = Memory(shape=w8, depth=self.words, init=[])
-            m.submodules[f"p{p}"] = mem
-            rp = mem.read_port(domain="sync")
-            wp = mem.write_port(granularity=8)
+            port = dict(
+                addr=Signal(range(self.words), name=f"p{p}_addr"),
+                ren=Signal(name=f"p{p}_ren"),
+                wen=Signal(self.word_bytes, name=f"p{p}_wen"),
+                wdata=Signal(w8, name=f"p{p}_wdata"),
+                rdata=Signal(w8, name=f"p{p}_rdata"),
+            )
+            if self.instance:
+                m.submodules[f"p{p}"] = Instance(
+                    partition_module(self.word_bytes, self.words),
+                    i_clk=ClockSignal(),
+                    i_rst=ResetSignal(),
+                    i_i_addr=port["addr"],
+                    i_i_ren=port["ren"],
+                    i_i_wen=port["wen"],
+                    i_i_wdata=port["wdata"],
+                    o_o_rdata=port["rdata"],
+                )
+            else:
+                m.submodules[f"p{p}"] = mem = PartitionMemory(self.word_bytes, self.words)
+                m.d.comb += [
+                    mem.i_addr.eq(port["addr"]),
+                    mem.i_ren.eq(port["ren"]),
+                    mem.i_wen.eq(port["wen"]),
+                    mem.i_wdata.eq(port["wdata"]),
+                    port["rdata"].eq(mem.o_rdata),
+                ]
             dma_here = dma_go & equals(dq.partition, p)
             eng_here = eng_go & eq_.mask[p]
             m.d.comb += [
-                rp.addr.eq(Mux(dma_here, dq.word, eq_.word)),
-                rp.en.eq((dma_here & ~dq.write) | (eng_here & ~eq_.write)),
-                wp.addr.eq(Mux(dma_here, dq.word, eq_.word)),
-                wp.data.eq(Mux(dma_here, dq.data, eq_.data[w8 * p : w8 * (p + 1)])),
+                port["addr"].eq(Mux(dma_here, dq.word, eq_.word)),
+                port["ren"].eq((dma_here & ~dq.write) | (eng_here & ~eq_.write)),
+                port["wdata"].eq(Mux(dma_here, dq.data, eq_.data[w8 * p : w8 * (p + 1)])),
             ]
             with m.If(dma_here & dq.write):
-                m.d.comb += wp.en.eq(dq.strobe)
+                m.d.comb += port["wen"].eq(dq.strobe)
             with m.Elif(eng_here & eq_.write):
-                m.d.comb += wp.en.eq(eq_.strobe)
-            rdata.append(rp.data)
+                m.d.comb += port["wen"].eq(eq_.strobe)
+            rdata.append(port["rdata"])
         eng_live = Cat(*rdata)
         dma_live = rdata[0]
         for p in range(1, self.partitions):

@@ -20,7 +20,8 @@ class DmaSystem(wiring.Component):
     engine port (a compute engine's access, or a testbench's loading and reading back).
 
     Parameters are the engine's (``word_bytes``, ``widths``, ``hbm_bytes``, ``overhead``,
-    ``outstanding``) and the SBUF's (``partitions``, ``partition_bytes``, ``dma_wait``).
+    ``outstanding``) and the SBUF's (``partitions``, ``partition_bytes``, ``dma_wait``,
+    ``instance``: its partitions as instances of one Verilog module, for Verilog generation).
 
     Interface
     ---------
@@ -42,6 +43,7 @@ class DmaSystem(wiring.Component):
         overhead=0,
         outstanding=8,
         dma_wait=4,
+        instance=False,
     ):
         self.engine = DmaEngine(
             word_bytes,
@@ -52,7 +54,9 @@ class DmaSystem(wiring.Component):
             overhead=overhead,
             outstanding=outstanding,
         )
-        self.sbuf = Sbuf(partitions, partition_bytes, word_bytes, dma_wait=dma_wait)
+        self.sbuf = Sbuf(
+            partitions, partition_bytes, word_bytes, dma_wait=dma_wait, instance=instance
+        )
         wd = self.engine.wd
         words = partition_bytes // word_bytes
         super().__init__(
@@ -66,6 +70,10 @@ class DmaSystem(wiring.Component):
                 "eng_resp": Out(stream.Signature(8 * word_bytes * partitions)),
             }
         )
+
+    def cells(self):
+        """The SBUF's partition memory module (:meth:`ncrtl.hdl.dma.sbuf.Sbuf.cells`)."""
+        return self.sbuf.cells()
 
     def elaborate(self, platform):
         m = Module()

@@ -1,0 +1,1 @@
+"""cocotb testbench of the DMA engine with its SBUF (``ncrtl conformance dma``)."""
