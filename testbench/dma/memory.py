@@ -58,10 +58,29 @@ class AxiMemory:
     stall : float
         Probability of a not-ready cycle on ``ar``/``aw``/``w`` and of an idle cycle on
         ``r``/``b``.
+    bandwidth : float
+        Read data beats per cycle the memory delivers at most (0 < bandwidth <= 1): a token
+        bucket filled by ``bandwidth`` every cycle releases one beat per token, so a long read
+        runs at that rate whatever the engine asks.
     seed : int
     """
 
-    def __init__(self, dut, prefix, memory, *, data_bytes, addr_bits, latency=4, stall=0.0, seed=0):
+    def __init__(
+        self,
+        dut,
+        prefix,
+        memory,
+        *,
+        data_bytes,
+        addr_bits,
+        latency=4,
+        stall=0.0,
+        bandwidth=1.0,
+        seed=0,
+    ):
+        if not 0 < bandwidth <= 1:
+            raise ValueError(f"AxiMemory bandwidth {bandwidth} must be in (0, 1] beats per cycle")
+        self.bandwidth = float(bandwidth)
         self.mem = memory
         self.data_bytes = data_bytes
         self.latency = latency
@@ -82,6 +101,7 @@ class AxiMemory:
         self.r = StreamSource(bus("r"), clk, rst, stall=stall, seed=seed + 3)
         self.b = StreamSource(bus("b"), clk, rst, stall=stall, seed=seed + 4)
         self.reads = self.writes = self.read_beats = self.write_beats = 0
+        self._pending_r, self._pending_b, self._ready_r = deque(), deque(), deque()
         self._task = cocotb.start_soon(self._serve(clk))
 
     def _beat_addrs(self, word):
@@ -92,7 +112,9 @@ class AxiMemory:
         return [base + i * size for i in range(n)], _get(word, self._a["id"])
 
     async def _serve(self, clk):
-        pending_r, pending_b = deque(), deque()  # (due cycle, words)
+        pending_r, pending_b = self._pending_r, self._pending_b  # (due cycle, words)
+        ready_r = self._ready_r  # read beats due, waiting for bandwidth
+        tokens = 0.0
         ar_seen = aw_seen = w_seen = 0
         writes = deque()  # accepted write addresses waiting for their data
         w_beats = []
@@ -134,9 +156,12 @@ class AxiMemory:
                 self.writes += 1
                 pending_b.append((cycle + self.latency, [ident << self._b["id"][0]]))
             while pending_r and pending_r[0][0] <= cycle:
-                beats = pending_r.popleft()[1]
-                self.read_beats += len(beats)
-                self.r.send(beats)
+                ready_r.extend(pending_r.popleft()[1])
+            tokens = min(tokens + self.bandwidth, 1.0)
+            if ready_r and tokens >= 1.0 and self.r.pending < 2:
+                tokens -= 1.0
+                self.read_beats += 1
+                self.r.send([ready_r.popleft()])
             while pending_b and pending_b[0][0] <= cycle:
                 self.b.send(pending_b.popleft()[1])
 
@@ -144,13 +169,13 @@ class AxiMemory:
         """Raise AssertionError unless every read was answered and taken, and every write
         address got one data burst and one response that was taken."""
         problems = []
-        if self.r.pending or self.r.sent != self.read_beats:
+        if self.r.pending or self.r.sent != self.read_beats or self._ready_r or self._pending_r:
             problems.append(f"{self.r.pending} read beats not taken")
         if len(self.aw.words) != self.writes:
             problems.append(f"{len(self.aw.words) - self.writes} write addresses without data")
         if len(self.w.words) != self.write_beats:
             problems.append(f"{len(self.w.words) - self.write_beats} write beats without address")
-        if self.b.pending or self.b.sent != self.writes:
+        if self.b.pending or self.b.sent != self.writes or self._pending_b:
             problems.append(f"{self.b.pending} write responses not taken")
         if len(self.ar.words) != self.reads:
             problems.append("read addresses not served")

@@ -29,6 +29,8 @@ from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
 #: Cycles from an accepted read address to its data in the memory model.
 LATENCY = 6
+#: Read beats per cycle the memory model delivers at most.
+BANDWIDTH = 0.75
 
 
 class DmaTB:
@@ -59,6 +61,7 @@ class DmaTB:
             addr_bits=self.wd.addr_bits,
             latency=LATENCY,
             stall=stall,
+            bandwidth=BANDWIDTH,
             seed=seed + 4,
         )
         self._desc_layout = descriptor_layout(self.wd)
