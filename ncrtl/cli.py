@@ -333,9 +333,9 @@ def build_parser():
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
     s.add_argument(
         "--only",
-        choices=("pe", "fp", "harness", "te", "psum"),
+        choices=("pe", "fp", "harness", "te", "psum", "dma"),
         help="run one section: the PE in a C++ loop, the FP units, the testbench against a C++ "
-        "loop, the Tensor Engine or PSUM",
+        "loop, the Tensor Engine, PSUM or the DMA engine's bandwidth",
     )
     s.add_argument(
         "--pe-cycles",

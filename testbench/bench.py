@@ -92,6 +92,8 @@ def run_bench(args):
         ok &= _bench_harness(args.harness_size, getattr(args, "harness_repeat", 40))
     if only in (None, "te") and args.te_size:
         ok &= _bench_tensor_engine(args.te_size)
+    if only in (None, "dma"):
+        ok &= _bench_dma()
     psum = getattr(args, "psum_partitions", 0)
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
@@ -372,4 +374,89 @@ def _bench_harness(size=16, repeat=40, runs=3):
         )
     print(f"  end to end (players): {best.cycles / best.seconds:.0f} cycles/s")
     print_time_split(best)
+    return True
+
+
+#: Documented fixed cost of one DMA transfer (seeds README: about 1.3 us).
+DMA_OVERHEAD_S = 1.3e-6
+
+
+def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dma_bandwidth.png"):
+    """Bandwidth of one DMA engine against bytes per partition, per kind of transfer, from the
+    RTL (``ncrtl.testbench.dma.test_dma.test_bandwidth``: no stalls, the memory model at one
+    beat per cycle), with the documented per-transfer overhead in cycles at ``clock_ghz``."""
+    from ncrtl.testbench.conformance import run_block
+    from ncrtl.testbench.dma.test_dma import BENCH_SIZES
+
+    overhead = round(DMA_OVERHEAD_S * clock_ghz * 1e9)
+    block = blocks.get("dma")
+    params = block.resolve(
+        {
+            "word_bytes": str(word_bytes),
+            "partitions": str(partitions),
+            "partition_bytes": str(max(BENCH_SIZES)),
+            "hbm_bytes": str(1 << 20),
+            "overhead": str(overhead),
+        }
+    )
+    res = run_block(
+        block, params, count=1, seed=1, stall=0.0, testcase="test_bandwidth", progress=True
+    )
+    print(
+        f"\nDMA: one engine, {word_bytes}-byte data path at {clock_ghz} GHz "
+        f"({word_bytes * clock_ghz:.1f} GB/s peak), {partitions} partitions, per-transfer "
+        f"overhead {overhead} cycles ({DMA_OVERHEAD_S * 1e6:.1f} us)"
+    )
+    if not res.passed:
+        print(f"  FAILED: {res.message}")
+        return False
+    c = res.counters
+    kinds = ("copy", "transpose", "transpose_sbuf", "add")
+    print(
+        "  (transpose_sbuf: a [P/2, n] view of the lower partitions into the upper ones, n <= "
+        "P/2: it moves at most (P/2)^2 elements whatever the row size)"
+    )
+    print(f"{'bytes/partition':>16s}" + "".join(f"{k + ' GB/s':>20s}" for k in kinds))
+    rows = {}
+    for size in BENCH_SIZES:
+        line, vals = f"{size:16d}", {}
+        for k in kinds:
+            cyc = c.get(f"bw_{k}_{size}")
+            if cyc:
+                gbs = c[f"bytes_{k}_{size}"] / (cyc / (clock_ghz * 1e9)) / 1e9
+                vals[k] = gbs
+                line += f"{gbs:20.2f}"
+            else:
+                line += f"{'-':>20s}"
+        rows[size] = vals
+        print(line)
+    big = max(s for s in rows if "copy" in rows[s])
+    copy = rows[big]["copy"]
+    for k, target in (("transpose", 0.9), ("transpose_sbuf", 0.5), ("add", 1.0)):
+        if k in rows[big] and k != "transpose_sbuf":
+            print(
+                f"  {k} / copy at {big} B per partition: {rows[big][k] / copy:.2f} "
+                f"(documented: {'up to' if target < 1 else 'the same as copy,'} {target:.0%})"
+            )
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("  (no plot: matplotlib is not installed; pip install matplotlib)")
+        return True
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k in kinds:
+        xs = [s for s in BENCH_SIZES if k in rows[s]]
+        ax.plot(xs, [rows[s][k] for s in xs], marker="o", label=k)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per partition")
+    ax.set_ylabel("GB/s")
+    ax.set_title(f"one DMA engine, {word_bytes} B at {clock_ghz} GHz, {overhead}-cycle overhead")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(plot)
+    print(f"  plot: {plot}")
     return True

@@ -265,7 +265,7 @@ def _random_descriptor_side(rng, geo):
         offset = int(rng.integers(-2, rows * row + 2))
         return Side(space, base, row, rows * row, pat, esize, offset, partition)
     row = int(rng.integers(1, 8))
-    extent = row * int(rng.integers(1, 20)) + (rng.random() < 0.05)
+    extent = row * int(rng.integers(1, 100)) + (rng.random() < 0.05)  # rows beyond partitions
     base = int(rng.integers(0, geo.hbm_bytes // 4 // 32)) * 4 + (rng.random() < 0.05)
     if rng.random() < 0.05:
         base = geo.hbm_bytes - 8

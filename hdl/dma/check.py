@@ -33,7 +33,7 @@ def side_layout(wd):
             "base": wd.addr_bits,
             "extent": wd.index_bits,
             "row": wd.index_bits,
-            "rows": wd.part_bits + 1,
+            "rows": wd.index_bits,  # the tensor's rows: partitions in the SBUF, any count in HBM
             "partition": wd.part_bits,
             "start": signed(wd.index_bits),
             "offset": signed(wd.index_bits),
