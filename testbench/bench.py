@@ -383,10 +383,10 @@ DMA_OVERHEAD_S = 1.3e-6
 
 def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dma_bandwidth.png"):
     """Bandwidth of one DMA engine against bytes per partition, per kind of transfer, from the
-    RTL (``ncrtl.testbench.dma.test_dma.test_bandwidth``: no stalls, the memory model at one
+    RTL (``ncrtl.testbench.dma.test_dma_bench``: no stalls, the memory model at one
     beat per cycle), with the documented per-transfer overhead in cycles at ``clock_ghz``."""
     from ncrtl.testbench.conformance import run_block
-    from ncrtl.testbench.dma.test_dma import BENCH_SIZES
+    from ncrtl.testbench.dma.test_dma_bench import BENCH_SIZES
 
     overhead = round(DMA_OVERHEAD_S * clock_ghz * 1e9)
     block = blocks.get("dma")
@@ -400,7 +400,13 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
         }
     )
     res = run_block(
-        block, params, count=1, seed=1, stall=0.0, testcase="test_bandwidth", progress=True
+        block,
+        params,
+        count=1,
+        seed=1,
+        stall=0.0,
+        testbench="ncrtl.testbench.dma.test_dma_bench",
+        progress=True,
     )
     print(
         f"\nDMA: one engine, {word_bytes}-byte data path at {clock_ghz} GHz "

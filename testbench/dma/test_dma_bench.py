@@ -1,0 +1,81 @@
+"""cocotb run behind ``ncrtl bench --only dma``: one descriptor per kind of transfer and size
+on :class:`ncrtl.hdl.dma.top.DmaSystem`, no stalls, the memory model at full bandwidth; the
+cycles from each descriptor to its completion go to the summary (each completion is also
+checked against the golden's status)."""
+
+import cocotb
+import numpy as np
+
+from ncrtl.model.dma import Geometry, Memories, execute
+from ncrtl.testbench.conformance import tb_settings
+from ncrtl.testbench.dma.test_dma import DmaTB
+from ncrtl.testbench.scoreboard import Scoreboard, write_counters
+
+#: Bytes per partition the bandwidth test moves (those that fit the SBUF's partitions).
+BENCH_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def bench_descriptors(geo, size, kind, esize=4):
+    """One descriptor of ``kind`` moving ``size`` bytes into each of the SBUF's partitions:
+    ``copy`` (device memory -> SBUF), ``transpose`` (device memory [size / esize, P] ->
+    SBUF [P, size / esize]), ``transpose_sbuf`` (SBUF -> SBUF, within the lower and upper half
+    of the partitions), ``add`` (device memory += into the SBUF, FP32)."""
+    from ncrtl.model.dma import AddDtype, Descriptor, Op, Side, Space
+
+    parts = geo.partitions
+    n = size // esize
+    dst = Side(Space.SBUF, 0, n, parts * n, [(n, parts), (1, n)], esize)
+    if kind == "copy":
+        return Descriptor(
+            Op.COPY, Side(Space.HBM, 0, n, parts * n, [(n, parts), (1, n)], esize), dst
+        )
+    if kind == "add":
+        src = Side(Space.HBM, 0, n, parts * n, [(n, parts), (1, n)], esize)
+        return Descriptor(Op.ADD, src, dst, AddDtype.FP32)
+    if kind == "transpose":
+        src = Side(Space.HBM, 0, parts, parts * n, [(parts, n), (1, parts)], esize)
+        return Descriptor(Op.TRANSPOSE, src, dst)
+    half = parts // 2
+    n = min(n, half) if kind == "transpose_sbuf" else n
+    src = Side(Space.SBUF, 0, half, half * n, [(half, n), (1, half)], esize, 0, 0)
+    dst = Side(
+        Space.SBUF, geo.partition_bytes // 2, n, half * n, [(n, half), (1, n)], esize, 0, half
+    )
+    return Descriptor(Op.TRANSPOSE, src, dst)
+
+
+@cocotb.test()
+async def test_bandwidth(dut):
+    """``ncrtl bench --only dma``: cycles of one descriptor per kind and size (no stalls, full
+    memory bandwidth), each checked against the golden; counters ``bw_<kind>_<size>``."""
+    params, _, seed, _ = tb_settings()
+    geo = Geometry(params["partitions"], params["partition_bytes"], params["hbm_bytes"])
+    rng = np.random.default_rng(seed)
+    mem = Memories(
+        np.zeros((geo.partitions, geo.partition_bytes), np.uint8),
+        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
+    )
+    tb = DmaTB(dut, params, mem.hbm.copy(), stall=0.0, seed=seed)
+    tb.mem.bandwidth = 1.0
+    await tb.reset()
+    sb = Scoreboard("dma.bench", "tag, then code", bits=16)
+    figures = {}
+    for kind in ("copy", "transpose", "transpose_sbuf", "add"):
+        for size in BENCH_SIZES:
+            if size > geo.partition_bytes // (2 if kind == "transpose_sbuf" else 1):
+                continue
+            if kind != "copy" and size // 4 > geo.hbm_bytes // (4 * geo.partitions):
+                continue
+            desc = bench_descriptors(geo, size, kind)
+            if desc.src.extent * 4 > geo.hbm_bytes:
+                continue
+            gold, code, msg = execute(desc, geo, mem)
+            t0 = int(tb.status.cycle)
+            tag, got = await tb.run(desc)
+            figures[f"bw_{kind}_{size}"] = int(tb.status.cycle) - t0
+            figures[f"bytes_{kind}_{size}"] = desc.src.count * desc.src.esize
+            sb.compare_sequence([got], [int(code)])
+            assert code == 0, msg
+    sb.write_json()
+    write_counters(**figures)
+    sb.assert_clean()
