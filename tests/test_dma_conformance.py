@@ -13,6 +13,9 @@ from ncrtl import blocks
 from ncrtl.testbench.conformance import run_block
 
 GROUP = [p for _, p in blocks.GROUPS["dma"]]
+#: make test builds one geometry (the 16-byte data path; the engine's Amaranth-simulator tests
+#: cover 4- and 8-byte paths); the slow suite runs the whole group.
+FAST = GROUP[-1:]
 
 
 def _check(res, n):
@@ -32,6 +35,15 @@ def test_dma_random_descriptors(params, stall):
     p = block.resolve({k: str(v) for k, v in params.items()})
     res = run_block(block, p, count=60, seed=7, stall=stall)
     _check(res, 60)
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.parametrize("params", GROUP, ids=lambda p: f"w{p['word_bytes']}_{p['partitions']}")
+def test_dma_group_with_stalls(params):
+    block = blocks.get("dma")
+    p = block.resolve({k: str(v) for k, v in params.items()})
+    _check(run_block(block, p, count=200, seed=11, stall=0.3), 200)
 
 
 @pytest.mark.sim
