@@ -27,7 +27,7 @@ def _check(res, n):
 
 @pytest.mark.sim
 @pytest.mark.parametrize(
-    "params", GROUP, ids=lambda p: f"w{p['word_bytes']}_{p['partitions']}x{p['partition_bytes']}"
+    "params", FAST, ids=lambda p: f"w{p['word_bytes']}_{p['partitions']}x{p['partition_bytes']}"
 )
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_dma_random_descriptors(params, stall):
