@@ -16,6 +16,7 @@ import numpy as np
 
 from ncrtl import blocks
 from ncrtl.model.modes import get_mode
+from ncrtl.testbench.conformance import streaming_rate
 
 __all__ = ["run_bench", "BENCH_CONFIGS"]
 
@@ -208,7 +209,7 @@ def _bench_tensor_engine(size):
         print(f"  run FAILED: {res.message}")
         return False
     split = dict(time_split(res))
-    stream, end = _streaming(res), res.cycles / res.seconds
+    stream, end = streaming_rate(res), res.cycles / res.seconds
     print(
         f"  {res.cycles} cycles: streaming {stream:.1f} cycles/s, end to end {end:.1f} cycles/s "
         f"= {end / stream:.2f} x streaming (target >= 0.8)"
@@ -303,12 +304,6 @@ def _te_stream_run(size, *, repeat, player, seed=1, progress=True):
     )
 
 
-def _streaming(res):
-    """Streaming cycles/s of a run (first instruction offered to the last output), or 0."""
-    c = res.counters
-    return c["run_cycles"] / (c["run_us"] / 1e6) if c.get("run_us") else 0.0
-
-
 def _bench_harness(size=16, repeat=40, runs=3):
     """What the testbench costs on top of the simulated hardware: the same Verilated engine
     streaming the same files through the testbench (Verilog stream players, cocotb) and through
@@ -330,7 +325,7 @@ def _bench_harness(size=16, repeat=40, runs=3):
         bad = next(r for r in results if not r.passed)
         print(f"  testbench run FAILED: {bad.message}")
         return False
-    best = max(results, key=_streaming)
+    best = max(results, key=streaming_rate)
     folder = Path(best.steps["run_dir"]) / "player"
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
@@ -350,7 +345,7 @@ def _bench_harness(size=16, repeat=40, runs=3):
         differ = [n for n in outputs if not filecmp.cmp(folder / n, files / n, shallow=False)]
     loop_cycles, loop_s = min(loops, key=lambda r: r[1])
     c = best.counters
-    tb_rate, loop_rate = _streaming(best), loop_cycles / loop_s
+    tb_rate, loop_rate = streaming_rate(best), loop_cycles / loop_s
     if differ or loop_cycles != c["run_cycles"]:
         print(
             f"  the C++ loop did not reproduce the testbench's run ({', '.join(differ) or 'cycles'}"
@@ -369,8 +364,8 @@ def _bench_harness(size=16, repeat=40, runs=3):
     )
     if python.passed:
         print(
-            f"  testbench, Python drivers                  {_streaming(python):10.0f} cycles/s "
-            f"streaming = {_streaming(python) / loop_rate:.2f} x the C++ loop"
+            f"  testbench, Python drivers                  {streaming_rate(python):10.0f} cycles/s "
+            f"streaming = {streaming_rate(python) / loop_rate:.2f} x the C++ loop"
         )
     print(f"  end to end (players): {best.cycles / best.seconds:.0f} cycles/s")
     print_time_split(best)
@@ -386,7 +381,7 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
     RTL (``ncrtl.testbench.dma.test_dma_bench``: no stalls, the memory model at one
     beat per cycle), with the documented per-transfer overhead in cycles at ``clock_ghz``."""
     from ncrtl.testbench.conformance import run_block
-    from ncrtl.testbench.dma.test_dma_bench import BENCH_SIZES
+    from ncrtl.testbench.dma.test_dma_bench import BENCH_KINDS, BENCH_SIZES
 
     overhead = round(DMA_OVERHEAD_S * clock_ghz * 1e9)
     block = blocks.get("dma")
@@ -417,11 +412,7 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
         print(f"  FAILED: {res.message}")
         return False
     c = res.counters
-    kinds = ("copy", "transpose", "transpose_sbuf", "add")
-    print(
-        "  (transpose_sbuf: a [P/2, n] view of the lower partitions into the upper ones, n <= "
-        "P/2: it moves at most (P/2)^2 elements whatever the row size)"
-    )
+    kinds = BENCH_KINDS
     print(f"{'bytes/partition':>16s}" + "".join(f"{k + ' GB/s':>20s}" for k in kinds))
     rows = {}
     for size in BENCH_SIZES:
@@ -438,8 +429,8 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
         print(line)
     big = max(s for s in rows if "copy" in rows[s])
     copy = rows[big]["copy"]
-    for k, target in (("transpose", 0.9), ("transpose_sbuf", 0.5), ("add", 1.0)):
-        if k in rows[big] and k != "transpose_sbuf":
+    for k, target in (("transpose", 0.9), ("add", 1.0)):
+        if k in rows[big]:
             print(
                 f"  {k} / copy at {big} B per partition: {rows[big][k] / copy:.2f} "
                 f"(documented: {'up to' if target < 1 else 'the same as copy,'} {target:.0%})"

@@ -164,6 +164,13 @@ def run_block(
     )
 
 
+def streaming_rate(result):
+    """Streaming cycles/s of a run whose testbench reported ``run_cycles`` and ``run_us`` (the
+    cycles from the first input offered to the last output, and their wall time), else 0."""
+    c = result.counters
+    return c["run_cycles"] / (c["run_us"] / 1e6) if c.get("run_us") else 0.0
+
+
 def time_split(result):
     """The wall-time split of a run as ``[(step, seconds)]``: ``generate`` and ``build`` (or
     ``cached build``), ``model start-up`` (simulator process start to the testbench's first

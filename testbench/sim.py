@@ -56,6 +56,7 @@ __all__ = [
     "find_verilator",
     "build_root",
     "build",
+    "build_executable",
     "Build",
     "RunResult",
 ]
@@ -425,6 +426,43 @@ def build_root() -> Path:
         return SOURCE_ROOT / "build" / "sim"
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache).resolve() / "ncrtl" / "sim"
+
+
+def build_executable(directory, top, sources, output, *, extra_args=()):
+    """Verilate ``sources`` (Verilog and C++ files, a ``main`` among them) into the stand-alone
+    program ``directory/obj/<output>``, without cocotb: the C++ loops the benchmarks measure
+    (:mod:`ncrtl.testbench.tensor_engine.pe_loop`, :mod:`ncrtl.testbench.stream_loop`), built
+    with the same Verilator and ``OPT_FAST`` as the simulations.  Returns the program's path.
+
+    Raises
+    ------
+    BuildError
+        Verilator or the compiler failed (the tail of its output in the message).
+    """
+    directory = Path(directory)
+    install = find_verilator()
+    cmd = [
+        str(install.executable),
+        "--cc",
+        "--exe",
+        "--build",
+        "-j",
+        "0",
+        "-Wno-fatal",
+        *extra_args,
+        "--top-module",
+        top,
+        "-Mdir",
+        str(directory / "obj"),
+        "-o",
+        output,
+        *(str(p) for p in sources),
+    ]
+    env = {**os.environ, **install.env}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
+    if proc.returncode:
+        raise BuildError(f"{top}: {output} build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return directory / "obj" / output
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ VPI and its clock.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -80,7 +79,7 @@ def loop_cpp(top, ports, *, clock="clk", reset="rst"):
         n, w = p.name, _words(p.width)
         decl.append(f"static Source {n}_s({w});")
         load.append(
-            f'  if (!{n}_s.load(dir + "/{n}.in", {p.width}) || '
+            f'  if (!{n}_s.load(dir + "/{n}.in") || '
             f'!({n}_s.log = std::fopen((dir + "/{n}.log").c_str(), "w"))) return 3;'
         )
         sample.append(f"    {n}_s.step(top.{_c(n + '__ready')}, cycle);")
@@ -140,7 +139,7 @@ struct Source {{
   const uint32_t* payload() const {{
     return data.empty() ? zero.data() : &data[cur * (size_t)words];
   }}
-  bool load(const std::string& path, int width) {{
+  bool load(const std::string& path) {{
     std::FILE* f = std::fopen(path.c_str(), "r");
     if (!f) {{ std::perror(path.c_str()); return false; }}
     char* line = nullptr; size_t cap = 0; ssize_t len;
@@ -157,7 +156,6 @@ struct Source {{
       }}
     }}
     std::free(line); std::fclose(f);
-    (void)width;
     return true;
   }}
   // One rising edge, from the values before it (the players' always block).
@@ -253,15 +251,15 @@ def build_loop(verilog_text, top, ports, directory=None, *, extra_args=()):
     binary; concurrent callers wait for one build."""
     import hashlib
 
-    from ncrtl.testbench.sim import _locked, build_root, find_verilator
+    from ncrtl.testbench.sim import _locked, build_executable, build_root, find_verilator
 
-    install = find_verilator()
     main = loop_cpp(top, ports)
-    args = ["-Wno-fatal", *extra_args]
     if directory is None:
+        install = find_verilator()
         key = hashlib.sha256()
-        for part in (verilog_text, main, *args, install.version, install.env.get("MAKEFLAGS", "")):
+        for part in (verilog_text, main, *extra_args, install.version):
             key.update(part.encode() + b"\0")
+        key.update(install.env.get("MAKEFLAGS", "").encode())
         directory = build_root() / f"{top}_loop-{key.hexdigest()[:16]}"
     directory = Path(directory)
     binary = directory / "obj" / "loop"
@@ -272,27 +270,8 @@ def build_loop(verilog_text, top, ports, directory=None, *, extra_args=()):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / f"{top}.v").write_text(verilog_text)
         (directory / "main.cpp").write_text(main)
-        env = {**os.environ, **install.env}
-        cmd = [
-            str(install.executable),
-            "--cc",
-            "--exe",
-            "--build",
-            "-j",
-            "0",
-            *args,
-            "--top-module",
-            top,
-            "-Mdir",
-            str(directory / "obj"),
-            "-o",
-            "loop",
-            str(directory / f"{top}.v"),
-            str(directory / "main.cpp"),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
-        if proc.returncode:
-            raise RuntimeError(f"C++ loop build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+        sources = [directory / f"{top}.v", directory / "main.cpp"]
+        build_executable(directory, top, sources, "loop", extra_args=extra_args)
         (directory / "built").write_text("")
     return binary, time.perf_counter() - t0
 

@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 from ncrtl.hdl.dma.agu import AddressGenerator
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
+from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.testbench.dma.program import random_descriptors
 
 
@@ -195,12 +196,7 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
                     if (r["mask"] >> p) & 1:
                         if r["write"]:
                             chunk = (r["data"] >> (8 * wb * p)) & ((1 << 8 * wb) - 1)
-                            mem.write(
-                                p,
-                                r["word"],
-                                np.frombuffer(chunk.to_bytes(wb, "little"), np.uint8),
-                                r["strobe"],
-                            )
+                            mem.write(p, r["word"], chunk, r["strobe"])
                 if not r["write"]:
                     e_resp.append(
                         (
@@ -218,12 +214,7 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
             if want[0]:
                 r = dq[di]
                 if r["write"]:
-                    mem.write(
-                        r["partition"],
-                        r["word"],
-                        np.frombuffer(r["data"].to_bytes(wb, "little"), np.uint8),
-                        r["strobe"],
-                    )
+                    mem.write(r["partition"], r["word"], r["data"], r["strobe"])
                 else:
                     d_resp.append(
                         int.from_bytes(mem.read(r["partition"], r["word"]).tobytes(), "little")
@@ -481,10 +472,7 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
                 ws.append((ctx.get(eng.axi.w.payload.data), ctx.get(eng.axi.w.payload.strb)))
             while aws and ws:
                 addr, (dat, strb) = aws.pop(0), ws.pop(0)
-                raw = np.frombuffer(dat.to_bytes(wb, "little"), np.uint8)
-                for i in range(wb):
-                    if (strb >> i) & 1:
-                        hbm[addr + i] = raw[i]
+                write_strobed(hbm[addr : addr + wb], dat, strb)
                 bs.append(cycle + latency)
             if bs and bs[0] <= cycle:
                 ctx.set(eng.axi.b.valid, 1)

@@ -182,10 +182,10 @@ class DmaEngine(wiring.Component):
             with m.If(self.desc.valid):
                 m.d.sync += [d.eq(self.desc.payload), state.eq(CHECK)]
         with m.Elif(state == CHECK):
-            err = Mux(check.error != 0, check.error, 0)
+            err = check.error
             m.d.sync += [error.eq(err), wait.eq(self.overhead), written.eq(0)]
             m.d.sync += [src_taken.eq(0), dst_taken.eq(0)]
-            m.d.sync += state.eq(Mux(err != 0, STATUS, WAIT))
+            m.d.sync += state.eq(Mux(err.any(), STATUS, WAIT))
         with m.Elif(state == WAIT):
             with m.If(~wait.any()):
                 m.d.sync += state.eq(START)

@@ -3,17 +3,16 @@ port."""
 
 from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
+from ncrtl.hdl.psum.bank import BankMemory
 from ncrtl.hdl.verilog import Cell
 from ncrtl.model.dma.sbuf import DMA_WAIT
 
 __all__ = [
     "Sbuf",
-    "PartitionMemory",
     "partition_module",
     "dma_request_layout",
     "engine_request_layout",
@@ -25,55 +24,9 @@ SYNTH_SRAM_BITS = 1 << 16
 
 
 def partition_module(word_bytes, words):
-    """Verilog module name of one partition's :class:`PartitionMemory`."""
+    """Verilog module name of one partition's SRAM (a byte-enabled
+    :class:`~ncrtl.hdl.psum.bank.BankMemory`)."""
     return f"sbuf_partition_{8 * word_bytes}x{words}"
-
-
-class PartitionMemory(wiring.Component):
-    """One SBUF partition: a single-ported SRAM of ``words`` words of ``word_bytes`` bytes, with
-    byte write enables; zeros out of power-on.  In a cycle it reads (``i_ren``: ``o_rdata`` the
-    next cycle, held while ``i_ren`` is low) or writes (``i_wen``, a bit per byte) the word at
-    ``i_addr``; the SBUF's arbitration never asks for both.
-
-    Interface
-    ---------
-    i_addr : In(range(words))
-    i_ren : In(1)
-    i_wen : In(word_bytes)
-    i_wdata : In(8 * word_bytes)
-    o_rdata : Out(8 * word_bytes)
-    """
-
-    latency = 1
-
-    @validated_init
-    def __init__(self, word_bytes, words):
-        self.word_bytes = check_int(word_bytes, "PartitionMemory word_bytes", minimum=1)
-        self.words = check_int(words, "PartitionMemory words", minimum=1)
-        super().__init__(
-            {
-                "i_addr": In(range(words)),
-                "i_ren": In(1),
-                "i_wen": In(word_bytes),
-                "i_wdata": In(8 * word_bytes),
-                "o_rdata": Out(8 * word_bytes),
-            }
-        )
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.mem = mem = Memory(shape=8 * self.word_bytes, depth=self.words, init=[])
-        rp = mem.read_port(domain="sync")
-        wp = mem.write_port(granularity=8)
-        m.d.comb += [
-            rp.addr.eq(self.i_addr),
-            rp.en.eq(self.i_ren),
-            self.o_rdata.eq(rp.data),
-            wp.addr.eq(self.i_addr),
-            wp.en.eq(self.i_wen),
-            wp.data.eq(self.i_wdata),
-        ]
-        return m
 
 
 def dma_request_layout(partitions, words, word_bytes):
@@ -131,7 +84,7 @@ class Sbuf(wiring.Component):
     dma_wait : int
         Cycles a conflicting DMA request waits before it wins.
     instance : bool
-        Place the partitions as Verilog instances of one :class:`PartitionMemory` module (True,
+        Place the partitions as Verilog instances of one SRAM module (True,
         for Verilog generation: :meth:`cells`) or as Amaranth submodules (False, for the
         Amaranth simulator).
 
@@ -193,7 +146,7 @@ class Sbuf(wiring.Component):
         return [
             Cell(
                 partition_module(w, n),
-                lambda: PartitionMemory(w, n),
+                lambda: BankMemory(8 * w, n, granularity=8),
                 macro=8 * w * n > SYNTH_SRAM_BITS,
             )
         ]
@@ -254,16 +207,18 @@ class Sbuf(wiring.Component):
                     partition_module(self.word_bytes, self.words),
                     i_clk=ClockSignal(),
                     i_rst=ResetSignal(),
-                    i_i_addr=port["addr"],
+                    i_i_raddr=port["addr"],
                     i_i_ren=port["ren"],
+                    o_o_rdata=port["rdata"],
+                    i_i_waddr=port["addr"],
                     i_i_wen=port["wen"],
                     i_i_wdata=port["wdata"],
-                    o_o_rdata=port["rdata"],
                 )
             else:
-                m.submodules[f"p{p}"] = mem = PartitionMemory(self.word_bytes, self.words)
+                m.submodules[f"p{p}"] = mem = BankMemory(w8, self.words, granularity=8)
                 m.d.comb += [
-                    mem.i_addr.eq(port["addr"]),
+                    mem.i_raddr.eq(port["addr"]),
+                    mem.i_waddr.eq(port["addr"]),
                     mem.i_ren.eq(port["ren"]),
                     mem.i_wen.eq(port["wen"]),
                     mem.i_wdata.eq(port["wdata"]),

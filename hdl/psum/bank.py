@@ -1,4 +1,5 @@
-"""One PSUM bank: an SRAM word of every partition's slot, one read and one write port."""
+"""One PSUM bank (an SRAM word of every partition's slot) or one SBUF partition: an SRAM with
+one read and one write port."""
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
@@ -12,8 +13,10 @@ __all__ = ["BankMemory"]
 
 class BankMemory(wiring.Component):
     """A ``width x depth`` :class:`~amaranth.lib.memory.Memory` with one synchronous read port and
-    one write port of 16-bit granularity: the SRAM of one PSUM bank (``width = 32 * partitions``,
-    ``depth = rows``).  Out of reset (power-on) it holds zeros.
+    one write port of ``granularity``-bit write enables: the SRAM of one PSUM bank (``width = 32 *
+    partitions``, ``depth = rows``, 16-bit halves) and of one SBUF partition (a word of
+    ``word_bytes``, byte enables; the SBUF drives both addresses from one, a single port).  Out of
+    reset (power-on) it holds zeros.
 
     The read port is not transparent: data read in cycle ``t + 1`` for an address presented in
     cycle ``t`` is the memory before the write of cycle ``t`` (PSUM forwards that write itself).
@@ -21,9 +24,11 @@ class BankMemory(wiring.Component):
     Parameters
     ----------
     width : int
-        Word width, a multiple of 16.
+        Word width, a multiple of ``granularity``.
     depth : int
         Words.
+    granularity : int
+        Bits per write enable (16 for PSUM, 8 for the SBUF).
 
     Attributes
     ----------
@@ -36,26 +41,27 @@ class BankMemory(wiring.Component):
         Read address and enable (``o_rdata`` holds while ``i_ren`` is low).
     o_rdata : Out(width)
     i_waddr : In(range(depth)), i_wdata : In(width)
-    i_wen : In(width // 16)
-        Write enable per 16-bit half word: bit ``k`` writes bits ``[16k, 16k + 16)``.
+    i_wen : In(width // granularity)
+        Write enable per ``granularity`` bits: bit ``k`` writes bits ``[g k, g k + g)``.
     """
 
     latency = 1
 
     @validated_init
-    def __init__(self, width, depth):
-        check_int(width, "BankMemory width", minimum=16)
+    def __init__(self, width, depth, *, granularity=16):
+        check_int(granularity, "BankMemory granularity", minimum=1)
+        check_int(width, "BankMemory width", minimum=granularity)
         check_int(depth, "BankMemory depth", minimum=1)
-        if width % 16:
-            raise ValueError(f"BankMemory width must be a multiple of 16, not {width}")
-        self.width, self.depth = width, depth
+        if width % granularity:
+            raise ValueError(f"BankMemory width must be a multiple of {granularity}, not {width}")
+        self.width, self.depth, self.granularity = width, depth, granularity
         super().__init__(
             {
                 "i_raddr": In(range(depth)),
                 "i_ren": In(1),
                 "o_rdata": Out(width),
                 "i_waddr": In(range(depth)),
-                "i_wen": In(width // 16),
+                "i_wen": In(width // granularity),
                 "i_wdata": In(width),
             }
         )
@@ -64,7 +70,7 @@ class BankMemory(wiring.Component):
         m = Module()
         m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth, init=[])
         rp = mem.read_port(domain="sync")
-        wp = mem.write_port(granularity=16)
+        wp = mem.write_port(granularity=self.granularity)
         m.d.comb += [
             rp.addr.eq(self.i_raddr),
             rp.en.eq(self.i_ren),

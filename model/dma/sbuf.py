@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SbufArbiter", "SbufMemory", "DMA_WAIT"]
+__all__ = ["SbufArbiter", "SbufMemory", "DMA_WAIT", "write_strobed"]
 
 #: Default cycles a conflicting DMA request waits before it wins over the engine port.
 DMA_WAIT = 4
@@ -60,8 +60,18 @@ class SbufMemory:
         return self.data[partition, word * w : (word + 1) * w].copy()
 
     def write(self, partition, word, data, strobe):
-        """Write the bytes of ``data`` (``word_bytes`` uint8) whose ``strobe`` bit is set."""
+        """Write the bytes of ``data`` (``word_bytes`` uint8, or an int) whose ``strobe`` bit
+        is set."""
         w = self.word_bytes
-        keep = np.array([(strobe >> i) & 1 for i in range(w)], dtype=bool)
-        row = self.data[partition, word * w : (word + 1) * w]
-        row[keep] = np.asarray(data, dtype=np.uint8)[keep]
+        write_strobed(self.data[partition, word * w : (word + 1) * w], data, strobe)
+
+
+def write_strobed(target, data, strobe):
+    """A memory word write with byte enables: byte ``i`` of ``data`` (a uint8 array, or an int
+    read little-endian) goes to ``target[i]`` (a uint8 view) where bit ``i`` of ``strobe`` is
+    set; the SBUF's and the AXI4 ``WSTRB`` semantics."""
+    n = len(target)
+    if isinstance(data, int):
+        data = np.frombuffer(data.to_bytes(n, "little"), np.uint8)
+    keep = ((int(strobe) >> np.arange(n)) & 1).astype(bool)
+    target[keep] = np.asarray(data, dtype=np.uint8)[keep]

@@ -21,6 +21,7 @@ import cocotb
 from amaranth.lib import data
 
 from ncrtl.hdl.common.axi import AxiManager
+from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
 __all__ = ["AxiMemory"]
@@ -147,11 +148,7 @@ class AxiMemory:
                 for a in addrs:
                     word = w_beats.pop(0)
                     payload = _get(word, self._w["data"])
-                    strb = _get(word, self._w["strb"])
-                    raw = payload.to_bytes(wb, "little")
-                    for i in range(wb):
-                        if (strb >> i) & 1:
-                            self.mem[a + i] = raw[i]
+                    write_strobed(self.mem[a : a + wb], payload, _get(word, self._w["strb"]))
                     self.write_beats += 1
                 self.writes += 1
                 pending_b.append((cycle + self.latency, [ident << self._b["id"][0]]))

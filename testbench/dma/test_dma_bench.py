@@ -13,13 +13,14 @@ from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 
 #: Bytes per partition the bandwidth test moves (those that fit the SBUF's partitions).
 BENCH_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+#: Kinds of transfer it measures (see :func:`bench_descriptors`).
+BENCH_KINDS = ("copy", "transpose", "add")
 
 
 def bench_descriptors(geo, size, kind, esize=4):
     """One descriptor of ``kind`` moving ``size`` bytes into each of the SBUF's partitions:
     ``copy`` (device memory -> SBUF), ``transpose`` (device memory [size / esize, P] ->
-    SBUF [P, size / esize]), ``transpose_sbuf`` (SBUF -> SBUF, within the lower and upper half
-    of the partitions), ``add`` (device memory += into the SBUF, FP32)."""
+    SBUF [P, size / esize]), ``add`` (device memory += into the SBUF, FP32)."""
     from ncrtl.model.dma import AddDtype, Descriptor, Op, Side, Space
 
     parts = geo.partitions
@@ -32,15 +33,7 @@ def bench_descriptors(geo, size, kind, esize=4):
     if kind == "add":
         src = Side(Space.HBM, 0, n, parts * n, [(n, parts), (1, n)], esize)
         return Descriptor(Op.ADD, src, dst, AddDtype.FP32)
-    if kind == "transpose":
-        src = Side(Space.HBM, 0, parts, parts * n, [(parts, n), (1, parts)], esize)
-        return Descriptor(Op.TRANSPOSE, src, dst)
-    half = parts // 2
-    n = min(n, half) if kind == "transpose_sbuf" else n
-    src = Side(Space.SBUF, 0, half, half * n, [(half, n), (1, half)], esize, 0, 0)
-    dst = Side(
-        Space.SBUF, geo.partition_bytes // 2, n, half * n, [(n, half), (1, n)], esize, 0, half
-    )
+    src = Side(Space.HBM, 0, parts, parts * n, [(parts, n), (1, parts)], esize)
     return Descriptor(Op.TRANSPOSE, src, dst)
 
 
@@ -60,14 +53,10 @@ async def test_bandwidth(dut):
     await tb.reset()
     sb = Scoreboard("dma.bench", "tag, then code", bits=16)
     figures = {}
-    for kind in ("copy", "transpose", "transpose_sbuf", "add"):
+    for kind in BENCH_KINDS:
         for size in BENCH_SIZES:
-            if size > geo.partition_bytes // (2 if kind == "transpose_sbuf" else 1):
-                continue
-            if kind != "copy" and size // 4 > geo.hbm_bytes // (4 * geo.partitions):
-                continue
             desc = bench_descriptors(geo, size, kind)
-            if desc.src.extent * 4 > geo.hbm_bytes:
+            if size > geo.partition_bytes or desc.src.extent * desc.src.esize > geo.hbm_bytes:
                 continue
             gold, code, msg = execute(desc, geo, mem)
             t0 = int(tb.status.cycle)

@@ -8,7 +8,6 @@ in every cycle, with random psums from above.  The stimulus is random encodings 
 compared on the same work.  ``ncrtl bench --only pe`` reports the figure per operation.
 """
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -190,7 +189,7 @@ def write_stimulus(path, stimulus, size):
 
 def build_tile_loop(size, directory):
     """Build the tile and its C++ loop under ``directory``; return ``(binary, seconds)``."""
-    from ncrtl.testbench.sim import find_verilator
+    from ncrtl.testbench.sim import build_executable
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -198,29 +197,10 @@ def build_tile_loop(size, directory):
     text = flat_module(PE(), PE_MODULE) + convert(PETile(size), TILE_MODULE)
     (directory / "tile.v").write_text(text)
     (directory / "main.cpp").write_text(_main_cpp(size))
-    install = find_verilator()
-    env = {**os.environ, **install.env}
-    cmd = [
-        str(install.executable),
-        "--cc",
-        "--exe",
-        "--build",
-        "-j",
-        "0",
-        "-Wno-fatal",
-        "--top-module",
-        TILE_MODULE,
-        "-Mdir",
-        str(directory / "obj"),
-        "-o",
-        "tile_loop",
-        str(directory / "tile.v"),
-        str(directory / "main.cpp"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
-    if proc.returncode:
-        raise RuntimeError(f"tile loop build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
-    return directory / "obj" / "tile_loop", time.perf_counter() - t0
+    binary = build_executable(
+        directory, TILE_MODULE, [directory / "tile.v", directory / "main.cpp"], "tile_loop"
+    )
+    return binary, time.perf_counter() - t0
 
 
 def run_tile_loop(binary, stimulus_path, repeats):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ncrtl import blocks
 from ncrtl.model.modes import operation
-from ncrtl.testbench.conformance import print_time_split, run_block
+from ncrtl.testbench.conformance import print_time_split, run_block, streaming_rate
 
 __all__ = [
     "sim_matmul",
@@ -84,7 +84,7 @@ def _print_figures(res, *, dtype, rows, cols, k, m, n):
             f"steady state)"
         )
     if c.get("run_us"):
-        stream = c["run_cycles"] / (c["run_us"] / 1e6)
+        stream = streaming_rate(res)
         sim_s = res.steps.get("simulate") or 0.0
         print(
             f"  simulation speed {stream:.1f} cycles/s streaming ({c['run_us'] / 1e6:.1f} s), "
