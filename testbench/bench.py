@@ -441,7 +441,9 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("  (no plot: matplotlib is not installed; pip install matplotlib)")
+        print(
+            "  (no plot: matplotlib is not installed; install the plot extra: .venv/bin/pip install -e '.[plot]')"
+        )
         return True
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))

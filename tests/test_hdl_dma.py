@@ -104,12 +104,14 @@ def test_address_generator_matches_the_golden_runs(word_bytes):
 
 
 def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
-    """Both SBUF ports with random requests, idle cycles and response backpressure: every grant
-    as :class:`~ncrtl.model.dma.sbuf.SbufArbiter` decides it, every read returning the bytes
-    the golden memory holds at its grant, nothing lost or duplicated, and a conflicting DMA
-    request granted within ``dma_wait + 1`` cycles."""
+    """Both SBUF ports with random requests (DMA reads, writes and FP32 / BF16 read-add-writes,
+    often on the word just accessed), idle cycles and response backpressure: every grant as
+    :class:`~ncrtl.model.dma.sbuf.SbufArbiter` decides it, every read returning the bytes the
+    golden memory holds at its grant (read-add-write sums written ``ADD_LATENCY`` cycles after
+    theirs), nothing lost or duplicated, and a conflicting DMA request granted within
+    ``dma_wait + 1`` cycles of the cycles it could be."""
     from ncrtl.hdl.dma.sbuf import Sbuf
-    from ncrtl.model.dma.sbuf import SbufArbiter, SbufMemory
+    from ncrtl.model.dma.sbuf import ADD_LATENCY, Access, SbufArbiter, SbufMemory
 
     parts, pbytes, wb, wait = 4, 64, 4, 3
     dut = Sbuf(parts, pbytes, wb, dma_wait=wait)
@@ -117,19 +119,25 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
     words = pbytes // wb
     n = 400
 
+    last = {"partition": 0, "word": 0}
+
     def dma_req():
-        return dict(
-            partition=int(rng.integers(0, parts)),
-            word=int(rng.integers(0, words)),
-            write=int(rng.random() < 0.5),
+        again = rng.random() < 0.3  # the word just accessed: read-add-write hazards
+        r = dict(
+            partition=last["partition"] if again else int(rng.integers(0, parts)),
+            word=last["word"] if again else int(rng.integers(0, words)),
+            access=int(rng.choice([Access.READ, Access.WRITE, Access.ADD], p=[0.3, 0.3, 0.4])),
+            dtype=int(rng.integers(0, 2)),
             data=int(rng.integers(0, 1 << 32)),
             strobe=int(rng.integers(0, 1 << wb)),
         )
+        last.update(partition=r["partition"], word=r["word"])
+        return r
 
     def eng_req():
         return dict(
             mask=int(rng.integers(1, 1 << parts)),
-            word=int(rng.integers(0, words)),
+            word=last["word"] if rng.random() < 0.2 else int(rng.integers(0, words)),
             write=int(rng.random() < 0.5),
             data=int.from_bytes(
                 rng.integers(0, 256, parts * wb, dtype=np.uint8).tobytes(), "little"
@@ -140,15 +148,16 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
     dq = [dma_req() for _ in range(n)]
     eq = [eng_req() for _ in range(n)]
     arb, mem = SbufArbiter(wait), SbufMemory(parts, pbytes, wb)
-    stats = {"dma": 0, "eng": 0, "reads": 0, "max_wait": 0}
+    stats = {"dma": 0, "eng": 0, "reads": 0, "adds": 0, "held": 0, "max_wait": 0}
 
     async def bench(ctx):
         di = ei = 0
         d_resp, e_resp = [], []  # expected responses in flight (at most one each)
         d_valid = e_valid = False
         d_wait = 0
+        sums = [None] * ADD_LATENCY  # read-add-writes in flight, newest first
         for _ in range(20 * n):
-            if di >= n and ei >= n and not d_resp and not e_resp:
+            if di >= n and ei >= n and not d_resp and not e_resp and not any(sums):
                 break
             d_off = di < n and rng.random() < 0.8
             e_off = ei < n and rng.random() < 0.6
@@ -164,8 +173,12 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
             await ctx.delay(1e-9)
             assert ctx.get(dut.dma_resp.valid) == d_valid
             assert ctx.get(dut.eng_resp.valid) == e_valid
-            d_block = d_off and not dq[di]["write"] and d_valid and not d_rdy
+            d_block = d_off and dq[di]["access"] == Access.READ and d_valid and not d_rdy
             e_block = e_off and not eq[ei]["write"] and e_valid and not e_rdy
+            d_held = d_off and arb.blocked(
+                1 << dq[di]["partition"], dq[di]["word"], dq[di]["access"] == Access.WRITE
+            )
+            stats["held"] += d_held
             want = arb.step(
                 d_off,
                 dq[di]["partition"] if d_off else 0,
@@ -173,6 +186,10 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
                 e_off,
                 eq[ei]["mask"] if e_off else 0,
                 e_block,
+                dma_word=dq[di]["word"] if d_off else 0,
+                dma_access=dq[di]["access"] if d_off else Access.READ,
+                eng_word=eq[ei]["word"] if e_off else 0,
+                eng_write=bool(eq[ei]["write"]) if e_off else False,
             )
             got = (
                 bool(ctx.get(dut.dma_req.ready)) and d_off,
@@ -211,10 +228,14 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
                     stats["reads"] += 1
                 ei += 1
                 stats["eng"] += 1
+            added = None
             if want[0]:
                 r = dq[di]
-                if r["write"]:
+                if r["access"] == Access.WRITE:
                     mem.write(r["partition"], r["word"], r["data"], r["strobe"])
+                elif r["access"] == Access.ADD:
+                    added = r
+                    stats["adds"] += 1
                 else:
                     d_resp.append(
                         int.from_bytes(mem.read(r["partition"], r["word"]).tobytes(), "little")
@@ -223,7 +244,11 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
                     stats["reads"] += 1
                 di += 1
                 stats["dma"] += 1
-            d_wait = d_wait + 1 if d_off and not want[0] and not d_block else 0
+            if sums[-1] is not None:  # the sum of the read-add-write granted ADD_LATENCY ago
+                r = sums[-1]
+                mem.add(r["partition"], r["word"], r["data"], r["strobe"], r["dtype"])
+            sums = [added] + sums[:-1]
+            d_wait = d_wait + 1 if d_off and not want[0] and not (d_block or d_held) else 0
             stats["max_wait"] = max(stats["max_wait"], d_wait)
             await ctx.tick()
         assert di == n and ei == n
@@ -233,6 +258,7 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
     sim.add_testbench(bench)
     sim.run()
     assert stats["dma"] == n and stats["eng"] == n and stats["reads"] > n // 2
+    assert stats["adds"] > n // 4 and stats["held"] > 10
     assert 0 < stats["max_wait"] <= wait + 1
 
 
@@ -509,7 +535,7 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
-    descs = random_descriptors(rng, geo, 36)
+    descs = random_descriptors(rng, geo, 36, word_bytes=word_bytes)
     want, gold = [], mem
     for desc in descs:
         gold, err, msg = execute(desc, geo, gold)

@@ -4,7 +4,6 @@ from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 
 __all__ = ["AddressGenerator", "DIMS", "command_layout", "run_layout"]
@@ -18,19 +17,18 @@ def command_layout(addr_bits, index_bits, count_bits, part_bits):
     element 0 in the device memory, or byte offset of element 0 in every SBUF partition),
     ``offset`` (signed element offset: the whole offset in the device memory, the offset inside
     the partition row in the SBUF), ``partition`` (SBUF: first partition of the access),
-    ``sbuf`` (one level steps partitions), ``pdim`` (that level: 0 for a pattern as NKI writes
-    it, 4 for a transposed walk of an SBUF view), ``esize`` (log2 of the element bytes),
-    ``step`` and ``num`` (5 entries, outermost first; unused outer entries are ``[0, 1]``; the
-    partition level's step is unused)."""
+    ``esize`` (log2 of the element bytes), ``step``, ``pstep`` and ``num`` (5 entries,
+    outermost first; unused outer entries are ``[0, 1]``): an iteration of level ``d`` adds
+    ``step[d]`` elements and ``pstep[d]`` partitions (an SBUF pattern's partition level has
+    ``step`` 0 and ``pstep`` 1; a DMA transpose's tiled walk steps partitions on two levels)."""
     return data.StructLayout(
         {
             "base": addr_bits,
             "offset": signed(index_bits),
             "partition": part_bits,
-            "sbuf": 1,
-            "pdim": 3,
             "esize": 2,
             "step": data.ArrayLayout(signed(index_bits), DIMS),
+            "pstep": data.ArrayLayout(part_bits, DIMS),
             "num": data.ArrayLayout(count_bits, DIMS),
         }
     )
@@ -61,8 +59,9 @@ class AddressGenerator(wiring.Component):
     iteration (``start[d]``) and the loop counters; an access adds the run's element count (step
     1) or the innermost step to the current index, and the end of a level's iteration adds that
     level's step to ``start[d]`` and restarts every inner level there: additions only, no
-    multiplier.  In the SBUF the end of a level-0 iteration moves to the next partition instead
-    (the partition step is a whole row, seed 003), and the free index restarts at ``offset``.
+    multiplier.  The partition is kept the same way (``pstep``): in the SBUF the end of a level-0
+    iteration moves to the next partition (the partition step is a whole row, seed 003) while the
+    free index restarts at ``offset``.
 
     Parameters
     ----------
@@ -130,12 +129,10 @@ class AddressGenerator(wiring.Component):
             m.d.sync += [p.eq(self.cmd.payload.partition) for p in pstart]
 
         esize = cfg.esize
-        is_part = [Signal(name=f"is_part{d}") for d in range(DIMS)]
-        m.d.comb += [is_part[d].eq(cfg.sbuf & equals(cfg.pdim, d)) for d in range(DIMS)]
         addr = Signal(self.addr_bits)
         m.d.comb += addr.eq(cfg.base + (cur << esize))
         inner = DIMS - 1
-        contiguous = (cfg.step[inner] == 1) & ~is_part[inner]
+        contiguous = (cfg.step[inner] == 1) & ~cfg.pstep[inner].any()
         left = Signal(self.count_bits + 3)  # bytes left in the innermost iteration
         m.d.comb += left.eq((cfg.num[inner] - count[inner]) << esize)
         room = Signal(wb + 1)  # bytes to the end of the aligned word
@@ -160,21 +157,20 @@ class AddressGenerator(wiring.Component):
         ]
         with m.If(self.run.valid & self.run.ready):
             with m.If(~wraps[inner]):
-                m.d.sync += count[inner].eq(count[inner] + elems)
-                with m.If(is_part[inner]):
-                    m.d.sync += part.eq(part + 1)
-                with m.Else():
-                    m.d.sync += cur.eq(cur + Mux(contiguous, elems, cfg.step[inner]))
+                m.d.sync += [
+                    count[inner].eq(count[inner] + elems),
+                    part.eq(part + cfg.pstep[inner]),
+                    cur.eq(cur + Mux(contiguous, elems, cfg.step[inner])),
+                ]
             with m.Elif(wraps[0]):
                 m.d.sync += busy.eq(0)
             with m.Else():
                 # The innermost level that does not wrap advances; the levels inside it restart
-                # at its new start (and its partition: the partition level steps partitions
-                # instead of elements).
+                # at its new start and partition.
                 for d in range(DIMS - 1):
                     with m.If(wraps[d + 1] & ~wraps[d]):
-                        new = start[d] + Mux(is_part[d], 0, cfg.step[d])
-                        newp = pstart[d] + is_part[d]
+                        new = start[d] + cfg.step[d]
+                        newp = pstart[d] + cfg.pstep[d]
                         m.d.sync += [count[d].eq(count[d] + 1), cur.eq(new), part.eq(newp)]
                         m.d.sync += [start[e].eq(new) for e in range(d, DIMS)]
                         m.d.sync += [pstart[e].eq(newp) for e in range(d, DIMS)]

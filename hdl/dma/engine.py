@@ -2,18 +2,19 @@
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.axi import BURST_INCR, AxiManager
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.dma.isa import Op, Space
+from ncrtl.model.dma.sbuf import Access
 
 from .agu import AddressGenerator
 from .check import DescriptorCheck, Widths, descriptor_layout
 from .gearbox import ByteQueue
-from .raw import AddWords
 from .sbuf import dma_request_layout
+from .tile import TileTranspose
 
 __all__ = ["DmaEngine", "status_layout"]
 
@@ -45,9 +46,8 @@ class DmaEngine(wiring.Component):
     A TRANSPOSE reads its source view column by column (the source generator walks the view
     transposed), so the byte stream arrives in the destination's order and the rest is a copy;
     the source side then moves one element per read.  An ADD (SBUF read-add-write) writes each
-    destination run as a read of its word, the sum (:class:`~ncrtl.hdl.dma.raw.AddWords`) and a
-    write with the run's strobes, one run at a time (about a quarter of a copy's rate; the
-    pipelined near-memory unit is still to build).
+    destination run as a read-add-write request to the SBUF, whose near-memory unit reads the
+    word, adds and writes the sum: to the engine an ADD is a copy.
 
     Parameters
     ----------
@@ -121,7 +121,11 @@ class DmaEngine(wiring.Component):
         m.submodules.src_agu = src_agu = AddressGenerator(w, **agu_args)
         m.submodules.dst_agu = dst_agu = AddressGenerator(w, **agu_args)
         m.submodules.queue = queue = ByteQueue(w)
-        m.submodules.inflight = inflight = SyncFIFOBuffered(
+        m.submodules.tile = tile = TileTranspose(w)
+        m.submodules.tile_queue = tile_queue = ByteQueue(w)
+        # The reads in flight (offset, bytes): an unbuffered FIFO, readable the cycle after the
+        # issue, when an SBUF read's response arrives.
+        m.submodules.inflight = inflight = SyncFIFO(
             width=wb + (w).bit_length(), depth=self.outstanding
         )
 
@@ -136,26 +140,90 @@ class DmaEngine(wiring.Component):
         outstanding_b = Signal(range(1 << 16))
         written = Signal()  # the destination's last run is written
         for side, agu in ((d.src, src_agu), (d.dst, dst_agu)):
+            sbuf = side.space == Space.SBUF
             m.d.comb += [
                 agu.cmd.payload.base.eq(side.base),
                 agu.cmd.payload.offset.eq(side.offset),
-                agu.cmd.payload.partition.eq(
-                    Mux(side.space == Space.SBUF, side.partition + side.start, 0)
-                ),
-                agu.cmd.payload.sbuf.eq(side.space == Space.SBUF),
+                agu.cmd.payload.partition.eq(Mux(sbuf, side.partition + side.start, 0)),
                 agu.cmd.payload.esize.eq(side.esize),
+                # The SBUF's level 0 steps partitions.
+                agu.cmd.payload.step[0].eq(Mux(sbuf, 0, side.step[0])),
             ]
             for i in range(5):
-                m.d.comb += [
-                    agu.cmd.payload.step[i].eq(side.step[i]),
-                    agu.cmd.payload.num[i].eq(side.num[i]),
-                ]
-        # A transpose reads its source view [A, B] column by column, so the byte stream is
-        # already in the destination's order: the last two levels swap in the device memory;
-        # in the SBUF the partition level becomes the innermost (pdim 4).
-        sc, s = src_agu.cmd.payload, d.src
-        with m.If(d.op == Op.TRANSPOSE):
-            with m.If(s.space == Space.HBM):
+                m.d.comb += agu.cmd.payload.num[i].eq(side.num[i])
+                if i:
+                    m.d.comb += agu.cmd.payload.step[i].eq(side.step[i])
+        # A transpose of a source view [A, B] (levels 3 and 4 in the device memory, 0 and 4 in
+        # the SBUF; the destination [B, A] is in the SBUF, levels 0 and 4).
+        sc, dc, s, t = src_agu.cmd.payload, dst_agu.cmd.payload, d.src, d.dst
+        s_sbuf = s.space == Space.SBUF
+        a_num = Mux(s_sbuf, s.num[0], s.num[3])
+        b_num, b_step = s.num[4], s.step[4]
+        # Tiled when A and B are multiples of E = word_bytes / element bytes: both sides walk
+        # E x E tiles, the source row by row, the destination column by column, and the tile
+        # buffer turns one order into the other, a word per cycle on both sides.
+        log_e = Signal(range(wb + 1))
+        m.d.comb += log_e.eq(wb - s.esize)
+        e_mask = Signal(wd.count_bits)
+        m.d.comb += e_mask.eq((1 << log_e) - 1)
+        tiled = Signal()
+        m.d.comb += tiled.eq(
+            (d.op == Op.TRANSPOSE) & ~(a_num & e_mask).any() & ~(b_num & e_mask).any()
+        )
+        transpose = d.op == Op.TRANSPOSE
+        # The levels that step partitions (one Cat per side: a constant-only field assignment
+        # is an empty ``always @*`` in the Verilog).
+        e = Signal(wd.part_bits)
+        m.d.comb += e.eq(1 << log_e)
+        zero = Const(0, wd.part_bits)
+        m.d.comb += [
+            sc.pstep.eq(
+                Cat(
+                    Mux(s_sbuf & ~transpose, 1, zero),
+                    zero,
+                    Mux(tiled & s_sbuf, e, zero),
+                    Mux(tiled & s_sbuf, 1, zero),
+                    Mux(~tiled & transpose & s_sbuf, 1, zero),
+                )
+            ),
+            dc.pstep.eq(
+                Cat(
+                    Mux((t.space == Space.SBUF) & ~tiled, 1, zero),
+                    Mux(tiled, e, zero),
+                    zero,
+                    Mux(tiled, 1, zero),
+                    zero,
+                )
+            ),
+        ]
+        with m.If(tiled):
+            m.d.comb += [
+                # source: [col tile: E b_step][row tile][row: E][col: E]
+                sc.step[0].eq(0),
+                sc.num[0].eq(1),
+                sc.step[1].eq(b_step << log_e),
+                sc.num[1].eq(b_num >> log_e),
+                sc.step[2].eq(Mux(s_sbuf, 0, s.step[3] << log_e)),
+                sc.num[2].eq(a_num >> log_e),
+                sc.step[3].eq(Mux(s_sbuf, 0, s.step[3])),
+                sc.num[3].eq(e),
+                sc.step[4].eq(b_step),
+                sc.num[4].eq(e),
+                # destination: [row tile: E partitions][col tile][row: E partitions][col: E]
+                dc.num[0].eq(1),
+                dc.step[1].eq(0),
+                dc.num[1].eq(b_num >> log_e),
+                dc.step[2].eq(t.step[4] << log_e),
+                dc.num[2].eq(a_num >> log_e),
+                dc.step[3].eq(0),
+                dc.num[3].eq(e),
+                dc.step[4].eq(t.step[4]),
+                dc.num[4].eq(e),
+            ]
+        with m.Elif(d.op == Op.TRANSPOSE):
+            # Otherwise the source view is read column by column, one element per read, so the
+            # byte stream is already in the destination's order.
+            with m.If(~s_sbuf):
                 m.d.comb += [
                     sc.step[3].eq(s.step[4]),
                     sc.num[3].eq(s.num[4]),
@@ -164,13 +232,11 @@ class DmaEngine(wiring.Component):
                 ]
             with m.Else():
                 m.d.comb += [
-                    sc.step[0].eq(0),
                     sc.num[0].eq(1),
                     sc.step[3].eq(s.step[4]),
                     sc.num[3].eq(s.num[4]),
                     sc.step[4].eq(0),
                     sc.num[4].eq(s.num[0]),
-                    sc.pdim.eq(4),
                 ]
         src_taken = Signal()
         dst_taken = Signal()
@@ -219,8 +285,6 @@ class DmaEngine(wiring.Component):
         writer_sbuf = Signal()  # the writer uses the SBUF port this cycle
         issue = Signal()
         held = Signal(range(self.outstanding + 1))  # reads issued, not yet in the byte queue
-        owner = SyncFIFOBuffered(width=1, depth=self.outstanding + 2)  # SBUF reads: 1 = writer
-        m.submodules.owner = owner
         m.d.comb += [
             inflight.w_data.eq(sr.addr[:wb] | (sr.bytes << wb)),
             self.axi.ar.payload.addr.eq(Cat(Const(0, wb), sr.addr[wb:])),
@@ -237,10 +301,8 @@ class DmaEngine(wiring.Component):
                     self.sbuf_req.valid.eq(1),
                     self.sbuf_req.payload.partition.eq(sr.partition),
                     self.sbuf_req.payload.word.eq(sr.addr >> wb),
-                    self.sbuf_req.payload.write.eq(0),
+                    self.sbuf_req.payload.access.eq(Access.READ),
                     issue.eq(self.sbuf_req.ready),
-                    owner.w_en.eq(self.sbuf_req.ready),
-                    owner.w_data.eq(0),
                 ]
         m.d.comb += [src_agu.run.ready.eq(issue), inflight.w_en.eq(issue)]
 
@@ -249,8 +311,6 @@ class DmaEngine(wiring.Component):
         )
         off = inflight.r_data[:wb]
         nbytes = inflight.r_data[wb:]
-        sbuf_for_reader = owner.r_rdy & ~owner.r_data
-        sbuf_for_writer = owner.r_rdy & (owner.r_data == 1)
         r_fire = Signal()
         m.d.comb += [
             self.axi.r.ready.eq(src_hbm & inflight.r_rdy),
@@ -258,7 +318,7 @@ class DmaEngine(wiring.Component):
                 Mux(
                     src_hbm,
                     self.axi.r.valid & inflight.r_rdy,
-                    self.sbuf_resp.valid & sbuf_for_reader,
+                    self.sbuf_resp.valid & inflight.r_rdy,
                 )
             ),
             rbuf.w_en.eq(r_fire),
@@ -280,16 +340,29 @@ class DmaEngine(wiring.Component):
         with m.Elif(popped & ~issue):
             m.d.sync += held.eq(held - 1)
 
+        # -- tiled transpose: the queue's words through the tile buffer -----------------------
+        m.d.comb += [
+            tile.i_esize.eq(d.src.esize),
+            tile.rows.valid.eq(tiled & (queue.count >= w)),
+            tile.rows.payload.eq(queue.head),
+            tile_queue.push.valid.eq(tile.cols.valid),
+            tile_queue.push.payload.data.eq(tile.cols.payload),
+            tile_queue.push.payload.bytes.eq(w),
+            tile.cols.ready.eq(tile_queue.push.ready),
+        ]
+
         # -- writer: a destination run once its bytes are all in the queue ----------------------
+        head = Mux(tiled, tile_queue.head, queue.head)
+        count = Mux(tiled, tile_queue.count, queue.count)
         dr = dst_agu.run.payload
         doff = dr.addr[:wb]
         wdata = Signal(8 * w)
         strobe = Signal(w)
         m.d.comb += [
-            wdata.eq(queue.head << (doff << 3)),
+            wdata.eq(head << (doff << 3)),
             strobe.eq(((Const(1, w + 1) << dr.bytes) - 1) << doff),
         ]
-        have = dst_agu.run.valid & (queue.count >= dr.bytes)
+        have = dst_agu.run.valid & (count >= dr.bytes)
         aw_done = Signal()
         w_done = Signal()
         complete = Signal()
@@ -302,28 +375,21 @@ class DmaEngine(wiring.Component):
             self.axi.w.payload.strb.eq(strobe),
             self.axi.w.payload.last.eq(1),
         ]
-        # Read-add-write: read the destination word, add, write the sum back (one run at a
-        # time, so a run never reads a word an earlier run has not yet written).
-        m.submodules.adder = adder = AddWords(w)
-        old = Signal(8 * w)
-        raw_state = Signal(2)  # 0: read, 1: wait for the word, 2: add, 3: write
+        # Read-add-write: the SBUF's near-memory unit reads, adds and writes the word; to the
+        # engine it is a write of the run's bytes.
         is_add = d.op == Op.ADD
-        m.d.comb += [
-            adder.i_old.eq(old),
-            adder.i_new.eq(wdata),
-            adder.i_dtype.eq(d.add_dtype),
-        ]
+        access = Mux(is_add, Access.ADD, Access.WRITE)
 
-        def sbuf_write(data_):
-            return [
-                writer_sbuf.eq(1),
-                self.sbuf_req.valid.eq(1),
-                self.sbuf_req.payload.partition.eq(dr.partition),
-                self.sbuf_req.payload.word.eq(dr.addr >> wb),
-                self.sbuf_req.payload.write.eq(1),
-                self.sbuf_req.payload.data.eq(data_),
-                self.sbuf_req.payload.strobe.eq(strobe),
-            ]
+        sbuf_write = [
+            writer_sbuf.eq(1),
+            self.sbuf_req.valid.eq(1),
+            self.sbuf_req.payload.partition.eq(dr.partition),
+            self.sbuf_req.payload.word.eq(dr.addr >> wb),
+            self.sbuf_req.payload.access.eq(access),
+            self.sbuf_req.payload.dtype.eq(d.add_dtype),
+            self.sbuf_req.payload.data.eq(wdata),
+            self.sbuf_req.payload.strobe.eq(strobe),
+        ]
 
         with m.If(dst_hbm):
             m.d.comb += [
@@ -338,41 +404,17 @@ class DmaEngine(wiring.Component):
                     m.d.sync += aw_done.eq(1)
                 with m.If(self.axi.w.valid & self.axi.w.ready):
                     m.d.sync += w_done.eq(1)
-        with m.Elif(~is_add):
-            with m.If(have):
-                m.d.comb += sbuf_write(wdata)
-                m.d.comb += complete.eq(self.sbuf_req.ready)
         with m.Else():
-            with m.If(~raw_state.any()):
-                with m.If(have):
-                    m.d.comb += [
-                        writer_sbuf.eq(1),
-                        self.sbuf_req.valid.eq(1),
-                        self.sbuf_req.payload.partition.eq(dr.partition),
-                        self.sbuf_req.payload.word.eq(dr.addr >> wb),
-                        self.sbuf_req.payload.write.eq(0),
-                        owner.w_en.eq(self.sbuf_req.ready),
-                        owner.w_data.eq(1),
-                    ]
-                    with m.If(self.sbuf_req.ready):
-                        m.d.sync += raw_state.eq(1)
-            with m.Elif(raw_state == 1):
-                with m.If(self.sbuf_resp.valid & sbuf_for_writer):
-                    m.d.sync += [old.eq(self.sbuf_resp.payload), raw_state.eq(2)]
-            with m.Elif(raw_state == 2):
-                m.d.sync += raw_state.eq(3)
-            with m.Else():
-                m.d.comb += sbuf_write(adder.o_sum)
+            with m.If(have):
+                m.d.comb += sbuf_write
                 m.d.comb += complete.eq(self.sbuf_req.ready)
-                with m.If(self.sbuf_req.ready):
-                    m.d.sync += raw_state.eq(0)
         m.d.comb += [
-            self.sbuf_resp.ready.eq(
-                (~src_hbm & sbuf_for_reader) | (sbuf_for_writer & (raw_state == 1))
-            ),
-            owner.r_en.eq(self.sbuf_resp.valid & self.sbuf_resp.ready),
+            self.sbuf_resp.ready.eq(~src_hbm & inflight.r_rdy),
             dst_agu.run.ready.eq(complete),
-            queue.take.eq(Mux(complete, dr.bytes, 0)),
+            queue.take.eq(
+                Mux(tiled, Mux(tile.rows.valid & tile.rows.ready, w, 0), Mux(complete, dr.bytes, 0))
+            ),
+            tile_queue.take.eq(Mux(tiled & complete, dr.bytes, 0)),
         ]
         with m.If(complete & dr.last):
             m.d.sync += written.eq(1)

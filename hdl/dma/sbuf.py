@@ -1,5 +1,5 @@
-"""``Sbuf``: the state buffer, one single-ported SRAM per partition, a DMA port and an engine
-port."""
+"""``Sbuf``: the state buffer, one SRAM per partition, a DMA port, an engine port and the
+near-memory read-add-write unit."""
 
 from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
@@ -9,7 +9,9 @@ from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.psum.bank import BankMemory
 from ncrtl.hdl.verilog import Cell
-from ncrtl.model.dma.sbuf import DMA_WAIT
+from ncrtl.model.dma.sbuf import DMA_WAIT, Access
+
+from .raw import AddWords
 
 __all__ = [
     "Sbuf",
@@ -30,13 +32,16 @@ def partition_module(word_bytes, words):
 
 
 def dma_request_layout(partitions, words, word_bytes):
-    """``partition``, ``word``, ``write``, ``data`` (``word_bytes`` bytes, byte ``i`` in bits
+    """``partition``, ``word``, ``access`` (an :class:`ncrtl.model.dma.sbuf.Access`: read,
+    write or read-add-write), ``dtype`` (a read-add-write's
+    :class:`ncrtl.model.dma.isa.AddDtype`), ``data`` (``word_bytes`` bytes, byte ``i`` in bits
     ``[8i, 8i + 8)``), ``strobe`` (a bit per byte written)."""
     return data.StructLayout(
         {
             "partition": range(partitions),
             "word": range(words),
-            "write": 1,
+            "access": 2,
+            "dtype": 1,
             "data": 8 * word_bytes,
             "strobe": word_bytes,
         }
@@ -61,11 +66,20 @@ def engine_request_layout(partitions, words, word_bytes):
 class Sbuf(wiring.Component):
     """The SBUF: ``partitions`` x ``partition_bytes``, as :mod:`ncrtl.model.dma.sbuf` defines it.
 
-    Each partition is a single-ported SRAM of ``partition_bytes / word_bytes`` words (one read
-    or one write per cycle, byte write enables, zeros out of power-on).  The DMA port reaches
-    one word of one partition per request; the engine port one word of every partition in its
-    mask.  A conflict on the DMA's partition goes to the engine unless the DMA request has
-    waited ``dma_wait`` cycles (:class:`ncrtl.model.dma.sbuf.SbufArbiter`, cycle for cycle).
+    Each partition is an SRAM of ``partition_bytes / word_bytes`` words with a read port and a
+    write port (byte write enables, zeros out of power-on, a read returns the word before the
+    cycle's write).  The DMA port reaches one word of one partition per request (a read, a
+    write or a read-add-write); the engine port one word of every partition in its mask.  A
+    conflict on the DMA's partition goes to the engine unless the DMA request has waited
+    ``dma_wait`` cycles (:class:`ncrtl.model.dma.sbuf.SbufArbiter`, cycle for cycle).
+
+    The read-add-write unit sits beside the partitions: a read-add-write reads its word at the
+    grant, adds the request's data lane by lane in the next cycle
+    (:class:`~ncrtl.hdl.dma.raw.AddWords`, FP32 or BF16) and writes the sum's strobed bytes
+    :data:`~ncrtl.model.dma.sbuf.ADD_LATENCY` cycles after the grant on the write port, while
+    the read port serves the next request: one per cycle, a DMA write's rate.  A request that
+    touches a word still being added, or writes a partition whose sum is written that cycle,
+    waits.
 
     A granted read's data is on the port's response stream the next cycle and held there until
     taken; a port's next read is granted only in a cycle its response is taken or empty (one
@@ -155,10 +169,42 @@ class Sbuf(wiring.Component):
         m = Module()
         w8 = 8 * self.word_bytes
         dq, eq_ = self.dma_req.payload, self.eng_req.payload
+        dma_reads = dq.access != Access.WRITE  # a read or a read-add-write uses the read port
+        dma_read = equals(dq.access, Access.READ)
+
+        # Read-add-writes in flight: s1 granted last cycle (its word is on the SRAM output and
+        # goes into the adder), s2 the cycle before (its sum is written now).
+        slot = data.StructLayout(
+            {"valid": 1, "partition": range(self.partitions), "word": range(self.words)}
+        )
+        s1, s2 = Signal(slot), Signal(slot)
+        s1_data, s1_dtype = Signal(w8), Signal()
+        s1_strobe, s2_strobe = Signal(self.word_bytes), Signal(self.word_bytes)
+        m.submodules.adder = adder = AddWords(self.word_bytes)
+
+        def in_mask(p):
+            """Whether partition ``p`` (a signal) is in the engine request's mask."""
+            return Cat(*(eq_.mask[k] & equals(p, k) for k in range(self.partitions))).any()
+
+        def waits(hit, word, write):
+            """A request that touches a word being added, or writes where a sum is written."""
+            return (s1.valid & hit(s1.partition) & (s1.word == word)) | (
+                s2.valid & hit(s2.partition) & ((s2.word == word) | write)
+            )
 
         # Arbitration (SbufArbiter): a read waits for its port's response slot.
-        dma_blocked = ~dq.write & self.dma_resp.valid & ~self.dma_resp.ready
-        eng_blocked = ~eq_.write & self.eng_resp.valid & ~self.eng_resp.ready
+        dma_blocked = Signal()
+        eng_blocked = Signal()
+        m.d.comb += [
+            dma_blocked.eq(
+                (dma_read & self.dma_resp.valid & ~self.dma_resp.ready)
+                | waits(lambda p: p == dq.partition, dq.word, dq.access == Access.WRITE)
+            ),
+            eng_blocked.eq(
+                (~eq_.write & self.eng_resp.valid & ~self.eng_resp.ready)
+                | waits(lambda p: in_mask(p), eq_.word, eq_.write)
+            ),
+        ]
         conflict = Signal()
         hits = [equals(dq.partition, p) & eq_.mask[p] for p in range(self.partitions)]
         m.d.comb += conflict.eq(self.dma_req.valid & self.eng_req.valid & Cat(*hits).any())
@@ -178,13 +224,25 @@ class Sbuf(wiring.Component):
         with m.Else():
             m.d.sync += waited.eq(0)
 
+        adding = dma_go & (dq.access == Access.ADD)
+        m.d.sync += [
+            s1.valid.eq(adding),
+            s1.partition.eq(dq.partition),
+            s1.word.eq(dq.word),
+            s1_data.eq(dq.data),
+            s1_dtype.eq(dq.dtype),
+            s1_strobe.eq(dq.strobe),
+            s2.eq(s1),
+            s2_strobe.eq(s1_strobe),
+        ]
+
         # Responses: valid the cycle after a read grant, held until taken.  The SRAM output of a
         # partition changes when the other port reads it, so a response is taken from the SRAM
         # in the cycle after its grant ("fresh") and from a holding register after that.
         dma_part = Signal.like(dq.partition)
         dma_fresh, eng_fresh = Signal(), Signal()
-        m.d.sync += [dma_fresh.eq(dma_go & ~dq.write), eng_fresh.eq(eng_go & ~eq_.write)]
-        with m.If(dma_go & ~dq.write):
+        m.d.sync += [dma_fresh.eq(dma_go & dma_read), eng_fresh.eq(eng_go & ~eq_.write)]
+        with m.If(dma_go & dma_read):
             m.d.sync += [self.dma_resp.valid.eq(1), dma_part.eq(dq.partition)]
         with m.Elif(self.dma_resp.ready):
             m.d.sync += self.dma_resp.valid.eq(0)
@@ -196,8 +254,9 @@ class Sbuf(wiring.Component):
         rdata = []
         for p in range(self.partitions):
             port = dict(
-                addr=Signal(range(self.words), name=f"p{p}_addr"),
+                raddr=Signal(range(self.words), name=f"p{p}_raddr"),
                 ren=Signal(name=f"p{p}_ren"),
+                waddr=Signal(range(self.words), name=f"p{p}_waddr"),
                 wen=Signal(self.word_bytes, name=f"p{p}_wen"),
                 wdata=Signal(w8, name=f"p{p}_wdata"),
                 rdata=Signal(w8, name=f"p{p}_rdata"),
@@ -207,18 +266,18 @@ class Sbuf(wiring.Component):
                     partition_module(self.word_bytes, self.words),
                     i_clk=ClockSignal(),
                     i_rst=ResetSignal(),
-                    i_i_raddr=port["addr"],
+                    i_i_raddr=port["raddr"],
                     i_i_ren=port["ren"],
                     o_o_rdata=port["rdata"],
-                    i_i_waddr=port["addr"],
+                    i_i_waddr=port["waddr"],
                     i_i_wen=port["wen"],
                     i_i_wdata=port["wdata"],
                 )
             else:
                 m.submodules[f"p{p}"] = mem = BankMemory(w8, self.words, granularity=8)
                 m.d.comb += [
-                    mem.i_raddr.eq(port["addr"]),
-                    mem.i_waddr.eq(port["addr"]),
+                    mem.i_raddr.eq(port["raddr"]),
+                    mem.i_waddr.eq(port["waddr"]),
                     mem.i_ren.eq(port["ren"]),
                     mem.i_wen.eq(port["wen"]),
                     mem.i_wdata.eq(port["wdata"]),
@@ -226,20 +285,41 @@ class Sbuf(wiring.Component):
                 ]
             dma_here = dma_go & equals(dq.partition, p)
             eng_here = eng_go & eq_.mask[p]
+            sum_here = s2.valid & equals(s2.partition, p)
             m.d.comb += [
-                port["addr"].eq(Mux(dma_here, dq.word, eq_.word)),
-                port["ren"].eq((dma_here & ~dq.write) | (eng_here & ~eq_.write)),
-                port["wdata"].eq(Mux(dma_here, dq.data, eq_.data[w8 * p : w8 * (p + 1)])),
+                port["raddr"].eq(Mux(dma_here, dq.word, eq_.word)),
+                port["ren"].eq((dma_here & dma_reads) | (eng_here & ~eq_.write)),
             ]
-            with m.If(dma_here & dq.write):
-                m.d.comb += port["wen"].eq(dq.strobe)
+            with m.If(sum_here):
+                m.d.comb += [
+                    port["waddr"].eq(s2.word),
+                    port["wen"].eq(s2_strobe),
+                    port["wdata"].eq(adder.o_sum),
+                ]
+            with m.Elif(dma_here & (dq.access == Access.WRITE)):
+                m.d.comb += [
+                    port["waddr"].eq(dq.word),
+                    port["wen"].eq(dq.strobe),
+                    port["wdata"].eq(dq.data),
+                ]
             with m.Elif(eng_here & eq_.write):
-                m.d.comb += port["wen"].eq(eq_.strobe)
+                m.d.comb += [
+                    port["waddr"].eq(eq_.word),
+                    port["wen"].eq(eq_.strobe),
+                    port["wdata"].eq(eq_.data[w8 * p : w8 * (p + 1)]),
+                ]
             rdata.append(port["rdata"])
         eng_live = Cat(*rdata)
         dma_live = rdata[0]
+        add_old = rdata[0]
         for p in range(1, self.partitions):
             dma_live = Mux(dma_part == p, rdata[p], dma_live)
+            add_old = Mux(s1.partition == p, rdata[p], add_old)
+        m.d.comb += [
+            adder.i_old.eq(add_old),
+            adder.i_new.eq(s1_data),
+            adder.i_dtype.eq(s1_dtype),
+        ]
         eng_hold = Signal.like(self.eng_resp.payload)
         dma_hold = Signal.like(self.dma_resp.payload)
         with m.If(eng_fresh):

@@ -76,21 +76,23 @@ def command_fields(side, dynamic=None, *, transpose=False):
     and pads between it and the free entries), an SBUF offset split into the first partition
     and the offset inside the row.  A scalar dynamic offset is folded into the offset.
     ``transpose``: the column walk of a 2-D view (:func:`runs`); in the SBUF the partition
-    level is then the innermost (``pdim`` 4)."""
+    level is then the innermost.  A level that steps partitions has ``step`` 0 and ``pstep``
+    1."""
     pattern = list(side.pattern)
     offset = side.offset
     if side.indirect is not None and side.indirect.kind == "scalar":
         offset += int(dynamic) * side.indirect.stride
-    pdim = 0
+    pstep = [0] * DIMS
     if side.space == Space.SBUF:
         partition = side.partition + offset // side.row
         offset = offset % side.row
         lead, free = pattern[0], pattern[1:]
         if transpose:
             pattern = [(0, 1)] * 3 + [free[0], (0, lead[1])]
-            pdim = 4
+            pstep[4] = 1
         else:
-            pattern = [lead] + [(0, 1)] * (4 - len(free)) + free
+            pattern = [(0, lead[1])] + [(0, 1)] * (4 - len(free)) + free
+            pstep[0] = 1
     else:
         if transpose:
             pattern = pattern[::-1]
@@ -100,9 +102,8 @@ def command_fields(side, dynamic=None, *, transpose=False):
         "base": side.base,
         "offset": offset,
         "partition": partition,
-        "sbuf": int(side.space == Space.SBUF),
-        "pdim": pdim,
         "esize": side.esize.bit_length() - 1,
         "step": [s for s, _ in pattern],
+        "pstep": pstep,
         "num": [n for _, n in pattern],
     }

@@ -1,14 +1,31 @@
-"""The SBUF's two ports and who gets a partition in a cycle.
+"""The SBUF's two ports, its near-memory read-add-write unit, and who gets a partition in a
+cycle.
 
-Every partition is one single-ported SRAM of ``partition_bytes / word_bytes`` words: one access,
-read or write, per cycle.  Two ports reach it: the **DMA port** (one partition, one word per
-request) and the **engine port** (one word of every partition in a mask, the way a compute
-engine reads or writes a column of all partitions at once).  When both want the DMA's partition
-in the same cycle, the engine wins, unless the DMA request has already waited ``dma_wait``
-cycles; then the DMA wins and the engine waits one cycle.  So a compute engine is never slowed
-by more than one cycle in ``dma_wait + 1`` while the DMA is guaranteed a grant within
-``dma_wait + 1`` cycles of a conflict.  A read is also held back while its port's response is
-still waiting to be taken (one response in flight per port).
+Every partition is an SRAM of ``partition_bytes / word_bytes`` words with one read port and one
+write port (a read and a write in the same cycle; a read returns the word as it was before the
+cycle's write).  Two request ports reach it: the **DMA port** (one partition, one word per
+request: a read, a write, or a read-add-write) and the **engine port** (one word of every
+partition in a mask, read or write, the way a compute engine accesses a column of all
+partitions at once).
+
+Arbitration: when both ports want the DMA's partition in the same cycle, the engine wins, unless
+the DMA request has already waited ``dma_wait`` cycles; then the DMA wins and the engine waits
+one cycle.  So a compute engine is never slowed by more than one cycle in ``dma_wait + 1`` while
+the DMA is guaranteed a grant within ``dma_wait + 1`` cycles of a conflict.  A request is held
+back (``blocked``, it takes no part in the arbitration that cycle) when
+
+* it is a read and its port's previous response has not been taken (one response in flight per
+  port);
+* it touches a word a read-add-write is still adding (granted in one of the last
+  :data:`ADD_LATENCY` cycles): every access sees every earlier grant's result;
+* it is a write to a partition whose read-add-write sum is written this cycle (the write port is
+  taken).
+
+**Read-add-write** (NeuronCore-v4, seed 001): the DMA hands the unit beside the SBUF a word
+``A``; at the grant the unit reads the word ``B`` from the SRAM, adds lane by lane
+(:func:`ncrtl.model.dma.engine.add_elements`, FP32 or BF16 as the request says) and writes the
+sum's strobed bytes :data:`ADD_LATENCY` cycles after the grant, on the write port, while the
+read port serves the next request: one read-add-write per cycle, the rate of a DMA write.
 
 :class:`SbufArbiter` is that rule cycle by cycle, which the RTL (``ncrtl.hdl.dma.sbuf``)
 matches; :class:`SbufMemory` is the storage, ``[partitions, partition_bytes]`` bytes.
@@ -16,35 +33,93 @@ matches; :class:`SbufMemory` is the storage, ``[partitions, partition_bytes]`` b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["SbufArbiter", "SbufMemory", "DMA_WAIT", "write_strobed"]
+from ncrtl.model.dma.engine import add_elements
+from ncrtl.model.dma.isa import AddDtype
+
+__all__ = [
+    "SbufArbiter",
+    "SbufMemory",
+    "DMA_WAIT",
+    "ADD_LATENCY",
+    "Access",
+    "write_strobed",
+]
 
 #: Default cycles a conflicting DMA request waits before it wins over the engine port.
 DMA_WAIT = 4
 
+#: Cycles from a read-add-write's grant to the write of its sum: the SRAM read (1) and the
+#: adder's register (1).
+ADD_LATENCY = 2
+
+
+class Access(enum.IntEnum):
+    """What a DMA port request does."""
+
+    READ = 0
+    WRITE = 1
+    ADD = 2  #: read-add-write
+
 
 @dataclass
 class SbufArbiter:
-    """One decision per cycle: :meth:`step` with what each port offers returns the grants."""
+    """One decision per cycle: :meth:`step` with what each port offers returns the grants.
+
+    ``adding`` holds the read-add-writes in flight, newest first, as ``(partition, word)`` (or
+    ``None`` for a cycle without one): entry ``ADD_LATENCY - 1`` is written this cycle."""
 
     dma_wait: int = DMA_WAIT
     waited: int = 0
+    adding: list = field(default_factory=lambda: [None] * ADD_LATENCY)
 
-    def step(self, dma_valid, dma_partition, dma_blocked, eng_valid, eng_mask, eng_blocked):
+    def blocked(self, partitions, word, write):
+        """Whether a request touching ``word`` of the ``partitions`` (a bit mask) waits for a
+        read-add-write in flight."""
+        for i, slot in enumerate(self.adding):
+            if slot is None or not (partitions >> slot[0]) & 1:
+                continue
+            if slot[1] == word or (write and i == ADD_LATENCY - 1):
+                return True
+        return False
+
+    def step(
+        self,
+        dma_valid,
+        dma_partition,
+        dma_blocked,
+        eng_valid,
+        eng_mask,
+        eng_blocked,
+        *,
+        dma_word=0,
+        dma_access=Access.READ,
+        eng_word=0,
+        eng_write=False,
+    ):
         """``(dma_grant, eng_grant)`` for one cycle.
 
         ``*_blocked``: the port's request is a read and its previous response has not been
-        taken (it cannot be granted this cycle).  ``eng_mask``: a set or a bit mask int of the
-        engine request's partitions."""
+        taken.  ``eng_mask``: a set or a bit mask int of the engine request's partitions.  The
+        words and kinds of the requests decide the waits for read-add-writes in flight."""
         mask = eng_mask if isinstance(eng_mask, int) else sum(1 << p for p in eng_mask)
+        if dma_valid:
+            dma_blocked = dma_blocked or self.blocked(
+                1 << dma_partition, dma_word, dma_access == Access.WRITE
+            )
+        if eng_valid:
+            eng_blocked = eng_blocked or self.blocked(mask, eng_word, eng_write)
         conflict = dma_valid and eng_valid and bool((mask >> dma_partition) & 1)
         dma_first = self.waited >= self.dma_wait
         eng = eng_valid and not eng_blocked and not (conflict and dma_first and not dma_blocked)
         dma = dma_valid and not dma_blocked and not (conflict and eng)
         self.waited = self.waited + 1 if dma_valid and not dma else 0
+        added = (dma_partition, dma_word) if dma and dma_access == Access.ADD else None
+        self.adding = [added] + self.adding[:-1]
         return dma, eng
 
 
@@ -64,6 +139,17 @@ class SbufMemory:
         is set."""
         w = self.word_bytes
         write_strobed(self.data[partition, word * w : (word + 1) * w], data, strobe)
+
+    def add(self, partition, word, data, strobe, dtype):
+        """A read-add-write: the word plus ``data`` lane by lane (an
+        :class:`ncrtl.model.dma.isa.AddDtype`), its ``strobe`` bytes written."""
+        w = self.word_bytes
+        if isinstance(data, int):
+            data = np.frombuffer(data.to_bytes(w, "little"), np.uint8)
+        esize = 4 if AddDtype(dtype) == AddDtype.FP32 else 2
+        old = self.read(partition, word).reshape(-1, esize)
+        total = add_elements(old, np.asarray(data, np.uint8).reshape(-1, esize), dtype)
+        self.write(partition, word, total.reshape(-1), strobe)
 
 
 def write_strobed(target, data, strobe):

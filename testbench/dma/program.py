@@ -60,31 +60,45 @@ def random_copy(rng, geo, tag, *, add=None):
     return Descriptor(Op.COPY, src, dst, tag=tag)
 
 
-def random_transpose(rng, geo, tag):
-    """A random DMA transpose into the SBUF, from the device memory or the SBUF."""
+def random_transpose(rng, geo, tag, *, word_bytes=None):
+    """A random DMA transpose into the SBUF, from the device memory or the SBUF, free steps 1 or
+    -1.  With ``word_bytes``, half of them have views whose sides are multiples of the engine's
+    tile (``word_bytes`` / element bytes): the tiled path."""
     esize = int(rng.choice([2, 4]))
     a, b = int(rng.integers(1, 5)), int(rng.integers(1, 7))
+    if word_bytes is not None and rng.random() < 0.5:
+        tile = word_bytes // esize
+        a, b = tile * int(rng.integers(1, 3)), tile * int(rng.integers(1, 3))
+        if max(a, b) > geo.partitions or (32 + (b + 2) * esize) > geo.partition_bytes:
+            a = b = tile
+        if tile > geo.partitions or (32 + (b + 2) * esize) > geo.partition_bytes:
+            a, b = 1, 1
     row = b + int(rng.integers(0, 3))
+    step = 1 if rng.random() < 0.7 else -1
+    off = 0 if step == 1 else b - 1
     if rng.random() < 0.5:
         base = int(rng.integers(0, 64)) * esize
-        src = Side(Space.HBM, base, row, a * row, [(row, a), (1, b)], esize)
+        src = Side(Space.HBM, base, row, a * row, [(row, a), (step, b)], esize, off)
     else:
         part = int(rng.integers(0, geo.partitions - a + 1))
-        src = Side(Space.SBUF, 32, row, a * row, [(row, a), (1, b)], esize, 0, part)
+        src = Side(Space.SBUF, 32, row, a * row, [(row, a), (step, b)], esize, off, part)
     drow = a + int(rng.integers(0, 3))
+    dstep = 1 if rng.random() < 0.8 else -1
     part = int(rng.integers(0, geo.partitions - b + 1))
-    dst = Side(Space.SBUF, 0, drow, b * drow, [(drow, b), (1, a)], esize, 0, part)
+    doff = 0 if dstep == 1 else a - 1
+    dst = Side(Space.SBUF, 0, drow, b * drow, [(drow, b), (dstep, a)], esize, doff, part)
     return Descriptor(Op.TRANSPOSE, src, dst, tag=tag)
 
 
-def random_descriptors(rng, geo, n):
-    """``n`` descriptors, tags 0..n-1 modulo 256: a quarter transposes, a quarter
-    read-add-writes (FP32 or BF16), the rest copies."""
+def random_descriptors(rng, geo, n, *, word_bytes=None):
+    """``n`` descriptors, tags 0..n-1 modulo 256: a quarter transposes (half of them tiled for
+    an engine of ``word_bytes``, when given), a quarter read-add-writes (FP32 or BF16), the
+    rest copies."""
     out = []
     for t in range(n):
         kind = rng.random()
         if kind < 0.25:
-            out.append(random_transpose(rng, geo, t % 256))
+            out.append(random_transpose(rng, geo, t % 256, word_bytes=word_bytes))
         elif kind < 0.5:
             out.append(random_copy(rng, geo, t % 256, add=AddDtype(int(rng.integers(0, 2)))))
         else:

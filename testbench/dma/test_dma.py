@@ -125,7 +125,7 @@ async def test_random_descriptors(dut):
     await tb.reset()
     await tb.load_sbuf(mem.sbuf)
     n = max(1, min(count, 400))
-    descs = random_descriptors(rng, geo, n)
+    descs = random_descriptors(rng, geo, n, word_bytes=params["word_bytes"])
     status = Scoreboard("dma.status", "tag, then code", bits=16)
     sbuf_sb = Scoreboard("dma.sbuf", "bytes of the whole SBUF", bits=8)
     hbm_sb = Scoreboard("dma.hbm", "bytes of the whole device memory", bits=8)
