@@ -435,6 +435,13 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
                 f"  {k} / copy at {big} B per partition: {rows[big][k] / copy:.2f} "
                 f"(documented: {'up to' if target < 1 else 'the same as copy,'} {target:.0%})"
             )
+    if c.get("sbuf_transpose") and c.get("sbuf_transpose_copy"):
+        print(
+            f"  SBUF -> SBUF transpose [{partitions}, {partitions}] FP32 / copy of the same bytes "
+            f"from the device memory, less the overhead: "
+            f"{c['sbuf_transpose_copy'] / c['sbuf_transpose']:.2f} "
+            f"({c['sbuf_transpose']} / {c['sbuf_transpose_copy']} cycles; documented: up to 50%)"
+        )
     try:
         import matplotlib
 

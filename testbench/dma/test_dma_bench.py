@@ -65,6 +65,31 @@ async def test_bandwidth(dut):
             figures[f"bytes_{kind}_{size}"] = desc.src.count * desc.src.esize
             sb.compare_sequence([got], [int(code)])
             assert code == 0, msg
+    # SBUF -> SBUF transpose: at most [P, P] on P partitions, so it is compared with a copy of
+    # the same bytes from the device memory, both less the fixed per-transfer overhead.
+    from ncrtl.model.dma import Descriptor, Op, Side, Space
+
+    p, esize = geo.partitions, 4
+    half = geo.partition_bytes // 2
+    pair = {
+        "sbuf_transpose": Descriptor(
+            Op.TRANSPOSE,
+            Side(Space.SBUF, half, p, p * p, [(p, p), (1, p)], esize),
+            Side(Space.SBUF, 0, p, p * p, [(p, p), (1, p)], esize),
+        ),
+        "sbuf_transpose_copy": Descriptor(
+            Op.COPY,
+            Side(Space.HBM, 0, p, p * p, [(p, p), (1, p)], esize),
+            Side(Space.SBUF, 0, p, p * p, [(p, p), (1, p)], esize),
+        ),
+    }
+    for name, desc in pair.items():
+        gold, code, msg = execute(desc, geo, mem)
+        t0 = int(tb.status.cycle)
+        tag, got = await tb.run(desc)
+        figures[name] = int(tb.status.cycle) - t0 - params["overhead"]
+        sb.compare_sequence([got], [int(code)])
+        assert code == 0, msg
     sb.write_json()
     write_counters(**figures)
     sb.assert_clean()
