@@ -648,3 +648,35 @@ def test_tile_transpose_streams_with_random_stalls(word_bytes):
         assert got == want, (esize, stall)
         if stall == 0.0:  # streaming: one tile of latency, then a word per cycle
             assert cycles[0] <= len(want) + w // esize + 2, cycles[0]
+
+
+def test_address_generator_tiled_walks():
+    """A tiled DMA transpose's walks (source and destination order, E x E tiles) of random 2-D
+    views in the SBUF and the device memory, free steps 1, -1 and 2: the generator's runs
+    for :func:`~ncrtl.model.dma.agu.command_fields` are :func:`~ncrtl.model.dma.agu.runs`'."""
+    w = 8
+    rng = np.random.default_rng(23)
+    dut = AddressGenerator(w, addr_bits=16, count_bits=8, part_bits=4)
+    cases = []
+    for space in (Space.HBM, Space.SBUF):
+        for esize in (2, 4):
+            e = w // esize
+            for role in ("source", "destination"):
+                for _ in range(4):
+                    a, b = e * int(rng.integers(1, 3)), e * int(rng.integers(1, 3))
+                    step = int(rng.choice([1, -1, 2]))
+                    span = (b - 1) * abs(step) + 1
+                    row = span + int(rng.integers(0, 3))
+                    off = 0 if step > 0 else span - 1
+                    if space == Space.SBUF:
+                        part = int(rng.integers(0, 16 - a + 1))
+                        side = Side(space, 8, row, a * row, [(row, a), (step, b)], esize, off, part)
+                    else:
+                        side = Side(space, 16, row, a * row, [(row, a), (step, b)], esize, off)
+                    cases.append((side, role))
+    fields = [command_fields(s, tiled=r, word_bytes=w) for s, r in cases]
+    got = _play(dut, fields, stall=0.2, seed=3)
+    for (side, role), g in zip(cases, got):
+        want = runs(side, w, tiled=role)
+        have = np.array([(p, a, b) for p, a, b, _ in g], dtype=np.int64).reshape(-1, 3)
+        assert np.array_equal(have, want), (side, role, have[:6], want[:6])

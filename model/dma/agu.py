@@ -34,18 +34,35 @@ def pattern_bounds(pattern, first=0):
     return lo, hi
 
 
-def runs(side, word_bytes, dynamic=None, *, transpose=False):
+def runs(side, word_bytes, dynamic=None, *, transpose=False, tiled=None):
     """The runs of ``side`` in loop order: an int64 array ``[n, 3]`` of ``(partition, byte
     address, bytes)``.  ``transpose``: the columns of the side's 2-D view ``[A, B]`` one after
-    the other (the order a DMA transpose reads its source in), each element its own run unless
-    the view's outer step is 1 in the device memory."""
+    the other (the order a DMA transpose reads its source in on its element path), each element
+    its own run unless the view's outer step is 1 in the device memory.
+
+    ``tiled`` (``"source"`` or ``"destination"``): a tiled DMA transpose's walk of its 2-D view
+    in ``E x E`` tiles, ``E = word_bytes / esize`` (both sides multiples of ``E``).  The source
+    view ``[A, B]`` goes tile column by tile column (``B / E``), tile by tile down it, each tile
+    row by row; the destination view ``[B, A]`` goes the same tiles (tile row by tile row), each
+    tile row by row of the destination, which is column by column of the source."""
     addr = side_addresses(side, dynamic)
     if side.space == Space.HBM:
         part = np.zeros(np.shape(addr), dtype=np.int64)
         byte = np.asarray(addr, dtype=np.int64)
     else:
         part, byte = (np.asarray(a, dtype=np.int64) for a in addr)
-    if transpose:
+    if tiled is not None:
+        e = word_bytes // side.esize
+        a, b = part.shape
+        if a % e or b % e:
+            raise ValueError(f"a tiled walk needs view sides that are multiples of {e}, not {a, b}")
+        # [A / E, E, B / E, E]: the source's order is (col tile, row tile, row, col), the
+        # destination's (row tile, col tile, row, col); the innermost level is a view row.
+        axes = (2, 0, 1, 3) if tiled == "source" else (0, 2, 1, 3)
+        part, byte = (x.reshape(a // e, e, b // e, e).transpose(axes) for x in (part, byte))
+        contiguous = side.pattern[-1][0] == 1
+        inner = e
+    elif transpose:
         part, byte = part.T, byte.T
         contiguous = side.space == Space.HBM and side.pattern[0][0] == 1
         inner = side.pattern[0][1]
@@ -70,20 +87,39 @@ def runs(side, word_bytes, dynamic=None, *, transpose=False):
     return np.asarray(out, dtype=np.int64).reshape(-1, 3)
 
 
-def command_fields(side, dynamic=None, *, transpose=False):
+def command_fields(side, dynamic=None, *, transpose=False, tiled=None, word_bytes=None):
     """The address generator's command for ``side`` (``ncrtl.hdl.dma.agu.command_layout``):
     patterns padded to 5 entries on the outside (an SBUF side keeps its partition entry first
     and pads between it and the free entries), an SBUF offset split into the first partition
     and the offset inside the row.  A scalar dynamic offset is folded into the offset.
     ``transpose``: the column walk of a 2-D view (:func:`runs`); in the SBUF the partition
     level is then the innermost.  A level that steps partitions has ``step`` 0 and ``pstep``
-    1."""
+    1.  ``tiled`` with ``word_bytes``: the tiled walk of :func:`runs`, as the engine commands
+    it."""
     pattern = list(side.pattern)
     offset = side.offset
     if side.indirect is not None and side.indirect.kind == "scalar":
         offset += int(dynamic) * side.indirect.stride
     pstep = [0] * DIMS
-    if side.space == Space.SBUF:
+    if tiled is not None:
+        e = word_bytes // side.esize
+        (s0, n0), (s1, n1) = pattern
+        sbuf = side.space == Space.SBUF
+        outer = (0 if sbuf else s0 * e, n0 // e, e if sbuf else 0)  # (step, num, pstep)
+        row = (0 if sbuf else s0, e, 1 if sbuf else 0)
+        tile_of_1 = (s1 * e, n1 // e, 0)
+        levels = [(0, 1, 0)]
+        if tiled == "source":
+            levels += [tile_of_1, outer, row, (s1, e, 0)]
+        else:
+            levels += [outer, tile_of_1, row, (s1, e, 0)]
+        pattern = [(st, n) for st, n, _ in levels]
+        pstep = [p for *_, p in levels]
+        partition = 0
+        if sbuf:
+            partition = side.partition + offset // side.row
+            offset = offset % side.row
+    elif side.space == Space.SBUF:
         partition = side.partition + offset // side.row
         offset = offset % side.row
         lead, free = pattern[0], pattern[1:]
