@@ -43,9 +43,13 @@ class DmaEngine(wiring.Component):
     a response other than OKAY does not stop it (the memory model never gives one).  SBUF
     reads and writes of one descriptor share the SBUF's DMA port, writes first.
 
-    A TRANSPOSE reads its source view column by column (the source generator walks the view
-    transposed), so the byte stream arrives in the destination's order and the rest is a copy;
-    the source side then moves one element per read.  An ADD (SBUF read-add-write) writes each
+    A TRANSPOSE whose source view ``[A, B]`` has both sides multiples of ``E = word_bytes /
+    element bytes`` is tiled: the source walks ``E x E`` tiles row by row, the destination the
+    same tiles column by column, and a :class:`~ncrtl.hdl.dma.tile.TileTranspose` between the
+    byte queue and a second one reorders them, a word per cycle.  Any other TRANSPOSE reads its
+    source view column by column (the source generator walks the view transposed), so the byte
+    stream arrives in the destination's order and the rest is a copy, one element per read.  An
+    ADD (SBUF read-add-write) writes each
     destination run as a read-add-write request to the SBUF, whose near-memory unit reads the
     word, adds and writes the sum: to the engine an ADD is a copy.
 

@@ -1,13 +1,13 @@
 """``Sbuf``: the state buffer, one SRAM per partition, a DMA port, an engine port and the
 near-memory read-add-write unit."""
 
-from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
-from ncrtl.hdl.psum.bank import BankMemory
+from ncrtl.hdl.psum.bank import BankMemory, place_bank
 from ncrtl.hdl.verilog import Cell
 from ncrtl.model.dma.sbuf import DMA_WAIT, Access
 
@@ -253,36 +253,8 @@ class Sbuf(wiring.Component):
 
         rdata = []
         for p in range(self.partitions):
-            port = dict(
-                raddr=Signal(range(self.words), name=f"p{p}_raddr"),
-                ren=Signal(name=f"p{p}_ren"),
-                waddr=Signal(range(self.words), name=f"p{p}_waddr"),
-                wen=Signal(self.word_bytes, name=f"p{p}_wen"),
-                wdata=Signal(w8, name=f"p{p}_wdata"),
-                rdata=Signal(w8, name=f"p{p}_rdata"),
-            )
-            if self.instance:
-                m.submodules[f"p{p}"] = Instance(
-                    partition_module(self.word_bytes, self.words),
-                    i_clk=ClockSignal(),
-                    i_rst=ResetSignal(),
-                    i_i_raddr=port["raddr"],
-                    i_i_ren=port["ren"],
-                    o_o_rdata=port["rdata"],
-                    i_i_waddr=port["waddr"],
-                    i_i_wen=port["wen"],
-                    i_i_wdata=port["wdata"],
-                )
-            else:
-                m.submodules[f"p{p}"] = mem = BankMemory(w8, self.words, granularity=8)
-                m.d.comb += [
-                    mem.i_raddr.eq(port["raddr"]),
-                    mem.i_waddr.eq(port["waddr"]),
-                    mem.i_ren.eq(port["ren"]),
-                    mem.i_wen.eq(port["wen"]),
-                    mem.i_wdata.eq(port["wdata"]),
-                    port["rdata"].eq(mem.o_rdata),
-                ]
+            module = partition_module(self.word_bytes, self.words) if self.instance else None
+            port = place_bank(m, f"p{p}", w8, self.words, granularity=8, module=module)
             dma_here = dma_go & equals(dq.partition, p)
             eng_here = eng_go & eq_.mask[p]
             sum_here = s2.valid & equals(s2.partition, p)

@@ -1,14 +1,14 @@
 """One PSUM bank (an SRAM word of every partition's slot) or one SBUF partition: an SRAM with
 one read and one write port."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.params import check_int, validated_init
 
-__all__ = ["BankMemory"]
+__all__ = ["BankMemory", "place_bank"]
 
 
 class BankMemory(wiring.Component):
@@ -80,3 +80,42 @@ class BankMemory(wiring.Component):
             wp.data.eq(self.i_wdata),
         ]
         return m
+
+
+def place_bank(m, name, width, depth, *, granularity=16, module=None):
+    """Place a :class:`BankMemory` in ``m`` as submodule ``name`` and return its ports, a dict
+    ``raddr``, ``ren``, ``rdata``, ``waddr``, ``wen``, ``wdata`` to drive and read.
+
+    ``module``: the Verilog module name of the memory, placed with ``Instance`` (one module
+    for every bank of a design, emitted once: :class:`ncrtl.hdl.verilog.Cell`); ``None``: an
+    Amaranth submodule (the Amaranth simulator)."""
+    if module is None:
+        m.submodules[name] = mem = BankMemory(width, depth, granularity=granularity)
+        return dict(
+            raddr=mem.i_raddr,
+            ren=mem.i_ren,
+            rdata=mem.o_rdata,
+            waddr=mem.i_waddr,
+            wen=mem.i_wen,
+            wdata=mem.i_wdata,
+        )
+    sig = dict(
+        raddr=Signal(range(depth), name=f"{name}_raddr"),
+        ren=Signal(name=f"{name}_ren"),
+        rdata=Signal(width, name=f"{name}_rdata"),
+        waddr=Signal(range(depth), name=f"{name}_waddr"),
+        wen=Signal(width // granularity, name=f"{name}_wen"),
+        wdata=Signal(width, name=f"{name}_wdata"),
+    )
+    m.submodules[name] = Instance(
+        module,
+        i_clk=ClockSignal(),
+        i_rst=ResetSignal(),
+        i_i_raddr=sig["raddr"],
+        i_i_ren=sig["ren"],
+        o_o_rdata=sig["rdata"],
+        i_i_waddr=sig["waddr"],
+        i_i_wen=sig["wen"],
+        i_i_wdata=sig["wdata"],
+    )
+    return sig

@@ -43,7 +43,7 @@ from ncrtl.model.psum.arbiter import PORTS
 from ncrtl.model.psum.isa import Dtype, Geometry
 
 from .arbiter import BankArbiter
-from .bank import BankMemory
+from .bank import BankMemory, place_bank
 from .control import INSTR_LAYOUT, WriteControl
 from .update import SlotUpdate
 
@@ -492,36 +492,8 @@ class Psum(wiring.Component):
         """Place bank ``b``'s memory; return its port signals (a dict)."""
         g = self.geometry
         W, R = 32 * g.partitions, g.rows
-        if not self.instance:
-            m.submodules[f"bank{b}"] = mem = BankMemory(W, R)
-            return dict(
-                raddr=mem.i_raddr,
-                ren=mem.i_ren,
-                rdata=mem.o_rdata,
-                waddr=mem.i_waddr,
-                wen=mem.i_wen,
-                wdata=mem.i_wdata,
-            )
-        sig = dict(
-            raddr=Signal(range(R), name=f"bank{b}_raddr"),
-            ren=Signal(name=f"bank{b}_ren"),
-            rdata=Signal(W, name=f"bank{b}_rdata"),
-            waddr=Signal(range(R), name=f"bank{b}_waddr"),
-            wen=Signal(W // 16, name=f"bank{b}_wen"),
-            wdata=Signal(W, name=f"bank{b}_wdata"),
-        )
-        m.submodules[f"bank{b}"] = Instance(
-            bank_module(g.partitions, R),
-            i_clk=ClockSignal(),
-            i_rst=ResetSignal(),
-            i_i_raddr=sig["raddr"],
-            i_i_ren=sig["ren"],
-            o_o_rdata=sig["rdata"],
-            i_i_waddr=sig["waddr"],
-            i_i_wen=sig["wen"],
-            i_i_wdata=sig["wdata"],
-        )
-        return sig
+        module = bank_module(g.partitions, R) if self.instance else None
+        return place_bank(m, f"bank{b}", W, R, module=module)
 
 
 class _Pipeline:
