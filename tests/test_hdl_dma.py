@@ -290,12 +290,14 @@ def _random_descriptor_side(rng, geo):
 
 
 def test_descriptor_check_matches_the_golden_rules():
-    """Random descriptors, legal and breaking every rule: the RTL's code is the golden's."""
+    """Random descriptors, legal and breaking every rule: the RTL's code is the golden's; with a
+    dynamic offset, the code of the rules checked before its values are read."""
     from ncrtl.hdl.dma.check import DescriptorCheck, Widths
-    from ncrtl.model.dma import AddDtype, Descriptor, Error, Geometry, Op, check
+    from ncrtl.model.dma import AddDtype, Descriptor, Error, Geometry, Indirect, Op, check
     from ncrtl.model.dma.isa import encode
 
     geo = Geometry(partitions=16, partition_bytes=256, hbm_bytes=4096)
+    sbuf = np.zeros((geo.partitions, geo.partition_bytes), np.uint8)
     dut = DescriptorCheck(Widths(16, 8, 5), partitions=16, partition_bytes=256, hbm_bytes=4096)
     rng = np.random.default_rng(12)
     cases = []
@@ -336,22 +338,44 @@ def test_descriptor_check_matches_the_golden_rules():
             dst = replace(src, offset=src.offset + int(rng.integers(-2, 3)))
         add = AddDtype.BF16 if src.esize == 2 and rng.random() < 0.9 else AddDtype.FP32
         desc = Descriptor(op, src, dst, add)
-        want = check(desc, geo)
-        cases.append((encode(desc), int(want[0]) if want else 0))
-    codes = [c for _, c in cases]
+        if rng.random() < 0.15:  # a dynamic offset: where its values are, sometimes outside
+            which = str(rng.choice(["src", "dst"]))
+            kind = str(rng.choice(["scalar", "vector"]))
+            ind = Indirect(
+                kind,
+                int(rng.integers(0, geo.partitions + 1)),
+                int(rng.integers(0, geo.partition_bytes // 4 + 1)) * 4 + (rng.random() < 0.1),
+                int(rng.integers(1, 9)),
+            )
+            desc = replace(desc, **{which: replace(getattr(desc, which), indirect=ind)})
+        want = check(desc, geo, sbuf)
+        cases.append((encode(desc), int(want[0]) if want else 0, desc))
+    codes = [c for _, c, _ in cases]
     for e in Error:
         if e not in (Error.INDIRECT, Error.OPCODE):
             assert codes.count(int(e)) >= 15, (e, codes.count(int(e)))
+    static = {Error.ELEMENT_SIZE, Error.SPACE, Error.SHAPE, Error.PARTITION_STEP, Error.TENSOR}
+    assert sum(d.src.indirect is not None and c == Error.TENSOR for _, c, d in cases) >= 5
+    assert sum(d.src.indirect is not None and c == Error.SHAPE for _, c, d in cases) >= 5
 
     async def bench(ctx):
-        for fields, want in cases:
+        for fields, want, desc in cases:
             ctx.set(dut.desc, fields)
             await ctx.delay(1e-9)
-            assert ctx.get(dut.error) == want, (fields, want)
+            if desc.src.indirect is None and desc.dst.indirect is None:
+                assert ctx.get(dut.error) == want, (fields, want)
+            else:
+                # the rules the check can take before the values are read
+                assert ctx.get(dut.static_error) == (want if want in static else 0), (desc, want)
         fields = dict(cases[0][0], op=3)
         ctx.set(dut.desc, fields)
         await ctx.delay(1e-9)
         assert ctx.get(dut.error) == Error.OPCODE
+        # an offset kind the golden has no name for (3)
+        fields = dict(cases[0][0], src=dict(cases[0][0]["src"], ind=3))
+        ctx.set(dut.desc, fields)
+        await ctx.delay(1e-9)
+        assert ctx.get(dut.static_error) == Error.OPCODE
 
     sim = Simulator(dut)
     sim.add_testbench(bench)
@@ -524,7 +548,8 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
 def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
     """Random copies between the device memory and the SBUF, DMA transposes into the SBUF (2-
     and 4-byte elements, bits kept) and SBUF read-add-writes (FP32, BF16; random bits, NaN and
-    Inf included) through the engine, an AXI4 memory
+    Inf included), scalar and vector dynamic offsets read from the SBUF among them, through
+    the engine, an AXI4 memory
     model with latency and random not-ready cycles on every channel: every status is the
     golden's, and after all of them both memories, whole, are the golden's."""
     from ncrtl.model.dma import Error, Geometry, Memories, execute
@@ -535,7 +560,7 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
-    descs = random_descriptors(rng, geo, 36, word_bytes=word_bytes)
+    descs = random_descriptors(rng, geo, 48, word_bytes=word_bytes, hbm=mem.hbm)
     want, gold = [], mem
     for desc in descs:
         gold, err, msg = execute(desc, geo, gold)
@@ -543,6 +568,13 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
     assert sum(e == 0 for _, e in want) >= 15 and any(e == Error.BOUNDS for _, e in want)
     assert sum(d.op == 1 and e == 0 for d, (_, e) in zip(descs, want)) >= 4
     assert sum(d.op == 2 and e == 0 for d, (_, e) in zip(descs, want)) >= 4
+    for kind in ("scalar", "vector"):
+        done = [
+            e == 0
+            for d, (_, e) in zip(descs, want)
+            if kind in (getattr(d.src.indirect, "kind", None), getattr(d.dst.indirect, "kind", 0))
+        ]
+        assert sum(done) >= 2, kind
     status, sbuf, hbm, _ = _run_engine(
         geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1
     )

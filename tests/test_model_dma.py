@@ -282,6 +282,35 @@ def test_dynamic_offsets_read_from_the_sbuf():
     assert out is mem
 
 
+def test_dynamic_offsets_scalar_in_the_sbuf_and_the_rules_after_reading():
+    """A scalar offset on an SBUF side moves the access by value x stride elements (rows and
+    inside a row); a transpose takes no vector offset; the overlap rule holds for the boxes the
+    values make (the destination read through its offsets)."""
+    rng = np.random.default_rng(9)
+    mem = _memories(rng)
+    mem.sbuf[2, 16:20] = np.array([5], "<i4").view(np.uint8)  # 5 x stride 4 = row 2, element 1
+    src = Side(Space.SBUF, 64, 8, 32, [[8, 2], [1, 4]], 4, 0, 4, Indirect("scalar", 2, 16, 4))
+    dst = Side(Space.HBM, 0, 4, 8, [[4, 2], [1, 4]], 4)
+    out, err, msg = execute(Descriptor(Op.COPY, src, dst), GEO, mem)
+    assert err == Error.NONE, msg
+    # partitions 4 + 2 and 4 + 3, elements 4.. of the row (4 x 5 = 20 = row 2, element 4)
+    want = mem.sbuf[6:8, 64 + 16 : 64 + 32]
+    assert np.array_equal(out.hbm[:32].reshape(2, 16), want)
+    # a vector offset on a transpose's source: a gather is a copy
+    mem.sbuf[0:2, 0:4] = np.array([[0], [1]], "<i4").view(np.uint8)
+    vec = Side(Space.HBM, 0, 4, 16, [[4, 2], [1, 4]], 4, indirect=Indirect("vector", 0, 0))
+    tdst = Side(Space.SBUF, 0, 2, 8, [[2, 4], [1, 2]], 4, 0, 0)
+    err, msg = check(Descriptor(Op.TRANSPOSE, vec, tdst), GEO, mem.sbuf)
+    assert err == Error.SHAPE and "no vector offset" in msg
+    # rows 0 and 3 of an SBUF tensor of 4 rows at partition 8: the box is partitions 8..11
+    mem.sbuf[0:2, 0:4] = np.array([[0], [3]], "<i4").view(np.uint8)
+    vsrc = Side(Space.SBUF, 0, 4, 16, [[4, 2], [1, 4]], 4, 0, 8, Indirect("vector", 0, 0))
+    for part, code in ((10, Error.OVERLAP), (12, Error.NONE)):
+        vdst = Side(Space.SBUF, 0, 4, 8, [[4, 2], [1, 4]], 4, 0, part)
+        got = check(Descriptor(Op.COPY, vsrc, vdst), GEO, mem.sbuf)
+        assert (got[0] if got else Error.NONE) == code, (part, got)
+
+
 @pytest.mark.parametrize(
     "desc, code, text",
     [

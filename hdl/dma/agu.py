@@ -30,6 +30,8 @@ def command_layout(addr_bits, index_bits, count_bits, part_bits):
             "step": data.ArrayLayout(signed(index_bits), DIMS),
             "pstep": data.ArrayLayout(part_bits, DIMS),
             "num": data.ArrayLayout(count_bits, DIMS),
+            "vector": 1,
+            "vlevel": 3,
         }
     )
 
@@ -74,12 +76,20 @@ class AddressGenerator(wiring.Component):
     part_bits : int
         Width of a partition number.
 
+    A ``vector`` command (a vector dynamic offset, NKI's ``indirect_dim = 0``) starts every
+    iteration ``i`` of level ``vlevel`` at ``offset + lead_index`` and partition ``partition +
+    lead_part``, the values of entry ``lead_at = i`` of the engine's table of offsets, read
+    combinationally (``lead_at`` is 0 while idle, for the first iteration).
+
     Interface
     ---------
     cmd : In(stream.Signature(command_layout(...)))
         Taken when the generator is idle.
     run : Out(stream.Signature(run_layout(...)))
         The accesses; ``last`` on the final one, after which ``cmd`` is ready again.
+    lead_at : Out(part_bits)
+    lead_index : In(signed(addr_bits + 1))
+    lead_part : In(part_bits)
     """
 
     @validated_init
@@ -105,6 +115,9 @@ class AddressGenerator(wiring.Component):
                     )
                 ),
                 "run": Out(stream.Signature(run_layout(addr_bits, part_bits, word_bytes))),
+                "lead_at": Out(part_bits),
+                "lead_index": In(signed(self.index_bits)),
+                "lead_part": In(part_bits),
             }
         )
 
@@ -120,19 +133,32 @@ class AddressGenerator(wiring.Component):
         part = Signal(self.part_bits)
         pstart = [Signal(self.part_bits, name=f"pstart{d}") for d in range(DIMS)]
 
+        # A vector command's level ``vlevel`` starts its iterations from the lead table.
+        vec = self.cmd.payload.vector
+        first = Signal(signed(self.index_bits + 2))
+        firstp = Signal(self.part_bits)
+        m.d.comb += [
+            first.eq(self.cmd.payload.offset + Mux(vec, self.lead_index, 0)),
+            firstp.eq(self.cmd.payload.partition + Mux(vec, self.lead_part, 0)),
+        ]
         m.d.comb += self.cmd.ready.eq(~busy)
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cfg.eq(self.cmd.payload), busy.eq(1), cur.eq(self.cmd.payload.offset)]
+            m.d.sync += [cfg.eq(self.cmd.payload), busy.eq(1), cur.eq(first)]
             m.d.sync += [c.eq(0) for c in count]
-            m.d.sync += [s.eq(self.cmd.payload.offset) for s in start]
-            m.d.sync += part.eq(self.cmd.payload.partition)
-            m.d.sync += [p.eq(self.cmd.payload.partition) for p in pstart]
+            m.d.sync += [s.eq(first) for s in start]
+            m.d.sync += part.eq(firstp)
+            m.d.sync += [p.eq(firstp) for p in pstart]
+        lead_count = count[0]
+        for d in range(1, DIMS):
+            lead_count = Mux(cfg.vlevel == d, count[d], lead_count)
+        m.d.comb += self.lead_at.eq(Mux(busy, lead_count[: self.part_bits] + 1, 0))
 
         esize = cfg.esize
         addr = Signal(self.addr_bits)
         m.d.comb += addr.eq(cfg.base + (cur << esize))
         inner = DIMS - 1
-        contiguous = (cfg.step[inner] == 1) & ~cfg.pstep[inner].any()
+        inner_lead = cfg.vector & (cfg.vlevel == inner)  # a one-entry pattern's vector offset
+        contiguous = (cfg.step[inner] == 1) & ~cfg.pstep[inner].any() & ~inner_lead
         left = Signal(self.count_bits + 3)  # bytes left in the innermost iteration
         m.d.comb += left.eq((cfg.num[inner] - count[inner]) << esize)
         room = Signal(wb + 1)  # bytes to the end of the aligned word
@@ -159,8 +185,16 @@ class AddressGenerator(wiring.Component):
             with m.If(~wraps[inner]):
                 m.d.sync += [
                     count[inner].eq(count[inner] + elems),
-                    part.eq(part + cfg.pstep[inner]),
-                    cur.eq(cur + Mux(contiguous, elems, cfg.step[inner])),
+                    part.eq(
+                        Mux(inner_lead, cfg.partition + self.lead_part, part + cfg.pstep[inner])
+                    ),
+                    cur.eq(
+                        Mux(
+                            inner_lead,
+                            cfg.offset + self.lead_index,
+                            cur + Mux(contiguous, elems, cfg.step[inner]),
+                        )
+                    ),
                 ]
             with m.Elif(wraps[0]):
                 m.d.sync += busy.eq(0)
@@ -169,8 +203,9 @@ class AddressGenerator(wiring.Component):
                 # at its new start and partition.
                 for d in range(DIMS - 1):
                     with m.If(wraps[d + 1] & ~wraps[d]):
-                        new = start[d] + cfg.step[d]
-                        newp = pstart[d] + cfg.pstep[d]
+                        lead = cfg.vector & (cfg.vlevel == d)
+                        new = Mux(lead, cfg.offset + self.lead_index, start[d] + cfg.step[d])
+                        newp = Mux(lead, cfg.partition + self.lead_part, pstart[d] + cfg.pstep[d])
                         m.d.sync += [count[d].eq(count[d] + 1), cur.eq(new), part.eq(newp)]
                         m.d.sync += [start[e].eq(new) for e in range(d, DIMS)]
                         m.d.sync += [pstart[e].eq(newp) for e in range(d, DIMS)]

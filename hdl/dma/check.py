@@ -8,7 +8,14 @@ from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.dma.agu import DIMS
 from ncrtl.model.dma.isa import AddDtype, Error, Op, Space
 
-__all__ = ["DescriptorCheck", "side_layout", "descriptor_layout", "Widths"]
+__all__ = [
+    "DescriptorCheck",
+    "side_layout",
+    "descriptor_layout",
+    "Widths",
+    "lead_level",
+    "lead_num",
+]
 
 
 class Widths:
@@ -39,8 +46,29 @@ def side_layout(wd):
             "offset": signed(wd.index_bits),
             "step": data.ArrayLayout(signed(wd.index_bits), DIMS),
             "num": data.ArrayLayout(wd.count_bits, DIMS),
+            # the dynamic offset: 0 none, 1 scalar, 2 vector; where its int32 values are
+            "ind": 2,
+            "ipart": wd.part_bits,
+            "ibyte": wd.addr_bits,
+            "istride": wd.index_bits,
         }
     )
+
+
+def lead_level(side):
+    """The level holding a side's leading pattern entry (a vector offset's dimension): 0 in the
+    SBUF (the partition entry comes first), ``DIMS - dims`` in the device memory (patterns are
+    padded on the outside)."""
+    return Mux(side.space == Space.SBUF, 0, DIMS - side.dims)
+
+
+def lead_num(side):
+    """``num`` of the leading pattern entry (:func:`lead_level`)."""
+    level = lead_level(side)
+    out = side.num[0]
+    for d in range(1, DIMS):
+        out = Mux(level == d, side.num[d], out)
+    return out
 
 
 def descriptor_layout(wd):
@@ -68,11 +96,24 @@ class DescriptorCheck(wiring.Component):
     hbm_bytes : int
         The device memory behind the AXI4 port.
 
+    A side with a dynamic offset is checked in two steps, as the golden does: the rules up to
+    ``TENSOR`` (its static ones: where the int32 values are), then, once the engine has read
+    the values and written the side's offsets and leading entry as a static side over the same
+    box (:func:`ncrtl.model.dma.isa.static_side`), its bounds, as ``INDIRECT``.  The separate
+    outputs let the engine take them in that order.
+
     Interface
     ---------
     desc : In(descriptor_layout(widths))
     error : Out(4)
-        An :class:`ncrtl.model.dma.isa.Error` code, 0 when the descriptor is legal.
+        An :class:`ncrtl.model.dma.isa.Error` code, 0 when the descriptor is legal (for a
+        descriptor without dynamic offsets: the first rule it breaks).
+    static_error : Out(4)
+        The first rule broken up to ``TENSOR`` (and ``OPCODE``), 0 if none.
+    src_bounds, dst_bounds : Out(1)
+        The side's pattern forms an address outside its tensor.
+    overlap : Out(1)
+        The sides' address boxes intersect in one memory.
     """
 
     @validated_init
@@ -85,7 +126,16 @@ class DescriptorCheck(wiring.Component):
         )
         self.partition_bytes = check_int(partition_bytes, "partition_bytes", minimum=4)
         self.hbm_bytes = check_int(hbm_bytes, "hbm_bytes", minimum=4)
-        super().__init__({"desc": In(descriptor_layout(widths)), "error": Out(4)})
+        super().__init__(
+            {
+                "desc": In(descriptor_layout(widths)),
+                "error": Out(4),
+                "static_error": Out(4),
+                "src_bounds": Out(1),
+                "dst_bounds": Out(1),
+                "overlap": Out(1),
+            }
+        )
 
     def _side(self, m, side, name):
         """Per-side figures: ``count``, ``lo``/``hi`` of the free (SBUF) or whole (HBM)
@@ -124,7 +174,18 @@ class DescriptorCheck(wiring.Component):
             return bad
 
         def step_bad(side):
-            return (side.space == Space.SBUF) & (side.num[0] > 1) & (side.step[0] != side.row)
+            static = ~side.ind.any()  # a dynamic side's partitions come from its values
+            return (
+                static & (side.space == Space.SBUF) & (side.num[0] > 1) & (side.step[0] != side.row)
+            )
+
+        def indirect_bad(side):
+            """Where a dynamic offset's int32 values are: aligned, inside a partition, and one
+            partition per value inside the SBUF."""
+            n = Mux(side.ind == 2, lead_num(side), 1)
+            bad = (side.ibyte[:2] != 0) | (side.ibyte + 4 > self.partition_bytes)
+            bad = bad | (side.ipart + n > self.partitions)
+            return side.ind.any() & bad
 
         def tensor_bad(side):
             esz = side.esize
@@ -165,8 +226,10 @@ class DescriptorCheck(wiring.Component):
         op = desc.op
         add_size = Mux(desc.add_dtype == AddDtype.FP32, 2, 1)
         transpose_shape_bad = (src.dims != 2) | (dst.dims != 2) | (s_a != d_b) | (s_b != d_a)
-        rules = [
-            (op == 3, Error.OPCODE),
+        # a gather or scatter is a copy: a transpose's views have no vector offset
+        transpose_shape_bad = transpose_shape_bad | (src.ind == 2) | (dst.ind == 2)
+        static_rules = [
+            ((op == 3) | (src.ind == 3) | (dst.ind == 3), Error.OPCODE),
             (src.esize == 3, Error.ELEMENT_SIZE),
             (dims_bad(src), Error.SHAPE),
             (dst.esize == 3, Error.ELEMENT_SIZE),
@@ -178,14 +241,25 @@ class DescriptorCheck(wiring.Component):
             (Mux(op == Op.TRANSPOSE, transpose_shape_bad, s_count != d_count), Error.SHAPE),
             (step_bad(src), Error.PARTITION_STEP),
             (step_bad(dst), Error.PARTITION_STEP),
-            (tensor_bad(src), Error.TENSOR),
-            (tensor_bad(dst), Error.TENSOR),
-            (bounds_bad(src, s_lo, s_hi), Error.BOUNDS),
-            (bounds_bad(dst, d_lo, d_hi), Error.BOUNDS),
-            (overlap(src, s_lo, s_hi, dst, d_lo, d_hi), Error.OVERLAP),
+            (tensor_bad(src) | indirect_bad(src), Error.TENSOR),
+            (tensor_bad(dst) | indirect_bad(dst), Error.TENSOR),
         ]
-        code = Const(0, 4)
-        for cond, err in reversed(rules):
-            code = Mux(cond, int(err), code)
-        m.d.comb += self.error.eq(code)
+        m.d.comb += [
+            self.src_bounds.eq(bounds_bad(src, s_lo, s_hi)),
+            self.dst_bounds.eq(bounds_bad(dst, d_lo, d_hi)),
+            self.overlap.eq(overlap(src, s_lo, s_hi, dst, d_lo, d_hi)),
+        ]
+        rules = static_rules + [
+            (self.src_bounds, Error.BOUNDS),
+            (self.dst_bounds, Error.BOUNDS),
+            (self.overlap, Error.OVERLAP),
+        ]
+
+        def first(rules):
+            code = Const(0, 4)
+            for cond, err in reversed(rules):
+                code = Mux(cond, int(err), code)
+            return code
+
+        m.d.comb += [self.static_error.eq(first(static_rules)), self.error.eq(first(rules))]
         return m

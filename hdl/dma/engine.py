@@ -1,17 +1,18 @@
 """``DmaEngine``: one DMA engine between the SBUF and the device memory."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.axi import BURST_INCR, AxiManager
 from ncrtl.hdl.common.params import check_int, validated_init
-from ncrtl.model.dma.isa import Op, Space
+from ncrtl.model.dma.isa import Error, Op, Space
 from ncrtl.model.dma.sbuf import Access
 
 from .agu import AddressGenerator
-from .check import DescriptorCheck, Widths, descriptor_layout
+from .check import DescriptorCheck, Widths, descriptor_layout, lead_level, lead_num
 from .gearbox import ByteQueue
 from .sbuf import dma_request_layout
 from .tile import TileTranspose
@@ -134,9 +135,53 @@ class DmaEngine(wiring.Component):
         )
 
         d = Signal.like(self.desc.payload)
-        m.d.comb += check.desc.eq(d)
         src_hbm = d.src.space == Space.HBM
         dst_hbm = d.dst.space == Space.HBM
+
+        # -- dynamic offsets ------------------------------------------------------------------
+        # A side's vector offsets, as the address generator adds them at its leading level:
+        # element index (device memory: value x row) or partition (SBUF: the value), one entry
+        # per iteration, written while the values are read and read combinationally by the
+        # generator.
+        tables = []
+        for k, (side, agu) in enumerate(((d.src, src_agu), (d.dst, dst_agu))):
+            table = Memory(shape=signed(wd.index_bits), depth=1 << wd.part_bits, init=[])
+            m.submodules[("src", "dst")[k] + "_lead"] = table
+            rd = table.read_port(domain="comb")
+            m.d.comb += [
+                rd.addr.eq(agu.lead_at),
+                agu.lead_index.eq(Mux(side.space == Space.HBM, rd.data, 0)),
+                agu.lead_part.eq(Mux(side.space == Space.SBUF, rd.data[: wd.part_bits], 0)),
+                agu.cmd.payload.vector.eq(side.ind == 2),
+                agu.cmd.payload.vlevel.eq(lead_level(side)),
+            ]
+            tables.append(table.write_port())
+        # The check sees a vector side as the static side over the same box
+        # (``ncrtl.model.dma.isa.static_side``) once its values are read: the smallest entry
+        # added to its start (SBUF) or offset (device memory), the leading entry spanning the
+        # entries' range (``[span, 2]`` in the device memory, where the entries are indices).
+        cd = Signal.like(d)
+        vfix = [Signal(name=f"vfix_{n}") for n in ("src", "dst")]
+        vmin = [Signal(signed(wd.index_bits), name=f"vmin_{n}") for n in ("src", "dst")]
+        vmax = [Signal(signed(wd.index_bits), name=f"vmax_{n}") for n in ("src", "dst")]
+        m.d.comb += cd.eq(d)
+        for k, (side, fixed) in enumerate(((d.src, cd.src), (d.dst, cd.dst))):
+            with m.If(vfix[k]):
+                with m.If(side.space == Space.SBUF):
+                    m.d.comb += [
+                        fixed.start.eq(side.start + vmin[k]),
+                        fixed.num[0].eq(vmax[k] - vmin[k] + 1),
+                    ]
+                with m.Else():
+                    level = lead_level(side)
+                    m.d.comb += fixed.offset.eq(side.offset + vmin[k])
+                    for i in range(5):
+                        with m.If(level == i):
+                            m.d.comb += [
+                                fixed.num[i].eq(2),
+                                fixed.step[i].eq(vmax[k] - vmin[k]),
+                            ]
+        m.d.comb += check.desc.eq(cd)
 
         # -- control ----------------------------------------------------------------------
         error = Signal(4)
@@ -245,17 +290,155 @@ class DmaEngine(wiring.Component):
         src_taken = Signal()
         dst_taken = Signal()
         # States as an If/Elif chain (an FSM's Verilog is one incomplete case per signal).
-        IDLE, CHECK, WAIT, START, RUN, STATUS = range(6)
-        state = Signal(range(6))
+        IDLE, CHECK, WAIT, START, RUN, STATUS, SIDE, FETCH, SCALE, DIVIDE, VFIX, BOUND, OVER = (
+            range(13)
+        )
+        state = Signal(range(13))
+        # The side whose dynamic offset is being read (0 source, 1 destination) and its values.
+        fside = Signal()
+        fsd = Signal.like(d.src)
+        m.d.comb += fsd.eq(Mux(fside, d.dst, d.src))
+        f_sbuf = fsd.space == Space.SBUF
+        f_vector = fsd.ind == 2
+        f_count = Signal(wd.part_bits + 1)  # values to read
+        issued = Signal(wd.part_bits + 1)
+        got = Signal(wd.part_bits + 1)
+        vbad = Signal()
+        tval = Signal(signed(wd.index_bits + 36))  # offset + value x stride, exact
+        rem = Signal(wd.index_bits)  # the divider's remainder and shifted divisor
+        dsor = Signal(wd.index_bits + wd.part_bits)
+        quot = Signal(wd.part_bits)
+        dsteps = Signal(range(wd.part_bits + 1))
+        dynamic = (d.src.ind != 0) | (d.dst.ind != 0)
+
+        def set_side(field, value):
+            """Write a field of the side being fetched."""
+            with m.If(fside):
+                m.d.sync += getattr(d.dst, field).eq(value)
+            with m.Else():
+                m.d.sync += getattr(d.src, field).eq(value)
+
         with m.If(~state.any()):  # IDLE (== 0 written as ~any(): lint-clean Verilog)
             m.d.comb += self.desc.ready.eq(1)
             with m.If(self.desc.valid):
                 m.d.sync += [d.eq(self.desc.payload), state.eq(CHECK)]
+                m.d.sync += [v.eq(0) for v in vfix]
         with m.Elif(state == CHECK):
-            err = check.error
-            m.d.sync += [error.eq(err), wait.eq(self.overhead), written.eq(0)]
-            m.d.sync += [src_taken.eq(0), dst_taken.eq(0)]
-            m.d.sync += state.eq(Mux(err.any(), STATUS, WAIT))
+            m.d.sync += [wait.eq(self.overhead), written.eq(0)]
+            m.d.sync += [src_taken.eq(0), dst_taken.eq(0), fside.eq(0)]
+            with m.If(~dynamic):
+                err = check.error
+                m.d.sync += [error.eq(err), state.eq(Mux(err.any(), STATUS, WAIT))]
+            with m.Else():
+                # The static rules first; then each side's dynamic offset is read and its
+                # bounds checked, the source's before the destination's, as the golden orders.
+                err = check.static_error
+                m.d.sync += [error.eq(err), state.eq(Mux(err.any(), STATUS, SIDE))]
+        with m.Elif(state == SIDE):
+            with m.If(~fsd.ind.any()):
+                with m.If(Mux(fside, check.dst_bounds, check.src_bounds)):
+                    m.d.sync += [error.eq(Error.BOUNDS), state.eq(STATUS)]
+                with m.Elif(fside):
+                    m.d.sync += state.eq(OVER)
+                with m.Else():
+                    m.d.sync += fside.eq(1)
+            with m.Else():
+                m.d.sync += [
+                    f_count.eq(Mux(f_vector, lead_num(fsd), 1)),
+                    issued.eq(0),
+                    got.eq(0),
+                    vbad.eq(0),
+                    state.eq(FETCH),
+                ]
+        with m.Elif(state == FETCH):
+            # Read the int32 values, one SBUF word read per value (a vector's value i is in
+            # partition ipart + i), all at the same byte.
+            with m.If(issued < f_count):
+                m.d.comb += [
+                    self.sbuf_req.valid.eq(1),
+                    self.sbuf_req.payload.partition.eq(fsd.ipart + issued),
+                    self.sbuf_req.payload.word.eq(fsd.ibyte >> wb),
+                    self.sbuf_req.payload.access.eq(Access.READ),
+                ]
+                with m.If(self.sbuf_req.ready):
+                    m.d.sync += issued.eq(issued + 1)
+            value = Signal(signed(32))
+            m.d.comb += value.eq((self.sbuf_resp.payload >> (fsd.ibyte[:wb] << 3))[:32])
+            entry = Signal(signed(wd.index_bits))
+            m.d.comb += entry.eq(Mux(f_sbuf, value, value * fsd.row))
+            with m.If(self.sbuf_resp.valid):
+                m.d.sync += got.eq(got + 1)
+                with m.If(~f_vector):
+                    m.d.sync += [tval.eq(fsd.offset + value * fsd.istride), state.eq(SCALE)]
+                with m.Else():
+                    m.d.comb += [
+                        tables[0].addr.eq(got),
+                        tables[1].addr.eq(got),
+                        tables[0].data.eq(entry),
+                        tables[1].data.eq(entry),
+                        tables[0].en.eq(~fside),
+                        tables[1].en.eq(fside),
+                    ]
+                    m.d.sync += vbad.eq(vbad | (value < 0) | (value >= fsd.rows))
+                    for k in range(2):
+                        with m.If(fside == k):
+                            with m.If(~got.any() | (entry < vmin[k])):
+                                m.d.sync += vmin[k].eq(entry)
+                            with m.If(~got.any() | (entry > vmax[k])):
+                                m.d.sync += vmax[k].eq(entry)
+                    with m.If(got + 1 == f_count):
+                        m.d.sync += state.eq(VFIX)
+        with m.Elif(state == SCALE):
+            # A scalar offset: its first element must lie in the tensor; in the SBUF the
+            # element index is then split into partition and offset in the row.
+            with m.If((tval < 0) | (tval >= fsd.extent)):
+                m.d.sync += [error.eq(Error.INDIRECT), state.eq(STATUS)]
+            with m.Elif(f_sbuf):
+                m.d.sync += [
+                    rem.eq(tval),
+                    dsor.eq(fsd.row << (wd.part_bits - 1)),
+                    quot.eq(0),
+                    dsteps.eq(wd.part_bits),
+                    state.eq(DIVIDE),
+                ]
+            with m.Else():
+                set_side("offset", tval)
+                m.d.sync += state.eq(BOUND)
+        with m.Elif(state == DIVIDE):
+            # Restoring division, a quotient bit per cycle: the quotient is a row of the
+            # tensor, so it has part_bits bits.
+            with m.If(~dsteps.any()):
+                set_side("start", quot)
+                set_side("offset", rem)
+                m.d.sync += state.eq(BOUND)
+            with m.Else():
+                fits = rem >= dsor
+                m.d.sync += [
+                    rem.eq(Mux(fits, rem - dsor, rem)),
+                    quot.eq(Cat(fits, quot)),
+                    dsor.eq(dsor >> 1),
+                    dsteps.eq(dsteps - 1),
+                ]
+        with m.Elif(state == VFIX):
+            with m.If(vbad):
+                m.d.sync += [error.eq(Error.INDIRECT), state.eq(STATUS)]
+            with m.Else():
+                for k in range(2):
+                    with m.If(fside == k):
+                        m.d.sync += vfix[k].eq(1)
+                m.d.sync += state.eq(BOUND)
+        with m.Elif(state == BOUND):
+            with m.If(Mux(fside, check.dst_bounds, check.src_bounds)):
+                m.d.sync += [error.eq(Error.INDIRECT), state.eq(STATUS)]
+            with m.Elif(fside):
+                m.d.sync += state.eq(OVER)
+            with m.Else():
+                m.d.sync += [fside.eq(1), state.eq(SIDE)]
+        with m.Elif(state == OVER):
+            with m.If(check.overlap):
+                m.d.sync += [error.eq(Error.OVERLAP), state.eq(STATUS)]
+            with m.Else():
+                m.d.sync += state.eq(WAIT)
         with m.Elif(state == WAIT):
             with m.If(~wait.any()):
                 m.d.sync += state.eq(START)
@@ -413,7 +596,7 @@ class DmaEngine(wiring.Component):
                 m.d.comb += sbuf_write
                 m.d.comb += complete.eq(self.sbuf_req.ready)
         m.d.comb += [
-            self.sbuf_resp.ready.eq(~src_hbm & inflight.r_rdy),
+            self.sbuf_resp.ready.eq((~src_hbm & inflight.r_rdy) | (state == FETCH)),
             dst_agu.run.ready.eq(complete),
             queue.take.eq(
                 Mux(tiled, Mux(tile.rows.valid & tile.rows.ready, w, 0), Mux(complete, dr.bytes, 0))

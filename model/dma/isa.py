@@ -42,6 +42,8 @@ __all__ = [
 
 #: Element sizes a pattern may use, bytes.
 ELEMENT_SIZES = (1, 2, 4)
+#: Dynamic offset kinds, in the order of their hardware codes 1 and 2 (0: none).
+INDIRECT_KINDS = ("scalar", "vector")
 #: Element sizes of a DMA transpose (2-byte and 4-byte dtypes, seed 000).
 TRANSPOSE_SIZES = (2, 4)
 
@@ -95,7 +97,7 @@ class Indirect:
     stride: int = 0
 
     def __post_init__(self):
-        if self.kind not in ("scalar", "vector"):
+        if self.kind not in INDIRECT_KINDS:
             raise ValueError(f"indirect kind must be 'scalar' or 'vector', not {self.kind!r}")
 
 
@@ -322,6 +324,12 @@ def check(desc, geo, sbuf=None):
                 f"transpose of a view of shape {list(src.shape)} into {list(dst.shape)}: the "
                 f"views must be [A, B] and [B, A]"
             )
+        for side, what in ((src, "src"), (dst, "dst")):
+            if _vector(side):
+                return Error.SHAPE, (
+                    f"{what}: a DMA transpose takes no vector offset (its views are whole "
+                    f"[A, B] and [B, A] tiles; a gather or scatter is a copy)"
+                )
     elif src.count != dst.count:
         return Error.SHAPE, f"src has {src.count} elements, dst {dst.count}"
     for side, what in ((src, "src"), (dst, "dst")):
@@ -339,6 +347,7 @@ def check(desc, geo, sbuf=None):
         msg = _tensor_error(side, geo, what) or _indirect_error(side, geo, what)
         if msg:
             return Error.TENSOR, msg
+    fixed = []  # each side as a static side over the same addresses' box
     for side, what in ((src, "src"), (dst, "dst")):
         dyn = None
         if side.indirect is not None:
@@ -356,14 +365,33 @@ def check(desc, geo, sbuf=None):
         except ValueError as exc:
             code = Error.INDIRECT if side.indirect is not None else Error.BOUNDS
             return code, f"{what}: {exc}"
-    if src.space == dst.space and src.indirect is None and dst.indirect is None:
-        a, b = address_box(src), address_box(dst)
+        fixed.append(static_side(side, dyn))
+    if src.space == dst.space:
+        a, b = address_box(fixed[0]), address_box(fixed[1])
         if all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b)):
             return Error.OVERLAP, (
                 f"the source's addresses {_box_text(a)} and the destination's {_box_text(b)} "
                 f"overlap: the engine streams, so a transfer may not read what it writes"
             )
     return None
+
+
+def static_side(side, dynamic=None):
+    """A side without a dynamic offset whose :func:`address_box` holds every address ``side``
+    forms with ``dynamic``: a scalar offset folded into the offset; a vector offset as a leading
+    entry ``[row, max - min + 1]`` from the smallest index on (the box of the rows the indices
+    name)."""
+    from dataclasses import replace
+
+    if side.indirect is None:
+        return side
+    if side.indirect.kind == "scalar":
+        return replace(
+            side, offset=side.offset + int(dynamic) * side.indirect.stride, indirect=None
+        )
+    lo, hi = min(dynamic), max(dynamic)
+    pattern = ((side.row, hi - lo + 1),) + side.pattern[1:]
+    return replace(side, pattern=pattern, offset=side.offset + lo * side.row, indirect=None)
 
 
 def address_box(side):
@@ -402,15 +430,23 @@ def encode_side(side):
     the pattern padded to 5 entries (the device memory on the outside; an SBUF side keeps its
     partition entry first and pads between it and the free entries), the tensor (``extent``,
     ``row``, ``rows``, ``partition``) and the offset split the way the address generator takes
-    it: in the SBUF ``start`` (first row of the access) and ``offset`` (inside the row)."""
+    it: in the SBUF ``start`` (first row of the access) and ``offset`` (inside the row); a
+    scalar dynamic offset's side keeps its whole offset in ``offset`` (the engine splits it
+    after adding the value read).  The dynamic offset: ``ind`` (0 none, 1 scalar, 2 vector),
+    ``ipart`` and ``ibyte`` (where the int32 values are), ``istride`` (scalar)."""
     from ncrtl.model.dma.agu import DIMS
 
     pattern = list(side.pattern)
     dims = len(pattern)
+    ind = side.indirect
     if side.space == Space.SBUF and dims:
         lead, free = pattern[0], pattern[1:]
         pattern = [lead] + [(0, 1)] * (DIMS - 1 - len(free)) + free
         start, offset = divmod(side.offset, side.row) if side.row > 0 else (0, side.offset)
+        if ind is not None and ind.kind == "scalar":
+            # The engine splits offset + value * stride into partition and byte once it has
+            # read the value.
+            start, offset = 0, side.offset
     else:
         pattern = [(0, 1)] * (DIMS - dims) + pattern
         start, offset = 0, side.offset
@@ -427,6 +463,10 @@ def encode_side(side):
         "offset": offset,
         "step": [s for s, _ in pattern[:DIMS]],
         "num": [n for _, n in pattern[:DIMS]],
+        "ind": INDIRECT_KINDS.index(ind.kind) + 1 if ind is not None else 0,
+        "ipart": ind.partition if ind is not None else 0,
+        "ibyte": ind.byte if ind is not None else 0,
+        "istride": ind.stride if ind is not None and ind.kind == "scalar" else 0,
     }
 
 

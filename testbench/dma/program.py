@@ -7,9 +7,19 @@ views (a partition or outer entry and a free entry, steps 1, -1 or 2), placed at
 the memories.
 """
 
-from ncrtl.model.dma import AddDtype, Descriptor, Op, Side, Space
+from dataclasses import replace
 
-__all__ = ["random_copy", "random_transpose", "random_descriptors"]
+import numpy as np
+
+from ncrtl.model.dma import AddDtype, Descriptor, Geometry, Indirect, Op, Side, Space
+
+__all__ = [
+    "random_copy",
+    "random_transpose",
+    "random_descriptors",
+    "with_dynamic_offset",
+    "OFFSET_AREA",
+]
 
 
 def random_copy(rng, geo, tag, *, add=None):
@@ -90,17 +100,81 @@ def random_transpose(rng, geo, tag, *, word_bytes=None):
     return Descriptor(Op.TRANSPOSE, src, dst, tag=tag)
 
 
-def random_descriptors(rng, geo, n, *, word_bytes=None):
+#: Bytes at the top of the device memory that hold dynamic offsets (``random_descriptors``).
+OFFSET_AREA = 256
+
+
+def with_dynamic_offset(rng, geo, desc, hbm, slot, *, which=None, kind=None):
+    """``desc`` with a dynamic offset on one side, the same elements addressed (now and then an
+    index outside the tensor), and the descriptor that puts the int32 values into the SBUF
+    first: ``[prelude, desc]``.  The values are written to ``hbm`` at ``slot`` (16 bytes in the
+    offset area at the top of the device memory) and copied from there to a random place in
+    the SBUF just before ``desc``.  ``which``: ``"src"`` or ``"dst"``; ``kind``: ``"scalar"``
+    or ``"vector"`` (random when None)."""
+    which = which or ("src" if rng.random() < 0.7 else "dst")
+    side = getattr(desc, which)
+    kind = kind or ("scalar" if rng.random() < 0.5 else "vector")
+    rows = side.extent // side.row
+    start = side.offset // side.row
+    if kind == "scalar":
+        stride = side.row if rng.random() < 0.6 else 1  # indirect_dim 0 or the last one
+        values = [int(rng.integers(0, side.offset // stride + 1))] if side.offset >= 0 else [0]
+        offset = side.offset - values[0] * stride
+        if rng.random() < 0.1:
+            values[0] += rows * side.row // stride
+    else:
+        stride = 0
+        # The offset keeps a part of the start row (s0), the values pick rows from there.
+        n = side.pattern[0][1]
+        s0 = int(rng.integers(0, max(start, 0) + 1))
+        offset = side.offset - (start - s0) * side.row
+        values = [int(v) for v in rng.integers(0, max(rows - s0, 1), n)]
+        if rng.random() < 0.1:
+            values[int(rng.integers(0, n))] = rows + int(rng.integers(0, 3))
+    n = len(values)
+    addr = geo.hbm_bytes - OFFSET_AREA + 16 * slot
+    hbm[addr : addr + 4 * n] = np.asarray(values, "<i4").view(np.uint8)
+    part = int(rng.integers(0, geo.partitions - n + 1))
+    byte = 4 * int(rng.integers(0, geo.partition_bytes // 4))
+    prelude = Descriptor(
+        Op.COPY,
+        Side(Space.HBM, addr, 1, n, [(1, n), (1, 1)], 4),
+        Side(Space.SBUF, byte, 1, n, [(1, n), (1, 1)], 4, 0, part),
+        tag=desc.tag,
+    )
+    side = replace(side, offset=offset, indirect=Indirect(kind, part, byte, stride))
+    return [prelude, replace(desc, **{which: side}, tag=(desc.tag + 1) % 256)]
+
+
+def random_descriptors(rng, geo, n, *, word_bytes=None, hbm=None):
     """``n`` descriptors, tags 0..n-1 modulo 256: a quarter transposes (half of them tiled for
     an engine of ``word_bytes``, when given), a quarter read-add-writes (FP32 or BF16), the
-    rest copies."""
+    rest copies.
+
+    With ``hbm`` (the device memory's initial bytes, written here) about a fifth of them have
+    a dynamic offset (:func:`with_dynamic_offset`: scalar or vector on copies and
+    read-add-writes, scalar on transposes), each after the copy that puts its values into the
+    SBUF; the other descriptors stay out of the top ``OFFSET_AREA`` bytes of the device memory,
+    where the values are kept."""
     out = []
-    for t in range(n):
+    place = geo
+    if hbm is not None:
+        place = Geometry(geo.partitions, geo.partition_bytes, geo.hbm_bytes - OFFSET_AREA)
+    slot = 0
+    while len(out) < n:
+        t = len(out)
         kind = rng.random()
         if kind < 0.25:
-            out.append(random_transpose(rng, geo, t % 256, word_bytes=word_bytes))
+            desc = random_transpose(rng, place, t % 256, word_bytes=word_bytes)
         elif kind < 0.5:
-            out.append(random_copy(rng, geo, t % 256, add=AddDtype(int(rng.integers(0, 2)))))
+            desc = random_copy(rng, place, t % 256, add=AddDtype(int(rng.integers(0, 2))))
         else:
-            out.append(random_copy(rng, geo, t % 256))
+            desc = random_copy(rng, place, t % 256)
+        if hbm is not None and len(out) + 2 <= n and rng.random() < 0.35:
+            which = "src" if desc.op == Op.TRANSPOSE else None
+            kind = "scalar" if desc.op == Op.TRANSPOSE else None
+            out += with_dynamic_offset(rng, geo, desc, hbm, slot, which=which, kind=kind)
+            slot = (slot + 1) % (OFFSET_AREA // 16)
+        else:
+            out.append(desc)
     return out

@@ -120,12 +120,13 @@ async def test_random_descriptors(dut):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
+    n = max(1, min(count, 400))
+    # Descriptors first: those with dynamic offsets keep their values in the device memory.
+    descs = random_descriptors(rng, geo, n, word_bytes=params["word_bytes"], hbm=mem.hbm)
     hbm = mem.hbm.copy()
     tb = DmaTB(dut, params, hbm, stall=stall, seed=seed)
     await tb.reset()
     await tb.load_sbuf(mem.sbuf)
-    n = max(1, min(count, 400))
-    descs = random_descriptors(rng, geo, n, word_bytes=params["word_bytes"])
     status = Scoreboard("dma.status", "tag, then code", bits=16)
     sbuf_sb = Scoreboard("dma.sbuf", "bytes of the whole SBUF", bits=8)
     hbm_sb = Scoreboard("dma.hbm", "bytes of the whole device memory", bits=8)
