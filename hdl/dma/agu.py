@@ -4,6 +4,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 
 __all__ = ["AddressGenerator", "DIMS", "command_layout", "run_layout"]
@@ -157,7 +158,7 @@ class AddressGenerator(wiring.Component):
         addr = Signal(self.addr_bits)
         m.d.comb += addr.eq(cfg.base + (cur << esize))
         inner = DIMS - 1
-        inner_lead = cfg.vector & (cfg.vlevel == inner)  # a one-entry pattern's vector offset
+        inner_lead = cfg.vector & equals(cfg.vlevel, inner)  # a one-entry pattern's vector offset
         contiguous = (cfg.step[inner] == 1) & ~cfg.pstep[inner].any() & ~inner_lead
         left = Signal(self.count_bits + 3)  # bytes left in the innermost iteration
         m.d.comb += left.eq((cfg.num[inner] - count[inner]) << esize)
@@ -203,7 +204,7 @@ class AddressGenerator(wiring.Component):
                 # at its new start and partition.
                 for d in range(DIMS - 1):
                     with m.If(wraps[d + 1] & ~wraps[d]):
-                        lead = cfg.vector & (cfg.vlevel == d)
+                        lead = cfg.vector & (equals(cfg.vlevel, d))
                         new = Mux(lead, cfg.offset + self.lead_index, start[d] + cfg.step[d])
                         newp = Mux(lead, cfg.partition + self.lead_part, pstart[d] + cfg.pstep[d])
                         m.d.sync += [count[d].eq(count[d] + 1), cur.eq(new), part.eq(newp)]

@@ -7,6 +7,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.axi import BURST_INCR, AxiManager
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.dma.isa import Error, Op, Space
 from ncrtl.model.dma.sbuf import Access
@@ -176,7 +177,7 @@ class DmaEngine(wiring.Component):
                     level = lead_level(side)
                     m.d.comb += fixed.offset.eq(side.offset + vmin[k])
                     for i in range(5):
-                        with m.If(level == i):
+                        with m.If(equals(level, i)):
                             m.d.comb += [
                                 fixed.num[i].eq(2),
                                 fixed.step[i].eq(vmax[k] - vmin[k]),
