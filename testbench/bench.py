@@ -412,6 +412,12 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
         print(f"  FAILED: {res.message}")
         return False
     c = res.counters
+    timing = {u["name"]: u for u in res.units}.get("dma.timing")
+    if timing:
+        print(
+            f"  timing model (ncrtl.model.dma.timing): {timing['vectors']} transfers, "
+            f"{timing['mismatches']} differ from the RTL's cycles"
+        )
     kinds = BENCH_KINDS
     print(f"{'bytes/partition':>16s}" + "".join(f"{k + ' GB/s':>20s}" for k in kinds))
     rows = {}

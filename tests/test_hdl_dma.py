@@ -11,6 +11,7 @@ from ncrtl.hdl.dma.agu import AddressGenerator
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
 from ncrtl.model.dma.sbuf import write_strobed
+from ncrtl.model.dma.timing import EngineTiming, transfer_cycles
 from ncrtl.testbench.dma.program import random_descriptors
 
 
@@ -479,7 +480,8 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     """Run ``descs`` through the engine with the SBUF and the device memory of ``mem``
     (:class:`ncrtl.model.dma.Memories`) and an AXI4 memory model (``latency`` cycles from an
     address to its data or write response, ``stall`` the probability of a not-ready cycle on
-    every channel it receives); return ``(statuses, sbuf, hbm, cycles)``."""
+    every channel it receives); return ``(statuses, sbuf, hbm, cycles)``, ``cycles`` per
+    descriptor from its acceptance to its completion's valid."""
     from ncrtl.model.dma.isa import encode
 
     h = _EngineWithSbuf(geo, word_bytes, overhead)
@@ -488,7 +490,7 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     wb = word_bytes
     hbm = mem.hbm.copy()
     words = geo.partition_bytes // wb
-    out = {"status": [], "cycles": 0}
+    out = {"status": [], "cycles": []}
     sbuf_back = np.zeros_like(mem.sbuf)
     full = (1 << geo.partitions) - 1
 
@@ -509,14 +511,13 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
             ctx.set(sb.eng_req.valid, 1)
             await ctx.tick().until(sb.eng_req.ready)
         ctx.set(sb.eng_req.valid, 0)
-        t0 = 0
         for desc in descs:
             ctx.set(eng.desc.payload, encode(desc))
             ctx.set(eng.desc.valid, 1)
             await ctx.tick().until(eng.desc.ready)
             ctx.set(eng.desc.valid, 0)
             ctx.set(eng.status.ready, 1)
-            n = 0
+            n = 1  # the cycle after the acceptance
             while True:
                 await ctx.tick()
                 n += 1
@@ -526,8 +527,7 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
                     await ctx.tick()
                     break
                 assert n < 20000, "descriptor never completed"
-            t0 += n
-        out["cycles"] = t0
+            out["cycles"].append(n)
         ctx.set(eng.status.ready, 0)
         # Read the SBUF back through the engine port.
         ctx.set(sb.eng_resp.ready, 1)
@@ -626,8 +626,10 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
     descs = random_descriptors(rng, geo, 48, word_bytes=word_bytes, hbm=mem.hbm)
-    want, gold = [], mem
+    want, gold, timing = [], mem, []
+    engine = _timing(word_bytes, latency)
     for desc in descs:
+        timing.append(transfer_cycles(desc, geo, gold, engine).cycles)
         gold, err, msg = execute(desc, geo, gold)
         want.append((desc.tag, int(err)))
     assert sum(e == 0 for _, e in want) >= 15 and any(e == Error.BOUNDS for _, e in want)
@@ -640,12 +642,99 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
             if kind in (getattr(d.src.indirect, "kind", None), getattr(d.dst.indirect, "kind", 0))
         ]
         assert sum(done) >= 2, kind
-    status, sbuf, hbm, _ = _run_engine(
+    status, sbuf, hbm, cycles = _run_engine(
         geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1
     )
     assert status == want
     assert np.array_equal(hbm, gold.hbm)
     assert np.array_equal(sbuf, gold.sbuf)
+    if not stall:
+        # Without stalls the timing model gives every descriptor's cycles exactly.
+        assert cycles == timing
+
+
+def _timing(word_bytes, latency, overhead=3):
+    """The timing of :func:`_run_engine`'s engine and memory model."""
+    return EngineTiming(
+        word_bytes=word_bytes,
+        overhead=overhead,
+        outstanding=4,
+        part_bits=5,
+        read_latency=latency,
+        write_latency=latency,
+    )
+
+
+def test_engine_timing_matches_the_model_cycle_for_cycle():
+    """Long transfers of every kind (copies both ways and within the SBUF, tiled and element
+    DMA transposes of 2- and 4-byte elements from the device memory and the SBUF, FP32 and BF16
+    read-add-writes, reads held back by the outstanding limit, writes by the SBUF's
+    read-add-write hazards) and dynamic offsets: the engine's cycles from each descriptor's
+    acceptance to its completion equal :func:`ncrtl.model.dma.timing.transfer_cycles`."""
+    from ncrtl.model.dma import AddDtype, Descriptor, Geometry, Indirect, Memories, Op, execute
+
+    geo = Geometry(partitions=8, partition_bytes=256, hbm_bytes=4096)
+    rng = np.random.default_rng(5)
+    mem = Memories(
+        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
+        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
+    )
+    # int32 values for the dynamic offsets at byte 252 of every partition.
+    mem.sbuf[:, 252:256] = np.array([3, 1, 0, 2, 7, 5, 6, 4], "<i4").view(np.uint8).reshape(8, 4)
+    p = geo.partitions
+
+    def hbm(n, es, base=0, pattern=None, rows=p):
+        return Side(Space.HBM, base, n, rows * n, pattern or [(n, rows), (1, n)], es)
+
+    def sbuf(n, es, base=0, pattern=None, row=None):
+        row = row or n
+        return Side(Space.SBUF, base, row, p * row, pattern or [(row, p), (1, n)], es)
+
+    descs = [
+        Descriptor(Op.COPY, hbm(32, 4), sbuf(32, 4)),
+        Descriptor(Op.COPY, sbuf(30, 4, 8), hbm(30, 4, 1024)),
+        Descriptor(Op.COPY, sbuf(24, 2, 0), sbuf(24, 2, 128)),
+        # tiled transposes ([8, 16] 2-byte with E = 8, [8, 8] 4-byte with E = 4) and element ones
+        Descriptor(Op.TRANSPOSE, hbm(p, 2, 0, [(p, 16), (1, p)], 16), sbuf(16, 2)),
+        Descriptor(Op.TRANSPOSE, hbm(p, 4, 0, [(p, p), (1, p)]), sbuf(p, 4)),
+        Descriptor(Op.TRANSPOSE, hbm(p, 4, 0, [(p, 6), (1, p)], 6), sbuf(6, 4)),
+        Descriptor(Op.TRANSPOSE, sbuf(p, 4, 128), sbuf(p, 4)),
+        Descriptor(
+            Op.TRANSPOSE, sbuf(5, 2, 128, [(5, 6), (1, 5)]), sbuf(6, 2, 0, [(6, 5), (1, 6)])
+        ),
+        Descriptor(Op.ADD, hbm(32, 4), sbuf(32, 4), AddDtype.FP32),
+        Descriptor(Op.ADD, sbuf(40, 2, 0), sbuf(40, 2, 128), AddDtype.BF16),
+        # read-add-writes of two runs per word wait for the first sum
+        Descriptor(
+            Op.ADD,
+            hbm(8, 4, 0, [(8, p), (4, 2), (1, 2)]),
+            sbuf(8, 4, 0, [(8, p), (4, 2), (1, 2)]),
+            AddDtype.FP32,
+        ),
+        # dynamic offsets: a scalar into the SBUF (the divider), a vector from the device memory
+        Descriptor(
+            Op.COPY,
+            hbm(16, 4, 0, [(16, 2), (1, 16)]),
+            replace(sbuf(16, 4, 0, [(16, 2), (1, 16)]), indirect=Indirect("scalar", 0, 252, 16)),
+        ),
+        Descriptor(
+            Op.COPY,
+            replace(hbm(16, 4, 0, [(16, p), (1, 16)]), indirect=Indirect("vector", 0, 252)),
+            sbuf(16, 4),
+        ),
+    ]
+    engine = _timing(16, 6, overhead=5)
+    want, gold = [], mem
+    for desc in descs:
+        want.append(transfer_cycles(desc, geo, gold, engine).cycles)
+        gold, err, msg = execute(desc, geo, gold)
+        assert err == 0, msg
+    status, sbuf_back, hbm_back, cycles = _run_engine(
+        geo, 16, mem, descs, latency=6, stall=0.0, seed=2, overhead=5
+    )
+    assert [e for _, e in status] == [0] * len(descs)
+    assert np.array_equal(hbm_back, gold.hbm) and np.array_equal(sbuf_back, gold.sbuf)
+    assert cycles == want
 
 
 def test_address_generator_transposed_walks():

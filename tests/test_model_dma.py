@@ -489,3 +489,86 @@ def test_random_copies_agree_with_the_nki_level():
         mask = np.ones_like(mem.sbuf, bool)
         mask[:parts, : row * 4] = False
         assert np.array_equal(out.sbuf[mask], mem.sbuf[mask]) and np.array_equal(out.hbm, mem.hbm)
+
+
+def _copy(n, parts=16):
+    return Descriptor(
+        Op.COPY,
+        Side(Space.HBM, 0, n, parts * n, [(n, parts), (1, n)], 4),
+        Side(Space.SBUF, 0, n, parts * n, [(n, parts), (1, n)], 4),
+    )
+
+
+@pytest.mark.parametrize("outstanding, latency", [(16, 6), (9, 6), (4, 1), (8, 6), (4, 5)])
+def test_timing_of_a_long_copy(outstanding, latency):
+    """The timing model's steady state (the RTL's cycles are checked against the model in
+    tests/test_hdl_dma.py): a copy of whole words issues a read per cycle when the reads in
+    flight cover the loop (``outstanding >= latency + 3``), and then takes exactly ``overhead +
+    4`` cycles to start, one per word and ``latency + 4`` to drain; otherwise it streams at
+    ``outstanding / (latency + 3)`` words per cycle."""
+    from ncrtl.model.dma.timing import EngineTiming, transfer_cycles
+
+    geo = Geometry(16, 4096, 1 << 20)
+    mem = Memories(np.zeros((16, 4096), np.uint8), np.zeros(1 << 20, np.uint8))
+    timing = EngineTiming(overhead=10, outstanding=outstanding, read_latency=latency)
+    t = transfer_cycles(_copy(1024), geo, mem, timing)
+    words = 16 * 1024 * 4 // 16
+    assert (t.error, t.start, t.reads, t.writes) == (0, 14, words, words)
+    if outstanding >= latency + 3:
+        assert t.cycles == t.start + words + latency + 4
+    else:
+        assert (t.cycles - t.start) / words == pytest.approx((latency + 3) / outstanding, rel=2e-3)
+
+
+def test_timing_of_the_checks():
+    """A broken rule completes in cycle 2; a dynamic offset costs its documented check cycles
+    before the overhead (docs/dma.md): per side without one a cycle; with one a cycle to
+    start, the reads and a cycle after the last, a cycle for its range (and ``part_bits + 1``
+    for an SBUF scalar's division), a cycle for the bounds; then a cycle for the overlap."""
+    from ncrtl.model.dma.timing import EngineTiming, transfer_cycles
+
+    geo = Geometry(16, 4096, 1 << 20)
+    sbuf = np.zeros((16, 4096), np.uint8)
+    sbuf[:, 0:4] = np.arange(16, dtype="<i4").view(np.uint8).reshape(16, 4)[::-1]
+    mem = Memories(sbuf, np.zeros(1 << 20, np.uint8))
+    timing = EngineTiming(overhead=7, part_bits=4)
+    base = transfer_cycles(_copy(16), geo, mem, timing)
+    assert base.start == 7 + 4
+    bad = _copy(16)
+    bad = Descriptor(bad.op, bad.src, Side(Space.SBUF, 0, 16, 16 * 16, [(16, 16), (1, 17)], 4))
+    t = transfer_cycles(bad, geo, mem, timing)
+    assert (t.cycles, t.error) == (2, Error.SHAPE)
+    c = _copy(16)
+    # a scalar in the device memory (value 15 at partition 0): the source starts at row 15
+    scalar = Indirect("scalar", 0, 0, 16)
+    one = Descriptor(
+        Op.COPY,
+        Side(Space.HBM, 0, 16, 16 * 16, [(16, 1), (1, 16)], 4, indirect=scalar),
+        Side(Space.SBUF, 0, 16, 16 * 16, [(16, 1), (1, 16)], 4),
+    )
+    t = transfer_cycles(one, geo, mem, timing)
+    assert t.start == base.start + (1 + 2 + 1 + 1) + 1 + 1
+    # the same scalar into the SBUF: the division too
+    two = Descriptor(
+        Op.COPY,
+        Side(Space.HBM, 0, 16, 16 * 16, [(16, 1), (1, 16)], 4),
+        Side(Space.SBUF, 0, 16, 16 * 16, [(16, 1), (1, 16)], 4, indirect=scalar),
+    )
+    t2 = transfer_cycles(two, geo, mem, timing)
+    assert t2.start == base.start + 1 + (1 + 2 + 1 + 5 + 1) + 1
+    # a vector of 16 values (rows 15 .. 0) from the SBUF partitions 0 .. 15
+    vec = Descriptor(
+        Op.COPY,
+        Side(Space.HBM, 0, 16, 16 * 16, [(16, 16), (1, 16)], 4, indirect=Indirect("vector", 0, 0)),
+        c.dst,
+    )
+    t3 = transfer_cycles(vec, geo, mem, timing)
+    assert t3.start == base.start + (1 + 17 + 1 + 1) + 1 + 1
+    # a value outside the tensor: INDIRECT after its range check
+    far = Descriptor(
+        Op.COPY,
+        Side(Space.HBM, 0, 16, 8 * 16, [(16, 1), (1, 16)], 4, indirect=scalar),
+        Side(Space.SBUF, 0, 16, 16 * 16, [(16, 1), (1, 16)], 4),
+    )
+    t = transfer_cycles(far, geo, mem, timing)
+    assert (t.cycles, t.error) == (2 + 1 + 2 + 1, Error.INDIRECT)

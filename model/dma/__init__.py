@@ -7,6 +7,8 @@
   the device memory), their rules and error codes.
 * :mod:`~ncrtl.model.dma.engine`: a descriptor applied to the memories, bit for bit, and the
   NKI-level ``dma_copy`` / ``dma_transpose`` / ``dma_add`` on numpy tensors.
+* :mod:`~ncrtl.model.dma.timing`: a descriptor's cycles on the engine, cycle for cycle the
+  RTL's (``transfer_cycles``).
 
 See docs/dma.md.
 """

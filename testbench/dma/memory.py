@@ -1,9 +1,10 @@
 """The device memory behind a DMA engine's AXI4 manager port, for cocotb testbenches.
 
 :class:`AxiMemory` answers the five channels of :class:`ncrtl.hdl.common.axi.AxiManager` (ports
-``<prefix>__ar__valid`` and so on) from a numpy byte array: a read address is answered by its
-data ``latency`` cycles after it was accepted, a write address and its data beat by a write
-response ``latency`` cycles after both are in; every channel it receives has seeded random
+``<prefix>__ar__valid`` and so on) from a numpy byte array: the first data beat of a read
+address accepted in cycle ``t`` is valid in cycle ``t + latency``, and the write response of a
+write burst whose address and last data beat are in by cycle ``t`` in cycle ``t + latency``
+(the timing :class:`ncrtl.model.dma.timing.EngineTiming` assumes); every channel it receives has seeded random
 not-ready cycles (``stall``) and every channel it drives seeded random idle cycles.  Bursts of
 any length (``len``) of ``INCR`` type are served, one beat per data word.
 
@@ -54,8 +55,9 @@ class AxiMemory:
     data_bytes, addr_bits : int
         The port's data width in bytes and its address width.
     latency : int
-        Cycles from an accepted read address to its first data beat, and from a complete write
-        to its response.
+        Cycles from the cycle a read address is accepted to the cycle its first data beat is
+        valid, and from the cycle a write is complete to the cycle its response is valid (at
+        least 1).
     stall : float
         Probability of a not-ready cycle on ``ar``/``aw``/``w`` and of an idle cycle on
         ``r``/``b``.
@@ -79,6 +81,8 @@ class AxiMemory:
         bandwidth=1.0,
         seed=0,
     ):
+        if latency < 1:
+            raise ValueError(f"AxiMemory latency {latency} must be at least 1 cycle")
         if not 0 < bandwidth <= 1:
             raise ValueError(f"AxiMemory bandwidth {bandwidth} must be in (0, 1] beats per cycle")
         self.bandwidth = float(bandwidth)
@@ -136,22 +140,25 @@ class AxiMemory:
                     value |= int(i == len(addrs) - 1) << self._r["last"][0]
                     beats.append(value)
                 self.reads += 1
-                pending_r.append((when + self.latency, beats))
+                # A word sent after the edge of cycle c is valid in cycle c + 1.
+                pending_r.append((when + self.latency - 1, beats))
             while aw_seen < len(self.aw.words):
-                writes.append(self._beat_addrs(self.aw.words[aw_seen]))
+                addrs, ident = self._beat_addrs(self.aw.words[aw_seen])
+                writes.append((addrs, ident, self.aw.cycles[aw_seen]))
                 aw_seen += 1
             while w_seen < len(self.w.words):
-                w_beats.append(self.w.words[w_seen])
+                w_beats.append((self.w.words[w_seen], self.w.cycles[w_seen]))
                 w_seen += 1
             while writes and len(w_beats) >= len(writes[0][0]):
-                addrs, ident = writes.popleft()
+                addrs, ident, done = writes.popleft()
                 for a in addrs:
-                    word = w_beats.pop(0)
+                    word, when = w_beats.pop(0)
+                    done = max(done, when)
                     payload = _get(word, self._w["data"])
                     write_strobed(self.mem[a : a + wb], payload, _get(word, self._w["strb"]))
                     self.write_beats += 1
                 self.writes += 1
-                pending_b.append((cycle + self.latency, [ident << self._b["id"][0]]))
+                pending_b.append((done + self.latency - 1, [ident << self._b["id"][0]]))
             while pending_r and pending_r[0][0] <= cycle:
                 ready_r.extend(pending_r.popleft()[1])
             tokens = min(tokens + self.bandwidth, 1.0)

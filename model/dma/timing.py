@@ -1,0 +1,310 @@
+"""The DMA engine's transfer timing: the cycles of one descriptor, cycle for cycle the RTL's.
+
+:func:`transfer_cycles` gives, for one descriptor on an idle engine, the cycle its completion
+is valid, counted from the cycle the engine accepted it (cycle 0), and when each phase began.
+The RTL (``ncrtl.hdl.dma.engine``) matches it exactly when
+
+* the completion is taken the cycle it is valid (the next descriptor can then be accepted one
+  cycle later: a descriptor occupies ``cycles + 1`` cycles of a back-to-back stream);
+* the device memory never says not-ready and answers with a fixed latency: the data beat of a
+  read address accepted in cycle ``t`` is valid in cycle ``t + read_latency`` (one beat per
+  cycle, as the engine issues them) and the write response of a write whose address and data are
+  accepted in cycle ``t`` in cycle ``t + write_latency``;
+* the SBUF's compute-engine port is idle (the DMA port is granted unless a read-add-write in
+  flight holds it back: :class:`ncrtl.model.dma.sbuf.SbufArbiter`).
+
+The phases, in the engine's order (docs/dma.md, "The engine"):
+
+1. **Check** (cycle 1): every rule of :func:`ncrtl.model.dma.isa.check`; a broken one completes
+   the descriptor in cycle 2.  A descriptor with a dynamic offset checks only the rules before
+   the bounds here, then each side in turn (source first): one cycle for a side without an
+   offset; for a side with one, a cycle to start, the SBUF reads of its values (one issued per
+   cycle, the last answered one cycle after it) and a cycle after the last, a cycle for a
+   scalar's range (and ``part_bits + 1`` for the SBUF division) or a vector's, a cycle for the
+   bounds; then a cycle for the overlap rule.
+2. **Overhead**: ``overhead + 1`` cycles, then a cycle to start the two address generators.
+3. **Move**: the generators' runs (:func:`ncrtl.model.dma.agu.runs`), one per cycle each; a
+   source run is one read, at most ``outstanding`` in flight until their bytes are in the byte
+   queue; a read's data passes a two-cycle buffer into the queue; a destination run is written
+   when its bytes are all in the queue (a tiled transpose: after the tile buffer); the SBUF's
+   one DMA port takes the writer's request before the reader's.  This phase is a cycle-stepped
+   walk of those queues and counters, the same state the RTL keeps, so it is exact for any
+   pattern, not only the steady state.
+4. **Complete**: the cycle after the last write is done and every write response is in.
+
+Steady state, for the record: reads issue at ``min(1, outstanding / (read_latency + 3))`` per
+cycle from the device memory (a read holds its slot from its issue to the cycle after its bytes
+enter the queue), so a long copy of whole words takes about ``words x max(1, (read_latency + 3)
+/ outstanding)`` cycles after the overhead.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ncrtl.model.dma.agu import runs
+from ncrtl.model.dma.isa import (
+    Error,
+    Op,
+    Space,
+    _vector,
+    check,
+    dynamic_offsets,
+    side_addresses,
+)
+from ncrtl.model.dma.sbuf import Access, SbufArbiter
+
+__all__ = ["EngineTiming", "Transfer", "transfer_cycles", "tiled_transpose"]
+
+#: Rules checked before any dynamic offset is read (all but the bounds and the overlap).
+_STATIC_RULES = (
+    Error.ELEMENT_SIZE,
+    Error.SPACE,
+    Error.SHAPE,
+    Error.PARTITION_STEP,
+    Error.TENSOR,
+)
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    """The engine's and its memories' timing parameters (``ncrtl.hdl.dma.engine.DmaEngine``).
+
+    Attributes
+    ----------
+    word_bytes : int
+        Data path width.
+    overhead : int
+        Cycles of the fixed per-transfer cost.
+    outstanding : int
+        Reads in flight.
+    part_bits : int
+        Width of a partition number (the descriptor's ``Widths.part_bits``): the SBUF
+        division of a scalar offset takes that many steps.
+    read_latency, write_latency : int
+        The device memory's (at least 1).
+    """
+
+    word_bytes: int = 16
+    overhead: int = 0
+    outstanding: int = 8
+    part_bits: int = 7
+    read_latency: int = 6
+    write_latency: int = 6
+
+    def __post_init__(self):
+        for name in ("read_latency", "write_latency", "outstanding", "word_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"EngineTiming {name} must be at least 1, not {getattr(self, name)}"
+                )
+        if self.overhead < 0:
+            raise ValueError(f"EngineTiming overhead must be at least 0, not {self.overhead}")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One descriptor's timing: ``cycles`` from its acceptance to its completion being valid;
+    ``error`` its code; ``start`` the cycle the address generators' first runs are valid (None
+    when the descriptor broke a rule); ``reads`` and ``writes`` the memory word accesses."""
+
+    cycles: int
+    error: Error
+    start: int | None = None
+    reads: int = 0
+    writes: int = 0
+
+
+def tiled_transpose(desc, word_bytes):
+    """Whether the engine takes a TRANSPOSE's tiled path: both sides of the source view are
+    multiples of ``word_bytes / element bytes``."""
+    if desc.op != Op.TRANSPOSE:
+        return False
+    e = word_bytes // desc.src.esize
+    a, b = desc.src.shape
+    return a % e == 0 and b % e == 0
+
+
+def _side_check_cycles(side, dyn, t, timing):
+    """The dynamic-offset walk of one side, its ``SIDE`` state in cycle ``t``: ``(next cycle,
+    error or None)``; on an error the completion is valid in the returned cycle."""
+    if side.indirect is None:
+        try:
+            side_addresses(side)
+        except ValueError:
+            return t + 1, Error.BOUNDS
+        return t + 1, None
+    n = side.pattern[0][1] if _vector(side) else 1
+    t += 1 + n + 1  # SIDE, then the reads: one issued per cycle, answered the next
+    if not _vector(side):
+        first = side.offset + int(dyn) * side.indirect.stride
+        if not 0 <= first < side.extent:
+            return t + 1, Error.INDIRECT
+        t += 1  # SCALE
+        if side.space == Space.SBUF:
+            t += timing.part_bits + 1  # DIVIDE
+    else:
+        rows = side.extent // side.row
+        if any(not 0 <= v < rows for v in dyn):
+            return t + 1, Error.INDIRECT
+        t += 1  # VFIX
+    try:
+        side_addresses(side, dyn)
+    except ValueError:
+        return t + 1, Error.INDIRECT
+    return t + 1, None  # BOUND
+
+
+def transfer_cycles(desc, geo, mem, timing=None):
+    """The :class:`Transfer` of ``desc`` (on the memories ``mem``, :class:`ncrtl.model.dma.
+    engine.Memories`, whose SBUF holds any dynamic offsets) on an idle engine with ``timing``
+    (:class:`EngineTiming`)."""
+    timing = timing or EngineTiming()
+    broken = check(desc, geo, mem.sbuf)
+    code = Error.NONE if broken is None else broken[0]
+    dynamic = desc.src.indirect is not None or desc.dst.indirect is not None
+    if not dynamic:
+        if code != Error.NONE:
+            return Transfer(2, code)
+        wait = 2
+    else:
+        if code in _STATIC_RULES:
+            return Transfer(2, code)
+        t = 2
+        dyns = []
+        for side in (desc.src, desc.dst):
+            dyn = dynamic_offsets(side, mem.sbuf)
+            dyns.append(dyn)
+            t, err = _side_check_cycles(side, dyn, t, timing)
+            if err is not None:
+                return Transfer(t, err)
+        if code == Error.OVERLAP:
+            return Transfer(t + 1, code)
+        wait = t + 1
+    assert code == Error.NONE, code
+    start = wait + timing.overhead + 2
+    dyn_src = dynamic_offsets(desc.src, mem.sbuf)
+    dyn_dst = dynamic_offsets(desc.dst, mem.sbuf)
+    w = timing.word_bytes
+    if tiled_transpose(desc, w):
+        src_runs = runs(desc.src, w, dyn_src, tiled="source")
+        dst_runs = runs(desc.dst, w, dyn_dst, tiled="destination")
+        tiled = True
+    else:
+        src_runs = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE)
+        dst_runs = runs(desc.dst, w, dyn_dst)
+        tiled = False
+    end = _move(desc, src_runs, dst_runs, tiled, start, timing)
+    return Transfer(end, Error.NONE, start, len(src_runs), len(dst_runs))
+
+
+def _move(desc, src_runs, dst_runs, tiled, c, timing):
+    """Cycle-stepped move phase from cycle ``c`` (the first runs valid): the cycle the
+    completion is valid."""
+    w = timing.word_bytes
+    src_hbm = desc.src.space == Space.HBM
+    dst_hbm = desc.dst.space == Space.HBM
+    access = Access.ADD if desc.op == Op.ADD else Access.WRITE
+    s_part = src_runs[:, 0].tolist()
+    s_word = (src_runs[:, 1] // w).tolist()
+    s_bytes = src_runs[:, 2].tolist()
+    d_part = dst_runs[:, 0].tolist()
+    d_word = (dst_runs[:, 1] // w).tolist()
+    d_bytes = dst_runs[:, 2].tolist()
+    ns, nd = len(s_bytes), len(d_bytes)
+    si = di = 0
+    held = 0  # reads issued whose bytes are not yet in the byte queue
+    inflight = deque()  # bytes of the reads issued, answered in order
+    answers = deque()  # cycles the answers of the reads issued arrive
+    inner = deque()  # the read buffer's first stage: (cycle readable, bytes)
+    out = None  # its output register: bytes, or None
+    count = 0  # bytes in the byte queue
+    # The tile buffer of a tiled transpose and the queue after it.
+    e = w // desc.src.esize
+    tile_count = 0
+    full = [False, False]
+    fill = drain = 0
+    rows = cols = 0
+    responses = deque()  # write responses due
+    pending_b = 0
+    written = False
+    arb = SbufArbiter()
+    while True:
+        # -- the registers' values in cycle c decide everything below --------------------
+        if written and pending_b == 0:
+            return c + 1
+        wcount = tile_count if tiled else count
+        have = di < nd and wcount >= d_bytes[di]
+        # The SBUF's DMA port: the writer's request first, else the reader's.
+        dma_valid = False
+        reader_sbuf = False
+        can = si < ns and held < timing.outstanding
+        if not dst_hbm and have:
+            dma_valid, part, word, acc = True, d_part[di], d_word[di], access
+        elif not src_hbm and can:
+            dma_valid, part, word, acc = True, s_part[si], s_word[si], Access.READ
+            reader_sbuf = True
+        grant = False
+        if dma_valid:
+            grant, _ = arb.step(True, part, False, False, 0, False, dma_word=word, dma_access=acc)
+        else:
+            arb.step(False, 0, False, False, 0, False)
+        issue = can and (src_hbm or (reader_sbuf and grant))
+        complete = have and (dst_hbm or grant)
+        # Read answers: the device memory's beat, or the SBUF's response the cycle after the
+        # grant; either way taken at once (a slot is reserved for each).
+        fire = bool(answers) and answers[0] <= c
+        # The read buffer's output into the byte queue, while the queue holds at most a word.
+        push = out is not None and count <= w
+        pushed = out if push else 0
+        take = 0
+        tile_push = False
+        if tiled:
+            row_fire = count >= w and not full[fill]
+            col_fire = full[drain] and tile_count <= w
+            take = w if row_fire else 0
+            tile_push = col_fire
+        elif complete:
+            take = d_bytes[di]
+        # -- the clock edge ------------------------------------------------------------------
+        if issue:
+            inflight.append(s_bytes[si])
+            answers.append(c + (timing.read_latency if src_hbm else 1))
+            si += 1
+        if fire:
+            answers.popleft()
+            inner.append((c + 1, inflight.popleft()))
+        if push or out is None:
+            out = inner.popleft()[1] if inner and inner[0][0] <= c else None
+        held += int(issue) - int(push)
+        count = count - take + pushed
+        if tiled:
+            if row_fire:
+                rows += 1
+                if rows == e:
+                    rows, full[fill], fill = 0, True, 1 - fill
+            if col_fire:
+                cols += 1
+                if cols == e:
+                    cols, full[drain], drain = 0, False, 1 - drain
+            tile_count = tile_count - (d_bytes[di] if complete else 0) + (w if tile_push else 0)
+        if responses and responses[0] <= c:
+            responses.popleft()
+            pending_b -= 1
+        if complete:
+            if dst_hbm:
+                responses.append(c + timing.write_latency)
+                pending_b += 1
+            di += 1
+            written = di == nd
+        c += 1
+
+
+def bandwidth_cycles(words, timing=None):
+    """The steady-state estimate of the module docstring: cycles to read ``words`` whole words
+    from the device memory after the overhead."""
+    timing = timing or EngineTiming()
+    return int(np.ceil(words * max(1.0, (timing.read_latency + 3) / timing.outstanding)))
