@@ -229,6 +229,8 @@ def _cmd_bench(args):
 
     if not 0 <= args.psum_partitions <= 128:
         raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
+    if not 1 <= args.dma_partitions <= 128:
+        raise UsageError(f"--dma-partitions {args.dma_partitions} must be in 1..128")
     if not 0 <= args.harness_size <= 128 or args.harness_size == 1:
         raise UsageError(f"--harness-size {args.harness_size} must be 0 or in 2..128")
     if args.harness_repeat < 1:
@@ -342,6 +344,12 @@ def build_parser():
         type=int,
         default=20000,
         help="tile cycles per operation of the PE measurement (default 20000)",
+    )
+    s.add_argument(
+        "--dma-partitions",
+        type=int,
+        default=16,
+        help="SBUF partitions of the DMA bandwidth measurement, 1..128 (default 16)",
     )
     s.add_argument(
         "--psum-partitions",

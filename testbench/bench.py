@@ -94,7 +94,7 @@ def run_bench(args):
     if only in (None, "te") and args.te_size:
         ok &= _bench_tensor_engine(args.te_size)
     if only in (None, "dma"):
-        ok &= _bench_dma()
+        ok &= _bench_dma(getattr(args, "dma_partitions", 16))
     psum = getattr(args, "psum_partitions", 0)
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
@@ -390,7 +390,7 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
             "word_bytes": str(word_bytes),
             "partitions": str(partitions),
             "partition_bytes": str(max(BENCH_SIZES)),
-            "hbm_bytes": str(1 << 20),
+            "hbm_bytes": str(max(1 << 20, partitions * max(BENCH_SIZES))),
             "overhead": str(overhead),
         }
     )
@@ -442,11 +442,14 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
                 f"(documented: {'up to' if target < 1 else 'the same as copy,'} {target:.0%})"
             )
     if c.get("sbuf_transpose") and c.get("sbuf_transpose_copy"):
+        words = partitions * partitions * 4 // word_bytes
         print(
-            f"  SBUF -> SBUF transpose [{partitions}, {partitions}] FP32 / copy of the same bytes "
-            f"from the device memory, less the overhead: "
-            f"{c['sbuf_transpose_copy'] / c['sbuf_transpose']:.2f} "
-            f"({c['sbuf_transpose']} / {c['sbuf_transpose_copy']} cycles; documented: up to 50%)"
+            f"  SBUF -> SBUF transpose [{partitions}, {partitions}] FP32, less the overhead: "
+            f"{words / c['sbuf_transpose']:.2f} of the data path's word per cycle "
+            f"({words} words in {c['sbuf_transpose']} cycles; documented: up to 50% of the DMA "
+            f"throughput); against a copy of the same bytes from the device memory "
+            f"{c['sbuf_transpose_copy'] / c['sbuf_transpose']:.2f} ({c['sbuf_transpose_copy']} "
+            f"cycles)"
         )
     try:
         import matplotlib
