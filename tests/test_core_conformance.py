@@ -4,8 +4,9 @@ one PSUM group, read back bit for bit.
 
 The ``core`` group (8 x 8 engine, K = 32 as four matmuls, FP32 and BF16 PSUM with RNE and SR,
 bf16 / fp32 / fp8 / double_row / mx / transpose, and MX into a whole BF16 bank row of N = 1024 on
-a 4 x 4 engine) runs in ``make test`` with random stalls and backpressure; the full 128 x 128 engine with a 128-partition PSUM and K = 512 runs in the slow
-suite.
+a 4 x 4 engine) runs with random stalls and backpressure, each mode family and PSUM rounding
+in ``make test`` and the other combinations in the slow suite; the full 128 x 128 engine with a
+128-partition PSUM and K = 512 runs in the slow suite.
 """
 
 import pytest
@@ -13,13 +14,27 @@ import pytest
 from ncrtl import blocks
 from ncrtl.testbench.conformance import run_block
 
-CONFIGS = [p for _, p in blocks.GROUPS["core"]]
+ALL_CONFIGS = [p for _, p in blocks.GROUPS["core"]]
 
 
 def _id(p):
     return f"{p['mode']}-{p['psum']}-{p.get('rounding', 'rne')}" + (
         f"-n{p['n']}" if "n" in p else ""
     )
+
+
+#: ``make test``: each mode family and each PSUM rounding once; the other combinations of the
+#: group run in the slow suite.
+FAST_IDS = {
+    "bf16-fp32-rne",
+    "bf16-bf16-sr",
+    "fp32-fp32-rne",
+    "double_row-fp32-rne",
+    "transpose_bf16-fp32-rne",
+    "mx-bf16-rne-n1024",
+}
+CONFIGS = [p for p in ALL_CONFIGS if _id(p) in FAST_IDS]
+MORE_CONFIGS = [p for p in ALL_CONFIGS if _id(p) not in FAST_IDS]
 
 
 def _check(res, vectors):
@@ -30,6 +45,17 @@ def _check(res, vectors):
 @pytest.mark.sim
 @pytest.mark.parametrize("params", CONFIGS, ids=_id)
 def test_chunked_matmul_small(params):
+    _chunked(params)
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.parametrize("params", MORE_CONFIGS, ids=_id)
+def test_chunked_matmul_small_more(params):
+    _chunked(params)
+
+
+def _chunked(params):
     block = blocks.get("core")
     p = block.resolve({k: str(v) for k, v in params.items()})
     res = run_block(block, p, count=1, seed=7, stall=0.25)

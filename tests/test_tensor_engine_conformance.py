@@ -1,8 +1,9 @@
 """Tensor Engine RTL vs the golden (values, bit for bit), isa.check (error codes) and the timing
 model (the cycle of every output vector and error pulse), through cocotb on Verilator.
 
-Small arrays in every mode run in ``make test``; the full 128 x 128 array runs in the slow suite
-with K = 128, M = 128, N = 512 for bf16, fp32, double_row and transpose.
+Small arrays in every mode run in ``make test`` (every mode at 4 x 4, and each way of building
+the array once); the rest of the small configurations and the full 128 x 128 array (K = 128,
+M = 128, N = 512 for bf16, fp32, double_row, mx and transpose) run in the slow suite.
 """
 
 import json
@@ -15,7 +16,7 @@ from ncrtl.testbench.conformance import run_block
 
 # 16 x 16 is built of 2 x 2 tiles of 8 x 8 PEs (the default block); 8 x 8 with block 2 of 4 x 4
 # tiles of 2 x 2, and with block 1 of PEs placed one by one.
-SMALL = (
+ALL_SMALL = (
     [p for _, p in blocks.GROUPS["tensor_engine"]]
     + [{"rows": 16, "cols": 16, "mode": m} for m in ("bf16", "double_row", "transpose_fp8")]
     + [
@@ -29,19 +30,39 @@ def _id(p):
     return f"{p['rows']}x{p['cols']}-{p['mode']}" + (f"-b{p['block']}" if "block" in p else "")
 
 
+#: ``make test`` runs every mode on a 4 x 4 array and each way of building the array once (one
+#: 8 x 8 tile, 2 x 2 tiles, tiles of 2 x 2 blocks); the other small configurations (every mode
+#: at 8 x 8, more 16 x 16 modes, PEs placed one by one) run in the slow suite.
+FAST_IDS = {"8x8-bf16", "16x16-bf16", "8x8-fp8-b2"}
+SMALL = [p for p in ALL_SMALL if p["rows"] == 4 or _id(p) in FAST_IDS]
+MORE_SMALL = [p for p in ALL_SMALL if p not in SMALL]
+
+
 def _check(res):
     assert res.passed, res.report()
+
+
+def _small_programs(params):
+    block = blocks.get("pe_array")
+    p = block.resolve({k: str(v) for k, v in params.items()})
+    res = run_block(block, p, count=600, seed=3, stall=0.25)
+    _check(res)
+    assert sum(u["vectors"] for u in res.units) > 0
 
 
 @pytest.mark.sim
 @pytest.mark.parametrize("params", SMALL, ids=_id)
 def test_small_array_programs(params):
     """Random LS/MM programs with illegal instructions mixed in; random stalls in one test."""
-    block = blocks.get("pe_array")
-    p = block.resolve({k: str(v) for k, v in params.items()})
-    res = run_block(block, p, count=600, seed=3, stall=0.25)
-    _check(res)
-    assert sum(u["vectors"] for u in res.units) > 0
+    _small_programs(params)
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.parametrize("params", MORE_SMALL, ids=_id)
+def test_more_small_array_programs(params):
+    """The rest of the ``tensor_engine`` group and the other small builds."""
+    _small_programs(params)
 
 
 @pytest.mark.sim
