@@ -16,7 +16,7 @@ from ncrtl.hdl.dma.queues import DmaQueues
 from ncrtl.hdl.dma.sbuf import Sbuf
 from ncrtl.model.dma import Geometry, Memories, Space, execute
 from ncrtl.model.dma.isa import encode
-from ncrtl.model.dma.qos import CLASSES, SLOTS, PortArbiter, slot_table
+from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table
 from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.testbench.dma.program import random_descriptors
 

@@ -11,7 +11,7 @@ from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.dma.qos import CLASSES, POLICIES, QUEUES, SLOTS
 from ncrtl.model.dma.sbuf import Access
 
-from .check import Widths, descriptor_layout
+from .check import descriptor_layout
 from .engine import DmaEngine
 from .qos import PortArbiter, slot_layout
 from .sbuf import dma_request_layout
