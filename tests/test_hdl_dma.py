@@ -8,6 +8,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from ncrtl.hdl.dma.agu import AddressGenerator
+from ncrtl.hdl.dma.sbuf import sim_load, sim_read
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
 from ncrtl.model.dma.sbuf import write_strobed
@@ -489,28 +490,11 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     rng = np.random.default_rng(seed)
     wb = word_bytes
     hbm = mem.hbm.copy()
-    words = geo.partition_bytes // wb
     out = {"status": [], "cycles": []}
     sbuf_back = np.zeros_like(mem.sbuf)
-    full = (1 << geo.partitions) - 1
 
     async def load_and_run(ctx):
-        # Load the SBUF through the engine port, one word of every partition per cycle.
-        for word in range(words):
-            chunk = mem.sbuf[:, word * wb : (word + 1) * wb]
-            ctx.set(
-                sb.eng_req.payload,
-                {
-                    "mask": full,
-                    "word": word,
-                    "write": 1,
-                    "data": int.from_bytes(chunk.tobytes(), "little"),
-                    "strobe": (1 << wb) - 1,
-                },
-            )
-            ctx.set(sb.eng_req.valid, 1)
-            await ctx.tick().until(sb.eng_req.ready)
-        ctx.set(sb.eng_req.valid, 0)
+        await sim_load(ctx, sb, mem.sbuf)
         for desc in descs:
             ctx.set(eng.desc.payload, encode(desc))
             ctx.set(eng.desc.valid, 1)
@@ -529,20 +513,7 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
                 assert n < 20000, "descriptor never completed"
             out["cycles"].append(n)
         ctx.set(eng.status.ready, 0)
-        # Read the SBUF back through the engine port.
-        ctx.set(sb.eng_resp.ready, 1)
-        for word in range(words):
-            ctx.set(
-                sb.eng_req.payload, {"mask": full, "word": word, "write": 0, "data": 0, "strobe": 0}
-            )
-            ctx.set(sb.eng_req.valid, 1)
-            await ctx.tick().until(sb.eng_req.ready)
-            ctx.set(sb.eng_req.valid, 0)
-            await ctx.tick().until(sb.eng_resp.valid)
-            raw = ctx.get(sb.eng_resp.payload).to_bytes(geo.partitions * wb, "little")
-            sbuf_back[:, word * wb : (word + 1) * wb] = np.frombuffer(raw, np.uint8).reshape(
-                geo.partitions, wb
-            )
+        sbuf_back[:] = await sim_read(ctx, sb)
 
     async def axi_read(ctx):
         pending = []  # (due cycle, addr)

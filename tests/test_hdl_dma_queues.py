@@ -13,11 +13,13 @@ from amaranth.sim import Simulator
 
 from ncrtl.hdl.dma.check import Widths
 from ncrtl.hdl.dma.queues import DmaQueues
-from ncrtl.hdl.dma.sbuf import Sbuf
+from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
 from ncrtl.model.dma import Geometry, Memories, Space, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table
+from ncrtl.model.dma.queues import queue_schedule
 from ncrtl.model.dma.sbuf import write_strobed
+from ncrtl.model.dma.timing import EngineTiming
 from ncrtl.testbench.dma.program import random_descriptors
 
 QUEUES_USED = 4
@@ -100,72 +102,51 @@ def _run(policy, seed, stall, shares):
     got = {q: [] for q in range(QUEUES_USED)}
     sbuf_back = np.zeros_like(mem.sbuf)
     checked = {"ar": 0, "sbuf": 0, "contended": 0}
+    # The queues' descriptors interleaved at random, each queue in order.
+    order = [q for q in range(QUEUES_USED) for _ in program[q]]
+    rng.shuffle(order)
+    nxt = [0] * QUEUES_USED
+    items = []
+    for q in order:
+        items.append((q, program[q][nxt[q]]))
+        nxt[q] += 1
+    timed = {"start": None, "slot": 0, "served": []}
     total = sum(len(d) for d in program)
-    full = (1 << geo.partitions) - 1
-    words = geo.partition_bytes // w
 
     async def feed(ctx):
-        for word in range(words):
-            chunk = mem.sbuf[:, word * w : (word + 1) * w]
-            ctx.set(
-                sb.eng_req.payload,
-                {
-                    "mask": full,
-                    "word": word,
-                    "write": 1,
-                    "data": int.from_bytes(chunk.tobytes(), "little"),
-                    "strobe": (1 << w) - 1,
-                },
-            )
-            ctx.set(sb.eng_req.valid, 1)
-            await ctx.tick().until(sb.eng_req.ready)
-        ctx.set(sb.eng_req.valid, 0)
+        await sim_load(ctx, sb, mem.sbuf)
         ctx.set(dut.klass, klass)
         ctx.set(dut.table, [{"owned": int(o is not None), "klass": o or 0} for o in table])
-        # The queues' descriptors interleaved at random, each queue in order.
-        order = [q for q in range(QUEUES_USED) for _ in program[q]]
-        rng.shuffle(order)
-        nxt = [0] * QUEUES_USED
-        for q in order:
-            d = program[q][nxt[q]]
-            nxt[q] += 1
+        for q, d in items:
             ctx.set(dut.desc.payload, {"queue": q, "desc": encode(d)})
             ctx.set(dut.desc.valid, 1)
             await ctx.tick().until(dut.desc.ready)
             ctx.set(dut.desc.valid, 0)
-            if rng.random() < stall:
+            if stall and rng.random() < stall:
                 await ctx.tick()
 
     async def drain(ctx):
-        n = cycles = 0
+        n = cycle = 0
         while n < total:
-            cycles += 1
-            assert cycles < 50_000, f"{total - n} descriptors never completed"
+            assert cycle < 50_000, f"{total - n} descriptors never completed"
             ready = int(rng.random() >= stall)
             ctx.set(dut.status.ready, ready)
             await ctx.delay(1e-9)
+            if timed["start"] is None and ctx.get(dut.desc.valid):
+                timed["start"] = cycle
+                if policy == "priority":
+                    timed["slot"] = ctx.get(dut.arbiters["ar"].slot)
             if ready and ctx.get(dut.status.valid):
                 p = ctx.get(dut.status.payload)
                 got[p.queue].append((p.tag, p.error))
+                timed["served"].append((p.queue, p.tag, cycle - timed["start"]))
                 n += 1
             await ctx.tick()
+            cycle += 1
         ctx.set(dut.status.ready, 0)
         for _ in range(40):  # the last writes' responses
             await ctx.tick()
-        ctx.set(sb.eng_resp.ready, 1)
-        for word in range(words):
-            ctx.set(
-                sb.eng_req.payload,
-                {"mask": full, "word": word, "write": 0, "data": 0, "strobe": 0},
-            )
-            ctx.set(sb.eng_req.valid, 1)
-            await ctx.tick().until(sb.eng_req.ready)
-            ctx.set(sb.eng_req.valid, 0)
-            await ctx.tick().until(sb.eng_resp.valid)
-            raw = ctx.get(sb.eng_resp.payload).to_bytes(geo.partitions * w, "little")
-            sbuf_back[:, word * w : (word + 1) * w] = np.frombuffer(raw, np.uint8).reshape(
-                geo.partitions, w
-            )
+        sbuf_back[:] = await sim_read(ctx, sb)
         for q in range(QUEUES_USED):
             assert ctx.get(dut.done[q]) == len(program[q])
 
@@ -255,6 +236,15 @@ def _run(policy, seed, stall, shares):
     sim.add_testbench(memory, background=True)
     sim.add_testbench(monitor, background=True)
     sim.run()
+    if not stall:
+        # Without stalls the queues' timing model gives every completion's cycle.
+        timing = EngineTiming(
+            word_bytes=w, overhead=2, outstanding=4, part_bits=3, read_latency=3, write_latency=3
+        )
+        model = queue_schedule(
+            items, geo, mem, timing, policy=policy, klass=klass, table=table, slot=timed["slot"]
+        )
+        assert timed["served"] == [(s.queue, s.tag, s.done) for s in model]
     return want, got, gold, hbm, sbuf_back, checked
 
 
@@ -262,7 +252,9 @@ def _run(policy, seed, stall, shares):
     "policy, seed, stall, shares",
     [
         ("round_robin", 1, 0.2, [0, 0, 0, 0]),
+        ("round_robin", 4, 0.0, [0, 0, 0, 0]),
         ("priority", 2, 0.0, [0, 0, 0, 0]),
+        ("priority", 5, 0.0, [1, 2, 0, 4]),
         ("priority", 3, 0.3, [2, 1, 3, 4]),
     ],
 )

@@ -19,6 +19,8 @@ __all__ = [
     "dma_request_layout",
     "engine_request_layout",
     "SYNTH_SRAM_BITS",
+    "sim_load",
+    "sim_read",
 ]
 
 #: Largest partition memory (bits) the synthesis view builds; larger ones are SRAM macros.
@@ -303,3 +305,51 @@ class Sbuf(wiring.Component):
             self.dma_resp.payload.eq(Mux(dma_fresh, dma_live, dma_hold)),
         ]
         return m
+
+
+# -- simulation helpers (Amaranth simulator) -------------------------------------------------
+
+
+async def sim_load(ctx, sbuf, contents):
+    """Write ``contents`` (``[partitions, partition_bytes]`` uint8) into ``sbuf`` through its
+    engine port, one word of every partition per cycle (an Amaranth simulator testbench)."""
+    w = sbuf.word_bytes
+    full = (1 << sbuf.partitions) - 1
+    for word in range(sbuf.partition_bytes // w):
+        chunk = contents[:, word * w : (word + 1) * w]
+        ctx.set(
+            sbuf.eng_req.payload,
+            {
+                "mask": full,
+                "word": word,
+                "write": 1,
+                "data": int.from_bytes(chunk.tobytes(), "little"),
+                "strobe": (1 << w) - 1,
+            },
+        )
+        ctx.set(sbuf.eng_req.valid, 1)
+        await ctx.tick().until(sbuf.eng_req.ready)
+    ctx.set(sbuf.eng_req.valid, 0)
+
+
+async def sim_read(ctx, sbuf):
+    """The contents of ``sbuf`` read through its engine port: ``[partitions, partition_bytes]``
+    uint8 (an Amaranth simulator testbench)."""
+    import numpy as np
+
+    w, parts = sbuf.word_bytes, sbuf.partitions
+    out = np.zeros((parts, sbuf.partition_bytes), dtype=np.uint8)
+    ctx.set(sbuf.eng_resp.ready, 1)
+    for word in range(sbuf.partition_bytes // w):
+        ctx.set(
+            sbuf.eng_req.payload,
+            {"mask": (1 << parts) - 1, "word": word, "write": 0, "data": 0, "strobe": 0},
+        )
+        ctx.set(sbuf.eng_req.valid, 1)
+        await ctx.tick().until(sbuf.eng_req.ready)
+        ctx.set(sbuf.eng_req.valid, 0)
+        await ctx.tick().until(sbuf.eng_resp.valid)
+        raw = ctx.get(sbuf.eng_resp.payload).to_bytes(parts * w, "little")
+        out[:, word * w : (word + 1) * w] = np.frombuffer(raw, np.uint8).reshape(parts, w)
+    ctx.set(sbuf.eng_resp.ready, 0)
+    return out

@@ -202,105 +202,144 @@ def transfer_cycles(desc, geo, mem, timing=None):
 
 
 def _move(desc, src_runs, dst_runs, tiled, c, timing):
-    """Cycle-stepped move phase from cycle ``c`` (the first runs valid): the cycle the
-    completion is valid."""
-    w = timing.word_bytes
-    src_hbm = desc.src.space == Space.HBM
-    dst_hbm = desc.dst.space == Space.HBM
-    access = Access.ADD if desc.op == Op.ADD else Access.WRITE
-    s_part = src_runs[:, 0].tolist()
-    s_word = (src_runs[:, 1] // w).tolist()
-    s_bytes = src_runs[:, 2].tolist()
-    d_part = dst_runs[:, 0].tolist()
-    d_word = (dst_runs[:, 1] // w).tolist()
-    d_bytes = dst_runs[:, 2].tolist()
-    ns, nd = len(s_bytes), len(d_bytes)
-    si = di = 0
-    held = 0  # reads issued whose bytes are not yet in the byte queue
-    inflight = deque()  # bytes of the reads issued, answered in order
-    answers = deque()  # cycles the answers of the reads issued arrive
-    inner = deque()  # the read buffer's first stage: (cycle readable, bytes)
-    out = None  # its output register: bytes, or None
-    count = 0  # bytes in the byte queue
-    # The tile buffer of a tiled transpose and the queue after it.
-    e = w // desc.src.esize
-    tile_count = 0
-    full = [False, False]
-    fill = drain = 0
-    rows = cols = 0
-    responses = deque()  # write responses due
-    pending_b = 0
-    written = False
+    """Cycle-stepped move phase from cycle ``c`` (the first runs valid) on an idle engine: the
+    cycle the completion is valid."""
+    mover = Mover(desc, src_runs, dst_runs, tiled, timing)
     arb = SbufArbiter()
-    while True:
-        # -- the registers' values in cycle c decide everything below --------------------
-        if written and pending_b == 0:
-            return c + 1
-        wcount = tile_count if tiled else count
-        have = di < nd and wcount >= d_bytes[di]
-        # The SBUF's DMA port: the writer's request first, else the reader's.
-        dma_valid = False
-        reader_sbuf = False
-        can = si < ns and held < timing.outstanding
-        if not dst_hbm and have:
-            dma_valid, part, word, acc = True, d_part[di], d_word[di], access
-        elif not src_hbm and can:
-            dma_valid, part, word, acc = True, s_part[si], s_word[si], Access.READ
-            reader_sbuf = True
-        grant = False
-        if dma_valid:
-            grant, _ = arb.step(True, part, False, False, 0, False, dma_word=word, dma_access=acc)
+    while not mover.finished():
+        want = mover.wants()
+        if want.sbuf is not None:
+            part, word, access = want.sbuf
+            grant, _ = arb.step(
+                True, part, False, False, 0, False, dma_word=word, dma_access=access
+            )
         else:
-            arb.step(False, 0, False, False, 0, False)
-        issue = can and (src_hbm or (reader_sbuf and grant))
-        complete = have and (dst_hbm or grant)
+            grant = arb.step(False, 0, False, False, 0, False)[0]
+        mover.edge(c, ar=True, write=True, sbuf=grant)
+        c += 1
+    return c + 1
+
+
+@dataclass
+class Wants:
+    """What a moving engine asks for in a cycle: ``ar`` (a device memory read address),
+    ``write`` (a device memory write: address and data), ``sbuf`` (``(partition, word,
+    access)`` of its SBUF request, the writer's before the reader's, or None)."""
+
+    ar: bool
+    write: bool
+    sbuf: tuple | None
+
+
+class Mover:
+    """The move phase of one descriptor, cycle by cycle: the state the RTL keeps (module
+    docstring, "Move"). Each cycle :meth:`wants` says what the engine asks of its ports and
+    :meth:`edge` applies the clock edge with the grants; :meth:`finished` is the RUN state's
+    exit (the last write done and every write response in: the completion is valid the next
+    cycle)."""
+
+    def __init__(self, desc, src_runs, dst_runs, tiled, timing):
+        w = self.w = timing.word_bytes
+        self.timing = timing
+        self.tiled = tiled
+        self.src_hbm = desc.src.space == Space.HBM
+        self.dst_hbm = desc.dst.space == Space.HBM
+        self.access = Access.ADD if desc.op == Op.ADD else Access.WRITE
+        self.s_part = src_runs[:, 0].tolist()
+        self.s_word = (src_runs[:, 1] // w).tolist()
+        self.s_bytes = src_runs[:, 2].tolist()
+        self.d_part = dst_runs[:, 0].tolist()
+        self.d_word = (dst_runs[:, 1] // w).tolist()
+        self.d_bytes = dst_runs[:, 2].tolist()
+        self.ns, self.nd = len(self.s_bytes), len(self.d_bytes)
+        self.si = self.di = 0
+        self.held = 0  # reads issued whose bytes are not yet in the byte queue
+        self.inflight = deque()  # bytes of the reads issued, answered in order
+        self.answers = deque()  # cycles the answers of the reads issued arrive
+        self.inner = deque()  # the read buffer's first stage: (cycle readable, bytes)
+        self.out = None  # its output register: bytes, or None
+        self.count = 0  # bytes in the byte queue
+        # The tile buffer of a tiled transpose and the queue after it.
+        self.e = w // desc.src.esize
+        self.tile_count = 0
+        self.full = [False, False]
+        self.fill = self.drain = 0
+        self.rows = self.cols = 0
+        self.responses = deque()  # write responses due
+        self.pending_b = 0
+        self.written = False
+
+    def finished(self):
+        return self.written and self.pending_b == 0
+
+    def _have(self):
+        wcount = self.tile_count if self.tiled else self.count
+        return self.di < self.nd and wcount >= self.d_bytes[self.di]
+
+    def _can(self):
+        return self.si < self.ns and self.held < self.timing.outstanding
+
+    def wants(self):
+        have, can = self._have(), self._can()
+        sbuf = None
+        if not self.dst_hbm and have:
+            sbuf = (self.d_part[self.di], self.d_word[self.di], self.access)
+        elif not self.src_hbm and can:
+            sbuf = (self.s_part[self.si], self.s_word[self.si], Access.READ)
+        return Wants(can and self.src_hbm, have and self.dst_hbm, sbuf)
+
+    def edge(self, c, *, ar, write, sbuf):
+        """The clock edge at the end of cycle ``c``: ``ar``, ``write``: this engine's device
+        memory read address and write are taken; ``sbuf``: its SBUF request is granted."""
+        w, timing = self.w, self.timing
+        have, can = self._have(), self._can()
+        reader_sbuf = not self.src_hbm and can and (self.dst_hbm or not have)
+        issue = can and (ar if self.src_hbm else reader_sbuf and sbuf)
+        complete = have and (write if self.dst_hbm else sbuf)
         # Read answers: the device memory's beat, or the SBUF's response the cycle after the
         # grant; either way taken at once (a slot is reserved for each).
-        fire = bool(answers) and answers[0] <= c
+        fire = bool(self.answers) and self.answers[0] <= c
         # The read buffer's output into the byte queue, while the queue holds at most a word.
-        push = out is not None and count <= w
-        pushed = out if push else 0
+        push = self.out is not None and self.count <= w
+        pushed = self.out if push else 0
         take = 0
-        tile_push = False
-        if tiled:
-            row_fire = count >= w and not full[fill]
-            col_fire = full[drain] and tile_count <= w
+        if self.tiled:
+            row_fire = self.count >= w and not self.full[self.fill]
+            col_fire = self.full[self.drain] and self.tile_count <= w
             take = w if row_fire else 0
-            tile_push = col_fire
         elif complete:
-            take = d_bytes[di]
-        # -- the clock edge ------------------------------------------------------------------
+            take = self.d_bytes[self.di]
         if issue:
-            inflight.append(s_bytes[si])
-            answers.append(c + (timing.read_latency if src_hbm else 1))
-            si += 1
+            self.inflight.append(self.s_bytes[self.si])
+            self.answers.append(c + (timing.read_latency if self.src_hbm else 1))
+            self.si += 1
         if fire:
-            answers.popleft()
-            inner.append((c + 1, inflight.popleft()))
-        if push or out is None:
-            out = inner.popleft()[1] if inner and inner[0][0] <= c else None
-        held += int(issue) - int(push)
-        count = count - take + pushed
-        if tiled:
+            self.answers.popleft()
+            self.inner.append((c + 1, self.inflight.popleft()))
+        if push or self.out is None:
+            self.out = self.inner.popleft()[1] if self.inner and self.inner[0][0] <= c else None
+        self.held += int(issue) - int(push)
+        self.count = self.count - take + pushed
+        if self.tiled:
             if row_fire:
-                rows += 1
-                if rows == e:
-                    rows, full[fill], fill = 0, True, 1 - fill
+                self.rows += 1
+                if self.rows == self.e:
+                    self.rows, self.full[self.fill], self.fill = 0, True, 1 - self.fill
             if col_fire:
-                cols += 1
-                if cols == e:
-                    cols, full[drain], drain = 0, False, 1 - drain
-            tile_count = tile_count - (d_bytes[di] if complete else 0) + (w if tile_push else 0)
-        if responses and responses[0] <= c:
-            responses.popleft()
-            pending_b -= 1
+                self.cols += 1
+                if self.cols == self.e:
+                    self.cols, self.full[self.drain], self.drain = 0, False, 1 - self.drain
+            taken = self.d_bytes[self.di] if complete else 0
+            self.tile_count = self.tile_count - taken + (w if col_fire else 0)
+        if self.responses and self.responses[0] <= c:
+            self.responses.popleft()
+            self.pending_b -= 1
         if complete:
-            if dst_hbm:
-                responses.append(c + timing.write_latency)
-                pending_b += 1
-            di += 1
-            written = di == nd
-        c += 1
+            if self.dst_hbm:
+                self.responses.append(c + timing.write_latency)
+                self.pending_b += 1
+            self.di += 1
+            self.written = self.di == self.nd
 
 
 def bandwidth_cycles(words, timing=None):
