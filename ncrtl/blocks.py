@@ -511,6 +511,83 @@ register(
     )
 )
 
+
+def _make_dma_queues(
+    word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, policy, depth
+):
+    from ncrtl.hdl.dma.top import DmaQueuesSystem
+
+    if partition_bytes % word_bytes:
+        raise BlockError(
+            f"dma_queues: parameter partition_bytes={partition_bytes} must be a multiple of "
+            f"word_bytes={word_bytes}"
+        )
+    return DmaQueuesSystem(
+        word_bytes,
+        policy=policy,
+        depth=depth,
+        widths=dma_widths(hbm_bytes, partitions),
+        partitions=partitions,
+        partition_bytes=partition_bytes,
+        hbm_bytes=hbm_bytes,
+        overhead=overhead,
+        outstanding=outstanding,
+        instance=True,
+    )
+
+
+register(
+    Block(
+        "dma_queues",
+        "a DMA engine's 16 queues: round robin, or a channel per class of service (strict "
+        "priority, traffic shaping) sharing the AXI4 and SBUF ports",
+        (
+            Param(
+                "word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)
+            ),
+            Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
+            Param(
+                "partition_bytes",
+                int,
+                192 * 1024,
+                "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
+                minimum=4,
+                maximum=256 * 1024,
+            ),
+            Param(
+                "hbm_bytes",
+                int,
+                1 << 20,
+                "device memory bytes behind the AXI4 port",
+                minimum=64,
+                maximum=1 << 40,
+            ),
+            Param(
+                "overhead",
+                int,
+                8,
+                "cycles between a descriptor's check and its first access",
+                minimum=0,
+                maximum=1 << 16,
+            ),
+            Param("outstanding", int, 8, "reads in flight per channel", minimum=1, maximum=64),
+            Param(
+                "policy",
+                str,
+                "priority",
+                "between queues: priority (NeuronCore-v4 QoS) or round_robin (v2/v3)",
+                ("priority", "round_robin"),
+            ),
+            Param("depth", int, 4, "descriptors each queue holds", minimum=1, maximum=64),
+        ),
+        _make_dma_queues,
+        lambda word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, policy, depth: (
+            f"dma_queues_{policy}_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
+        ),
+        "ncrtl.testbench.dma.test_dma_queues",
+    )
+)
+
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
 #: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.
@@ -653,6 +730,20 @@ GROUPS = {
     "dma": [
         ("dma", {"word_bytes": w, "partitions": p, "partition_bytes": n, "hbm_bytes": h})
         for w, p, n, h in ((8, 8, 256, 4096), (16, 16, 512, 8192))
+    ],
+    "dma_queues": [
+        (
+            "dma_queues",
+            {
+                "word_bytes": 8,
+                "partitions": 8,
+                "partition_bytes": 256,
+                "hbm_bytes": 4096,
+                "outstanding": 4,
+                "policy": p,
+            },
+        )
+        for p in ("priority", "round_robin")
     ],
     "psum": [
         ("psum", {"partitions": p, "banks": b, "bank_bytes": n})

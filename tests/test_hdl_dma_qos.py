@@ -30,7 +30,7 @@ def test_port_arbiter_rtl_matches_the_golden_every_cycle(seed):
 
     async def bench(ctx):
         ctx.set(
-            dut.table,
+            dut.calendar,
             [{"owned": int(o is not None), "klass": o or 0} for o in table],
         )
         for cycle in range(600):

@@ -3,8 +3,6 @@ random descriptors, random classes and shares, random memory backpressure; data 
 against the golden, each queue's completions in order, and the sharing of the device memory's
 read channel and the SBUF's port checked against the golden arbiter on every cycle."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from amaranth.hdl import Module
@@ -14,52 +12,15 @@ from amaranth.sim import Simulator
 from ncrtl.hdl.dma.check import Widths
 from ncrtl.hdl.dma.queues import DmaQueues
 from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
-from ncrtl.model.dma import Geometry, Memories, Space, execute
+from ncrtl.model.dma import Geometry, Memories, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table
 from ncrtl.model.dma.queues import queue_schedule
 from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.model.dma.timing import EngineTiming
-from ncrtl.testbench.dma.program import random_descriptors
+from ncrtl.testbench.dma.program import queue_program
 
 QUEUES_USED = 4
-
-
-def _shift(desc, hbm_off, sbuf_off):
-    """``desc`` moved into a queue's own region of both memories."""
-
-    def side(s):
-        return replace(s, base=s.base + (hbm_off if s.space == Space.HBM else sbuf_off))
-
-    return replace(desc, src=side(desc.src), dst=side(desc.dst))
-
-
-def _program(rng, geo, n):
-    """``n`` random descriptors for each of :data:`QUEUES_USED` queues, each queue in its own
-    region of the device memory and of every SBUF partition (so the queues' results do not
-    depend on how they interleave), with the golden's codes."""
-    sub = Geometry(geo.partitions, geo.partition_bytes // QUEUES_USED, geo.hbm_bytes // QUEUES_USED)
-    out = []
-    for q in range(QUEUES_USED):
-        descs = []
-        for d in random_descriptors(rng, sub, 3 * n, word_bytes=8):
-            moved = _shift(d, q * sub.hbm_bytes, q * sub.partition_bytes)
-            # A descriptor illegal in its region (the tensor outside it) could be legal in the
-            # whole memory and write elsewhere: keep those whose code is the same in both.
-            mem = Memories(
-                np.zeros((geo.partitions, geo.partition_bytes), np.uint8),
-                np.zeros(geo.hbm_bytes, np.uint8),
-            )
-            small = Memories(
-                np.zeros((sub.partitions, sub.partition_bytes), np.uint8),
-                np.zeros(sub.hbm_bytes, np.uint8),
-            )
-            if execute(moved, geo, mem)[1] == execute(d, sub, small)[1]:
-                descs.append(replace(moved, tag=(q << 6) | len(descs)))
-            if len(descs) == n:
-                break
-        out.append(descs)
-    return out
 
 
 def _run(policy, seed, stall, shares):
@@ -70,7 +31,7 @@ def _run(policy, seed, stall, shares):
         rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
     )
-    program = _program(rng, geo, 10)
+    program = queue_program(rng, geo, QUEUES_USED, 10, word_bytes=w)
     # The used queues in different classes, but with an odd seed queues 0 and 3 share one (the
     # class's channel takes them in turn).
     perm = [int(c) for c in rng.permutation(CLASSES)]
@@ -116,7 +77,7 @@ def _run(policy, seed, stall, shares):
     async def feed(ctx):
         await sim_load(ctx, sb, mem.sbuf)
         ctx.set(dut.klass, klass)
-        ctx.set(dut.table, [{"owned": int(o is not None), "klass": o or 0} for o in table])
+        ctx.set(dut.calendar, [{"owned": int(o is not None), "klass": o or 0} for o in table])
         for q, d in items:
             ctx.set(dut.desc.payload, {"queue": q, "desc": encode(d)})
             ctx.set(dut.desc.valid, 1)

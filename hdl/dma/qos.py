@@ -20,7 +20,7 @@ class PortArbiter(wiring.Component):
     (class 0 lowest priority, 3 highest): :class:`ncrtl.model.dma.qos.PortArbiter` cycle for
     cycle.
 
-    A free-running slot counter walks the calendar (``table``, :data:`~ncrtl.model.dma.qos.
+    A free-running slot counter walks the ``calendar`` (:data:`~ncrtl.model.dma.qos.
     SLOTS` entries, written by software from :func:`ncrtl.model.dma.qos.slot_table`): when the
     current slot's owner asks it is granted, else the highest class that asks.  The grant is
     combinational from ``requests`` and the slot, so a channel sees it in the cycle it asks (a
@@ -29,7 +29,7 @@ class PortArbiter(wiring.Component):
 
     Interface
     ---------
-    table : In(data.ArrayLayout(slot_layout(), SLOTS))
+    calendar : In(data.ArrayLayout(slot_layout(), SLOTS))
         Held while the engine runs.
     requests : In(CLASSES)
         Bit ``c``: channel ``c`` asks for the port this cycle.
@@ -42,7 +42,7 @@ class PortArbiter(wiring.Component):
     def __init__(self):
         super().__init__(
             {
-                "table": In(data.ArrayLayout(slot_layout(), SLOTS)),
+                "calendar": In(data.ArrayLayout(slot_layout(), SLOTS)),
                 "requests": In(CLASSES),
                 "grant": Out(CLASSES),
                 "slot": Out(range(SLOTS)),
@@ -55,9 +55,9 @@ class PortArbiter(wiring.Component):
         # The slot's entry: a mux chain over the calendar (an Array read is an incomplete case
         # in the Verilog).
         entry = Signal(slot_layout())
-        chain = self.table[0]
+        chain = self.calendar[0]
         for s in range(1, SLOTS):
-            chain = Mux(equals(self.slot, s), self.table[s], chain)
+            chain = Mux(equals(self.slot, s), self.calendar[s], chain)
         m.d.comb += entry.eq(chain)
         owner_asks = Signal()
         m.d.comb += owner_asks.eq(entry.owned & (self.requests >> entry.klass)[0])

@@ -54,7 +54,7 @@ class DmaQueues(wiring.Component):
     ``id``), its write channels (``aw`` + ``w``, a channel's address and data beat granted
     together; responses routed by ``id``) and the SBUF's DMA port (a read's response routed to
     the channel whose read it answers) through a :class:`~ncrtl.hdl.dma.qos.PortArbiter` per
-    port with the calendar ``table``.  A grant on an AXI4 channel is held while its beat waits
+    port with the ``calendar``.  A grant on an AXI4 channel is held while its beat waits
     for ``ready`` (AXI4: a payload is held until taken), and the write channels stay with one
     channel until both its address and its data beat are taken, so the data follow the
     addresses in order.
@@ -78,7 +78,7 @@ class DmaQueues(wiring.Component):
     status : Out(stream.Signature(queue_status_layout()))
     klass : In(data.ArrayLayout(2, QUEUES))
         Each queue's class (``priority``); held while descriptors are queued.
-    table : In(data.ArrayLayout(slot_layout(), SLOTS))
+    calendar : In(data.ArrayLayout(slot_layout(), SLOTS))
         The traffic-shaping calendar (``priority``).
     done : Out(data.ArrayLayout(16, QUEUES))
     axi : Out(AxiManager(word_bytes, widths.addr_bits, id_bits=2))
@@ -127,7 +127,7 @@ class DmaQueues(wiring.Component):
                 "desc": In(stream.Signature(queued_layout(wd))),
                 "status": Out(stream.Signature(queue_status_layout())),
                 "klass": In(data.ArrayLayout(2, QUEUES)),
-                "table": In(data.ArrayLayout(slot_layout(), SLOTS)),
+                "calendar": In(data.ArrayLayout(slot_layout(), SLOTS)),
                 "done": Out(data.ArrayLayout(16, QUEUES)),
                 "axi": Out(AxiManager(word_bytes, wd.addr_bits, id_bits=2)),
                 "sbuf_req": Out(
@@ -147,7 +147,7 @@ class DmaQueues(wiring.Component):
             m.submodules[f"channel{k}"] = eng
         for name, arb in self.arbiters.items():
             m.submodules[f"{name}_arbiter"] = arb
-            m.d.comb += arb.table.eq(self.table)
+            m.d.comb += arb.calendar.eq(self.calendar)
 
         # -- the queues ------------------------------------------------------------------------
         width = Signal(descriptor_layout(self.wd)).shape().size

@@ -52,8 +52,9 @@ class AxiMemory:
         The port's name (``axi`` for ``axi__ar__valid`` ...).
     memory : ndarray of uint8
         The contents; the model reads and writes it in place.
-    data_bytes, addr_bits : int
-        The port's data width in bytes and its address width.
+    data_bytes, addr_bits, id_bits : int
+        The port's data width in bytes, its address width and its id width; responses carry
+        the id of their address.
     latency : int
         Cycles from the cycle a read address is accepted to the cycle its first data beat is
         valid, and from the cycle a write is complete to the cycle its response is valid (at
@@ -76,6 +77,7 @@ class AxiMemory:
         *,
         data_bytes,
         addr_bits,
+        id_bits=1,
         latency=4,
         stall=0.0,
         bandwidth=1.0,
@@ -89,7 +91,7 @@ class AxiMemory:
         self.mem = memory
         self.data_bytes = data_bytes
         self.latency = latency
-        sig = AxiManager(data_bytes, addr_bits)
+        sig = AxiManager(data_bytes, addr_bits, id_bits)
         members = sig.members
         self._a = _fields(members["ar"].signature.members["payload"].shape)
         self._r = _fields(members["r"].signature.members["payload"].shape)

@@ -18,8 +18,14 @@ __all__ = [
     "random_transpose",
     "random_descriptors",
     "with_dynamic_offset",
+    "queue_program",
     "OFFSET_AREA",
+    "QUEUE_REGION",
 ]
+
+#: The bytes per SBUF partition a queue's region of :func:`queue_program` needs: the widest
+#: row :func:`random_copy` draws (14 elements of 4 bytes), rounded up.
+QUEUE_REGION = 64
 
 
 def random_copy(rng, geo, tag, *, add=None):
@@ -177,4 +183,53 @@ def random_descriptors(rng, geo, n, *, word_bytes=None, hbm=None):
             slot = (slot + 1) % (OFFSET_AREA // 16)
         else:
             out.append(desc)
+    return out
+
+
+def _shift(desc, hbm_off, sbuf_off):
+    """``desc`` moved by ``hbm_off`` bytes in the device memory and ``sbuf_off`` bytes in
+    every SBUF partition."""
+
+    def side(x):
+        return replace(x, base=x.base + (hbm_off if x.space == Space.HBM else sbuf_off))
+
+    return replace(desc, src=side(desc.src), dst=side(desc.dst))
+
+
+def queue_program(rng, geo, queues, n, *, word_bytes=None):
+    """``n`` random descriptors (:func:`random_descriptors`, no dynamic offsets) for each of
+    ``queues`` queues, queue ``q`` in its own ``1 / queues`` of the device memory and of every
+    SBUF partition, so that the result does not depend on how the queues interleave; tags
+    ``q << 6 | i``.  A list per queue.  A descriptor that is illegal in its region but would be
+    legal (and write elsewhere) in the whole memories is left out: every descriptor has the
+    same golden code in both.  Each region needs at least :data:`QUEUE_REGION` bytes per
+    partition (the widest random row)."""
+    from ncrtl.model.dma import Memories, execute
+
+    per = geo.partition_bytes // queues // 8 * 8
+    if per < QUEUE_REGION:
+        raise ValueError(
+            f"{queues} queues need at least {QUEUE_REGION * queues} bytes per partition "
+            f"({QUEUE_REGION} each), not {geo.partition_bytes}"
+        )
+    sub = Geometry(geo.partitions, per, geo.hbm_bytes // queues // 8 * 8)
+    whole = Memories(
+        np.zeros((geo.partitions, geo.partition_bytes), np.uint8),
+        np.zeros(geo.hbm_bytes, np.uint8),
+    )
+    part = Memories(
+        np.zeros((sub.partitions, sub.partition_bytes), np.uint8),
+        np.zeros(sub.hbm_bytes, np.uint8),
+    )
+    out = []
+    for q in range(queues):
+        descs = []
+        while len(descs) < n:
+            for d in random_descriptors(rng, sub, 2 * n, word_bytes=word_bytes):
+                moved = _shift(d, q * sub.hbm_bytes, q * sub.partition_bytes)
+                if execute(moved, geo, whole)[1] == execute(d, sub, part)[1]:
+                    descs.append(replace(moved, tag=(q << 6) | len(descs)))
+                if len(descs) == n:
+                    break
+        out.append(descs)
     return out

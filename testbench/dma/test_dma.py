@@ -40,7 +40,7 @@ class DmaTB:
     """Clock, reset, the descriptor source, the completion sink, the SBUF's engine port (to load
     and read back the SBUF) and the AXI4 memory model."""
 
-    def __init__(self, dut, params, hbm, *, stall, seed, latency=LATENCY):
+    def __init__(self, dut, params, hbm, *, stall, seed, latency=LATENCY, id_bits=1):
         from ncrtl.blocks import dma_widths
 
         self.dut, self.p = dut, params
@@ -62,6 +62,7 @@ class DmaTB:
             hbm,
             data_bytes=params["word_bytes"],
             addr_bits=self.wd.addr_bits,
+            id_bits=id_bits,
             latency=latency,
             stall=stall,
             bandwidth=BANDWIDTH,
