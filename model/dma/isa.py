@@ -82,6 +82,8 @@ class Error(enum.IntEnum):
     BOUNDS = 7  #: an address the pattern forms lies outside its tensor
     OPCODE = 8  #: (hardware only) an operation code that is not COPY, TRANSPOSE or ADD
     OVERLAP = 9  #: the source's and the destination's address boxes intersect
+    DGE_INDIRECT = 10  #: (descriptor generator only) a dynamic offset: the hardware DGE does
+    #: no gather or scatter (seed 000); such transfers use precomputed descriptors
 
 
 @dataclass(frozen=True)
