@@ -734,17 +734,28 @@ def test_address_generator_transposed_walks():
         assert np.array_equal(have, want), (side, have[:6], want[:6])
 
 
-def test_verilog_lint_clean_and_latch_free():
+def test_verilog_lint_clean():
     """The engine with its SBUF: lint-clean under ``verilator --lint-only -Wall`` (the
-    project's waivers) and synthesized by Yosys without a latch."""
+    project's waivers); its synthesis in the slow suite."""
     from ncrtl.hdl.dma.check import Widths
     from ncrtl.hdl.dma.top import DmaSystem
     from ncrtl.hdl.verilog import convert
-    from ncrtl.testbench.lint import lint_verilog, synth_check
+    from ncrtl.testbench.lint import lint_verilog
 
     top = "dma_system_t"
     small = dict(widths=Widths(16, 8, 3), partitions=4, partition_bytes=64, hbm_bytes=4096)
     lint_verilog(convert(DmaSystem(8, outstanding=4, instance=True, **small), top), top).check()
+
+
+@pytest.mark.slow
+def test_synthesis_latch_free():
+    """The engine with its SBUF, synthesized by Yosys without a latch (about two minutes)."""
+    from ncrtl.hdl.dma.check import Widths
+    from ncrtl.hdl.dma.top import DmaSystem
+    from ncrtl.hdl.verilog import convert
+    from ncrtl.testbench.lint import synth_check
+
+    top = "dma_system_t"
     tiny = dict(widths=Widths(12, 4, 2), partitions=2, partition_bytes=16, hbm_bytes=1024)
     text = convert(DmaSystem(4, outstanding=2, instance=True, **tiny), top, synthesis=True)
     synth_check(text, top).check()

@@ -120,6 +120,7 @@ def test_programs_through_the_verilog_stream_players(mode):
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 def test_the_cpp_loop_replays_a_player_run_byte_for_byte(tmp_path):
     """The reference ``ncrtl bench`` measures the testbench against: the same engine in a C++
     loop doing the players' work (:mod:`ncrtl.testbench.stream_loop`) on the files of a player
