@@ -95,6 +95,7 @@ def run_bench(args):
         ok &= _bench_tensor_engine(args.te_size)
     if only in (None, "dma"):
         ok &= _bench_dma(getattr(args, "dma_partitions", 16))
+        ok &= _bench_dma_qos()
     psum = getattr(args, "psum_partitions", 0)
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
@@ -470,6 +471,108 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
     ax.set_xlabel("bytes per partition")
     ax.set_ylabel("GB/s")
     ax.set_title(f"one DMA engine, {word_bytes} B at {clock_ghz} GHz, {overhead}-cycle overhead")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(plot)
+    print(f"  plot: {plot}")
+    return True
+
+
+def _bench_dma_qos(
+    word_bytes=16, partitions=8, clock_ghz=1.4, plot="build/bench/dma_qos_latency.png"
+):
+    """A high-priority queue's latency while low-priority queues load the engine, both
+    policies, from the RTL (``ncrtl.testbench.dma.test_dma_queues_bench``), with the
+    documented per-transfer overhead."""
+    from ncrtl.testbench.conformance import run_block
+    from ncrtl.testbench.dma.test_dma_queues_bench import (
+        LOW_BYTES,
+        LOW_QUEUES,
+        PROBE_BYTES,
+        PROBES,
+        SHARES,
+    )
+
+    overhead = round(DMA_OVERHEAD_S * clock_ghz * 1e9)
+    block = blocks.get("dma_queues")
+    results = {}
+    for policy in ("priority", "round_robin"):
+        params = block.resolve(
+            {
+                "word_bytes": str(word_bytes),
+                "partitions": str(partitions),
+                "partition_bytes": "16384",
+                "hbm_bytes": str(1 << 20),
+                "overhead": str(overhead),
+                "outstanding": "8",
+                "policy": policy,
+            }
+        )
+        res = run_block(
+            block,
+            params,
+            count=1,
+            seed=1,
+            stall=0.0,
+            testbench="ncrtl.testbench.dma.test_dma_queues_bench",
+            progress=True,
+        )
+        if not res.passed:
+            print(f"\nDMA queues ({policy}): FAILED: {res.message}")
+            return False
+        results[policy] = res.counters
+    shaped = "/".join(map(str, SHARES))
+    series = {
+        "priority": ("priority", ""),
+        f"shares {shaped}": ("priority", "shaped_"),
+        "round robin": ("round_robin", ""),
+    }
+    print(
+        f"\nDMA queues: a class-3 queue's {PROBE_BYTES}-byte-per-partition copies ({PROBES} per "
+        f"point) while 0..{LOW_QUEUES} queues of classes 0..2 stream {LOW_BYTES}-byte-per-"
+        f"partition copies; one engine, {word_bytes}-byte data path, {partitions} partitions, "
+        f"overhead {overhead} cycles; latency in cycles ({clock_ghz} GHz); shares {shaped}: "
+        f"classes 0, 1, 2 each own {SHARES[0]} of the 16 calendar slots"
+    )
+    head = f"{'low queues':>11s}{'load':>7s}"
+    for name in series:
+        head += f"{name + ' mean':>22s}{'max':>8s}"
+    print(head)
+    rows = []
+    for load in range(LOW_QUEUES + 1):
+        c = results["priority"]
+        util = c[f"words_{load}"] / c[f"window_{load}"]
+        line = f"{load:11d}{util:7.2f}"
+        row = {"load": load, "util": util}
+        for name, (policy, prefix) in series.items():
+            c = results[policy]
+            mean = c[f"{prefix}lat_sum_{load}"] / c[f"{prefix}probes_{load}"]
+            row[name] = (mean, c[f"{prefix}lat_max_{load}"])
+            line += f"{mean:22.0f}{c[f'{prefix}lat_max_{load}']:8d}"
+        rows.append(row)
+        print(line)
+    print(
+        "  load: device-memory words read per cycle during the priority run's window "
+        "(1.00 = the data path saturated)"
+    )
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("  (no plot: matplotlib is not installed; install the plot extra)")
+        return True
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [r["load"] for r in rows]
+    for name in series:
+        line = ax.plot(xs, [r[name][0] for r in rows], marker="o", label=f"{name} (mean)")[0]
+        ax.plot(xs, [r[name][1] for r in rows], ls="--", color=line.get_color(), label="max")
+    ax.set_xticks(xs, [f"{r['load']}\n({r['util']:.2f})" for r in rows])
+    ax.set_xlabel("lower-class queues streaming (words read per cycle)")
+    ax.set_ylabel("high-priority copy latency (cycles)")
+    ax.set_title(f"DMA QoS: {PROBE_BYTES} B/partition probes, {overhead}-cycle overhead")
     ax.legend()
     fig.tight_layout()
     fig.savefig(plot)
