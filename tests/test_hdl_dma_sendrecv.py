@@ -7,90 +7,11 @@ import pytest
 
 from ncrtl.hdl.dma.sendrecv import SendRecv as Unit
 from ncrtl.hdl.dma.sendrecv import encode_sendrecv
-from ncrtl.model.dma.sendrecv import PENDING, Code, SendRecv, Tile, exchange
+from ncrtl.model.dma.sendrecv import PENDING, Code, exchange
+from ncrtl.testbench.dma.program import sendrecv_program
 
 P, B, W, PIPES, DEPTH = 16, 512, 8, 4, 4
 SLOT = 16  # bytes per partition of each destination slot (upper half of the SBUF)
-
-
-def _tile(rng, parts, count, esize, lo, hi):
-    """A tile of ``parts`` x ``count`` elements in bytes ``[lo, hi)`` of random partitions."""
-    nbytes = count * esize
-    byte = lo + esize * int(rng.integers(0, (hi - lo - nbytes) // esize + 1))
-    return Tile(int(rng.integers(0, P - parts + 1)), parts, byte, count, esize)
-
-
-def _program(rng, n_pairs, broken):
-    assert n_pairs * SLOT <= B // 2 - SLOT, "the destination slots must fit the upper half"
-    """Two cores' programs: ``n_pairs`` pairs on random pipes, posted in a different random
-    order on each core (each pipe in its order); sources in the lower half of each SBUF,
-    each destination in its own slot of the upper half, so the result does not depend on
-    the order pairs run in.  ``broken``: the share of pairs with a rule broken on one side.
-    One sendrecv without a partner closes the program of core 0."""
-    assert n_pairs < PIPES * DEPTH
-    per_core = [[], []]
-    # at most DEPTH sendrecvs per pipe and core (the lone one included), so that posting
-    # never blocks: the condition under which any posting order pairs without deadlock
-    pipes = [int(p) for p in rng.permutation([p for p in range(PIPES) for _ in range(DEPTH)])]
-    pipes.remove(PIPES - 1)
-    for k in range(n_pairs):
-        pipe = pipes[k]
-        esize = int(rng.choice([1, 2, 4]))
-        gpsimd = rng.random() < 0.2
-        parts = 16 if gpsimd else int(rng.integers(1, P + 1))
-        count = int(rng.integers(1, SLOT // esize + 1))
-        engine = "gpsimd_dma" if gpsimd else "dma"
-        ops = []
-        for r in (0, 1):
-            src = _tile(rng, parts, count, esize, 0, B // 2)
-            dst = _tile(rng, parts, count, esize, B // 2 + SLOT * k, B // 2 + SLOT * (k + 1))
-            ops.append(SendRecv(src, dst, 1 - r, 1 - r, pipe, engine, tag=k))
-        if rng.random() < broken:
-            r = int(rng.integers(0, 2))
-            o = ops[r]
-            how = int(rng.integers(0, 6))
-            if how == 0:
-                o = SendRecv(o.src, o.dst, r, 1 - r, pipe, engine, tag=k)  # RANK
-            elif how == 1 and count > 1:  # SHAPE on one side
-                o = SendRecv(
-                    o.src,
-                    Tile(o.dst.partition, parts, o.dst.byte, count - 1, esize),
-                    1 - r,
-                    1 - r,
-                    pipe,
-                    engine,
-                    tag=k,
-                )
-            elif how == 2 and count > 1:  # both shapes right, the pair's disagree: PAIR
-                t = [Tile(x.partition, parts, x.byte, count - 1, esize) for x in (o.src, o.dst)]
-                o = SendRecv(t[0], t[1], 1 - r, 1 - r, pipe, engine, tag=k)
-            elif how == 3:  # partitions past the SBUF: TENSOR
-                t = Tile(P - parts + 1, parts, o.dst.byte, count, esize) if parts > 1 else o.dst
-                o = SendRecv(o.src, t, 1 - r, 1 - r, pipe, engine, tag=k)
-            elif how == 4:  # the other path, or too few partitions for gpsimd: PAIR or LIMIT
-                o = SendRecv(
-                    o.src, o.dst, 1 - r, 1 - r, pipe, "dma" if gpsimd else "gpsimd_dma", tag=k
-                )
-            else:  # receive into what is sent: OVERLAP
-                o = SendRecv(o.src, o.src, 1 - r, 1 - r, pipe, engine, tag=k)
-            ops[r] = o
-        for r in (0, 1):
-            per_core[r].append(ops[r])
-    programs = []
-    for r in (0, 1):
-        order = [int(i) for i in rng.permutation(n_pairs)]
-        # keep each pipe's order: re-sort the chosen positions per pipe
-        by_pipe = {}
-        for i in range(n_pairs):
-            by_pipe.setdefault(per_core[r][i].pipe_id, []).append(i)
-        queue = {p: list(v) for p, v in by_pipe.items()}
-        out = []
-        for i in order:
-            out.append(per_core[r][queue[per_core[r][i].pipe_id].pop(0)])
-        programs.append(out)
-    lone = Tile(0, 1, 0, 1, 1)
-    programs[0].append(SendRecv(lone, Tile(0, 1, B - 1, 1, 1), 1, 1, PIPES - 1, tag=200))
-    return programs
 
 
 def _run(seed, stall, n_pairs=15, broken=0.3):
@@ -101,7 +22,7 @@ def _run(seed, stall, n_pairs=15, broken=0.3):
     from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
 
     rng = np.random.default_rng(seed)
-    programs = _program(rng, n_pairs, broken)
+    programs = sendrecv_program(rng, P, B, PIPES, DEPTH, n_pairs, broken=broken, slot=SLOT)
     sbufs = [rng.integers(0, 256, (P, B), dtype=np.uint8) for _ in range(2)]
     want, codes, _ = exchange(programs, sbufs)
 

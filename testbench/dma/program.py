@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma import AddDtype, Descriptor, Geometry, Indirect, Op, Side, Space
+from ncrtl.model.dma.sendrecv import GPSIMD_PARTITIONS, SendRecv, Tile
 
 __all__ = [
     "random_copy",
@@ -19,6 +20,7 @@ __all__ = [
     "random_descriptors",
     "with_dynamic_offset",
     "queue_program",
+    "sendrecv_program",
     "OFFSET_AREA",
     "QUEUE_REGION",
 ]
@@ -233,3 +235,96 @@ def queue_program(rng, geo, queues, n, *, word_bytes=None):
                     break
         out.append(descs)
     return out
+
+
+def _sendrecv_tile(rng, partitions, parts, count, esize, lo, hi):
+    """A tile of ``parts`` x ``count`` elements in bytes ``[lo, hi)`` of random partitions."""
+    nbytes = count * esize
+    byte = lo + esize * int(rng.integers(0, (hi - lo - nbytes) // esize + 1))
+    return Tile(int(rng.integers(0, partitions - parts + 1)), parts, byte, count, esize)
+
+
+def sendrecv_program(
+    rng, partitions, partition_bytes, pipes, depth, n_pairs, *, broken=0.3, slot=16
+):
+    """Two cores' sendrecv programs (lists of :class:`ncrtl.model.dma.sendrecv.SendRecv`): ``n_pairs`` pairs on random pipes, posted in a different random
+    order on each core (each pipe in its order); sources in the lower half of each SBUF,
+    each destination in its own slot of the upper half, so the result does not depend on
+    the order pairs run in.  ``broken``: the share of pairs with a rule broken on one side.
+    One sendrecv without a partner closes the program of core 0.  Each destination takes
+    ``slot`` bytes per partition; at most ``depth`` sendrecvs go to one pipe of a core, so
+    posting never blocks (the condition under which any posting order pairs without
+    deadlock)."""
+    P, B, PIPES, DEPTH, SLOT = partitions, partition_bytes, pipes, depth, slot
+    if n_pairs >= PIPES * DEPTH or (n_pairs + 1) * SLOT > B // 2:
+        raise ValueError(
+            f"{n_pairs} pairs do not fit {PIPES} pipes of {DEPTH} and destination slots of "
+            f"{SLOT} bytes in half of {B}"
+        )
+    per_core = [[], []]
+    pipes = [int(p) for p in rng.permutation([p for p in range(PIPES) for _ in range(DEPTH)])]
+    pipes.remove(PIPES - 1)
+    for k in range(n_pairs):
+        pipe = pipes[k]
+        esize = int(rng.choice([1, 2, 4]))
+        gpsimd = P >= GPSIMD_PARTITIONS and rng.random() < 0.2
+        parts = (
+            GPSIMD_PARTITIONS * int(rng.integers(1, P // GPSIMD_PARTITIONS + 1))
+            if gpsimd
+            else int(rng.integers(1, P + 1))
+        )
+        count = int(rng.integers(1, SLOT // esize + 1))
+        engine = "gpsimd_dma" if gpsimd else "dma"
+        ops = []
+        for r in (0, 1):
+            src = _sendrecv_tile(rng, P, parts, count, esize, 0, B // 2)
+            dst = _sendrecv_tile(
+                rng, P, parts, count, esize, B // 2 + SLOT * k, B // 2 + SLOT * (k + 1)
+            )
+            ops.append(SendRecv(src, dst, 1 - r, 1 - r, pipe, engine, tag=k))
+        if rng.random() < broken:
+            r = int(rng.integers(0, 2))
+            o = ops[r]
+            how = int(rng.integers(0, 6))
+            if how == 0:
+                o = SendRecv(o.src, o.dst, r, 1 - r, pipe, engine, tag=k)  # RANK
+            elif how == 1 and count > 1:  # SHAPE on one side
+                o = SendRecv(
+                    o.src,
+                    Tile(o.dst.partition, parts, o.dst.byte, count - 1, esize),
+                    1 - r,
+                    1 - r,
+                    pipe,
+                    engine,
+                    tag=k,
+                )
+            elif how == 2 and count > 1:  # both shapes right, the pair's disagree: PAIR
+                t = [Tile(x.partition, parts, x.byte, count - 1, esize) for x in (o.src, o.dst)]
+                o = SendRecv(t[0], t[1], 1 - r, 1 - r, pipe, engine, tag=k)
+            elif how == 3:  # partitions past the SBUF: TENSOR
+                t = Tile(P - parts + 1, parts, o.dst.byte, count, esize) if parts > 1 else o.dst
+                o = SendRecv(o.src, t, 1 - r, 1 - r, pipe, engine, tag=k)
+            elif how == 4:  # the other path, or too few partitions for gpsimd: PAIR or LIMIT
+                o = SendRecv(
+                    o.src, o.dst, 1 - r, 1 - r, pipe, "dma" if gpsimd else "gpsimd_dma", tag=k
+                )
+            else:  # receive into what is sent: OVERLAP
+                o = SendRecv(o.src, o.src, 1 - r, 1 - r, pipe, engine, tag=k)
+            ops[r] = o
+        for r in (0, 1):
+            per_core[r].append(ops[r])
+    programs = []
+    for r in (0, 1):
+        order = [int(i) for i in rng.permutation(n_pairs)]
+        # keep each pipe's order: re-sort the chosen positions per pipe
+        by_pipe = {}
+        for i in range(n_pairs):
+            by_pipe.setdefault(per_core[r][i].pipe_id, []).append(i)
+        queue = {p: list(v) for p, v in by_pipe.items()}
+        out = []
+        for i in order:
+            out.append(per_core[r][queue[per_core[r][i].pipe_id].pop(0)])
+        programs.append(out)
+    lone = Tile(0, 1, 0, 1, 1)
+    programs[0].append(SendRecv(lone, Tile(0, 1, B - 1, 1, 1), 1, 1, PIPES - 1, tag=200))
+    return programs
