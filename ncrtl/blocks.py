@@ -588,6 +588,54 @@ register(
     )
 )
 
+
+def _make_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth):
+    from ncrtl.hdl.dma.top import SendRecvPair
+
+    if partition_bytes % word_bytes:
+        raise BlockError(
+            f"sendrecv: parameter partition_bytes={partition_bytes} must be a multiple of "
+            f"word_bytes={word_bytes}"
+        )
+    if pipes & (pipes - 1):
+        raise BlockError(f"sendrecv: parameter pipes={pipes} must be a power of two")
+    return SendRecvPair(
+        word_bytes,
+        partitions=partitions,
+        partition_bytes=partition_bytes,
+        pipes=pipes,
+        depth=depth,
+        instance=True,
+    )
+
+
+register(
+    Block(
+        "sendrecv",
+        "the two cores of an LNC = 2 logical core, each a sendrecv unit on its SBUF, linked: "
+        "SBUF-to-SBUF exchange paired by pipe",
+        (
+            Param("word_bytes", int, 8, "SBUF word and link data width, bytes", (4, 8, 16, 32, 64)),
+            Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
+            Param(
+                "partition_bytes",
+                int,
+                192 * 1024,
+                "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
+                minimum=4,
+                maximum=256 * 1024,
+            ),
+            Param("pipes", int, 4, "pipe ids, a power of two", minimum=1, maximum=16),
+            Param("depth", int, 4, "sendrecvs each pipe's queue holds", minimum=1, maximum=16),
+        ),
+        _make_sendrecv,
+        lambda word_bytes, partitions, partition_bytes, pipes, depth: (
+            f"sendrecv_w{word_bytes}_{partitions}x{partition_bytes}_p{pipes}"
+        ),
+        "ncrtl.testbench.dma.test_sendrecv",
+    )
+)
+
 # -- The matmul path: Tensor Engine -> PSUM -----------------------------------------------------
 
 #: Operations of the matmul path: a transpose writes raw 16-bit words into PSUM.
@@ -744,6 +792,9 @@ GROUPS = {
             },
         )
         for p in ("priority", "round_robin")
+    ],
+    "sendrecv": [
+        ("sendrecv", {"word_bytes": w, "partitions": 16, "partition_bytes": 512}) for w in (4, 8)
     ],
     "psum": [
         ("psum", {"partitions": p, "banks": b, "bank_bytes": n})

@@ -369,7 +369,18 @@ class SendRecv(wiring.Component):
         r_pipe = Signal(range(max(n_pipes, 2)))
         r_row = Signal(range(P + 1))
         r_j = Signal(range(self.words + 2))
-        rx = self.rx.payload
+        # The link arrives through a two-word buffer: the other unit's tx.ready then does not
+        # depend on this unit's SBUF port, which depends on its own tx.ready (a combinational
+        # loop through both units otherwise).
+        link_shape = link_layout(P, B, W, n_pipes)
+        m.submodules.rx_buf = rx_buf = SyncFIFO(width=link_shape.size, depth=2)
+        m.d.comb += [
+            rx_buf.w_data.eq(self.rx.payload.as_value()),
+            rx_buf.w_en.eq(self.rx.valid),
+            self.rx.ready.eq(rx_buf.w_rdy),
+        ]
+        rx = data.View(link_shape, rx_buf.r_data)
+        rx_valid = rx_buf.r_rdy
         r_op = data.View(op_shape, pick([q.r_data for q in ops], Mux(r_busy, r_pipe, rx.pipe)))
         r_nbytes = self._nbytes(r_op.dst)
         r_first_word = r_op.dst.byte >> log2w
@@ -385,7 +396,7 @@ class SendRecv(wiring.Component):
         strobe = Cat(*((lo <= b) & (b < hi) for b in range(W)))
 
         # -- the SBUF port: a received word's write first, else the sender's next read -------
-        rx_data = self.rx.valid & ~rx.is_header
+        rx_data = rx_valid & ~rx.is_header
         req = self.sbuf_req.payload
         reads_left = s_busy & (s_issue <= s_nw)
         write_now = rx_data
@@ -438,17 +449,20 @@ class SendRecv(wiring.Component):
 
         # -- the link in ----------------------------------------------------------------------
         hdr_in_pipe = rx.pipe
-        m.d.comb += self.rx.ready.eq(
-            Mux(
+        rx_take = Signal()
+        m.d.comb += rx_take.eq(
+            rx_valid
+            & Mux(
                 rx.is_header,
                 pick([h.w_rdy for h in hdrs], hdr_in_pipe) if n_pipes > 1 else hdrs[0].w_rdy,
                 self.sbuf_req.ready,
             )
         )
+        m.d.comb += rx_buf.r_en.eq(rx_take)
         for p, h in enumerate(hdrs):
             m.d.comb += [
                 h.w_data.eq(rx.header.as_value()),
-                h.w_en.eq(self.rx.valid & rx.is_header & equals(rx.pipe, p) & h.w_rdy),
+                h.w_en.eq(rx_valid & rx.is_header & equals(rx.pipe, p) & h.w_rdy),
             ]
 
         # -- completions: the lowest pipe whose pair is decided, sent and received ------------

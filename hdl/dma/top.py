@@ -1,8 +1,9 @@
-"""``DmaSystem`` (a DMA engine with the SBUF it writes, the unit ``ncrtl verilog dma`` emits) and
+"""``DmaSystem`` (a DMA engine with the SBUF it writes, the unit ``ncrtl verilog dma`` emits),
 ``DmaQueuesSystem`` (the engine's queues and channels with the SBUF, ``ncrtl verilog
-dma_queues``)."""
+dma_queues``) and ``SendRecvPair`` (the two cores of a logical core, each a sendrecv unit with
+its SBUF, ``ncrtl verilog sendrecv``)."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -13,8 +14,9 @@ from .check import descriptor_layout
 from .engine import DmaEngine, status_layout
 from .queues import DmaQueues, queue_status_layout, queued_layout
 from .sbuf import Sbuf, engine_request_layout
+from .sendrecv import SendRecv, sendrecv_layout, sendrecv_status_layout
 
-__all__ = ["DmaSystem", "DmaQueuesSystem"]
+__all__ = ["DmaSystem", "DmaQueuesSystem", "SendRecvPair"]
 
 
 class DmaSystem(wiring.Component):
@@ -171,4 +173,91 @@ class DmaQueuesSystem(wiring.Component):
         wiring.connect(m, wiring.flipped(self.eng_req), sb.eng_req)
         wiring.connect(m, sb.eng_resp, wiring.flipped(self.eng_resp))
         m.d.comb += [q.klass.eq(self.klass), q.calendar.eq(self.calendar), self.done.eq(q.done)]
+        return m
+
+
+class SendRecvPair(wiring.Component):
+    """The two cores of an LNC = 2 logical core for ``sendrecv``: core ``r`` is a
+    :class:`~ncrtl.hdl.dma.sendrecv.SendRecv` unit of rank ``r`` on its own
+    :class:`~ncrtl.hdl.dma.sbuf.Sbuf`, the units' links joined (core 0's ``tx`` to core 1's
+    ``rx`` and back).
+
+    Parameters are the units' (``word_bytes``, ``pipes``, ``depth``) and the SBUFs'
+    (``partitions``, ``partition_bytes``, ``instance``).
+
+    Interface
+    ---------
+    op0, op1 : In(stream.Signature(sendrecv_layout(...)))
+        Each core's sendrecvs.
+    status0, status1 : Out(stream.Signature(sendrecv_status_layout(pipes)))
+    eng_req0, eng_resp0, eng_req1, eng_resp1
+        Each SBUF's engine port.
+    link_stall : In(2)
+        Bit ``r`` holds the link from core ``r`` (its valid and ready low): a slow or busy
+        fabric, for tests.
+    """
+
+    @validated_init
+    def __init__(
+        self,
+        word_bytes=8,
+        *,
+        partitions=128,
+        partition_bytes=192 * 1024,
+        pipes=4,
+        depth=4,
+        instance=False,
+    ):
+        self.units = [
+            SendRecv(
+                word_bytes,
+                partitions=partitions,
+                partition_bytes=partition_bytes,
+                pipes=pipes,
+                depth=depth,
+            )
+            for _ in range(2)
+        ]
+        self.sbufs = [
+            Sbuf(partitions, partition_bytes, word_bytes, instance=instance) for _ in range(2)
+        ]
+        words = partition_bytes // word_bytes
+        ports = {"link_stall": In(2)}
+        for r in range(2):
+            ports[f"op{r}"] = In(
+                stream.Signature(sendrecv_layout(partitions, partition_bytes, pipes))
+            )
+            ports[f"status{r}"] = Out(stream.Signature(sendrecv_status_layout(pipes)))
+            ports[f"eng_req{r}"] = In(
+                stream.Signature(engine_request_layout(partitions, words, word_bytes))
+            )
+            ports[f"eng_resp{r}"] = Out(stream.Signature(8 * word_bytes * partitions))
+        super().__init__(ports)
+
+    def cells(self):
+        """The SBUFs' partition memory module (one module for both)."""
+        return self.sbufs[0].cells()
+
+    def elaborate(self, platform):
+        m = Module()
+        for r in range(2):
+            unit, sb = self.units[r], self.sbufs[r]
+            m.submodules[f"unit{r}"] = unit
+            m.submodules[f"sbuf{r}"] = sb
+            wiring.connect(m, unit.sbuf_req, sb.dma_req)
+            wiring.connect(m, sb.dma_resp, unit.sbuf_resp)
+            wiring.connect(m, wiring.flipped(getattr(self, f"op{r}")), unit.op)
+            wiring.connect(m, unit.status, wiring.flipped(getattr(self, f"status{r}")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"eng_req{r}")), sb.eng_req)
+            wiring.connect(m, sb.eng_resp, wiring.flipped(getattr(self, f"eng_resp{r}")))
+            rank = Signal(name=f"rank{r}")
+            m.d.comb += [rank.eq(r), unit.rank.eq(rank)]
+        for r in range(2):
+            a, b = self.units[r].tx, self.units[1 - r].rx
+            stall = self.link_stall[r]
+            m.d.comb += [
+                b.payload.eq(a.payload),
+                b.valid.eq(a.valid & ~stall),
+                a.ready.eq(b.ready & ~stall),
+            ]
         return m
