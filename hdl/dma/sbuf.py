@@ -15,6 +15,7 @@ from .raw import AddWords
 
 __all__ = [
     "Sbuf",
+    "MultiPortSbuf",
     "partition_module",
     "dma_request_layout",
     "engine_request_layout",
@@ -304,6 +305,256 @@ class Sbuf(wiring.Component):
             self.eng_resp.payload.eq(Mux(eng_fresh, eng_live, eng_hold)),
             self.dma_resp.payload.eq(Mux(dma_fresh, dma_live, dma_hold)),
         ]
+        return m
+
+
+class MultiPortSbuf(wiring.Component):
+    """The SBUF with a DMA port per DMA engine of a core, and the engine port:
+    :class:`ncrtl.model.dma.sbuf.PortsArbiter` cycle for cycle.
+
+    Each DMA port is :class:`Sbuf`'s (a read, a write or a read-add-write of one word of one
+    partition per request, one read response in flight, its own read-add-write pipeline and
+    adder).  A partition serves one DMA port per cycle: among the ports that ask for it and are
+    not held back, the first from a turn that advances every cycle; ports on different
+    partitions are all served at once, which is what lets a core's engines, each on its own
+    partitions, move ``ports`` words per cycle together.  The engine port against each DMA port
+    follows :class:`Sbuf`'s rule (the engine first unless that DMA port has waited
+    ``dma_wait`` cycles).
+
+    Parameters
+    ----------
+    ports : int
+        DMA ports, 1 to 32.
+    partitions, partition_bytes, word_bytes, dma_wait, instance
+        As :class:`Sbuf`.
+
+    Interface
+    ---------
+    dma{i}_req : In(stream.Signature(dma_request_layout(...)))
+    dma{i}_resp : Out(stream.Signature(8 * word_bytes))
+        DMA port ``i`` (also :meth:`dma_req` / :meth:`dma_resp`).
+    eng_req, eng_resp
+        As :class:`Sbuf`.
+    """
+
+    @validated_init
+    def __init__(
+        self,
+        ports=16,
+        partitions=128,
+        partition_bytes=192 * 1024,
+        word_bytes=16,
+        *,
+        dma_wait=DMA_WAIT,
+        instance=False,
+    ):
+        self.ports = check_int(ports, "MultiPortSbuf ports", minimum=1, maximum=32)
+        self.instance = check_bool(instance, "MultiPortSbuf instance")
+        self.partitions = check_int(partitions, "MultiPortSbuf partitions", minimum=1, maximum=128)
+        self.word_bytes = check_int(word_bytes, "MultiPortSbuf word_bytes", minimum=4, maximum=64)
+        if word_bytes & (word_bytes - 1):
+            raise ValueError(f"MultiPortSbuf word_bytes must be a power of two, not {word_bytes}")
+        self.partition_bytes = check_int(
+            partition_bytes, "MultiPortSbuf partition_bytes", minimum=word_bytes
+        )
+        if partition_bytes % word_bytes:
+            raise ValueError(
+                f"MultiPortSbuf partition_bytes {partition_bytes} must be a multiple of "
+                f"word_bytes {word_bytes}"
+            )
+        self.dma_wait = check_int(dma_wait, "MultiPortSbuf dma_wait", minimum=0, maximum=255)
+        self.words = partition_bytes // word_bytes
+        members = {}
+        for i in range(ports):
+            members[f"dma{i}_req"] = In(
+                stream.Signature(dma_request_layout(partitions, self.words, word_bytes))
+            )
+            members[f"dma{i}_resp"] = Out(stream.Signature(8 * word_bytes))
+        members["eng_req"] = In(
+            stream.Signature(engine_request_layout(partitions, self.words, word_bytes))
+        )
+        members["eng_resp"] = Out(stream.Signature(8 * word_bytes * partitions))
+        super().__init__(members)
+
+    def dma_req(self, i):
+        return getattr(self, f"dma{i}_req")
+
+    def dma_resp(self, i):
+        return getattr(self, f"dma{i}_resp")
+
+    def cells(self):
+        """As :meth:`Sbuf.cells`."""
+        return Sbuf.cells(self)
+
+    def elaborate(self, platform):
+        m = Module()
+        n, P, W = self.ports, self.partitions, self.word_bytes
+        w8 = 8 * W
+        reqs = [self.dma_req(i) for i in range(n)]
+        resps = [self.dma_resp(i) for i in range(n)]
+        eq_ = self.eng_req.payload
+        slot = data.StructLayout({"valid": 1, "partition": range(P), "word": range(self.words)})
+        s1 = [Signal(slot, name=f"s1_{i}") for i in range(n)]
+        s2 = [Signal(slot, name=f"s2_{i}") for i in range(n)]
+        s1_data = [Signal(w8, name=f"s1_data{i}") for i in range(n)]
+        s1_dtype = [Signal(name=f"s1_dtype{i}") for i in range(n)]
+        s1_strobe = [Signal(W, name=f"s1_strobe{i}") for i in range(n)]
+        s2_strobe = [Signal(W, name=f"s2_strobe{i}") for i in range(n)]
+        adders = []
+        for i in range(n):
+            m.submodules[f"adder{i}"] = a = AddWords(W)
+            adders.append(a)
+
+        def in_mask(p):
+            return Cat(*(eq_.mask[k] & equals(p, k) for k in range(P))).any()
+
+        def waits(hit, word, write):
+            out = 0
+            for i in range(n):
+                out = out | (s1[i].valid & hit(s1[i].partition) & (s1[i].word == word))
+                out = out | (s2[i].valid & hit(s2[i].partition) & ((s2[i].word == word) | write))
+            return out
+
+        turn = Signal(range(max(n, 2)))
+        m.d.sync += turn.eq(Mux(turn == n - 1, 0, turn + 1))
+        rank = []
+        for i in range(n):
+            r = Signal(range(max(n, 2)), name=f"rank{i}")
+            m.d.comb += r.eq(Mux(turn <= i, i - turn, i + n - turn))
+            rank.append(r)
+        active, win = [], []
+        for i in range(n):
+            q = reqs[i].payload
+            a = Signal(name=f"active{i}")
+            blocked = (equals(q.access, Access.READ) & resps[i].valid & ~resps[i].ready) | waits(
+                lambda p, q=q: p == q.partition, q.word, q.access == Access.WRITE
+            )
+            m.d.comb += a.eq(reqs[i].valid & ~blocked)
+            active.append(a)
+        for i in range(n):
+            beaten = 0
+            for j in range(n):
+                if j != i:
+                    same = reqs[j].payload.partition == reqs[i].payload.partition
+                    beaten = beaten | (active[j] & same & (rank[j] < rank[i]))
+            w = Signal(name=f"win{i}")
+            m.d.comb += w.eq(active[i] & ~beaten)
+            win.append(w)
+        eng_blocked = (~eq_.write & self.eng_resp.valid & ~self.eng_resp.ready) | waits(
+            lambda p: in_mask(p), eq_.word, eq_.write
+        )
+        waited = [Signal(range(self.dma_wait + 2), name=f"waited{i}") for i in range(n)]
+        conflict = []
+        first = 0
+        for i in range(n):
+            hits = [equals(reqs[i].payload.partition, p) & eq_.mask[p] for p in range(P)]
+            c = Signal(name=f"conflict{i}")
+            m.d.comb += c.eq(win[i] & self.eng_req.valid & Cat(*hits).any())
+            conflict.append(c)
+            first = first | (c & (waited[i] >= self.dma_wait))
+        eng_go = Signal()
+        m.d.comb += [
+            eng_go.eq(self.eng_req.valid & ~eng_blocked & ~first),
+            self.eng_req.ready.eq(eng_go),
+        ]
+        go = []
+        for i in range(n):
+            g = Signal(name=f"go{i}")
+            m.d.comb += [g.eq(win[i] & ~(conflict[i] & eng_go)), reqs[i].ready.eq(g)]
+            go.append(g)
+            with m.If(reqs[i].valid & ~g):
+                with m.If(waited[i] <= self.dma_wait):
+                    m.d.sync += waited[i].eq(waited[i] + 1)
+            with m.Else():
+                m.d.sync += waited[i].eq(0)
+            q = reqs[i].payload
+            m.d.sync += [
+                s1[i].valid.eq(g & (q.access == Access.ADD)),
+                s1[i].partition.eq(q.partition),
+                s1[i].word.eq(q.word),
+                s1_data[i].eq(q.data),
+                s1_dtype[i].eq(q.dtype),
+                s1_strobe[i].eq(q.strobe),
+                s2[i].eq(s1[i]),
+                s2_strobe[i].eq(s1_strobe[i]),
+            ]
+
+        # responses, as Sbuf's: fresh from the SRAM the cycle after the grant, held after
+        part = [Signal(range(P), name=f"resp_part{i}") for i in range(n)]
+        fresh = [Signal(name=f"fresh{i}") for i in range(n)]
+        eng_fresh = Signal()
+        m.d.sync += eng_fresh.eq(eng_go & ~eq_.write)
+        with m.If(eng_go & ~eq_.write):
+            m.d.sync += self.eng_resp.valid.eq(1)
+        with m.Elif(self.eng_resp.ready):
+            m.d.sync += self.eng_resp.valid.eq(0)
+        for i in range(n):
+            reading = go[i] & equals(reqs[i].payload.access, Access.READ)
+            m.d.sync += fresh[i].eq(reading)
+            with m.If(reading):
+                m.d.sync += [resps[i].valid.eq(1), part[i].eq(reqs[i].payload.partition)]
+            with m.Elif(resps[i].ready):
+                m.d.sync += resps[i].valid.eq(0)
+
+        rdata = []
+        for p in range(P):
+            module = partition_module(W, self.words) if self.instance else None
+            port = place_bank(m, f"p{p}", w8, self.words, granularity=8, module=module)
+            here = [go[i] & equals(reqs[i].payload.partition, p) for i in range(n)]
+            raddr = eq_.word
+            reads = eng_go & eq_.mask[p] & ~eq_.write
+            for i in range(n):
+                raddr = Mux(here[i], reqs[i].payload.word, raddr)
+                reads = reads | (here[i] & (reqs[i].payload.access != Access.WRITE))
+            m.d.comb += [port["raddr"].eq(raddr), port["ren"].eq(reads)]
+            sums = [s2[i].valid & equals(s2[i].partition, p) for i in range(n)]
+            writes = [here[i] & equals(reqs[i].payload.access, Access.WRITE) for i in range(n)]
+            with m.If(Cat(*sums).any()):
+                waddr, wen, wdata = s2[0].word, s2_strobe[0], adders[0].o_sum
+                for i in range(1, n):
+                    waddr = Mux(sums[i], s2[i].word, waddr)
+                    wen = Mux(sums[i], s2_strobe[i], wen)
+                    wdata = Mux(sums[i], adders[i].o_sum, wdata)
+                m.d.comb += [port["waddr"].eq(waddr), port["wen"].eq(wen), port["wdata"].eq(wdata)]
+            with m.Elif(Cat(*writes).any()):
+                q0 = reqs[0].payload
+                waddr, wen, wdata = q0.word, q0.strobe, q0.data
+                for i in range(1, n):
+                    q = reqs[i].payload
+                    waddr = Mux(writes[i], q.word, waddr)
+                    wen = Mux(writes[i], q.strobe, wen)
+                    wdata = Mux(writes[i], q.data, wdata)
+                m.d.comb += [port["waddr"].eq(waddr), port["wen"].eq(wen), port["wdata"].eq(wdata)]
+            with m.Elif(eng_go & eq_.mask[p] & eq_.write):
+                m.d.comb += [
+                    port["waddr"].eq(eq_.word),
+                    port["wen"].eq(eq_.strobe),
+                    port["wdata"].eq(eq_.data[w8 * p : w8 * (p + 1)]),
+                ]
+            rdata.append(port["rdata"])
+
+        def at(partition):
+            out = rdata[0]
+            for p in range(1, P):
+                out = Mux(partition == p, rdata[p], out)
+            return out
+
+        for i in range(n):
+            m.d.comb += [
+                adders[i].i_old.eq(at(s1[i].partition)),
+                adders[i].i_new.eq(s1_data[i]),
+                adders[i].i_dtype.eq(s1_dtype[i]),
+            ]
+            hold = Signal(w8, name=f"hold{i}")
+            live = at(part[i])
+            with m.If(fresh[i]):
+                m.d.sync += hold.eq(live)
+            m.d.comb += resps[i].payload.eq(Mux(fresh[i], live, hold))
+        eng_live = Cat(*rdata)
+        eng_hold = Signal.like(self.eng_resp.payload)
+        with m.If(eng_fresh):
+            m.d.sync += eng_hold.eq(eng_live)
+        m.d.comb += self.eng_resp.payload.eq(Mux(eng_fresh, eng_live, eng_hold))
         return m
 
 

@@ -43,6 +43,7 @@ from ncrtl.model.dma.isa import AddDtype
 
 __all__ = [
     "SbufArbiter",
+    "PortsArbiter",
     "SbufMemory",
     "DMA_WAIT",
     "ADD_LATENCY",
@@ -121,6 +122,77 @@ class SbufArbiter:
         added = (dma_partition, dma_word) if dma and dma_access == Access.ADD else None
         self.adding = [added] + self.adding[:-1]
         return dma, eng
+
+
+@dataclass
+class PortsArbiter:
+    """:class:`SbufArbiter` for an SBUF with ``ports`` DMA ports (one per DMA engine of a
+    core) and the engine port.
+
+    A partition takes one DMA port's request per cycle: among the ports that ask for the same
+    partition and are not held back, the first from ``turn`` on wins (``turn`` advances by one
+    every cycle, so no port waits more than ``ports - 1`` cycles for a partition another keeps
+    asking for); ports on different partitions are all served in the same cycle.  The engine
+    port against a DMA port that won its partition follows :class:`SbufArbiter`'s rule, per
+    DMA port: the engine wins unless that port has waited ``dma_wait`` cycles.  Every port
+    has its own read-add-write pipeline; two sums never meet in one partition's write port
+    (their reads would have met in its read port).  ``adding`` holds, newest first, the
+    ``(partition, word)`` pairs of the read-add-writes granted in each of the last
+    :data:`ADD_LATENCY` cycles."""
+
+    ports: int
+    dma_wait: int = DMA_WAIT
+    turn: int = 0
+    waited: list = None
+    adding: list = None
+
+    def __post_init__(self):
+        if self.waited is None:
+            self.waited = [0] * self.ports
+        if self.adding is None:
+            self.adding = [[] for _ in range(ADD_LATENCY)]
+
+    def blocked(self, partitions, word, write):
+        """As :meth:`SbufArbiter.blocked`, over every port's read-add-writes."""
+        for i, slots in enumerate(self.adding):
+            for part, w in slots:
+                if (partitions >> part) & 1 and (w == word or (write and i == ADD_LATENCY - 1)):
+                    return True
+        return False
+
+    def step(self, dma, eng=None):
+        """``(dma_grants, eng_grant)`` for one cycle.
+
+        ``dma``: per port None or ``(partition, word, access, resp_blocked)`` (``resp_blocked``:
+        a read whose port's previous response has not been taken); ``eng``: None or ``(mask,
+        word, write, resp_blocked)``."""
+        n = self.ports
+        active = []
+        for r in dma:
+            ok = r is not None and not r[3]
+            if ok:
+                ok = not self.blocked(1 << r[0], r[1], r[2] == Access.WRITE)
+            active.append(ok)
+        rank = [(i - self.turn) % n for i in range(n)]
+        win = [
+            active[i]
+            and not any(
+                active[j] and dma[j][0] == dma[i][0] and rank[j] < rank[i] for j in range(n)
+            )
+            for i in range(n)
+        ]
+        eng_ok = eng is not None and not eng[3] and not self.blocked(eng[0], eng[1], eng[2])
+        conflict = [win[i] and eng is not None and (eng[0] >> dma[i][0]) & 1 for i in range(n)]
+        dma_first = any(conflict[i] and self.waited[i] >= self.dma_wait for i in range(n))
+        eng_go = bool(eng_ok and not dma_first)
+        go = [bool(win[i] and not (conflict[i] and eng_go)) for i in range(n)]
+        self.waited = [
+            self.waited[i] + 1 if dma[i] is not None and not go[i] else 0 for i in range(n)
+        ]
+        added = [(dma[i][0], dma[i][1]) for i in range(n) if go[i] and dma[i][2] == Access.ADD]
+        self.adding = [added] + self.adding[:-1]
+        self.turn = (self.turn + 1) % n
+        return go, eng_go
 
 
 class SbufMemory:
