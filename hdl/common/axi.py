@@ -12,7 +12,7 @@ the payload's bit ranges, LSB first in the order above.
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AxiManager", "address_layout", "BURST_INCR", "RESP_OKAY"]
+__all__ = ["AxiManager", "address_layout", "BURST_INCR", "RESP_OKAY", "sim_memory"]
 
 #: ``AxBURST`` of an incrementing burst.
 BURST_INCR = 1
@@ -49,3 +49,76 @@ class AxiManager(wiring.Signature):
                 "b": In(stream.Signature(data.StructLayout({"id": id_bits, "resp": 2}))),
             }
         )
+
+
+# -- simulation helpers (Amaranth simulator) -------------------------------------------------
+
+
+def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
+    """Two Amaranth simulator testbenches serving the AXI4 manager port ``axi`` (single-beat
+    bursts) from ``memory`` (a uint8 array, read and written in place): ``(read, write)``,
+    to add with ``background=True``.  A read address accepted in cycle ``t`` has its data
+    valid from cycle ``t + latency``; a write's response ``latency`` cycles after its address
+    and data are both in; ``stall`` is the probability of a not-ready cycle on ``ar``, ``aw``
+    and ``w`` (``rng``: a ``numpy.random.Generator``)."""
+    import numpy as np
+
+    rng = rng if rng is not None else np.random.default_rng(0)
+    wb = data_bytes
+
+    def strobed(addr, value, strb):
+        old = memory[addr : addr + wb]
+        new = np.frombuffer(int(value).to_bytes(wb, "little"), np.uint8)
+        keep = ((int(strb) >> np.arange(wb)) & 1).astype(bool)
+        old[keep] = new[keep]
+
+    async def read(ctx):
+        pending, cycle = [], 0
+        while True:
+            ready = int(rng.random() >= stall)
+            ctx.set(axi.ar.ready, ready)
+            await ctx.delay(1e-9)
+            if ready and ctx.get(axi.ar.valid):
+                p = ctx.get(axi.ar.payload)
+                pending.append((cycle + latency, p.addr, p.id))
+            if pending and pending[0][0] <= cycle:
+                _, addr, ident = pending[0]
+                value = int.from_bytes(memory[addr : addr + wb].tobytes(), "little")
+                ctx.set(axi.r.payload, {"id": ident, "data": value, "resp": 0, "last": 1})
+                ctx.set(axi.r.valid, 1)
+                await ctx.delay(1e-9)
+                if ctx.get(axi.r.ready):
+                    pending.pop(0)
+            else:
+                ctx.set(axi.r.valid, 0)
+            await ctx.tick()
+            cycle += 1
+
+    async def write(ctx):
+        aws, ws, bs, cycle = [], [], [], 0
+        while True:
+            ra, rw = int(rng.random() >= stall), int(rng.random() >= stall)
+            ctx.set(axi.aw.ready, ra)
+            ctx.set(axi.w.ready, rw)
+            await ctx.delay(1e-9)
+            if ra and ctx.get(axi.aw.valid):
+                p = ctx.get(axi.aw.payload)
+                aws.append((p.addr, p.id))
+            if rw and ctx.get(axi.w.valid):
+                ws.append((ctx.get(axi.w.payload.data), ctx.get(axi.w.payload.strb)))
+            while aws and ws:
+                (addr, ident), (value, strb) = aws.pop(0), ws.pop(0)
+                strobed(addr, value, strb)
+                bs.append((cycle + latency, ident))
+            if bs and bs[0][0] <= cycle:
+                ctx.set(axi.b.valid, 1)
+                ctx.set(axi.b.payload, {"id": bs[0][1], "resp": 0})
+                await ctx.delay(1e-9)
+                if ctx.get(axi.b.ready):
+                    bs.pop(0)
+            else:
+                ctx.set(axi.b.valid, 0)
+            await ctx.tick()
+            cycle += 1
+
+    return read, write
