@@ -149,3 +149,26 @@ def test_core_engines_against_the_golden(engines, seed, stall):
     assert max(c for _, _, c in want[0] + want[1]) > 1
     assert any(e != Error.NONE for _, e, _ in want[0] + want[1])
     assert stats["together"] > 20
+
+
+def test_core_verilog_lint_clean():
+    """Lint-clean under ``verilator --lint-only -Wall`` with two engines; the engines' and the
+    SBUF's synthesis are checked on their own."""
+    from ncrtl.blocks import dma_widths
+    from ncrtl.hdl.dma.core import DmaCore
+    from ncrtl.hdl.verilog import convert
+    from ncrtl.testbench.lint import lint_verilog
+
+    dut = DmaCore(
+        4,
+        engines=2,
+        widths=dma_widths(1024, 4),
+        partitions=4,
+        partition_bytes=64,
+        hbm_bytes=1024,
+        outstanding=4,
+        dge_cycles=4,
+        semaphores=2,
+        instance=True,
+    )
+    lint_verilog(convert(dut, "dma_core"), "dma_core").check()

@@ -420,7 +420,8 @@ class MultiPortSbuf(wiring.Component):
         rank = []
         for i in range(n):
             r = Signal(range(max(n, 2)), name=f"rank{i}")
-            m.d.comb += r.eq(Mux(turn <= i, i - turn, i + n - turn))
+            # the last port's rank needs no wrap (and a constant comparison does not lint)
+            m.d.comb += r.eq(i - turn if i == n - 1 else Mux(turn <= i, i - turn, i + n - turn))
             rank.append(r)
         active, win = [], []
         for i in range(n):
