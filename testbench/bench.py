@@ -96,6 +96,7 @@ def run_bench(args):
     if only in (None, "dma"):
         ok &= _bench_dma(getattr(args, "dma_partitions", 16))
         ok &= _bench_dma_qos()
+        ok &= _bench_dma_core()
     psum = getattr(args, "psum_partitions", 0)
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
@@ -577,4 +578,44 @@ def _bench_dma_qos(
     fig.tight_layout()
     fig.savefig(plot)
     print(f"  plot: {plot}")
+    return True
+
+
+def _bench_dma_core(partitions=32, size=1024, esize=2, engines=(1, 2, 4), word_bytes=16):
+    """The engines of a core (``DmaCore``, Amaranth simulator): one instruction of each kind
+    through a DGE on 1, 2 and 4 engines over the same partitions, the data movement alone
+    (no per-transfer overhead, 2 DGE cycles), memory latency 6, 8 reads in flight."""
+    from ncrtl.model.dma import Geometry
+    from ncrtl.testbench.dma.core_bench import CORE_KINDS, core_cycles, core_instruction
+
+    geo = Geometry(partitions, 2 * size, max(1 << 16, partitions * size))
+    print(
+        f"\nDMA engines of a core (DmaCore, Amaranth simulator): {partitions} partitions, "
+        f"{size} B per partition of {esize}-byte elements, {word_bytes}-byte data path, one "
+        f"instruction through a DGE, cycles to its semaphore (no per-transfer overhead)"
+    )
+    head = f"{'engines':>8s}" + "".join(f"{k + ' cycles':>22s}" for k in CORE_KINDS)
+    print(head + f"{'copy speedup':>14s}{'transpose/copy':>16s}{'sbuf_t/copy':>13s}")
+    base = None
+    for e in engines:
+        ins = [core_instruction(geo, k, size, esize) for k in CORE_KINDS]
+        try:
+            cyc = core_cycles(e, ins, geo, word_bytes=word_bytes)
+        except AssertionError as exc:
+            print(f"  FAILED: {exc}")
+            return False
+        base = base or cyc[0]
+        p = partitions
+        # words per cycle of the SBUF transpose against the copy's
+        ratio = (p * p * esize / cyc[2]) / (p * size / cyc[0])
+        print(
+            f"{e:8d}" + "".join(f"{c:22d}" for c in cyc) + f"{base / cyc[0]:14.2f}"
+            f"{cyc[0] / cyc[1]:16.2f}{ratio:13.2f}"
+        )
+    print(
+        f"  sbuf_transpose: [{p}, {p}] within the SBUF ({p * p * esize // word_bytes} words); "
+        f"copy and transpose: [{p}, {size // esize}] from the device memory; sbuf_t/copy: "
+        f"the SBUF transpose's bytes per cycle against the copy's (documented: up to 50%; "
+        f"transpose/copy documented up to 90%)"
+    )
     return True

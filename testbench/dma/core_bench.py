@@ -1,0 +1,107 @@
+"""Cycles of DMA instructions on :class:`ncrtl.hdl.dma.core.DmaCore` in the Amaranth simulator,
+for ``ncrtl bench --only dma``'s engines-of-a-core figures: one instruction at a time through
+DGE 0, timed from its acceptance to its semaphore reaching its part count, every AXI4 port
+served by :func:`ncrtl.hdl.common.axi.sim_memory` without stalls; the results checked against
+the golden."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ncrtl.model.dma import Descriptor, Memories, Op, Side, Space, execute
+from ncrtl.model.dma.isa import encode
+
+__all__ = ["core_cycles", "core_instruction", "CORE_KINDS"]
+
+#: Kinds of instruction the engines-of-a-core figures time.
+CORE_KINDS = ("copy", "transpose", "sbuf_transpose")
+
+
+def core_instruction(geo, kind, size, esize=4):
+    """``kind`` ``copy`` (device memory ``[P, n]`` -> SBUF), ``transpose`` (device memory
+    ``[n, P]`` -> SBUF ``[P, n]``) or ``sbuf_transpose`` (SBUF ``[P, P]`` at the upper half ->
+    SBUF ``[P, P]``) over the ``P`` partitions of ``geo``, ``n = size / esize`` elements per
+    partition."""
+    p, n = geo.partitions, size // esize
+    dst = Side(Space.SBUF, 0, n, p * n, [(n, p), (1, n)], esize)
+    if kind == "copy":
+        return Descriptor(Op.COPY, Side(Space.HBM, 0, n, p * n, [(n, p), (1, n)], esize), dst)
+    if kind == "transpose":
+        src = Side(Space.HBM, 0, p, p * n, [(p, n), (1, p)], esize)
+        return Descriptor(Op.TRANSPOSE, src, dst)
+    half = geo.partition_bytes // 2
+    sq = Side(Space.SBUF, 0, p, p * p, [(p, p), (1, p)], esize)
+    src = Side(Space.SBUF, half, p, p * p, [(p, p), (1, p)], esize)
+    return Descriptor(Op.TRANSPOSE, src, sq)
+
+
+def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, latency=6, seed=0):
+    """Cycles of each instruction from its acceptance to its semaphore reaching its part count
+    (DGE cycles 2 and no per-transfer overhead: the data movement alone), one after the
+    other; raises AssertionError if the memories differ from the golden."""
+    from amaranth.sim import Simulator
+
+    from ncrtl.blocks import dma_widths
+    from ncrtl.hdl.common.axi import sim_memory
+    from ncrtl.hdl.dma.core import DmaCore
+    from ncrtl.hdl.dma.sbuf import sim_load, sim_read
+
+    rng = np.random.default_rng(seed)
+    dut = DmaCore(
+        word_bytes,
+        engines=engines,
+        widths=dma_widths(geo.hbm_bytes, geo.partitions),
+        partitions=geo.partitions,
+        partition_bytes=geo.partition_bytes,
+        hbm_bytes=geo.hbm_bytes,
+        overhead=0,
+        outstanding=outstanding,
+        dge_cycles=2,
+        semaphores=2,
+    )
+    mem = Memories(
+        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
+        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
+    )
+    gold = mem
+    for d in instructions:
+        gold, code, msg = execute(d, geo, gold)
+        assert code == 0, msg
+    hbm = mem.hbm.copy()
+    cycles = []
+
+    async def main(ctx):
+        await sim_load(ctx, dut, mem.sbuf)
+        target = 0
+        status = dut.dge_status0
+        for d in instructions:
+            ctx.set(dut.instr0.payload, {"sem": 0, "desc": encode(d)})
+            ctx.set(dut.instr0.valid, 1)
+            await ctx.tick().until(dut.instr0.ready)
+            ctx.set(dut.instr0.valid, 0)
+            ctx.set(status.ready, 1)
+            n = 1
+            parts = None
+            while parts is None or ctx.get(dut.sem[0]) != target & 0xFFFF:
+                await ctx.delay(1e-9)
+                if parts is None and ctx.get(status.valid):
+                    parts = ctx.get(status.payload).parts
+                    target += parts
+                await ctx.tick()
+                n += 1
+                assert n < 1_000_000, "instruction never completed"
+            ctx.set(status.ready, 0)
+            cycles.append(n)
+        back = await sim_read(ctx, dut)
+        assert np.array_equal(back, gold.sbuf), "SBUF differs from the golden"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(main)
+    for k in range(engines):
+        rd, wr = sim_memory(dut.axi(k), hbm, word_bytes, latency=latency, rng=rng)
+        sim.add_testbench(rd, background=True)
+        sim.add_testbench(wr, background=True)
+    sim.run()
+    assert np.array_equal(hbm, gold.hbm), "device memory differs from the golden"
+    return cycles
