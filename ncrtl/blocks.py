@@ -440,6 +440,14 @@ register(
 # -- DMA ------------------------------------------------------------------------------------------
 
 
+def _check_words(block, partition_bytes, word_bytes):
+    if partition_bytes % word_bytes:
+        raise BlockError(
+            f"{block}: parameter partition_bytes={partition_bytes} must be a multiple of "
+            f"word_bytes={word_bytes}"
+        )
+
+
 def dma_widths(hbm_bytes, partitions, **_):
     """Descriptor field widths of a ``dma`` block: addresses of its device memory, 16-bit nums,
     partition numbers of its SBUF."""
@@ -451,11 +459,7 @@ def dma_widths(hbm_bytes, partitions, **_):
 def _make_dma(word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding):
     from ncrtl.hdl.dma.top import DmaSystem
 
-    if partition_bytes % word_bytes:
-        raise BlockError(
-            f"dma: parameter partition_bytes={partition_bytes} must be a multiple of "
-            f"word_bytes={word_bytes}"
-        )
+    _check_words("dma", partition_bytes, word_bytes)
     return DmaSystem(
         word_bytes,
         widths=dma_widths(hbm_bytes, partitions),
@@ -517,11 +521,7 @@ def _make_dma_queues(
 ):
     from ncrtl.hdl.dma.top import DmaQueuesSystem
 
-    if partition_bytes % word_bytes:
-        raise BlockError(
-            f"dma_queues: parameter partition_bytes={partition_bytes} must be a multiple of "
-            f"word_bytes={word_bytes}"
-        )
+    _check_words("dma_queues", partition_bytes, word_bytes)
     return DmaQueuesSystem(
         word_bytes,
         policy=policy,
@@ -592,11 +592,7 @@ register(
 def _make_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth):
     from ncrtl.hdl.dma.top import SendRecvPair
 
-    if partition_bytes % word_bytes:
-        raise BlockError(
-            f"sendrecv: parameter partition_bytes={partition_bytes} must be a multiple of "
-            f"word_bytes={word_bytes}"
-        )
+    _check_words("sendrecv", partition_bytes, word_bytes)
     if pipes & (pipes - 1):
         raise BlockError(f"sendrecv: parameter pipes={pipes} must be a power of two")
     return SendRecvPair(

@@ -18,7 +18,7 @@ from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table
 from ncrtl.model.dma.queues import queue_schedule
 from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.model.dma.timing import EngineTiming
-from ncrtl.testbench.dma.program import queue_program
+from ncrtl.testbench.dma.program import interleave, queue_program
 
 QUEUES_USED = 4
 
@@ -63,14 +63,7 @@ def _run(policy, seed, stall, shares):
     got = {q: [] for q in range(QUEUES_USED)}
     sbuf_back = np.zeros_like(mem.sbuf)
     checked = {"ar": 0, "sbuf": 0, "contended": 0}
-    # The queues' descriptors interleaved at random, each queue in order.
-    order = [q for q in range(QUEUES_USED) for _ in program[q]]
-    rng.shuffle(order)
-    nxt = [0] * QUEUES_USED
-    items = []
-    for q in order:
-        items.append((q, program[q][nxt[q]]))
-        nxt[q] += 1
+    items = interleave(rng, program)  # each queue in its order
     timed = {"start": None, "slot": 0, "served": []}
     total = sum(len(d) for d in program)
 

@@ -14,6 +14,7 @@ from ncrtl.model.dma.sbuf import DMA_WAIT, Access
 from .raw import AddWords
 
 __all__ = [
+    "check_geometry",
     "Sbuf",
     "MultiPortSbuf",
     "partition_module",
@@ -64,6 +65,23 @@ def engine_request_layout(partitions, words, word_bytes):
             "strobe": word_bytes,
         }
     )
+
+
+def check_geometry(owner, partitions, partition_bytes, word_bytes):
+    """Validate an SBUF geometry for ``owner`` (the class name in the messages):
+    ``partitions`` 1 to 128, ``word_bytes`` a power of two from 4 to 64, ``partition_bytes`` a
+    multiple of it; returns ``(partitions, partition_bytes, word_bytes, words)``."""
+    partitions = check_int(partitions, f"{owner} partitions", minimum=1, maximum=128)
+    word_bytes = check_int(word_bytes, f"{owner} word_bytes", minimum=4, maximum=64)
+    if word_bytes & (word_bytes - 1):
+        raise ValueError(f"{owner} word_bytes must be a power of two, not {word_bytes}")
+    partition_bytes = check_int(partition_bytes, f"{owner} partition_bytes", minimum=word_bytes)
+    if partition_bytes % word_bytes:
+        raise ValueError(
+            f"{owner} partition_bytes {partition_bytes} must be a multiple of word_bytes "
+            f"{word_bytes}"
+        )
+    return partitions, partition_bytes, word_bytes, partition_bytes // word_bytes
 
 
 class Sbuf(wiring.Component):
@@ -126,20 +144,10 @@ class Sbuf(wiring.Component):
         instance=False,
     ):
         self.instance = check_bool(instance, "Sbuf instance")
-        self.partitions = check_int(partitions, "Sbuf partitions", minimum=1, maximum=128)
-        self.word_bytes = check_int(word_bytes, "Sbuf word_bytes", minimum=4, maximum=64)
-        if word_bytes & (word_bytes - 1):
-            raise ValueError(f"Sbuf word_bytes must be a power of two, not {word_bytes}")
-        self.partition_bytes = check_int(
-            partition_bytes, "Sbuf partition_bytes", minimum=word_bytes
+        self.partitions, self.partition_bytes, self.word_bytes, self.words = check_geometry(
+            "Sbuf", partitions, partition_bytes, word_bytes
         )
-        if partition_bytes % word_bytes:
-            raise ValueError(
-                f"Sbuf partition_bytes {partition_bytes} must be a multiple of word_bytes "
-                f"{word_bytes}"
-            )
         self.dma_wait = check_int(dma_wait, "Sbuf dma_wait", minimum=0, maximum=255)
-        self.words = partition_bytes // word_bytes
         super().__init__(
             {
                 "dma_req": In(
@@ -350,20 +358,10 @@ class MultiPortSbuf(wiring.Component):
     ):
         self.ports = check_int(ports, "MultiPortSbuf ports", minimum=1, maximum=32)
         self.instance = check_bool(instance, "MultiPortSbuf instance")
-        self.partitions = check_int(partitions, "MultiPortSbuf partitions", minimum=1, maximum=128)
-        self.word_bytes = check_int(word_bytes, "MultiPortSbuf word_bytes", minimum=4, maximum=64)
-        if word_bytes & (word_bytes - 1):
-            raise ValueError(f"MultiPortSbuf word_bytes must be a power of two, not {word_bytes}")
-        self.partition_bytes = check_int(
-            partition_bytes, "MultiPortSbuf partition_bytes", minimum=word_bytes
+        self.partitions, self.partition_bytes, self.word_bytes, self.words = check_geometry(
+            "MultiPortSbuf", partitions, partition_bytes, word_bytes
         )
-        if partition_bytes % word_bytes:
-            raise ValueError(
-                f"MultiPortSbuf partition_bytes {partition_bytes} must be a multiple of "
-                f"word_bytes {word_bytes}"
-            )
         self.dma_wait = check_int(dma_wait, "MultiPortSbuf dma_wait", minimum=0, maximum=255)
-        self.words = partition_bytes // word_bytes
         members = {}
         for i in range(ports):
             members[f"dma{i}_req"] = In(

@@ -11,7 +11,7 @@ from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.dma.sbuf import Access
 from ncrtl.model.dma.sendrecv import GPSIMD_LIMITS, GPSIMD_PARTITIONS, Code
 
-from .sbuf import dma_request_layout
+from .sbuf import check_geometry, dma_request_layout
 
 __all__ = [
     "SendRecv",
@@ -172,24 +172,14 @@ class SendRecv(wiring.Component):
     def __init__(
         self, word_bytes=16, *, partitions=128, partition_bytes=192 * 1024, pipes=4, depth=2
     ):
-        self.word_bytes = check_int(word_bytes, "SendRecv word_bytes", minimum=4, maximum=64)
-        if word_bytes & (word_bytes - 1):
-            raise ValueError(f"SendRecv word_bytes must be a power of two, not {word_bytes}")
-        self.partitions = check_int(partitions, "SendRecv partitions", minimum=1, maximum=128)
-        self.partition_bytes = check_int(
-            partition_bytes, "SendRecv partition_bytes", minimum=word_bytes
+        self.partitions, self.partition_bytes, self.word_bytes, self.words = check_geometry(
+            "SendRecv", partitions, partition_bytes, word_bytes
         )
-        if partition_bytes % word_bytes:
-            raise ValueError(
-                f"SendRecv partition_bytes {partition_bytes} must be a multiple of word_bytes "
-                f"{word_bytes}"
-            )
         self.pipes = check_int(pipes, "SendRecv pipes", minimum=1, maximum=16)
         if pipes & (pipes - 1):
             # every value of the pipe field names a queue
             raise ValueError(f"SendRecv pipes must be a power of two, not {pipes}")
         self.depth = check_int(depth, "SendRecv depth", minimum=1, maximum=16)
-        self.words = partition_bytes // word_bytes
         P, B, W = partitions, partition_bytes, word_bytes
         link = link_layout(P, B, W, pipes)
         super().__init__(

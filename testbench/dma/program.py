@@ -20,6 +20,7 @@ __all__ = [
     "random_descriptors",
     "with_dynamic_offset",
     "queue_program",
+    "interleave",
     "sendrecv_program",
     "OFFSET_AREA",
     "QUEUE_REGION",
@@ -234,6 +235,19 @@ def queue_program(rng, geo, queues, n, *, word_bytes=None):
                 if len(descs) == n:
                     break
         out.append(descs)
+    return out
+
+
+def interleave(rng, program):
+    """The lists of ``program`` (one per queue) interleaved at random, each in its order:
+    ``[(queue, item)]``."""
+    order = [q for q, items in enumerate(program) for _ in items]
+    rng.shuffle(order)
+    nxt = [0] * len(program)
+    out = []
+    for q in order:
+        out.append((q, program[q][nxt[q]]))
+        nxt[q] += 1
     return out
 
 

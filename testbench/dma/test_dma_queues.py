@@ -20,7 +20,7 @@ from ncrtl.model.dma import Geometry, Memories, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, QUEUES, slot_table
 from ncrtl.testbench.conformance import tb_settings
-from ncrtl.testbench.dma.program import QUEUE_REGION, queue_program
+from ncrtl.testbench.dma.program import QUEUE_REGION, interleave, queue_program
 from ncrtl.testbench.dma.test_dma import LATENCIES, DmaTB
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 
@@ -77,13 +77,7 @@ async def test_queues(dut):
         for d in descs:
             gold, code, _ = execute(d, geo, gold)
             want[q].append((d.tag, int(code)))
-    order = [q for q in range(queues) for _ in program[q]]
-    rng.shuffle(order)
-    nxt = [0] * queues
-    items = []
-    for q in order:
-        items.append((q, program[q][nxt[q]]))
-        nxt[q] += 1
+    items = interleave(rng, program)
     latency = int(rng.integers(*LATENCIES))
     tb = QueuesTB(dut, params, mem.hbm.copy(), stall=stall, seed=seed, latency=latency)
     dut._log.info(
