@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from ncrtl.hdl.common.axi import sim_memory
 from ncrtl.hdl.dma.agu import AddressGenerator
 from ncrtl.hdl.dma.sbuf import sim_load, sim_read
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
-from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.model.dma.timing import EngineTiming, transfer_cycles
 from ncrtl.testbench.dma.program import random_descriptors
 
@@ -519,67 +519,12 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
         ctx.set(eng.status.ready, 0)
         sbuf_back[:] = await sim_read(ctx, sb)
 
-    async def axi_read(ctx):
-        pending = []  # (due cycle, addr)
-        cycle = 0
-        while True:
-            ready = int(rng.random() >= stall)
-            ctx.set(eng.axi.ar.ready, ready)
-            await ctx.delay(1e-9)
-            if ready and ctx.get(eng.axi.ar.valid):
-                pending.append((cycle + latency, ctx.get(eng.axi.ar.payload.addr)))
-            if pending and pending[0][0] <= cycle:
-                addr = pending[0][1]
-                ctx.set(
-                    eng.axi.r.payload,
-                    {
-                        "id": 0,
-                        "data": int.from_bytes(hbm[addr : addr + wb].tobytes(), "little"),
-                        "resp": 0,
-                        "last": 1,
-                    },
-                )
-                ctx.set(eng.axi.r.valid, 1)
-                await ctx.delay(1e-9)
-                if ctx.get(eng.axi.r.ready):
-                    pending.pop(0)
-            else:
-                ctx.set(eng.axi.r.valid, 0)
-            await ctx.tick()
-            cycle += 1
-
-    async def axi_write(ctx):
-        aws, ws, bs = [], [], []
-        cycle = 0
-        while True:
-            ra, rw = int(rng.random() >= stall), int(rng.random() >= stall)
-            ctx.set(eng.axi.aw.ready, ra)
-            ctx.set(eng.axi.w.ready, rw)
-            await ctx.delay(1e-9)
-            if ra and ctx.get(eng.axi.aw.valid):
-                aws.append(ctx.get(eng.axi.aw.payload.addr))
-            if rw and ctx.get(eng.axi.w.valid):
-                ws.append((ctx.get(eng.axi.w.payload.data), ctx.get(eng.axi.w.payload.strb)))
-            while aws and ws:
-                addr, (dat, strb) = aws.pop(0), ws.pop(0)
-                write_strobed(hbm[addr : addr + wb], dat, strb)
-                bs.append(cycle + latency)
-            if bs and bs[0] <= cycle:
-                ctx.set(eng.axi.b.valid, 1)
-                ctx.set(eng.axi.b.payload, {"id": 0, "resp": 0})
-                await ctx.delay(1e-9)
-                if ctx.get(eng.axi.b.ready):
-                    bs.pop(0)
-            else:
-                ctx.set(eng.axi.b.valid, 0)
-            await ctx.tick()
-            cycle += 1
-
     sim = Simulator(h.top)
     sim.add_clock(1e-6)
     sim.add_testbench(load_and_run)
-    sim.add_testbench(axi_read, background=True)
-    sim.add_testbench(axi_write, background=True)
+    read, write = sim_memory(eng.axi, hbm, wb, latency=latency, stall=stall, rng=rng)
+    sim.add_testbench(read, background=True)
+    sim.add_testbench(write, background=True)
     sim.run()
     return out["status"], sbuf_back, hbm, out["cycles"]
 

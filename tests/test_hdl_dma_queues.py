@@ -9,6 +9,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
+from ncrtl.hdl.common.axi import sim_memory
 from ncrtl.hdl.dma.check import Widths
 from ncrtl.hdl.dma.queues import DmaQueues
 from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
@@ -16,7 +17,6 @@ from ncrtl.model.dma import Geometry, Memories, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table
 from ncrtl.model.dma.queues import queue_schedule
-from ncrtl.model.dma.sbuf import write_strobed
 from ncrtl.model.dma.timing import EngineTiming
 from ncrtl.testbench.dma.program import interleave, queue_program
 
@@ -104,56 +104,6 @@ def _run(policy, seed, stall, shares):
         for q in range(QUEUES_USED):
             assert ctx.get(dut.done[q]) == len(program[q])
 
-    async def memory(ctx):
-        pending, aws, ws, bs = [], [], [], []
-        cycle = 0
-        latency = 3
-        while True:
-            ra, rw, rr = (int(rng.random() >= stall) for _ in range(3))
-            ctx.set(dut.axi.ar.ready, ra)
-            ctx.set(dut.axi.aw.ready, int(rng.random() >= stall))
-            ctx.set(dut.axi.w.ready, rw)
-            await ctx.delay(1e-9)
-            if ra and ctx.get(dut.axi.ar.valid):
-                p = ctx.get(dut.axi.ar.payload)
-                pending.append((cycle + latency, p.addr, p.id))
-            if ctx.get(dut.axi.aw.ready) and ctx.get(dut.axi.aw.valid):
-                p = ctx.get(dut.axi.aw.payload)
-                aws.append((p.addr, p.id))
-            if rw and ctx.get(dut.axi.w.valid):
-                ws.append((ctx.get(dut.axi.w.payload.data), ctx.get(dut.axi.w.payload.strb)))
-            while aws and ws:
-                (addr, ident), (dat, strb) = aws.pop(0), ws.pop(0)
-                write_strobed(hbm[addr : addr + w], dat, strb)
-                bs.append((cycle + latency, ident))
-            if pending and pending[0][0] <= cycle and rr:
-                _, addr, ident = pending[0]
-                ctx.set(
-                    dut.axi.r.payload,
-                    {
-                        "id": ident,
-                        "data": int.from_bytes(hbm[addr : addr + w].tobytes(), "little"),
-                        "resp": 0,
-                        "last": 1,
-                    },
-                )
-                ctx.set(dut.axi.r.valid, 1)
-                await ctx.delay(1e-9)
-                if ctx.get(dut.axi.r.ready):
-                    pending.pop(0)
-            else:
-                ctx.set(dut.axi.r.valid, 0)
-            if bs and bs[0][0] <= cycle:
-                ctx.set(dut.axi.b.valid, 1)
-                ctx.set(dut.axi.b.payload, {"id": bs[0][1], "resp": 0})
-                await ctx.delay(1e-9)
-                if ctx.get(dut.axi.b.ready):
-                    bs.pop(0)
-            else:
-                ctx.set(dut.axi.b.valid, 0)
-            await ctx.tick()
-            cycle += 1
-
     async def monitor(ctx):
         """The read channel and the SBUF port against the golden arbiter, every cycle."""
         if policy != "priority":
@@ -187,7 +137,9 @@ def _run(policy, seed, stall, shares):
     sim.add_clock(1e-6)
     sim.add_testbench(feed)
     sim.add_testbench(drain)
-    sim.add_testbench(memory, background=True)
+    read, write = sim_memory(dut.axi, hbm, w, latency=3, stall=stall, rng=rng)
+    sim.add_testbench(read, background=True)
+    sim.add_testbench(write, background=True)
     sim.add_testbench(monitor, background=True)
     sim.run()
     if not stall:

@@ -60,17 +60,14 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
     to add with ``background=True``.  A read address accepted in cycle ``t`` has its data
     valid from cycle ``t + latency``; a write's response ``latency`` cycles after its address
     and data are both in; ``stall`` is the probability of a not-ready cycle on ``ar``, ``aw``
-    and ``w`` (``rng``: a ``numpy.random.Generator``)."""
+    and ``w`` and of an idle cycle on ``r`` while a beat is due (``rng``: a
+    ``numpy.random.Generator``).  Responses carry their address's id."""
     import numpy as np
+
+    from ncrtl.model.dma.sbuf import write_strobed
 
     rng = rng if rng is not None else np.random.default_rng(0)
     wb = data_bytes
-
-    def strobed(addr, value, strb):
-        old = memory[addr : addr + wb]
-        new = np.frombuffer(int(value).to_bytes(wb, "little"), np.uint8)
-        keep = ((int(strb) >> np.arange(wb)) & 1).astype(bool)
-        old[keep] = new[keep]
 
     async def read(ctx):
         pending, cycle = [], 0
@@ -81,7 +78,7 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
             if ready and ctx.get(axi.ar.valid):
                 p = ctx.get(axi.ar.payload)
                 pending.append((cycle + latency, p.addr, p.id))
-            if pending and pending[0][0] <= cycle:
+            if pending and pending[0][0] <= cycle and (not stall or rng.random() >= stall):
                 _, addr, ident = pending[0]
                 value = int.from_bytes(memory[addr : addr + wb].tobytes(), "little")
                 ctx.set(axi.r.payload, {"id": ident, "data": value, "resp": 0, "last": 1})
@@ -108,7 +105,7 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
                 ws.append((ctx.get(axi.w.payload.data), ctx.get(axi.w.payload.strb)))
             while aws and ws:
                 (addr, ident), (value, strb) = aws.pop(0), ws.pop(0)
-                strobed(addr, value, strb)
+                write_strobed(memory[addr : addr + wb], value, strb)
                 bs.append((cycle + latency, ident))
             if bs and bs[0][0] <= cycle:
                 ctx.set(axi.b.valid, 1)
