@@ -13,7 +13,11 @@ from ncrtl.hdl.dma.sbuf import sim_load, sim_read
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
 from ncrtl.model.dma.timing import EngineTiming, transfer_cycles
-from ncrtl.testbench.dma.program import random_descriptors
+from ncrtl.testbench.dma.program import (
+    random_descriptors,
+    sbuf_engine_requests,
+    sbuf_requests,
+)
 
 
 def _random_side(rng, space, esize):
@@ -186,34 +190,8 @@ def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
     words = pbytes // wb
     n = 400
 
-    last = {"partition": 0, "word": 0}
-
-    def dma_req():
-        again = rng.random() < 0.3  # the word just accessed: read-add-write hazards
-        r = dict(
-            partition=last["partition"] if again else int(rng.integers(0, parts)),
-            word=last["word"] if again else int(rng.integers(0, words)),
-            access=int(rng.choice([Access.READ, Access.WRITE, Access.ADD], p=[0.3, 0.3, 0.4])),
-            dtype=int(rng.integers(0, 2)),
-            data=int(rng.integers(0, 1 << 32)),
-            strobe=int(rng.integers(0, 1 << wb)),
-        )
-        last.update(partition=r["partition"], word=r["word"])
-        return r
-
-    def eng_req():
-        return dict(
-            mask=int(rng.integers(1, 1 << parts)),
-            word=last["word"] if rng.random() < 0.2 else int(rng.integers(0, words)),
-            write=int(rng.random() < 0.5),
-            data=int.from_bytes(
-                rng.integers(0, 256, parts * wb, dtype=np.uint8).tobytes(), "little"
-            ),
-            strobe=int(rng.integers(0, 1 << wb)),
-        )
-
-    dq = [dma_req() for _ in range(n)]
-    eq = [eng_req() for _ in range(n)]
+    dq = sbuf_requests(rng, parts, words, wb, n)
+    eq = sbuf_engine_requests(rng, parts, words, wb, n, near=0.2, word=dq[-1]["word"])
     arb, mem = SbufArbiter(wait), SbufMemory(parts, pbytes, wb)
     stats = {"dma": 0, "eng": 0, "reads": 0, "adds": 0, "held": 0, "max_wait": 0}
 

@@ -218,14 +218,8 @@ class DmaCore(wiring.Component):
                 m.d.sync += sem.eq(head.sem)
             m.d.comb += eng.status.ready.eq(1)
             wiring.connect(m, eng.axi, wiring.flipped(self.axi(k)))
-            m.d.comb += [
-                sb.dma_req(k).payload.eq(eng.sbuf_req.payload),
-                sb.dma_req(k).valid.eq(eng.sbuf_req.valid),
-                eng.sbuf_req.ready.eq(sb.dma_req(k).ready),
-                eng.sbuf_resp.payload.eq(sb.dma_resp(k).payload),
-                eng.sbuf_resp.valid.eq(sb.dma_resp(k).valid),
-                sb.dma_resp(k).ready.eq(eng.sbuf_resp.ready),
-            ]
+            wiring.connect(m, eng.sbuf_req, sb.dma_req_port(k))
+            wiring.connect(m, sb.dma_resp_port(k), eng.sbuf_resp)
             done.append((eng.status.valid, sem, eng.status.payload.error))
         for s in range(S):
             hits = [valid & equals(sem, s) for valid, sem, _ in done]

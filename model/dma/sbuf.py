@@ -34,7 +34,7 @@ matches; :class:`SbufMemory` is the storage, ``[partitions, partition_bytes]`` b
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,63 +65,6 @@ class Access(enum.IntEnum):
     READ = 0
     WRITE = 1
     ADD = 2  #: read-add-write
-
-
-@dataclass
-class SbufArbiter:
-    """One decision per cycle: :meth:`step` with what each port offers returns the grants.
-
-    ``adding`` holds the read-add-writes in flight, newest first, as ``(partition, word)`` (or
-    ``None`` for a cycle without one): entry ``ADD_LATENCY - 1`` is written this cycle."""
-
-    dma_wait: int = DMA_WAIT
-    waited: int = 0
-    adding: list = field(default_factory=lambda: [None] * ADD_LATENCY)
-
-    def blocked(self, partitions, word, write):
-        """Whether a request touching ``word`` of the ``partitions`` (a bit mask) waits for a
-        read-add-write in flight."""
-        for i, slot in enumerate(self.adding):
-            if slot is None or not (partitions >> slot[0]) & 1:
-                continue
-            if slot[1] == word or (write and i == ADD_LATENCY - 1):
-                return True
-        return False
-
-    def step(
-        self,
-        dma_valid,
-        dma_partition,
-        dma_blocked,
-        eng_valid,
-        eng_mask,
-        eng_blocked,
-        *,
-        dma_word=0,
-        dma_access=Access.READ,
-        eng_word=0,
-        eng_write=False,
-    ):
-        """``(dma_grant, eng_grant)`` for one cycle.
-
-        ``*_blocked``: the port's request is a read and its previous response has not been
-        taken.  ``eng_mask``: a set or a bit mask int of the engine request's partitions.  The
-        words and kinds of the requests decide the waits for read-add-writes in flight."""
-        mask = eng_mask if isinstance(eng_mask, int) else sum(1 << p for p in eng_mask)
-        if dma_valid:
-            dma_blocked = dma_blocked or self.blocked(
-                1 << dma_partition, dma_word, dma_access == Access.WRITE
-            )
-        if eng_valid:
-            eng_blocked = eng_blocked or self.blocked(mask, eng_word, eng_write)
-        conflict = dma_valid and eng_valid and bool((mask >> dma_partition) & 1)
-        dma_first = self.waited >= self.dma_wait
-        eng = eng_valid and not eng_blocked and not (conflict and dma_first and not dma_blocked)
-        dma = dma_valid and not dma_blocked and not (conflict and eng)
-        self.waited = self.waited + 1 if dma_valid and not dma else 0
-        added = (dma_partition, dma_word) if dma and dma_access == Access.ADD else None
-        self.adding = [added] + self.adding[:-1]
-        return dma, eng
 
 
 @dataclass
@@ -192,6 +135,45 @@ class PortsArbiter:
         added = [(dma[i][0], dma[i][1]) for i in range(n) if go[i] and dma[i][2] == Access.ADD]
         self.adding = [added] + self.adding[:-1]
         self.turn = (self.turn + 1) % n
+        return go, eng_go
+
+
+class SbufArbiter:
+    """One decision per cycle for the SBUF with one DMA port: :meth:`step` with what each port
+    offers returns the grants.  It is :class:`PortsArbiter` with one port (``ports``), in the
+    form the single-port engine's timing uses."""
+
+    def __init__(self, dma_wait=DMA_WAIT):
+        self.ports = PortsArbiter(1, dma_wait)
+
+    def blocked(self, partitions, word, write):
+        """Whether a request touching ``word`` of the ``partitions`` (a bit mask) waits for a
+        read-add-write in flight."""
+        return self.ports.blocked(partitions, word, write)
+
+    def step(
+        self,
+        dma_valid,
+        dma_partition,
+        dma_blocked,
+        eng_valid,
+        eng_mask,
+        eng_blocked,
+        *,
+        dma_word=0,
+        dma_access=Access.READ,
+        eng_word=0,
+        eng_write=False,
+    ):
+        """``(dma_grant, eng_grant)`` for one cycle.
+
+        ``*_blocked``: the port's request is a read and its previous response has not been
+        taken.  ``eng_mask``: a set or a bit mask int of the engine request's partitions.  The
+        words and kinds of the requests decide the waits for read-add-writes in flight."""
+        mask = eng_mask if isinstance(eng_mask, int) else sum(1 << p for p in eng_mask)
+        dma = (dma_partition, dma_word, dma_access, dma_blocked) if dma_valid else None
+        eng = (mask, eng_word, eng_write, eng_blocked) if eng_valid else None
+        (go,), eng_go = self.ports.step([dma], eng)
         return go, eng_go
 
 

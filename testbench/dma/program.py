@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma import AddDtype, Descriptor, Geometry, Indirect, Op, Side, Space
+from ncrtl.model.dma.sbuf import Access
 from ncrtl.model.dma.sendrecv import GPSIMD_PARTITIONS, SendRecv, Tile
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "with_dynamic_offset",
     "queue_program",
     "interleave",
+    "sbuf_requests",
+    "sbuf_engine_requests",
     "sendrecv_program",
     "OFFSET_AREA",
     "QUEUE_REGION",
@@ -342,3 +345,50 @@ def sendrecv_program(
     lone = Tile(0, 1, 0, 1, 1)
     programs[0].append(SendRecv(lone, Tile(0, 1, B - 1, 1, 1), 1, 1, PIPES - 1, tag=200))
     return programs
+
+
+def sbuf_requests(
+    rng, partitions, words, word_bytes, n, *, again=0.3, hot=0.0, mix=(0.3, 0.3, 0.4)
+):
+    """``n`` random requests of an SBUF DMA port (``ncrtl.hdl.dma.sbuf.dma_request_layout``
+    fields): reads, writes and read-add-writes in the proportions ``mix``, FP32 or BF16, random
+    data and strobes; with probability ``hot`` on partition 0 (ports meeting there), else with
+    probability ``again`` on the word just drawn (read-add-write hazards)."""
+    last = {"partition": 0, "word": 0}
+    out = []
+    for _ in range(n):
+        is_hot = bool(hot) and rng.random() < hot
+        same = rng.random() < again
+        r = dict(
+            partition=0
+            if is_hot
+            else (last["partition"] if same else int(rng.integers(0, partitions))),
+            word=last["word"] if same else int(rng.integers(0, words)),
+            access=int(rng.choice([Access.READ, Access.WRITE, Access.ADD], p=list(mix))),
+            dtype=int(rng.integers(0, 2)),
+            data=int(rng.integers(0, 1 << (8 * word_bytes))),
+            strobe=int(rng.integers(0, 1 << word_bytes)),
+        )
+        last.update(partition=r["partition"], word=r["word"])
+        out.append(r)
+    return out
+
+
+def sbuf_engine_requests(rng, partitions, words, word_bytes, n, *, near=0.0, word=0):
+    """``n`` random requests of the SBUF's engine port (``engine_request_layout`` fields):
+    random masks, reads and writes; with probability ``near`` on ``word``."""
+    out = []
+    for _ in range(n):
+        out.append(
+            dict(
+                mask=int(rng.integers(1, 1 << partitions)),
+                word=word if near and rng.random() < near else int(rng.integers(0, words)),
+                write=int(rng.random() < 0.5),
+                data=int.from_bytes(
+                    rng.integers(0, 256, partitions * word_bytes, dtype=np.uint8).tobytes(),
+                    "little",
+                ),
+                strobe=int(rng.integers(0, 1 << word_bytes)),
+            )
+        )
+    return out
