@@ -14,16 +14,18 @@ duplicated.
 import cocotb
 import numpy as np
 from amaranth.hdl import Const
+from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from ncrtl.hdl.dma.check import descriptor_layout
-from ncrtl.hdl.dma.sbuf import engine_request_layout
+from ncrtl.hdl.dma.engine import status_layout
 from ncrtl.model.dma import Geometry, Memories, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.memory import AxiMemory
 from ncrtl.testbench.dma.program import random_descriptors
+from ncrtl.testbench.dma.sbuf import SbufEnginePort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
@@ -54,8 +56,15 @@ class DmaTB:
 
         self.desc = StreamSource(bus("desc"), clk, rst, stall=stall, seed=seed)
         self.status = StreamSink(bus("status"), clk, rst, backpressure=stall, seed=seed + 1)
-        self.eng_req = StreamSource(bus("eng_req"), clk, rst, seed=seed + 2)
-        self.eng_resp = StreamSink(bus("eng_resp"), clk, rst, seed=seed + 3)
+        self.sbuf = SbufEnginePort(
+            dut,
+            "eng_req",
+            "eng_resp",
+            partitions=params["partitions"],
+            partition_bytes=params["partition_bytes"],
+            word_bytes=params["word_bytes"],
+            seed=seed + 2,
+        )
         self.mem = AxiMemory(
             dut,
             "axi",
@@ -75,42 +84,18 @@ class DmaTB:
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 1)
 
-    def _eng_word(self, mask, word, write, data):
-        p = self.p
-        w = p["word_bytes"]
-        layout = engine_request_layout(p["partitions"], p["partition_bytes"] // w, w)
-        fields = dict(mask=mask, word=word, write=write, data=data)
-        fields["strobe"] = (1 << w) - 1 if write else 0
-        return Const.cast(layout.const(fields)).value
-
     async def load_sbuf(self, sbuf):
-        w, parts = self.p["word_bytes"], self.p["partitions"]
-        full = (1 << parts) - 1
-        words = [
-            self._eng_word(
-                full, k, 1, int.from_bytes(sbuf[:, k * w : (k + 1) * w].tobytes(), "little")
-            )
-            for k in range(sbuf.shape[1] // w)
-        ]
-        self.eng_req.send(words)
-        await self.eng_req.wait()
+        await self.sbuf.load(sbuf)
 
     async def read_sbuf(self):
-        w, parts = self.p["word_bytes"], self.p["partitions"]
-        n = self.p["partition_bytes"] // w
-        self.eng_req.send([self._eng_word((1 << parts) - 1, k, 0, 0) for k in range(n)])
-        words = await self.eng_resp.recv(n, timeout=20 * n + 100)
-        out = np.zeros((parts, n * w), dtype=np.uint8)
-        for k, value in enumerate(words):
-            raw = np.frombuffer(value.to_bytes(parts * w, "little"), np.uint8)
-            out[:, k * w : (k + 1) * w] = raw.reshape(parts, w)
-        return out
+        return await self.sbuf.read()
 
     async def run(self, desc):
         """Send one descriptor and return its completion ``(tag, code)``."""
         self.desc.send([Const.cast(self._desc_layout.const(encode(desc))).value])
         (word,) = await self.status.recv(1, timeout=200_000)
-        return word & 0xFF, (word >> 8) & 0xF
+        done = data.Const(status_layout(), word)
+        return done.tag, done.error
 
 
 @cocotb.test()

@@ -13,12 +13,14 @@ and the memory model proves no AXI4 beat was lost or duplicated.
 import cocotb
 import numpy as np
 from amaranth.hdl import Const
+from amaranth.lib import data
 from cocotb.triggers import ClockCycles
 
-from ncrtl.hdl.dma.queues import queued_layout
+from ncrtl.hdl.dma.qos import slot_layout
+from ncrtl.hdl.dma.queues import queue_status_layout, queued_layout
 from ncrtl.model.dma import Geometry, Memories, execute
 from ncrtl.model.dma.isa import encode
-from ncrtl.model.dma.qos import CLASSES, QUEUES, slot_table
+from ncrtl.model.dma.qos import CLASSES, QUEUES, SLOTS, slot_table
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.program import QUEUE_REGION, interleave, queue_program
 from ncrtl.testbench.dma.test_dma import LATENCIES, DmaTB
@@ -35,10 +37,18 @@ class QueuesTB(DmaTB):
         self._desc_layout = queued_layout(self.wd)
 
     def configure(self, klass, table):
-        self.dut.klass.value = sum(k << (2 * q) for q, k in enumerate(klass))
-        self.dut.calendar.value = sum(
-            (int(o is not None) | ((o or 0) << 1)) << (3 * s) for s, o in enumerate(table)
-        )
+        """Queue ``q``'s class ``klass[q]``; the calendar of
+        :func:`ncrtl.model.dma.qos.slot_table` (None: a free slot)."""
+        klass_layout = data.ArrayLayout(2, QUEUES)
+        self.dut.klass.value = Const.cast(klass_layout.const(list(klass))).value
+        slots = [{"owned": int(o is not None), "klass": o or 0} for o in table]
+        calendar = data.ArrayLayout(slot_layout(), SLOTS)
+        self.dut.calendar.value = Const.cast(calendar.const(slots)).value
+
+    def completion(self, word):
+        """A status word as ``(queue, tag, code)``."""
+        c = data.Const(queue_status_layout(), word)
+        return c.queue, c.tag, c.error
 
     def send(self, items):
         self.desc.send(
@@ -49,8 +59,8 @@ class QueuesTB(DmaTB):
         )
 
     def done(self):
-        value = int(self.dut.done.value)
-        return [(value >> (16 * q)) & 0xFFFF for q in range(QUEUES)]
+        """The per-queue completion counters."""
+        return list(data.Const(data.ArrayLayout(16, QUEUES), int(self.dut.done.value)))
 
 
 @cocotb.test()
@@ -92,7 +102,7 @@ async def test_queues(dut):
     words = await tb.status.recv(len(items), timeout=200_000)
     got = {q: [] for q in range(queues)}
     for word in words:
-        q, tag, code = word & 0xF, (word >> 4) & 0xFF, (word >> 12) & 0xF
+        q, tag, code = tb.completion(word)
         got[q].append((tag, code))
     await ClockCycles(dut.clk, 2 * latency + 8)
     status = Scoreboard("dma_queues.status", "per queue: tag, then code", bits=16)

@@ -80,7 +80,7 @@ async def test_latency_under_load(dut):
         out = []
         while seen < len(tb.status.words):
             w, c = tb.status.words[seen], tb.status.cycles[seen]
-            q, code = w & 0xF, (w >> 12) & 0xF
+            q, _, code = tb.completion(w)
             outstanding[q] -= 1
             out.append((q, code, c))
             seen += 1

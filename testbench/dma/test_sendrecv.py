@@ -13,14 +13,15 @@ sendrecv must stay pending.
 import cocotb
 import numpy as np
 from amaranth.hdl import Const
+from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from ncrtl.hdl.dma.sbuf import engine_request_layout
-from ncrtl.hdl.dma.sendrecv import encode_sendrecv, sendrecv_layout
+from ncrtl.hdl.dma.sendrecv import encode_sendrecv, sendrecv_layout, sendrecv_status_layout
 from ncrtl.model.dma.sendrecv import PENDING, exchange
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.program import sendrecv_program
+from ncrtl.testbench.dma.sbuf import SbufEnginePort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
@@ -46,17 +47,21 @@ class SendRecvTB:
             StreamSink(bus(f"status{r}"), clk, rst, backpressure=stall, seed=seed + 2 + r)
             for r in (0, 1)
         ]
-        self.eng_req = [
-            StreamSource(bus(f"eng_req{r}"), clk, rst, seed=seed + 4 + r) for r in (0, 1)
-        ]
-        self.eng_resp = [
-            StreamSink(bus(f"eng_resp{r}"), clk, rst, seed=seed + 6 + r) for r in (0, 1)
+        self.sbuf = [
+            SbufEnginePort(
+                dut,
+                f"eng_req{r}",
+                f"eng_resp{r}",
+                partitions=params["partitions"],
+                partition_bytes=params["partition_bytes"],
+                word_bytes=params["word_bytes"],
+                seed=seed + 4 + 2 * r,
+            )
+            for r in (0, 1)
         ]
         p = params
         self._op = sendrecv_layout(p["partitions"], p["partition_bytes"], p["pipes"])
-        self._eng = engine_request_layout(
-            p["partitions"], p["partition_bytes"] // p["word_bytes"], p["word_bytes"]
-        )
+        self._status = sendrecv_status_layout(p["pipes"])
         self._stall, self._rng = stall, np.random.default_rng(seed + 8)
 
     async def reset(self):
@@ -71,33 +76,16 @@ class SendRecvTB:
             bits = [int(self._rng.random() < self._stall) for _ in range(2)]
             self.dut.link_stall.value = bits[0] | bits[1] << 1
 
-    def _eng_word(self, mask, word, write, value):
-        w = self.p["word_bytes"]
-        fields = {"mask": mask, "word": word, "write": write, "data": value, "strobe": (1 << w) - 1}
-        return Const.cast(self._eng.const(fields)).value
-
     async def load(self, r, sbuf):
-        w, full = self.p["word_bytes"], (1 << self.p["partitions"]) - 1
-        self.eng_req[r].send(
-            [
-                self._eng_word(
-                    full, k, 1, int.from_bytes(sbuf[:, k * w : (k + 1) * w].tobytes(), "little")
-                )
-                for k in range(sbuf.shape[1] // w)
-            ]
-        )
-        await self.eng_req[r].wait()
+        await self.sbuf[r].load(sbuf)
 
     async def read(self, r):
-        w, parts = self.p["word_bytes"], self.p["partitions"]
-        n = self.p["partition_bytes"] // w
-        self.eng_req[r].send([self._eng_word((1 << parts) - 1, k, 0, 0) for k in range(n)])
-        words = await self.eng_resp[r].recv(n, timeout=20 * n + 100)
-        out = np.zeros((parts, n * w), dtype=np.uint8)
-        for k, value in enumerate(words):
-            raw = np.frombuffer(value.to_bytes(parts * w, "little"), np.uint8)
-            out[:, k * w : (k + 1) * w] = raw.reshape(parts, w)
-        return out
+        return await self.sbuf[r].read()
+
+    def completion(self, word):
+        """A status word as ``(pipe, tag, code)``."""
+        c = data.Const(self._status, word)
+        return c.pipe, c.tag, c.code
 
     def post(self, r, ops):
         self.op[r].send([Const.cast(self._op.const(encode_sendrecv(o))).value for o in ops])
@@ -132,12 +120,9 @@ async def test_sendrecv(dut):
     for r in (0, 1):
         n = sum(c is not PENDING for c in codes[r])
         words = await tb.status[r].recv(n, timeout=100_000)
-        pipe_bits = (max(params["pipes"], 2) - 1).bit_length()
+        done = [tb.completion(w) for w in words]
         for pipe in range(params["pipes"]):
-            mine = []
-            for w in words:
-                if w & ((1 << pipe_bits) - 1) == pipe:
-                    mine += [(w >> pipe_bits) & 0xFF, (w >> (pipe_bits + 8)) & 0xF]
+            mine = [x for p, t, c in done if p == pipe for x in (t, c)]
             gold = []
             for op, c in zip(programs[r], codes[r]):
                 if op.pipe_id == pipe and c is not PENDING:
