@@ -456,6 +456,37 @@ def dma_widths(hbm_bytes, partitions, **_):
     return Widths(max(8, (hbm_bytes - 1).bit_length()), 16, max(1, (partitions - 1).bit_length()))
 
 
+#: The parameters a DMA engine block starts with (``dma``, ``dma_queues``).
+_DMA_PARAMS = (
+    Param("word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)),
+    Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
+    Param(
+        "partition_bytes",
+        int,
+        192 * 1024,
+        "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
+        minimum=4,
+        maximum=256 * 1024,
+    ),
+    Param(
+        "hbm_bytes",
+        int,
+        1 << 20,
+        "device memory bytes behind the AXI4 port",
+        minimum=64,
+        maximum=1 << 40,
+    ),
+    Param(
+        "overhead",
+        int,
+        8,
+        "cycles between a descriptor's check and its first access",
+        minimum=0,
+        maximum=1 << 16,
+    ),
+)
+
+
 def _make_dma(word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding):
     from ncrtl.hdl.dma.top import DmaSystem
 
@@ -477,34 +508,7 @@ register(
         "dma",
         "DMA engine with its SBUF: copies, DMA transposes, SBUF read-add-write; AXI4 to HBM",
         (
-            Param(
-                "word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)
-            ),
-            Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
-            Param(
-                "partition_bytes",
-                int,
-                192 * 1024,
-                "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
-                minimum=4,
-                maximum=256 * 1024,
-            ),
-            Param(
-                "hbm_bytes",
-                int,
-                1 << 20,
-                "device memory bytes behind the AXI4 port",
-                minimum=64,
-                maximum=1 << 40,
-            ),
-            Param(
-                "overhead",
-                int,
-                8,
-                "cycles between a descriptor's check and its first access",
-                minimum=0,
-                maximum=1 << 16,
-            ),
+            *_DMA_PARAMS,
             Param("outstanding", int, 8, "reads in flight", minimum=1, maximum=64),
         ),
         _make_dma,
@@ -542,34 +546,7 @@ register(
         "a DMA engine's 16 queues: round robin, or a channel per class of service (strict "
         "priority, traffic shaping) sharing the AXI4 and SBUF ports",
         (
-            Param(
-                "word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)
-            ),
-            Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
-            Param(
-                "partition_bytes",
-                int,
-                192 * 1024,
-                "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
-                minimum=4,
-                maximum=256 * 1024,
-            ),
-            Param(
-                "hbm_bytes",
-                int,
-                1 << 20,
-                "device memory bytes behind the AXI4 port",
-                minimum=64,
-                maximum=1 << 40,
-            ),
-            Param(
-                "overhead",
-                int,
-                8,
-                "cycles between a descriptor's check and its first access",
-                minimum=0,
-                maximum=1 << 16,
-            ),
+            *_DMA_PARAMS,
             Param("outstanding", int, 8, "reads in flight per channel", minimum=1, maximum=64),
             Param(
                 "policy",

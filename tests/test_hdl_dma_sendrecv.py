@@ -8,10 +8,10 @@ import pytest
 from ncrtl.hdl.dma.sendrecv import SendRecv as Unit
 from ncrtl.hdl.dma.sendrecv import encode_sendrecv
 from ncrtl.model.dma.sendrecv import PENDING, Code, exchange
-from ncrtl.testbench.dma.program import sendrecv_program
+from ncrtl.testbench.dma.program import SENDRECV_SLOT, sendrecv_program
 
 P, B, W, PIPES, DEPTH = 16, 512, 8, 4, 4
-SLOT = 16  # bytes per partition of each destination slot (upper half of the SBUF)
+SLOT = SENDRECV_SLOT  # bytes per partition of each destination slot (upper half)
 
 
 def _run(seed, stall, n_pairs=15, broken=0.3):

@@ -27,7 +27,11 @@ __all__ = [
     "sendrecv_program",
     "OFFSET_AREA",
     "QUEUE_REGION",
+    "SENDRECV_SLOT",
 ]
+
+#: Bytes per partition of each destination slot of :func:`sendrecv_program` by default.
+SENDRECV_SLOT = 16
 
 #: The bytes per SBUF partition a queue's region of :func:`queue_program` needs: the widest
 #: row :func:`random_copy` draws (14 elements of 4 bytes), rounded up.
@@ -262,7 +266,7 @@ def _sendrecv_tile(rng, partitions, parts, count, esize, lo, hi):
 
 
 def sendrecv_program(
-    rng, partitions, partition_bytes, pipes, depth, n_pairs, *, broken=0.3, slot=16
+    rng, partitions, partition_bytes, pipes, depth, n_pairs, *, broken=0.3, slot=None
 ):
     """Two cores' sendrecv programs (lists of :class:`ncrtl.model.dma.sendrecv.SendRecv`): ``n_pairs`` pairs on random pipes, posted in a different random
     order on each core (each pipe in its order); sources in the lower half of each SBUF,
@@ -272,7 +276,8 @@ def sendrecv_program(
     ``slot`` bytes per partition; at most ``depth`` sendrecvs go to one pipe of a core, so
     posting never blocks (the condition under which any posting order pairs without
     deadlock)."""
-    P, B, PIPES, DEPTH, SLOT = partitions, partition_bytes, pipes, depth, slot
+    SLOT = SENDRECV_SLOT if slot is None else slot
+    P, B, PIPES, DEPTH = partitions, partition_bytes, pipes, depth
     if n_pairs >= PIPES * DEPTH or (n_pairs + 1) * SLOT > B // 2:
         raise ValueError(
             f"{n_pairs} pairs do not fit {PIPES} pipes of {DEPTH} and destination slots of "
