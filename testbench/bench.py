@@ -378,6 +378,23 @@ def _bench_harness(size=16, repeat=40, runs=3):
 DMA_OVERHEAD_S = 1.3e-6
 
 
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, or None (with a line saying so) when the plot
+    extra is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            "  (no plot: matplotlib is not installed; install the plot extra: "
+            ".venv/bin/pip install -e '.[plot]')"
+        )
+        return None
+    return plt
+
+
 def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dma_bandwidth.png"):
     """Bandwidth of one DMA engine against bytes per partition, per kind of transfer, from the
     RTL (``ncrtl.testbench.dma.test_dma_bench``: no stalls, the memory model at one
@@ -453,15 +470,8 @@ def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dm
             f"{c['sbuf_transpose_copy'] / c['sbuf_transpose']:.2f} ({c['sbuf_transpose_copy']} "
             f"cycles)"
         )
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(
-            "  (no plot: matplotlib is not installed; install the plot extra: .venv/bin/pip install -e '.[plot]')"
-        )
+    plt = _pyplot()
+    if plt is None:
         return True
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -556,13 +566,8 @@ def _bench_dma_qos(
         "  load: device-memory words read per cycle during the priority run's window "
         "(1.00 = the data path saturated)"
     )
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("  (no plot: matplotlib is not installed; install the plot extra)")
+    plt = _pyplot()
+    if plt is None:
         return True
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
