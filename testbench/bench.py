@@ -587,40 +587,75 @@ def _bench_dma_qos(
 
 
 def _bench_dma_core(partitions=32, size=1024, esize=2, engines=(1, 2, 4), word_bytes=16):
-    """The engines of a core (``DmaCore``, Amaranth simulator): one instruction of each kind
-    through a DGE on 1, 2 and 4 engines over the same partitions, the data movement alone
-    (no per-transfer overhead, 2 DGE cycles), memory latency 6, 8 reads in flight."""
+    """The engines of a core (``DmaCore``): one instruction of each kind through a DGE, the
+    data movement alone (no per-transfer overhead, 2 DGE cycles), memory latency 6, 8 reads
+    in flight; on 1, 2 and 4 engines in the Amaranth simulator, each figure checked against
+    the timing model (:mod:`ncrtl.model.dma.core`), then at full size (16 engines, 128
+    partitions) from the timing model."""
     from ncrtl.model.dma import Geometry
-    from ncrtl.testbench.dma.core_bench import CORE_KINDS, core_cycles, core_instruction
+    from ncrtl.model.dma.dge import ENGINES
+    from ncrtl.testbench.dma.core_bench import (
+        CORE_KINDS,
+        core_cycles,
+        core_instruction,
+        core_model_cycles,
+    )
 
+    def row(label, cyc, base, p, size):
+        # words per cycle of the SBUF transpose against the copy's
+        ratio = (p * p * esize / cyc[2]) / (p * size / cyc[0])
+        print(
+            f"{label:>8s}" + "".join(f"{c:22d}" for c in cyc) + f"{base / cyc[0]:14.2f}"
+            f"{cyc[0] / cyc[1]:16.2f}{ratio:13.2f}"
+        )
+
+    head = f"{'engines':>8s}" + "".join(f"{k + ' cycles':>22s}" for k in CORE_KINDS)
+    head += f"{'copy speedup':>14s}{'transpose/copy':>16s}{'sbuf_t/copy':>13s}"
     geo = Geometry(partitions, 2 * size, max(1 << 16, partitions * size))
     print(
         f"\nDMA engines of a core (DmaCore, Amaranth simulator): {partitions} partitions, "
         f"{size} B per partition of {esize}-byte elements, {word_bytes}-byte data path, one "
         f"instruction through a DGE, cycles to its semaphore (no per-transfer overhead)"
     )
-    head = f"{'engines':>8s}" + "".join(f"{k + ' cycles':>22s}" for k in CORE_KINDS)
-    print(head + f"{'copy speedup':>14s}{'transpose/copy':>16s}{'sbuf_t/copy':>13s}")
+    print(head)
     base = None
+    differ = 0
     for e in engines:
         ins = [core_instruction(geo, k, size, esize) for k in CORE_KINDS]
         try:
-            cyc = core_cycles(e, ins, geo, word_bytes=word_bytes)
+            cyc, turns = core_cycles(e, ins, geo, word_bytes=word_bytes)
         except AssertionError as exc:
             print(f"  FAILED: {exc}")
             return False
+        model = core_model_cycles(e, ins, geo, word_bytes=word_bytes, turns=turns)
+        differ += sum(a != b for a, b in zip(cyc, model))
         base = base or cyc[0]
-        p = partitions
-        # words per cycle of the SBUF transpose against the copy's
-        ratio = (p * p * esize / cyc[2]) / (p * size / cyc[0])
-        print(
-            f"{e:8d}" + "".join(f"{c:22d}" for c in cyc) + f"{base / cyc[0]:14.2f}"
-            f"{cyc[0] / cyc[1]:16.2f}{ratio:13.2f}"
-        )
+        row(str(e), cyc, base, partitions, size)
     print(
-        f"  sbuf_transpose: [{p}, {p}] within the SBUF ({p * p * esize // word_bytes} words); "
-        f"copy and transpose: [{p}, {size // esize}] from the device memory; sbuf_t/copy: "
-        f"the SBUF transpose's bytes per cycle against the copy's (documented: up to 50%; "
-        f"transpose/copy documented up to 90%)"
+        f"  timing model (ncrtl.model.dma.core): {len(engines) * len(CORE_KINDS)} "
+        f"instructions, {differ} differ from the RTL's cycles"
     )
-    return True
+    p = 128
+    print(
+        f"\nDMA engines of a core, full size (timing model, equal to the RTL above): {p} "
+        f"partitions, {esize}-byte elements, {word_bytes}-byte data path, the same memories"
+    )
+    for size_full in (1024, 16384):
+        geo = Geometry(p, 2 * size_full, 2 * p * size_full)
+        print(f"  {size_full} B per partition")
+        print(head)
+        base = None
+        for e in (1, 4, ENGINES):
+            ins = [core_instruction(geo, k, size_full, esize) for k in CORE_KINDS]
+            cyc = core_model_cycles(e, ins, geo, word_bytes=word_bytes)
+            base = base or cyc[0]
+            row(str(e), cyc, base, p, size_full)
+        gbs = p * size_full / cyc[0] * 1.4
+        print(f"  copy on {ENGINES} engines: {gbs:.1f} GB/s at 1.4 GHz")
+    print(
+        f"  sbuf_transpose: [P, P] within the SBUF; copy and transpose: [P, n] from the device "
+        f"memory; sbuf_t/copy: the SBUF transpose's bytes per cycle against the copy's "
+        f"(documented: up to 50%; transpose/copy documented up to 90%); {ENGINES} engines at "
+        f"{word_bytes} B per cycle and 1.4 GHz: {ENGINES * word_bytes * 1.4:.1f} GB/s peak"
+    )
+    return differ == 0

@@ -142,6 +142,8 @@ class MultiPortSbuf(wiring.Component):
         )
         members["eng_resp"] = Out(stream.Signature(8 * word_bytes * partitions))
         super().__init__(members)
+        # the arbiter's turn (a timing model starts from its value, as the golden's ``turn``)
+        self.turn = Signal(range(max(ports, 2)))
 
     def _port_name(self, i):
         return f"dma{i}"
@@ -198,7 +200,7 @@ class MultiPortSbuf(wiring.Component):
                 out = out | (s2[i].valid & hit(s2[i].partition) & ((s2[i].word == word) | write))
             return out
 
-        turn = Signal(range(max(n, 2)))
+        turn = self.turn
         m.d.sync += turn.eq(Mux(turn == n - 1, 0, turn + 1))
         rank = []
         for i in range(n):

@@ -9,6 +9,10 @@
   NKI-level ``dma_copy`` / ``dma_transpose`` / ``dma_add`` on numpy tensors.
 * :mod:`~ncrtl.model.dma.timing`: a descriptor's cycles on the engine, cycle for cycle the
   RTL's (``transfer_cycles``).
+* :mod:`~ncrtl.model.dma.qos`, :mod:`~ncrtl.model.dma.queues`: the queues' arbitration and
+  timing; :mod:`~ncrtl.model.dma.dge`: the Descriptor Generation Engine;
+  :mod:`~ncrtl.model.dma.core`: the timing of a core's engines together;
+  :mod:`~ncrtl.model.dma.sendrecv`: the exchange between the two cores of a logical core.
 
 See docs/dma.md.
 """

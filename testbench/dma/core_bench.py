@@ -11,7 +11,7 @@ import numpy as np
 from ncrtl.model.dma import Descriptor, Memories, Op, Side, Space, execute
 from ncrtl.model.dma.isa import encode
 
-__all__ = ["core_cycles", "core_instruction", "CORE_KINDS"]
+__all__ = ["core_cycles", "core_instruction", "core_model_cycles", "CORE_KINDS"]
 
 #: Kinds of instruction the engines-of-a-core figures time.
 CORE_KINDS = ("copy", "transpose", "sbuf_transpose")
@@ -38,7 +38,8 @@ def core_instruction(geo, kind, size, esize=4):
 def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, latency=6, seed=0):
     """Cycles of each instruction from its acceptance to its semaphore reaching its part count
     (DGE cycles 2 and no per-transfer overhead: the data movement alone), one after the
-    other; raises AssertionError if the memories differ from the golden."""
+    other, and the SBUF arbiter's turn at each acceptance: ``(cycles, turns)``; raises
+    AssertionError if the memories differ from the golden."""
     from amaranth.sim import Simulator
 
     from ncrtl.blocks import dma_widths
@@ -68,7 +69,7 @@ def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, lat
         gold, code, msg = execute(d, geo, gold)
         assert code == 0, msg
     hbm = mem.hbm.copy()
-    cycles = []
+    cycles, turns = [], []
 
     async def main(ctx):
         await sim_load(ctx, dut, mem.sbuf)
@@ -77,7 +78,12 @@ def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, lat
         for d in instructions:
             ctx.set(dut.instr0.payload, {"sem": 0, "desc": encode(d)})
             ctx.set(dut.instr0.valid, 1)
-            await ctx.tick().until(dut.instr0.ready)
+            await ctx.delay(1e-9)
+            while not ctx.get(dut.instr0.ready):
+                await ctx.tick()
+                await ctx.delay(1e-9)
+            turns.append(ctx.get(dut.sbuf.turn))
+            await ctx.tick()
             ctx.set(dut.instr0.valid, 0)
             ctx.set(status.ready, 1)
             n = 1
@@ -104,4 +110,52 @@ def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, lat
         sim.add_testbench(wr, background=True)
     sim.run()
     assert np.array_equal(hbm, gold.hbm), "device memory differs from the golden"
-    return cycles
+    return cycles, turns
+
+
+def core_model_cycles(
+    engines,
+    instructions,
+    geo,
+    *,
+    word_bytes=16,
+    outstanding=8,
+    latency=6,
+    overhead=0,
+    dge=2,
+    turns=None,
+):
+    """:func:`core_cycles` from the timing model (:func:`ncrtl.model.dma.core.core_schedule`):
+    each instruction alone on an idle core, from its acceptance to the cycle its semaphore
+    shows its last part (the RTL's count, cycle for cycle, given the SBUF arbiter's ``turns``
+    at the acceptances; 0 if None)."""
+    from ncrtl.blocks import dma_widths
+    from ncrtl.model.dma.core import core_schedule
+    from ncrtl.model.dma.dge import DgeTiming
+    from ncrtl.model.dma.timing import EngineTiming
+
+    timing = EngineTiming(
+        word_bytes=word_bytes,
+        overhead=overhead,
+        outstanding=outstanding,
+        part_bits=dma_widths(geo.hbm_bytes, geo.partitions).part_bits,
+        read_latency=latency,
+        write_latency=latency,
+    )
+    mem = Memories(
+        np.zeros((geo.partitions, geo.partition_bytes), np.uint8),
+        np.zeros(geo.hbm_bytes, np.uint8),
+    )
+    out = []
+    for d, turn in zip(instructions, turns or [0] * len(instructions)):
+        (done, _), _ = core_schedule(
+            [(d, 0)],
+            geo=geo,
+            mem=mem,
+            engines=engines,
+            timing=timing,
+            dge=DgeTiming(dge),
+            turn=turn,
+        )
+        out.append(done[0].done - done[0].accepted + 1)
+    return out
