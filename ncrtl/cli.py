@@ -240,6 +240,94 @@ def _cmd_bench(args):
     return run_bench(args)
 
 
+def _cmd_timing(args):
+    """``ncrtl timing matmul``: figures of R nc_matmuls from the timing model alone."""
+    from .model.modes import operations
+    from .model.tensor_engine import timing
+
+    if args.what != "matmul":
+        raise UsageError(f"timing {args.what!r} is not a timing command; allowed: matmul")
+    if args.dtype not in operations():
+        raise UsageError(
+            f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(operations())}"
+        )
+    for name in ("rows", "cols"):
+        value = getattr(args, name)
+        if not 1 <= value <= 255:
+            raise UsageError(f"--{name} {value} must be in 1..255 (8-bit instruction fields)")
+    tile = None
+    if args.tile_size is not None:
+        try:
+            tile = tuple(int(v) for v in args.tile_size.split(","))
+        except ValueError:
+            tile = ()
+        if len(tile) != 2:
+            raise UsageError(f"--tile-size {args.tile_size!r} must be ROWS,COLS (two integers)")
+    rules = timing.DOCUMENTED if args.rules == "documented" else timing.HDL_RULES
+    try:
+        prog = timing.matmul_program(
+            args.k,
+            args.m,
+            args.n,
+            args.dtype,
+            repeat=args.repeat,
+            tile=tile,
+            tiles=args.tiles,
+            rows=args.rows,
+            cols=args.cols,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    sched = timing.simulate(prog, args.rows, args.cols, tile_unit=args.tile_unit, rules=rules)
+    bad = next((r for r in sched.records if not r.accepted), None)
+    if bad is not None:
+        raise UsageError(
+            f"instruction {bad.index} ({bad.instruction.op.name}) is rejected: "
+            f"{bad.error.name}: {bad.message}"
+        )
+    mms = [r for r in sched.records if r.instruction.op == Op.MM]
+    print(
+        f"{args.repeat} x nc_matmul {args.dtype} K={args.k} M={args.m} N={args.n} on "
+        f"{args.tiles} tile(s) of {tile or (args.rows, args.cols)}, {args.rows} x {args.cols} "
+        f"array, {args.rules} rules"
+    )
+    print(f"total: {sched.total_cycles} cycles")
+    print(f"steady state: {timing.steady_cycles(sched):.1f} cycles per matmul")
+    print(f"first output: cycle {mms[0].outputs[0]}, last output: cycle {mms[-1].outputs[-1]}")
+    start, stop = sched.mm_window()
+    clock = timing.CLOCK_HZ
+    if prog[0].transpose:
+        moved = args.repeat * args.m * args.n  # N output vectors of M lanes each
+        print(
+            f"transposed: {moved / (stop - start):.1f} elements per cycle (first MM to the last "
+            f"MM's end); a transpose does no multiply-accumulates (no utilization or TFLOPS)"
+        )
+        return _write_trace(args, sched, timing)
+    print(
+        f"utilization: {sched.utilization(start, stop):.3f} (first MM to the last MM's end), "
+        f"{sched.utilization():.3f} (whole run)"
+    )
+    print(
+        f"TFLOPS at {clock / 1e9:.1f} GHz: {sched.tflops(start, stop):.1f} (first MM to the "
+        f"last MM's end), {sched.tflops():.1f} (whole run); peak "
+        f"{timing.peak_tflops(args.rows, args.cols, prog[0].mode):.1f}"
+    )
+    return _write_trace(args, sched, timing)
+
+
+def _write_trace(args, sched, timing):
+    import json
+
+    if args.trace:
+        try:
+            with open(args.trace, "w") as f:
+                json.dump(timing.chrome_trace(sched), f)
+        except OSError as exc:
+            raise UsageError(f"cannot write --trace {args.trace}: {exc.strerror}") from None
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
 def _shortcuts(parser):
     parser.add_argument("--rows", type=int, help="same as --param rows=N")
     parser.add_argument("--cols", type=int, help="same as --param cols=N")
@@ -330,6 +418,46 @@ def build_parser():
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--waves", action="store_true")
     s.set_defaults(func=_cmd_sim)
+
+    s = sub.add_parser(
+        "timing",
+        help="figures of back-to-back nc_matmuls from the timing model alone (no RTL)",
+    )
+    s.add_argument("what", help="matmul")
+    s.add_argument("--k", type=int, default=128, help="contraction rows K (default 128)")
+    s.add_argument("--m", type=int, default=128, help="stationary free size M (default 128)")
+    s.add_argument("--n", type=int, default=512, help="moving free size N (default 512)")
+    s.add_argument(
+        "--dtype",
+        default="bf16",
+        metavar="OPERATION",
+        help=f"a mode's matmul or transpose (default bf16): {', '.join(blocks.TE_MODES)}",
+    )
+    s.add_argument("--repeat", type=int, default=16, help="nc_matmuls back to back (default 16)")
+    s.add_argument(
+        "--tile-size",
+        metavar="ROWS,COLS",
+        help="tile of each matmul (default: the whole array), e.g. 32,128 for row tiles",
+    )
+    s.add_argument(
+        "--tiles",
+        type=int,
+        default=1,
+        help="spread the matmuls over this many different tiles of --tile-size (default 1)",
+    )
+    s.add_argument("--rows", type=int, default=128, help="array rows (default 128)")
+    s.add_argument("--cols", type=int, default=128, help="array columns (default 128)")
+    s.add_argument(
+        "--tile-unit", type=int, default=32, help="the smallest tile (default 32, the hardware's)"
+    )
+    s.add_argument(
+        "--rules",
+        choices=("documented", "hdl"),
+        default="documented",
+        help="documented: the vendor's timing (default); hdl: what ncrtl.hdl builds",
+    )
+    s.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
+    s.set_defaults(func=_cmd_timing)
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
     s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")

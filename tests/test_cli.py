@@ -137,3 +137,44 @@ def test_sim_matmul_mx_chain(capsys):
     err = re.search(r"float64 matmul of the BF16 inputs: ([0-9.e+-]+) \(Frobenius", out)
     assert err and 0.01 < float(err.group(1)) < 0.5, out
     assert "result MATCHES" in out
+
+
+def test_timing_matmul(tmp_path, capsys):
+    """``ncrtl timing matmul``: the documented steady-state cost, parallel tiles, a trace that
+    Perfetto reads (a slice per instruction on its tile's LS or MM track)."""
+    import json
+
+    assert main(["timing", "matmul", "--k", "128", "--m", "32", "--n", "16", "--repeat", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "steady state: 32.0 cycles per matmul" in out and "total: " in out
+    args = ["timing", "matmul", "--k", "128", "--m", "32", "--n", "16", "--repeat", "32"]
+    assert main([*args, "--rules", "hdl"]) == 0
+    assert "steady state: 64.0 cycles per matmul" in capsys.readouterr().out
+    trace = tmp_path / "t.json"
+    argv = ["timing", "matmul", "--k", "32", "--tile-size", "32,128", "--tiles", "4"]
+    assert main([*argv, "--repeat", "8", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "utilization: 0.9" in out and "TFLOPS at 2.4 GHz" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == 16 and len({e["pid"] for e in slices}) == 4
+    assert {e["tid"] for e in slices} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--dtype", "bf17"], "--dtype 'bf17' is not allowed; allowed: fp32"),
+        (["--tile-size", "64"], "--tile-size '64' must be ROWS,COLS"),
+        (["--tile-size", "64,64"], "TILE: tile_size (64, 64) tiles rows and columns at once"),
+        (["--tile-size", "32,128", "--tiles", "5"], "tiles=5 must be in 1..4"),
+        (["--k", "200"], "K_RANGE: K=200 must be in 1..128"),
+        (["--repeat", "0"], "repeat=0 must be at least 1"),
+        (["--rows", "300"], "--rows 300 must be in 1..255"),
+        (["--trace", "/nonexistent/t.json"], "cannot write --trace /nonexistent/t.json"),
+    ],
+)
+def test_timing_matmul_bad_input(argv, message, capsys):
+    assert main(["timing", "matmul", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

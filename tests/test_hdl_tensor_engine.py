@@ -616,7 +616,7 @@ def check_engine_run(te, program, expected, ev, *, timed):
             want_codes.append(int(e[0]))
     assert [c for _, c in ev["err"]] == want_codes
     if timed:
-        sched = timing.simulate(instrs, rows, cols, tile_unit=te.tile_unit)
+        sched = timing.simulate(instrs, rows, cols, tile_unit=te.tile_unit, rules=timing.HDL_RULES)
         t0 = ev["issue"][0]
         assert t0 == 0
         assert ev["issue"] == [r.issue for r in sched.records]

@@ -39,6 +39,7 @@ from ncrtl.model.tensor_engine.isa import (
     decode,
     encode,
 )
+from ncrtl.model.tensor_engine.timing import HDL_RULES
 from tests.exact_ref import dot_add_reference, exact_operand
 
 DTYPES = {
@@ -55,6 +56,11 @@ DTYPES = {
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def simulate_hdl(program, rows=128, cols=128, **kw):
+    """The timing model under the rules the RTL builds (:data:`timing.HDL_RULES`)."""
+    return simulate(program, rows, cols, rules=HDL_RULES, **kw)
 
 
 def kw(fs, fm):
@@ -744,7 +750,7 @@ def test_latency_constant():
 @pytest.mark.parametrize("n", [1, 32, 64, 65, 128, 512])
 def test_back_to_back_mm_interval(mode, transpose, ii, n):
     prog = [LS(mode=mode, transpose=transpose)] + [MM(n, mode=mode, transpose=transpose)] * 4
-    sched = simulate(prog)
+    sched = simulate_hdl(prog)
     issues = [r.issue for r in sched.records[1:]]
     assert all(r.accepted for r in sched.records)
     assert np.diff(issues).tolist() == [max(n, 64) * ii] * 3
@@ -759,7 +765,7 @@ def test_ls_hidden_behind_mm(mode, m, n):
     """An LS right after an MM is hidden iff M <= max(N, 64): the next MM follows with no gap."""
     ii = 4 if mode == Mode.FP32 else 1
     prog = [LS(m, mode), MM(n, m, mode), LS(m, mode), MM(n, m, mode)]
-    r = simulate(prog).records
+    r = simulate_hdl(prog).records
     assert r[2].issue == max(r[1].issue + 1, r[0].issue + m * ii)  # behind the MM, loader free
     gap = r[3].issue - r[1].issue
     if m <= max(n, 64):
@@ -770,7 +776,7 @@ def test_ls_hidden_behind_mm(mode, m, n):
 
 
 def test_fill_and_drain_equal_latency():
-    sched = simulate([LS(128), MM(512)])
+    sched = simulate_hdl([LS(128), MM(512)])
     ls, mm = sched.records
     assert ls.issue == 0 and ls.beats == tuple(range(128))
     assert mm.issue == 127  # first moving beat with the last stationary beat
@@ -781,7 +787,7 @@ def test_fill_and_drain_equal_latency():
 
 
 def test_issue_rules():
-    r = simulate(
+    r = simulate_hdl(
         [LS(8, k=8), LS(8, k=8), LS(8, k=8), MM(100, 8, k=8), LS(8, k=8), LS(8, k=8)],
         rows=16,
         cols=16,
@@ -792,11 +798,11 @@ def test_issue_rules():
     assert r[4].issue == 24  # bank 1 is free: right behind the MM
     assert r[5].issue == r[3].beats[-1] + 1 == 123  # bank 0: after the MM's last beat
     # fp32: one beat every 4 cycles, loader busy M * 4.
-    r = simulate([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
+    r = simulate_hdl([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
     assert r[0].beats == (0, 4, 8) and r[1].issue == 8 and r[1].beats == (8, 12)
     assert r[2].issue == 12 and r[2].beats == (12, 16, 20)
     # An LS of one column: the MM still issues the cycle after it (one issue per cycle).
-    r = simulate([LS(1), MM(1, 1)]).records
+    r = simulate_hdl([LS(1), MM(1, 1)]).records
     assert (r[0].issue, r[1].issue) == (0, 1)
 
 
@@ -812,7 +818,7 @@ def test_rejected_instructions():
         MM(64, 8),
         Instruction(Op.MM, 7, k=8, m=8, n=8),
     ]
-    sched = simulate(prog)
+    sched = simulate_hdl(prog)
     r = sched.records
     assert [x.error for x in r] == [
         Error.NO_STATIONARY,
@@ -840,14 +846,14 @@ def test_rejected_instructions():
 
 def test_instruction_words_and_events():
     prog = [LS(4, k=4), MM(2, 4, k=4)]
-    a = simulate(prog, rows=8, cols=8)
-    b = simulate([encode(i) for i in prog], rows=8, cols=8)
+    a = simulate_hdl(prog, rows=8, cols=8)
+    b = simulate_hdl([encode(i) for i in prog], rows=8, cols=8)
     assert [x.issue for x in a.records] == [x.issue for x in b.records]
     ev = a.events()
     assert ev[0] == (0, "issue", 0, 0) and ev[1] == (0, "stationary", 0, 0)
     assert (3, "moving", 1, 0) in ev and (3 + latency(8, 8), "output", 1, 0) in ev
     assert ev == sorted(ev, key=lambda e: (e[0], e[2], e[1], e[3]))
-    assert simulate([]).total_cycles == 0
+    assert simulate_hdl([]).total_cycles == 0
 
 
 @pytest.mark.parametrize(
@@ -863,7 +869,7 @@ def test_steady_state_throughput(mode, tflops, util):
     prog = []
     for _ in range(6):  # a fresh stationary for every N=512 MM
         prog += [LS(mode=mode), MM(512, mode=mode)]
-    sched = simulate(prog)
+    sched = simulate_hdl(prog)
     start, stop = sched.mm_window()
     mms = [r for r in sched.records if r.instruction.op == Op.MM]
     ii = 4 if mode == Mode.FP32 else 1
@@ -877,7 +883,7 @@ def test_steady_state_throughput(mode, tflops, util):
 
 
 def test_transpose_counts_no_macs():
-    sched = simulate([LS(transpose=True), MM(512, transpose=True)])
+    sched = simulate_hdl([LS(transpose=True), MM(512, transpose=True)])
     assert sched.macs == 0 and sched.utilization() == 0.0
     with pytest.raises(ValueError, match="empty window"):
         sched.utilization(5, 5)
@@ -985,7 +991,7 @@ def random_program(rng, length):
 def test_simulate_matches_cycle_stepped_model(seed):
     rng = np.random.default_rng(seed)
     prog = random_program(rng, 12)
-    sched = simulate(prog, rows=32, cols=64)
+    sched = simulate_hdl(prog, rows=32, cols=64)
     ref = stepped(prog, 32, 64)
     assert len(sched.records) == len(prog) == len(ref)
     for r in sched.records:
@@ -996,3 +1002,206 @@ def test_simulate_matches_cycle_stepped_model(seed):
             beats,
             outs,
         ), (seed, r.index, r.instruction)
+
+
+# -- the documented timing (timing.DOCUMENTED) --------------------------------------------------
+
+
+def _pairs(m, n, mode=Mode.BF16, k=128, repeat=12, rules=timing.DOCUMENTED, **tile):
+    prog = []
+    for _ in range(repeat):
+        prog += [LS(m, mode, k, **tile), MM(n, m, mode, k, **tile)]
+    sched = simulate(prog, rules=rules)
+    assert all(r.accepted for r in sched.records)
+    return sched, [r.issue for r in sched.records if r.instruction.op == Op.MM]
+
+
+@pytest.mark.parametrize(
+    "mode,factor",
+    [(Mode.BF16, 1), (Mode.FP16, 1), (Mode.TF32, 1), (Mode.FP8, 1), (Mode.FP32, 4)],
+)
+@pytest.mark.parametrize("m", [2, 16, 32, 33, 48, 64, 65, 96, 128])
+@pytest.mark.parametrize("n", [2, 16, 32, 64, 65, 128, 512])
+def test_documented_back_to_back_cost(mode, factor, m, n):
+    """A long run of same-shaped nc_matmuls (each its LS and its MM) costs ``max(min(64, M),
+    N)`` cycles per matmul, 4 x that in fp32, every matmul alike."""
+    _, issues = _pairs(m, n, mode)
+    assert set(np.diff(issues[2:]).tolist()) == {factor * max(min(64, m), n)}
+
+
+def test_documented_cost_examples_and_the_issue_rate():
+    """The issue's examples: (M 128, N 64) costs 64 (128 under the rules the RTL builds),
+    (M 32, N 16) costs 32 (64); one instruction per cycle makes (M 1, N 1) cost 2."""
+    for m, n, want, hdl in ((128, 64, 64, 128), (32, 16, 32, 64)):
+        assert np.diff(_pairs(m, n)[1])[-1] == want
+        assert np.diff(_pairs(m, n, rules=HDL_RULES)[1])[-1] == hdl
+    assert np.diff(_pairs(1, 1)[1])[-1] == 2
+
+
+def test_fast_load_stationary():
+    """Four chains, one per 32-column group, load at once: up to 4x faster than one chain."""
+    whole = LS(128).whole(128, 128)
+    assert timing.ls_beats(whole, 128, 4) == 32 and timing.ls_beats(whole, 128, 1) == 128
+    assert timing.ls_beats(LS(48).whole(128, 128), 128, 4) == 32
+    assert timing.ls_beats(LS(20).whole(128, 128), 128, 4) == 20
+    tile = LS(64, tile_col=64, tile_cols=64).whole(128, 128)
+    assert timing.ls_beats(tile, 128, 4) == 32 and timing.ls_beats(tile, 128, 1) == 64
+    r = simulate([LS(128), MM(512)]).records
+    assert r[0].beats == tuple(range(32)) and r[1].issue == 31
+    # fp32: a beat every 4 cycles
+    r = simulate([LS(128, Mode.FP32), MM(4, mode=Mode.FP32)]).records
+    assert r[0].beats == tuple(range(0, 128, 4)) and r[1].issue == 124
+
+
+def _tiled(tiles, k, m, n=512, repeat=8, rules=timing.DOCUMENTED):
+    prog = []
+    for _ in range(repeat):
+        for t in tiles:
+            prog += [LS(m, k=k, **t), MM(n, m, k=k, **t)]
+    sched = simulate(prog, rules=rules)
+    assert all(r.accepted for r in sched.records)
+    return sched.utilization(*sched.mm_window())
+
+
+@pytest.mark.parametrize(
+    "tiles,k,m",
+    [
+        ([dict(tile_row=64 * i, tile_rows=64) for i in range(2)], 64, 128),
+        ([dict(tile_row=32 * i, tile_rows=32) for i in range(4)], 32, 128),
+        ([dict(tile_col=64 * i, tile_cols=64) for i in range(2)], 128, 64),
+        ([dict(tile_col=32 * i, tile_cols=32) for i in range(4)], 128, 32),
+    ],
+)
+def test_parallel_tiles(tiles, k, m):
+    """2 and 4 row tiles and 2 and 4 column tiles run at once: utilization close to one
+    full-array matmul's (1.0); tiles one after another give 1 / tiles."""
+    assert _tiled([{}], 128, 128) == 1.0
+    assert _tiled(tiles, k, m) >= 0.97
+    assert _tiled(tiles, k, m, rules=HDL_RULES) == pytest.approx(1 / len(tiles), rel=0.02)
+
+
+def test_row_tile_results_leave_below_the_tile():
+    """A row tile's outputs leave at its own tap: ``tile_row + tile_rows + cols + P_PREFIX +
+    1`` after the beat."""
+    r = simulate([LS(128, k=32, tile_rows=32), MM(4, k=32, tile_rows=32)]).records[1]
+    assert r.outputs[0] - r.beats[0] == 32 + 128 + P_PREFIX + 1
+    r = simulate([LS(128, k=32, tile_row=96, tile_rows=32), MM(4, k=32, tile_row=96, tile_rows=32)])
+    assert r.records[1].outputs[0] - r.records[1].beats[0] == latency(128, 128)
+
+
+def test_background_transpose():
+    """Transposes run on a second plane beside a matmul or another transpose: a long chain of
+    transposes takes close to half the time; a matmul never goes to the second plane."""
+
+    def chain(rules, n=512, mix=False):
+        prog = []
+        for _ in range(16):
+            prog += [LS(transpose=True), MM(n, transpose=True)]
+            if mix:
+                prog += [LS(), MM(512)]
+        sched = simulate(prog, rules=rules)
+        assert all(r.accepted for r in sched.records)
+        return sched
+
+    alone = timing.Rules(background_transpose=False)
+    both, one = chain(timing.DOCUMENTED), chain(alone)
+    assert one.total_cycles / both.total_cycles > 1.85
+    assert {r.plane for r in both.records} == {0, 1}
+    mixed = chain(timing.DOCUMENTED, 128, True)
+    assert all(r.plane == 0 for r in mixed.records if not r.instruction.transpose)
+    assert mixed.total_cycles < chain(alone, 128, True).total_cycles
+
+
+def test_illegal_tilings_are_errors_and_the_engine_goes_on():
+    """double_row or MX with column tiles, and a tile overlapping a different tile with beats
+    to come, are rejected with their codes; the next instructions run."""
+    dr = Instruction(Op.LS, Mode.DOUBLE_ROW, k=64, m=64, tile_cols=64)
+    mx = Instruction(Op.LS, Mode.MX, k=64, m=64, tile_cols=64)
+    busy = LS(64, tile_col=64, tile_cols=64)
+    prog = [LS(128), MM(512), dr, mx, busy, LS(128), MM(8)]
+    r = simulate(prog).records
+    assert [x.error for x in r] == [
+        Error.NONE,
+        Error.NONE,
+        Error.MODE_COMBO,
+        Error.TILE,
+        Error.TILE_BUSY,
+        Error.NONE,
+        Error.NONE,
+    ]
+    assert "overlaps a different tile" in r[4].message
+    # once the whole-array MM's beats are done, the column tile loads
+    r = simulate([LS(128), MM(8), MM(8)] + [LS(64, tile_col=64, tile_cols=64)] * 12).records
+    first = next(x for x in r[3:] if x.accepted)
+    assert all(x.error == Error.TILE_BUSY for x in r[3 : first.index])
+    assert first.issue == r[2].beats[-1] + 1
+
+
+def _random_tiled(rng, length):
+    kinds = [
+        {},
+        *[dict(tile_row=64 * i, tile_rows=64) for i in range(2)],
+        *[dict(tile_row=32 * i, tile_rows=32) for i in range(4)],
+        *[dict(tile_col=64 * i, tile_cols=64) for i in range(2)],
+        *[dict(tile_col=32 * i, tile_cols=32) for i in range(4)],
+    ]
+    prog = []
+    for _ in range(length):
+        t = kinds[rng.integers(0, len(kinds))]
+        rows, cols = t.get("tile_rows", 128), t.get("tile_cols", 128)
+        k, m = int(rng.integers(1, rows + 1)), int(rng.integers(1, cols + 1))
+        transpose = bool(rng.random() < 0.3)
+        prog.append(LS(m, k=k, transpose=transpose, **t))
+        for _ in range(int(rng.integers(1, 3))):
+            prog.append(MM(int(rng.choice([1, 16, 64, 100])), m, k=k, transpose=transpose, **t))
+    return prog
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_documented_schedule_invariants(seed):
+    """Random programs over every tiling and both planes: in a plane, instructions on
+    overlapping different tiles never have beats in flight together (the later one is
+    rejected instead); on one tile an MM waits for its sequencer and its LS's last beat; an
+    LS never loads a bank an earlier MM still reads."""
+    prog = _random_tiled(np.random.default_rng(seed), 30)
+    recs = simulate(prog).records
+    done = [r for r in recs if r.accepted]
+    assert len(done) > len(recs) // 4
+
+    def cells(ins):
+        w = ins.whole(128, 128)
+        return {
+            (r, c)
+            for r in range(w.tile_row // 32, (w.tile_row + w.tile_rows) // 32)
+            for c in range(w.tile_col // 32, (w.tile_col + w.tile_cols) // 32)
+        }
+
+    def region(ins):
+        w = ins.whole(128, 128)
+        return (w.tile_row, w.tile_rows, w.tile_col, w.tile_cols)
+
+    for i, x in enumerate(done):
+        for y in done[i + 1 :]:
+            if x.plane != y.plane or not cells(x.instruction) & cells(y.instruction):
+                continue
+            if region(x.instruction) != region(y.instruction):
+                assert y.issue > x.beats[-1], (x.index, y.index)
+            elif x.instruction.op == y.instruction.op == Op.MM:
+                assert y.issue >= x.busy_until
+    for r in recs:
+        if r.error == Error.TILE_BUSY:
+            assert any(
+                x.index < r.index
+                and cells(x.instruction) & cells(r.instruction)
+                and region(x.instruction) != region(r.instruction)
+                and x.beats[-1] >= r.issue
+                for x in done
+            )
+    # every MM's first beat comes with or after its LoadStationary's last
+    last_ls = {}
+    for r in done:
+        key = (r.plane, region(r.instruction))
+        if r.instruction.op == Op.LS:
+            last_ls[key] = r
+        else:
+            assert r.beats[0] >= last_ls[key].beats[-1]

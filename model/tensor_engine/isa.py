@@ -62,6 +62,7 @@ class Error(enum.IntEnum):
     MODE_MISMATCH = 8  # MM whose mode / formats / shape differ from the loaded stationary
     SELECTION = 9  # transpose with a moving beat that is not a selection column
     MODE = 10  # a mode number the Tensor Engine does not serve
+    TILE_BUSY = 11  # a tile overlapping a different tile whose instructions have beats to come
 
 
 @dataclass(frozen=True)

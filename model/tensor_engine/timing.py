@@ -50,13 +50,21 @@ issued right after an MM is hidden (the next MM follows with no bubble) iff
 
 A transpose whose moving beat is not a selection column is a data error the RTL flags while
 streaming; this model has no data and does not predict it.
+
+Rules 4 to 6 as written are those of :data:`HDL_RULES` (what the RTL builds).  The documented
+engine (:data:`DOCUMENTED`, the default) changes three things and adds a fourth
+(:class:`Rules`; docs/tensor_engine.md, "Timing as documented"): an LS takes as many beats as
+the widest of its 32-column groups holds (4 loading chains), an MM occupies its sequencer
+``max(N, min(64, M)) * II`` cycles, instructions on disjoint tiles run at the same time (per-tile
+loaders, sequencers, banks; a row tile's outputs leave below its last row), and transposes may
+run on a second plane.
 """
 
 from dataclasses import dataclass, field
 
 from ncrtl.model.modes import get_mode, mode_by_code
 
-from .isa import MIN_MM_CYCLES, Error, Instruction, Op, check, decode
+from .isa import MIN_MM_CYCLES, Error, Instruction, Mode, Op, check, decode
 
 __all__ = [
     "P_PREFIX",
@@ -69,6 +77,14 @@ __all__ = [
     "macs_per_beat",
     "peak_macs_per_cycle",
     "peak_tflops",
+    "Rules",
+    "DOCUMENTED",
+    "HDL_RULES",
+    "ls_beats",
+    "tile_positions",
+    "matmul_program",
+    "steady_cycles",
+    "chrome_trace",
 ]
 
 #: Pipeline stages of the PE product prefix (decode and exact multiply; product sum) before its
@@ -128,6 +144,10 @@ class Record:
         Cycles of its stationary (LS; beat ``j`` is column ``M-1-j``) or moving (MM) beats.
     outputs : tuple of int
         Cycles its output vectors are presented (MM; vector ``j`` from moving beat ``j``).
+    plane : int
+        0, or 1 for a transpose run in the background (:attr:`Rules.background_transpose`).
+    busy_until : int or None
+        The first cycle its loader chains (LS) or its sequencer (MM) are free again.
     """
 
     index: int
@@ -139,6 +159,8 @@ class Record:
     bank: int = None
     beats: tuple = ()
     outputs: tuple = ()
+    plane: int = 0
+    busy_until: int = None
 
     @property
     def accepted(self):
@@ -180,14 +202,13 @@ class Schedule:
     def mm_window(self):
         """``(start, stop)``: first MM issue to the end of the last MM's sequencer occupancy.
 
-        The steady-state window: ``stop`` is ``t + max(N, 64) * II`` of the last accepted MM.
-        None if no MM was accepted.
+        The steady-state window: ``stop`` is the latest end of an accepted MM's sequencer
+        occupancy (``t + max(N, floor) * II``).  None if no MM was accepted.
         """
         mms = [r for r in self.records if r.accepted and r.instruction.op == Op.MM]
         if not mms:
             return None
-        last = mms[-1].instruction
-        return mms[0].issue, mms[-1].issue + max(last.n, MIN_MM_CYCLES) * last.beat_interval
+        return mms[0].issue, max(r.busy_until for r in mms)
 
     def _window(self, start, stop):
         start = 0 if start is None else start
@@ -232,8 +253,86 @@ class Schedule:
         return sorted(ev, key=lambda e: (e[0], e[2], e[1], e[3]))
 
 
-def simulate(program, rows=128, cols=128, *, tile_unit=32):
-    """Timing of ``program`` on a ``rows x cols`` array (rules in the module docstring).
+@dataclass(frozen=True)
+class Rules:
+    """Which of the documented timing mechanisms an engine has (docs/tensor_engine.md,
+    "Timing as documented").
+
+    Attributes
+    ----------
+    ls_chains : int
+        LoadStationary chains: the columns are cut into this many groups of ``cols /
+        ls_chains``, each loaded through its own chain at one column per beat, all at once, so
+        an LS of ``M`` columns takes as many beats as its widest group holds (``min(M, 32)`` at
+        4 chains and 128 columns: the documented "up to 4x faster" LoadStationary).  1: one
+        chain, ``M`` beats.
+    mm_floor : str
+        An MM's least occupancy of its sequencer in beat slots: ``"stationary"``
+        ``min(64, M)`` (the documented back-to-back cost ``max(min(64, M), N)``) or
+        ``"fixed"`` 64.
+    parallel_tiles : bool
+        Instructions on disjoint tiles run at the same time, each tile with its own loader
+        chains, sequencer, banks and output tap (a row tile's results leave below its last
+        row); an instruction on a tile that overlaps a different tile with beats still to come
+        is an error (``Error.TILE_BUSY``).  False: one loader and one sequencer for the whole
+        array, tiles one after another.
+    background_transpose : bool
+        NeuronCore-v4: a transpose may run on a second plane (its own loader, sequencer, banks
+        and output path) beside a matmul or another transpose; the hardware picks the plane
+        that starts it first.
+    """
+
+    ls_chains: int = 4
+    mm_floor: str = "stationary"
+    parallel_tiles: bool = True
+    background_transpose: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.ls_chains, int) or self.ls_chains < 1:
+            raise ValueError(f"Rules ls_chains must be a positive int, not {self.ls_chains!r}")
+        if self.mm_floor not in ("stationary", "fixed"):
+            raise ValueError(
+                f"Rules mm_floor must be 'stationary' or 'fixed', not {self.mm_floor!r}"
+            )
+
+    def floor(self, ins):
+        """The least beat slots MM ``ins`` occupies its sequencer."""
+        if self.mm_floor == "fixed":
+            return MIN_MM_CYCLES
+        return min(MIN_MM_CYCLES, ins.m)
+
+
+#: The documented Tensor Engine (the default of :func:`simulate`).
+DOCUMENTED = Rules()
+#: The rules ``ncrtl.hdl.tensor_engine`` builds: one LS chain, a 64-slot MM floor, tiles one
+#: after another, no background transpose.  The RTL equals :func:`simulate` with these.
+HDL_RULES = Rules(ls_chains=1, mm_floor="fixed", parallel_tiles=False, background_transpose=False)
+
+
+def ls_beats(ins, cols, chains):
+    """Beats of LS ``ins`` (whole) on ``chains`` chains: the most columns one chain loads."""
+    width = max(1, cols // chains)
+    lo, hi = ins.tile_col, ins.tile_col + ins.m
+    return max(min(hi, g + width) - max(lo, g) for g in range(lo - lo % width, hi, width))
+
+
+class _Plane:
+    """The state of one plane (the array's, or the background transpose's): per PE group the
+    bank the next LS writes, the last moving beat reading each bank, the last LS and the
+    instruction with beats last; per loader chain and per sequencer the first free cycle."""
+
+    def __init__(self):
+        self.next_bank = {}
+        self.last_read = {}
+        self.last_ls = {}  # group -> (record, bank written, cycle of its last beat)
+        self.busy = {}  # group -> (region, cycle of its last beat)
+        self.loader_free = {}
+        self.seq_free = {}
+
+
+def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
+    """Timing of ``program`` on a ``rows x cols`` array (rules in the module docstring and
+    :class:`Rules`).
 
     Parameters
     ----------
@@ -242,45 +341,259 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32):
     rows, cols : int
     tile_unit : int
         The engine's tile unit (32 on the hardware; :func:`isa.check`).
+    rules : Rules
+        :data:`DOCUMENTED` (default) or :data:`HDL_RULES` (what the RTL builds).
 
     Returns
     -------
     Schedule
     """
+    if not isinstance(rules, Rules):
+        raise TypeError(f"rules must be a Rules, not {rules!r}")
     lat = latency(rows, cols)
+    unit = max(1, tile_unit)
+    par = rules.parallel_tiles
+    planes = [_Plane(), _Plane()]
     records = []
     prev_issue = -1
-    loader_free = 0  # first cycle the loader can take a new LS
-    seq_free = 0  # first cycle the moving sequencer can take a new MM
-    next_bank = 0  # bank of the next accepted LS
-    last_ls = None  # (instruction, bank, cycle of its last beat)
-    bank_last_read = [-1, -1]  # last moving-beat cycle of the latest MM reading each bank
-    for index, ins in enumerate(program):
-        if not isinstance(ins, Instruction):
-            ins = decode(int(ins))
-        t = prev_issue + 1
-        bad = check(ins, rows, cols, last_ls[0] if last_ls else None, tile_unit=tile_unit)
+
+    def groups(ins):
+        """The PE groups of the tile of ``ins`` (one group for the array when tiles do not run
+        in parallel)."""
+        if not par:
+            return [(0, 0)]
+        rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
+        cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
+        return [(r, c) for r in rg for c in cg]
+
+    def chains(ins):
+        """The loader chains an LS uses (with the row groups of its tile)."""
+        if not par:
+            return [(0, 0)]
+        width = max(1, cols // rules.ls_chains)
+        used = range(ins.tile_col // width, -(-(ins.tile_col + ins.m) // width))
+        return [(r, c) for r, _ in {(g[0], 0) for g in groups(ins)} for c in used]
+
+    def region(ins):
+        return (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
+
+    def overlapped(plane, ins, t):
+        """An instruction on a different, overlapping tile has beats in or after cycle t."""
+        return par and any(
+            plane.busy.get(g, (None, -1))[1] >= t and plane.busy[g][0] != region(ins)
+            for g in groups(ins)
+        )
+
+    for index, raw in enumerate(program):
+        ins = raw if isinstance(raw, Instruction) else decode(int(raw))
+        t0 = prev_issue + 1
+        whole = ins.whole(rows, cols)
+        plane_id = 0
+        # the shape rules first (an MM checked against itself passes the stationary rules)
+        bad = check(ins, rows, cols, ins if ins.op == Op.MM else None, tile_unit=tile_unit)
+        if bad is None and ins.op == Op.MM:
+            # its LoadStationary: the latest on its tile, in either plane
+            best = None
+            for p, plane in enumerate(planes):
+                held = [plane.last_ls.get(g) for g in groups(whole)]
+                if held[0] is not None and (best is None or held[0][0].index > best[1].index):
+                    intact = all(h is not None and h[0] is held[0][0] for h in held)
+                    best = (p, held[0][0], intact)
+            if best is None:
+                bad = check(ins, rows, cols, None, tile_unit=tile_unit)
+            else:
+                plane_id, ls, intact = best
+                bad = check(ins, rows, cols, ls.instruction, tile_unit=tile_unit)
+                if bad is None and not intact:
+                    bad = (
+                        Error.MODE_MISMATCH,
+                        "the stationary of this MultiplyMoving's tile was partly replaced by a "
+                        "LoadStationary on an overlapping tile",
+                    )
+        options = []
+        if bad is None:
+            ii = ins.beat_interval
+            if ins.op == Op.LS:
+                candidates = [0, 1] if (rules.background_transpose and ins.transpose) else [0]
+            else:
+                candidates = [plane_id]
+            for p in candidates:
+                plane = planes[p]
+                if overlapped(plane, whole, t0):
+                    continue
+                seq = max(plane.seq_free.get(g, 0) for g in groups(whole))
+                if ins.op == Op.LS:
+                    t = max(
+                        [t0]
+                        + [plane.loader_free.get(k, 0) for k in chains(whole)]
+                        + [
+                            plane.last_read.get((g, plane.next_bank.get(g, 0)), -1) + 1
+                            for g in groups(whole)
+                        ]
+                    )
+                    # the plane where an MM of this stationary could start first
+                    end = t + ls_beats(whole, cols, rules.ls_chains) * ii
+                    options.append(((max(end, seq), t, p), t, p))
+                else:
+                    ls_last = plane.last_ls[groups(whole)[0]][2]
+                    t = max(t0, ls_last, seq)
+                    options.append(((t, p), t, p))
+            if not options:
+                bad = (
+                    Error.TILE_BUSY,
+                    f"tile (rows {whole.tile_row}+{whole.tile_rows}, columns "
+                    f"{whole.tile_col}+{whole.tile_cols}) overlaps a different tile whose "
+                    f"instructions still have beats to come",
+                )
         if bad is not None:
-            records.append(Record(index, ins, t, bad[0], bad[1], error_cycle=t + ERROR_DELAY))
-            prev_issue = t
+            records.append(Record(index, ins, t0, bad[0], bad[1], error_cycle=t0 + ERROR_DELAY))
+            prev_issue = t0
             continue
-        ii = ins.beat_interval
+        _, t, p = min(options)
+        plane = planes[p]
+        mine = groups(whole)
         if ins.op == Op.LS:
-            bank = next_bank
-            t = max(t, loader_free, bank_last_read[bank] + 1)
-            beats = tuple(t + j * ii for j in range(ins.m))
-            loader_free = t + ins.m * ii
-            next_bank ^= 1
-            last_ls = (ins, bank, beats[-1])
-            records.append(Record(index, ins, t, bank=bank, beats=beats))
+            n_beats = ls_beats(whole, cols, rules.ls_chains)
+            beats = tuple(t + j * ii for j in range(n_beats))
+            free = t + n_beats * ii
+            for k in chains(whole):
+                plane.loader_free[k] = free
+            banks = [plane.next_bank.get(g, 0) for g in mine]
+            rec = Record(index, ins, t, bank=banks[0], beats=beats, plane=p, busy_until=free)
+            for g, b in zip(mine, banks):
+                plane.next_bank[g] = b ^ 1
+                plane.last_ls[g] = (rec, b, beats[-1])
+                plane.busy[g] = (region(whole), beats[-1])
         else:
-            _, bank, ls_last = last_ls
-            t = max(t, seq_free, ls_last)
             beats = tuple(t + j * ii for j in range(ins.n))
-            seq_free = t + max(ins.n, MIN_MM_CYCLES) * ii
-            bank_last_read[bank] = beats[-1]
-            records.append(
-                Record(index, ins, t, bank=bank, beats=beats, outputs=tuple(b + lat for b in beats))
+            free = t + max(ins.n, rules.floor(whole)) * ii
+            out_lat = (whole.tile_row + whole.tile_rows + cols + P_PREFIX + 1) if par else lat
+            for g in mine:
+                plane.seq_free[g] = free
+                plane.last_read[(g, plane.last_ls[g][1])] = beats[-1]
+                plane.busy[g] = (region(whole), beats[-1])
+            rec = Record(
+                index,
+                ins,
+                t,
+                bank=plane.last_ls[mine[0]][1],
+                beats=beats,
+                outputs=tuple(b + out_lat for b in beats),
+                plane=p,
+                busy_until=free,
             )
+        records.append(rec)
         prev_issue = t
     return Schedule(rows, cols, tuple(records))
+
+
+def tile_positions(rows, cols, tile_rows, tile_cols):
+    """The ``(tile_row, tile_col)`` of every tile of ``tile_rows x tile_cols`` on a ``rows x
+    cols`` array, in row-major order (one tile when the size is the whole array)."""
+    return [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
+
+
+def matmul_program(k, m, n, operation="bf16", *, repeat=1, tile=None, tiles=1, rows=128, cols=128):
+    """``repeat`` nc_matmuls as NKI issues them (each its LoadStationary then its
+    MultiplyMoving), matmul ``i`` on tile ``i % tiles`` of size ``tile`` (``(tile_rows,
+    tile_cols)``, None: the whole array; :func:`tile_positions` order).  ``operation`` names
+    a mode's matmul or transpose (:func:`ncrtl.model.modes.operations`)."""
+    from ncrtl.model.modes import operation as operation_of
+
+    pe_mode, transpose = operation_of(operation)
+    tr, tc = tile or (rows, cols)
+    if tr < 1 or tc < 1 or rows % tr or cols % tc:
+        raise ValueError(
+            f"tile size ({tr}, {tc}) must divide the {rows} x {cols} array into whole tiles"
+        )
+    places = tile_positions(rows, cols, tr, tc)
+    if not 1 <= tiles <= len(places):
+        raise ValueError(
+            f"tiles={tiles} must be in 1..{len(places)} (tiles of ({tr}, {tc}) on the {rows} x "
+            f"{cols} array)"
+        )
+    if repeat < 1:
+        raise ValueError(f"repeat={repeat} must be at least 1")
+    sized = {} if (tr, tc) == (rows, cols) else {"tile_rows": tr, "tile_cols": tc}
+    prog = []
+    for i in range(repeat):
+        r0, c0 = places[i % tiles]
+        common = dict(
+            mode=Mode(pe_mode.code), k=k, m=m, transpose=transpose, tile_row=r0, tile_col=c0
+        )
+        prog.append(Instruction(Op.LS, **common, **sized))
+        prog.append(Instruction(Op.MM, n=n, **common, **sized))
+    return prog
+
+
+def steady_cycles(schedule):
+    """Cycles per matmul in steady state: the spacing of the MMs' sequencer releases over the
+    second half of the run (the whole run for fewer than 3 matmuls)."""
+    mms = [r for r in schedule.records if r.accepted and r.instruction.op == Op.MM]
+    if len(mms) < 3:
+        return schedule.total_cycles / max(1, len(mms))
+    ends = sorted(r.busy_until for r in mms)
+    h = len(ends) // 2
+    return (ends[-1] - ends[h - 1]) / (len(ends) - h)
+
+
+def chrome_trace(schedule, clock_hz=CLOCK_HZ):
+    """The schedule as a Chrome / Perfetto trace (a dict for ``json.dump``): a process per tile
+    (and per plane), an LS and an MM track in each, a slice per instruction from its issue to
+    the end of its loader (LS) or sequencer (MM) occupancy, its outputs in the MM slice's
+    arguments; rejected instructions as instant events.  Times in microseconds at
+    ``clock_hz``."""
+    us = 1e6 / clock_hz
+    events, procs = [], {}
+    for r in schedule.records:
+        ins = r.instruction.whole(schedule.rows, schedule.cols)
+        key = (r.plane, ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
+        if key not in procs:
+            pid = procs[key] = len(procs)
+            plane = " (background)" if r.plane else ""
+            name = (
+                f"tile rows {ins.tile_row}..{ins.tile_row + ins.tile_rows - 1}, cols "
+                f"{ins.tile_col}..{ins.tile_col + ins.tile_cols - 1}{plane}"
+            )
+            events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+            for tid, track in ((0, "LoadStationary"), (1, "MultiplyMoving")):
+                events.append(
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": {"name": track},
+                    }
+                )
+        pid = procs[key]
+        op = "LS" if ins.op == Op.LS else "MM"
+        args = {"index": r.index, "issue_cycle": r.issue, "k": ins.k, "m": ins.m}
+        if not r.accepted:
+            args["error"] = f"{r.error.name}: {r.message}"
+            events.append(
+                {
+                    "ph": "i",
+                    "name": f"{op} rejected",
+                    "pid": pid,
+                    "tid": int(ins.op == Op.MM),
+                    "ts": r.issue * us,
+                    "s": "t",
+                    "args": args,
+                }
+            )
+            continue
+        if ins.op == Op.MM:
+            args.update(n=ins.n, first_output_cycle=r.outputs[0], last_output_cycle=r.outputs[-1])
+        events.append(
+            {
+                "ph": "X",
+                "name": f"{op} {r.index}",
+                "pid": pid,
+                "tid": int(ins.op == Op.MM),
+                "ts": r.issue * us,
+                "dur": (r.busy_until - r.issue) * us,
+                "args": args,
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ns"}

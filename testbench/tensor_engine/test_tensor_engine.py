@@ -244,7 +244,9 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
     if check_timing:
         from ncrtl.model.tensor_engine import timing
 
-        sched = timing.simulate(prog.instructions(), rows, cols, tile_unit=unit)
+        sched = timing.simulate(
+            prog.instructions(), rows, cols, tile_unit=unit, rules=timing.HDL_RULES
+        )
         t0 = obs["accepted"][0]
         want_out = [c for r in sched.records for c in r.outputs]
         tsb = Scoreboard("tensor_engine.output_cycles", "count, then cycles", bits=32)
