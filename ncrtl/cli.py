@@ -263,7 +263,11 @@ def _cmd_timing(args):
             tile = ()
         if len(tile) != 2:
             raise UsageError(f"--tile-size {args.tile_size!r} must be ROWS,COLS (two integers)")
-    rules = timing.DOCUMENTED if args.rules == "documented" else timing.HDL_RULES
+    rules = {
+        "documented": timing.DOCUMENTED,
+        "hdl": timing.HDL_RULES,
+        "one-chain": timing.ONE_CHAIN,
+    }[args.rules]
     try:
         prog = timing.matmul_program(
             args.k,
@@ -452,9 +456,11 @@ def build_parser():
     )
     s.add_argument(
         "--rules",
-        choices=("documented", "hdl"),
+        choices=("documented", "hdl", "one-chain"),
         default="documented",
-        help="documented: the vendor's timing (default); hdl: what ncrtl.hdl builds",
+        help="documented: the vendor's timing (default); hdl: what ncrtl.hdl builds (tiles one "
+        "after another, no background transpose); one-chain: an LS a column per beat and a "
+        "64-cycle MM floor",
     )
     s.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
     s.set_defaults(func=_cmd_timing)

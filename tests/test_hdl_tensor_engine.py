@@ -34,7 +34,7 @@ from ncrtl.hdl.tensor_engine.pe import (
     decode_tag,
     tag_fields,
 )
-from ncrtl.hdl.tensor_engine.top import TensorEngine
+from ncrtl.hdl.tensor_engine.top import TensorEngine, stationary_beats
 from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.model.fp import encode, fp32_dot_add, get_format
 from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operation, operations
@@ -458,16 +458,18 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     return results
 
 
-def tile_beats(ins, tile, rows, scale=None):
+def tile_beats(ins, tile, rows, scale=None, *, cols=None, tile_unit=32):
     """Beats of an instruction's data ``[K, X]`` (``[K, P, X]`` with ``P`` products per step,
     or with ``scale`` an MX tile ``[K, X, 4]``: value ``j`` in bits ``[8j, 8j+8)``, the row's
     scale ``scale[k, x]`` in bits ``[32, 40)``): lane ``tile_row + k`` of beat ``x`` holds
-    element ``k``; LS beats go columns M-1 first."""
+    element ``k``; LS beats as ``stationary_beats`` packs them (per chain, columns last
+    first)."""
     words = lane_words(tile, scale)  # [X, K]
+    if ins.op == Op.LS:
+        beats = stationary_beats(words, ins, rows, cols or rows, tile_unit)
+        return [[int(v) for v in b] for b in beats]
     beats = np.zeros((words.shape[0], rows), dtype=np.int64)
     beats[:, ins.tile_row : ins.tile_row + words.shape[1]] = words
-    if ins.op == Op.LS:
-        beats = beats[::-1]
     return [list(b) for b in beats]
 
 
@@ -534,7 +536,7 @@ def make_program(
         ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
         s = _codes(rng, names[fs], shape(k, m))
         s_scale = scales((k, m))
-        program.append((ls, tile_beats(ls, s, rows, s_scale)))
+        program.append((ls, tile_beats(ls, s, rows, s_scale, cols=cols, tile_unit=tile_unit)))
         for _ in range(mms or int(rng.integers(1, 3))):
             n = int(rng.integers(1, max_n + 1))
             mm = Instruction(
@@ -982,3 +984,28 @@ def test_verilog_128x128_one_pe_module():
     assert len(re.findall(rf"^module \\?{TILE_MODULE}\b", text, re.M)) == 1
     assert len(re.findall(rf"^\s*{PE_MODULE} ", text, re.M)) == 64
     assert len(re.findall(rf"^\s*{TILE_MODULE} ", text, re.M)) == 256
+
+
+def test_engine_chains_and_back_to_back_cost():
+    """An 8 x 8 engine of tile_unit 2 has 4 LoadStationary chains of 2 columns: an 8-column LS
+    takes 2 beats, and a run of nc_matmuls (LS M = 8 + MM N = 3) costs ``max(min(64, M), N) =
+    8`` cycles each (a single chain and a 64-slot floor would give 64), values bit for bit."""
+    R = 8
+    te = TensorEngine(R, R, instance=False, tile_unit=2)
+    rng = np.random.default_rng(41)
+    program, expected = [], []
+    for _ in range(6):
+        ls = Instruction(Op.LS, Mode.BF16, k=R, m=R)
+        mm = Instruction(Op.MM, Mode.BF16, k=R, m=R, n=3)
+        s, x = _codes(rng, "bf16", (R, R)), _codes(rng, "bf16", (R, 3))
+        program += [
+            (ls, tile_beats(ls, s, R, cols=R, tile_unit=2)),
+            (mm, tile_beats(mm, x, R)),
+        ]
+        want = matmul(_as_dtype(s, "bf16"), _as_dtype(x, "bf16"), rows=R, cols=R)
+        expected.append((want.view(np.uint32).astype(np.int64), 0))
+    (ev,) = run_engine(te, [program])
+    check_engine_run(te, program, expected, ev, timed=True)
+    assert len(ev["stat"]) == 6 * 2
+    mm_issues = ev["issue"][1::2]
+    assert np.diff(mm_issues).tolist() == [8] * 5

@@ -58,9 +58,10 @@ DTYPES = {
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def simulate_hdl(program, rows=128, cols=128, **kw):
-    """The timing model under the rules the RTL builds (:data:`timing.HDL_RULES`)."""
-    return simulate(program, rows, cols, rules=HDL_RULES, **kw)
+def simulate_one_chain(program, rows=128, cols=128, **kw):
+    """The timing model with one LoadStationary chain and a 64-slot MM floor
+    (:data:`timing.ONE_CHAIN`): the plain weight-stationary rules."""
+    return simulate(program, rows, cols, rules=timing.ONE_CHAIN, **kw)
 
 
 def kw(fs, fm):
@@ -750,7 +751,7 @@ def test_latency_constant():
 @pytest.mark.parametrize("n", [1, 32, 64, 65, 128, 512])
 def test_back_to_back_mm_interval(mode, transpose, ii, n):
     prog = [LS(mode=mode, transpose=transpose)] + [MM(n, mode=mode, transpose=transpose)] * 4
-    sched = simulate_hdl(prog)
+    sched = simulate_one_chain(prog)
     issues = [r.issue for r in sched.records[1:]]
     assert all(r.accepted for r in sched.records)
     assert np.diff(issues).tolist() == [max(n, 64) * ii] * 3
@@ -765,7 +766,7 @@ def test_ls_hidden_behind_mm(mode, m, n):
     """An LS right after an MM is hidden iff M <= max(N, 64): the next MM follows with no gap."""
     ii = 4 if mode == Mode.FP32 else 1
     prog = [LS(m, mode), MM(n, m, mode), LS(m, mode), MM(n, m, mode)]
-    r = simulate_hdl(prog).records
+    r = simulate_one_chain(prog).records
     assert r[2].issue == max(r[1].issue + 1, r[0].issue + m * ii)  # behind the MM, loader free
     gap = r[3].issue - r[1].issue
     if m <= max(n, 64):
@@ -776,7 +777,7 @@ def test_ls_hidden_behind_mm(mode, m, n):
 
 
 def test_fill_and_drain_equal_latency():
-    sched = simulate_hdl([LS(128), MM(512)])
+    sched = simulate_one_chain([LS(128), MM(512)])
     ls, mm = sched.records
     assert ls.issue == 0 and ls.beats == tuple(range(128))
     assert mm.issue == 127  # first moving beat with the last stationary beat
@@ -787,7 +788,7 @@ def test_fill_and_drain_equal_latency():
 
 
 def test_issue_rules():
-    r = simulate_hdl(
+    r = simulate_one_chain(
         [LS(8, k=8), LS(8, k=8), LS(8, k=8), MM(100, 8, k=8), LS(8, k=8), LS(8, k=8)],
         rows=16,
         cols=16,
@@ -798,11 +799,11 @@ def test_issue_rules():
     assert r[4].issue == 24  # bank 1 is free: right behind the MM
     assert r[5].issue == r[3].beats[-1] + 1 == 123  # bank 0: after the MM's last beat
     # fp32: one beat every 4 cycles, loader busy M * 4.
-    r = simulate_hdl([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
+    r = simulate_one_chain([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
     assert r[0].beats == (0, 4, 8) and r[1].issue == 8 and r[1].beats == (8, 12)
     assert r[2].issue == 12 and r[2].beats == (12, 16, 20)
     # An LS of one column: the MM still issues the cycle after it (one issue per cycle).
-    r = simulate_hdl([LS(1), MM(1, 1)]).records
+    r = simulate_one_chain([LS(1), MM(1, 1)]).records
     assert (r[0].issue, r[1].issue) == (0, 1)
 
 
@@ -818,7 +819,7 @@ def test_rejected_instructions():
         MM(64, 8),
         Instruction(Op.MM, 7, k=8, m=8, n=8),
     ]
-    sched = simulate_hdl(prog)
+    sched = simulate_one_chain(prog)
     r = sched.records
     assert [x.error for x in r] == [
         Error.NO_STATIONARY,
@@ -846,14 +847,14 @@ def test_rejected_instructions():
 
 def test_instruction_words_and_events():
     prog = [LS(4, k=4), MM(2, 4, k=4)]
-    a = simulate_hdl(prog, rows=8, cols=8)
-    b = simulate_hdl([encode(i) for i in prog], rows=8, cols=8)
+    a = simulate_one_chain(prog, rows=8, cols=8)
+    b = simulate_one_chain([encode(i) for i in prog], rows=8, cols=8)
     assert [x.issue for x in a.records] == [x.issue for x in b.records]
     ev = a.events()
     assert ev[0] == (0, "issue", 0, 0) and ev[1] == (0, "stationary", 0, 0)
     assert (3, "moving", 1, 0) in ev and (3 + latency(8, 8), "output", 1, 0) in ev
     assert ev == sorted(ev, key=lambda e: (e[0], e[2], e[1], e[3]))
-    assert simulate_hdl([]).total_cycles == 0
+    assert simulate_one_chain([]).total_cycles == 0
 
 
 @pytest.mark.parametrize(
@@ -869,7 +870,7 @@ def test_steady_state_throughput(mode, tflops, util):
     prog = []
     for _ in range(6):  # a fresh stationary for every N=512 MM
         prog += [LS(mode=mode), MM(512, mode=mode)]
-    sched = simulate_hdl(prog)
+    sched = simulate_one_chain(prog)
     start, stop = sched.mm_window()
     mms = [r for r in sched.records if r.instruction.op == Op.MM]
     ii = 4 if mode == Mode.FP32 else 1
@@ -883,7 +884,7 @@ def test_steady_state_throughput(mode, tflops, util):
 
 
 def test_transpose_counts_no_macs():
-    sched = simulate_hdl([LS(transpose=True), MM(512, transpose=True)])
+    sched = simulate_one_chain([LS(transpose=True), MM(512, transpose=True)])
     assert sched.macs == 0 and sched.utilization() == 0.0
     with pytest.raises(ValueError, match="empty window"):
         sched.utilization(5, 5)
@@ -892,11 +893,26 @@ def test_transpose_counts_no_macs():
 # -- timing against an independent cycle-stepped model ----------------------------------------
 
 
-def stepped(program, rows, cols):
-    """The timing conventions as a cycle-by-cycle state machine (as the RTL will run).
+def stepped(program, rows, cols, rules=None):
+    """The timing conventions as a cycle-by-cycle state machine (as the RTL runs), with
+    ``rules``' LoadStationary chains and MM floor (one chain and 64 without).
 
     Returns ``{index: (issue, error_cycle, beats, outputs)}``.
     """
+    chains = rules.ls_chains if rules else 1
+
+    def ls_len(ins):
+        # the columns of each chain of chain_width(cols) columns, counted one by one
+        w = timing.chain_width(cols, 32, chains)
+        per = {}
+        whole = ins.whole(rows, cols)
+        for c in range(whole.tile_col, whole.tile_col + whole.m):
+            per[c // w] = per.get(c // w, 0) + 1
+        return max(per.values())
+
+    def floor(ins):
+        return min(MIN_MM_CYCLES, ins.m) if rules and rules.mm_floor == "stationary" else 64
+
     lat = latency(rows, cols)
     out = {}
     head = 0
@@ -918,8 +934,8 @@ def stepped(program, rows, cols):
             elif ins.op == Op.LS:
                 go = loader is None and bank_mm_left[next_bank] == 0
                 if go:
-                    loader = dict(index=head, left=ins.m, wait=0, ii=ins.beat_interval)
-                    ls_left[head] = ins.m
+                    loader = dict(index=head, left=ls_len(ins), wait=0, ii=ins.beat_interval)
+                    ls_left[head] = ls_len(ins)
                     last_ls = dict(ins=ins, index=head, bank=next_bank)
                     out[head] = (cycle, None, [], [])
                     next_bank ^= 1
@@ -939,7 +955,7 @@ def stepped(program, rows, cols):
                         left=ins.n,
                         wait=0,
                         ii=ins.beat_interval,
-                        slots=max(ins.n, MIN_MM_CYCLES) * ins.beat_interval,
+                        slots=max(ins.n, floor(ins)) * ins.beat_interval,
                         bank=last_ls["bank"],
                     )
                     bank_mm_left[seq["bank"]] = ins.n
@@ -977,22 +993,30 @@ def random_program(rng, length):
         transpose = mode == Mode.FP32 and rng.random() < 0.3
         m = int(rng.choice([1, 2, 5, 16, 40, 64]))
         k = int(rng.integers(1, 33))
-        prog.append(Instruction(Op.LS, mode, k=k, m=m, transpose=transpose))
+        tile = {}
+        if mode != Mode.DOUBLE_ROW and rng.random() < 0.3:  # a column tile: the second chain
+            tile = dict(tile_col=32 * int(rng.integers(0, 2)), tile_cols=32)
+            m = min(m, 32)
+        prog.append(Instruction(Op.LS, mode, k=k, m=m, transpose=transpose, **tile))
         for _ in range(int(rng.integers(0, 3))):
             n = int(rng.choice([1, 3, 63, 64, 65, 100]))
             bad_m = m + 1 if rng.random() < 0.1 else m  # sometimes a MODE_MISMATCH
-            prog.append(Instruction(Op.MM, mode, k=k, m=bad_m, n=n, transpose=transpose))
+            prog.append(Instruction(Op.MM, mode, k=k, m=bad_m, n=n, transpose=transpose, **tile))
         if rng.random() < 0.1:
             prog.append(Instruction(Op.LS, mode, k=40, m=m))  # K out of range: rejected
     return prog
 
 
+@pytest.mark.parametrize("rules", ["one_chain", "hdl"])
 @pytest.mark.parametrize("seed", range(12))
-def test_simulate_matches_cycle_stepped_model(seed):
+def test_simulate_matches_cycle_stepped_model(seed, rules):
+    """:func:`timing.simulate` against the cycle-stepped state machine, with one LS chain and
+    a 64-slot floor, and with the RTL's 4 chains and ``min(64, M)`` floor."""
     rng = np.random.default_rng(seed)
     prog = random_program(rng, 12)
-    sched = simulate_hdl(prog, rows=32, cols=64)
-    ref = stepped(prog, 32, 64)
+    r = timing.ONE_CHAIN if rules == "one_chain" else HDL_RULES
+    sched = simulate(prog, 32, 64, rules=r)
+    ref = stepped(prog, 32, 64, r)
     assert len(sched.records) == len(prog) == len(ref)
     for r in sched.records:
         issue, err, beats, outs = ref[r.index]
@@ -1030,11 +1054,13 @@ def test_documented_back_to_back_cost(mode, factor, m, n):
 
 
 def test_documented_cost_examples_and_the_issue_rate():
-    """The issue's examples: (M 128, N 64) costs 64 (128 under the rules the RTL builds),
-    (M 32, N 16) costs 32 (64); one instruction per cycle makes (M 1, N 1) cost 2."""
-    for m, n, want, hdl in ((128, 64, 64, 128), (32, 16, 32, 64)):
+    """The documented examples: (M 128, N 64) costs 64 (128 with one LS chain and a fixed
+    64-slot floor), (M 32, N 16) costs 32 (64), under the RTL's rules too; one instruction per
+    cycle makes (M 1, N 1) cost 2."""
+    for m, n, want, plain in ((128, 64, 64, 128), (32, 16, 32, 64)):
         assert np.diff(_pairs(m, n)[1])[-1] == want
-        assert np.diff(_pairs(m, n, rules=HDL_RULES)[1])[-1] == hdl
+        assert np.diff(_pairs(m, n, rules=HDL_RULES)[1])[-1] == want
+        assert np.diff(_pairs(m, n, rules=timing.ONE_CHAIN)[1])[-1] == plain
     assert np.diff(_pairs(1, 1)[1])[-1] == 2
 
 

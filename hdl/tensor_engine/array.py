@@ -4,8 +4,14 @@
   LoadStationary lane word.  The beat tag and the LS control are the same for every row, so they
   travel down a one-register-per-row chain (row ``r`` sees them ``r`` cycles late, like its data)
   and each row derives its own ``valid`` / ``first_row`` from the beat's row range.
-* Between PE columns ``g*G - 1`` and ``g*G`` (``G`` = ``tile_granule``) the LS ``skip`` count of a
-  column tile is decremented, so that the PEs left of the tile pass LS data through.
+* LoadStationary chains: the columns are cut into chains of ``chain_width`` columns
+  (:func:`ncrtl.model.tensor_engine.timing.chain_width`: 4 chains of 32 at 128 columns), each
+  fed by its own lane words and control and all loading at once.  Chain ``k`` enters PE column
+  ``k * chain_width``; its words and control are delayed ``k * chain_width`` cycles before the
+  row skew, so that they reach PE ``(r, c)`` in the same cycle as a moving beat applied with
+  them (the moving wavefront: a bank write is visible exactly when the beats that must see it
+  arrive).  The word a chain's last PE displaces is dropped.  A column tile starts at a chain
+  (chains are ``tile_granule`` columns wide), so its LS enters at its own columns.
 * Bottom: column ``c`` goes through a ``cols - 1 - c`` cycle de-skew line into the output vector
   register (``o_psum``).
 
@@ -29,7 +35,6 @@ from amaranth.hdl import (
     Const,
     Instance,
     Module,
-    Mux,
     ResetSignal,
     Shape,
     Signal,
@@ -41,6 +46,7 @@ from amaranth.lib.wiring import In, Out
 from ncrtl.hdl.common.bits import bits_for_range
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
+from ncrtl.model.tensor_engine.timing import chain_width
 
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
 
@@ -189,6 +195,8 @@ class SystolicArray(wiring.Component):
     latency : int
         ``rows + cols + P_PREFIX + 1``: cycles of ``en`` from a beat on ``i_x`` to its result
         vector on ``o_psum``.
+    chain_width, chains : int
+        Columns per LoadStationary chain and the number of chains.
 
     Interface
     ---------
@@ -200,10 +208,10 @@ class SystolicArray(wiring.Component):
     i_tag : In(beat_tag_layout(rows))
         Its tag; rows outside ``[row_lo, row_hi)`` get ``valid = 0`` (psum passes through), row
         ``row_lo`` gets ``first_row``.
-    i_ls : In(rows * LANE_WIDTH)
-        LoadStationary beat: lane word ``r`` shifts into row ``r``.
-    i_ls_ctl : In(LS_CTL_LAYOUT)
-        ``valid``, target ``bank``, column groups to ``skip``.
+    i_ls : In(chains * rows * LANE_WIDTH)
+        LoadStationary beat: lane word ``k * rows + r`` shifts into row ``r`` of chain ``k``.
+    i_ls_ctl : In(data.ArrayLayout(LS_CTL_LAYOUT, chains))
+        Per chain: ``valid``, target ``bank``.
     o_psum : Out(cols * 32)
         Output vector register: lane word ``c`` is the psum leaving PE column ``c``.
     """
@@ -231,13 +239,15 @@ class SystolicArray(wiring.Component):
         self.instance = instance
         self.tile_granule = tile_granule
         self.latency = rows + cols + P_PREFIX + 1
+        self.chain_width = chain_width(cols, tile_granule)
+        self.chains = -(-cols // self.chain_width)
         super().__init__(
             {
                 "en": In(1, init=1),
                 "i_x": In(rows * LANE_WIDTH),
                 "i_tag": In(beat_tag_layout(rows)),
-                "i_ls": In(rows * LANE_WIDTH),
-                "i_ls_ctl": In(LS_CTL_LAYOUT),
+                "i_ls": In(self.chains * rows * LANE_WIDTH),
+                "i_ls_ctl": In(data.ArrayLayout(LS_CTL_LAYOUT, self.chains)),
                 "o_psum": Out(cols * 32),
             }
         )
@@ -272,16 +282,14 @@ class SystolicArray(wiring.Component):
             return value
 
         # ---- left edge: per-row skew and tags -------------------------------------------
-        tag_chain, ls_ctl_chain = [self.i_tag], [self.i_ls_ctl]
+        tag_chain = [self.i_tag]
         for r in range(1, rows):
             t = Signal(self.i_tag.shape(), name=f"beat_tag_r{r}", reset_less=True)
-            c = Signal(LS_CTL_LAYOUT, name=f"ls_ctl_r{r}", reset_less=True)
             with m.If(en):
-                m.d.sync += [t.eq(tag_chain[-1]), c.eq(ls_ctl_chain[-1])]
+                m.d.sync += t.eq(tag_chain[-1])
             tag_chain.append(t)
-            ls_ctl_chain.append(c)
 
-        x_in, tag_in, ls_in, lsc_in = [], [], [], []
+        x_in, tag_in = [], []
         for r in range(rows):
             bt = tag_chain[r]
             pt = Signal(TAG_LAYOUT, name=f"pe_tag_r{r}")
@@ -294,9 +302,32 @@ class SystolicArray(wiring.Component):
                 pt.first_row.eq(bt.row_lo == r if r else ~bt.row_lo.any()),
             ]
             x_in.append(delay(f"x_skew_r{r}", self.i_x[r * W : (r + 1) * W], r))
-            ls_in.append(delay(f"ls_skew_r{r}", self.i_ls[r * W : (r + 1) * W], r))
             tag_in.append(pt)
-            lsc_in.append(ls_ctl_chain[r])
+
+        # ---- LoadStationary chains: chain k delayed k * chain_width, then the row skew --------
+        # (The chains share one row skew, a word of every chain per row, and one control chain
+        # down the rows: the same bits as a skew per chain in a quarter of the registers.)
+        C, L = self.chains, Shape.cast(LS_CTL_LAYOUT).width
+        words, ctls = [], []
+        for k in range(C):
+            lag = k * self.chain_width
+            words.append(delay(f"ls_c{k}_lag", self.i_ls[k * rows * W : (k + 1) * rows * W], lag))
+            ctls.append(delay(f"ls_ctl_c{k}_lag", Value.cast(self.i_ls_ctl[k]), lag, L))
+        ctl_chain = [Cat(*ctls)]
+        for r in range(1, rows):
+            c = Signal(C * L, name=f"ls_ctl_r{r}", reset_less=True)
+            with m.If(en):
+                m.d.sync += c.eq(ctl_chain[-1])
+            ctl_chain.append(c)
+        # ls_in[k][r], lsc_in[k][r]: what enters PE (r, k * chain_width)
+        ls_in = [[None] * rows for _ in range(C)]
+        lsc_in = [[None] * rows for _ in range(C)]
+        for r in range(rows):
+            row = Cat(*(words[k][r * W : (r + 1) * W] for k in range(C)))
+            row = delay(f"ls_skew_r{r}", row, r)
+            for k in range(C):
+                ls_in[k][r] = row[k * W : (k + 1) * W]
+                lsc_in[k][r] = data.View(LS_CTL_LAYOUT, ctl_chain[r][k * L : (k + 1) * L])
 
         # ---- the PE grid --------------------------------------------------------------
         if self.block > 1:
@@ -314,21 +345,16 @@ class SystolicArray(wiring.Component):
         m.d.comb += self.o_psum.eq(out)
         return m
 
-    def _skip_dec(self, m, lsc, name):
-        """The LS control past a column-group border: one group fewer to skip."""
-        dec = Signal(LS_CTL_LAYOUT, name=name)
-        m.d.comb += [dec.eq(lsc), dec.skip.eq(Mux(lsc.skip.any(), lsc.skip - 1, 0))]
-        return dec
-
     def _grid(self, m, x_in, tag_in, ls_in, lsc_in):
         """PEs one by one; return the psum signals leaving the bottom row."""
         rows, cols = self.rows, self.cols
         psum_above = [None] * cols
+        G = self.chain_width
         for r in range(rows):
-            x, tag, ls, lsc = x_in[r], tag_in[r], ls_in[r], lsc_in[r]
+            x, tag = x_in[r], tag_in[r]
             for c in range(cols):
-                if c and c % self.tile_granule == 0:
-                    lsc = self._skip_dec(m, lsc, f"ls_ctl_r{r}_g{c // self.tile_granule}")
+                if c % G == 0:  # a chain enters here
+                    ls, lsc = ls_in[c // G][r], lsc_in[c // G][r]
                 psum = psum_above[c] if psum_above[c] is not None else Const(0, 32)
                 outs = self._pe(m, r, c, x, tag, ls, lsc, psum)
                 x, tag, ls, lsc, psum_above[c] = outs
@@ -339,23 +365,16 @@ class SystolicArray(wiring.Component):
         borders fall between tiles (``B`` divides the granule)."""
         B, W, T, L = self.block, LANE_WIDTH, _TAG_BITS, _LSC_BITS
         psum_above = [Const(0, B * 32)] * (self.cols // B)
+        G = self.chain_width
         for tr in range(self.rows // B):
             rs = range(tr * B, (tr + 1) * B)
             x = Cat(*(x_in[r] for r in rs))
             tag = Cat(*(Value.cast(tag_in[r]) for r in rs))
-            ls = Cat(*(ls_in[r] for r in rs))
-            lsc = [lsc_in[r] for r in rs]
             for tc in range(self.cols // B):
                 c0 = tc * B
-                if c0 and c0 % self.tile_granule == 0:
-                    lsc = [
-                        self._skip_dec(
-                            m,
-                            data.View(LS_CTL_LAYOUT, Value.cast(v)),
-                            f"ls_ctl_r{r}_g{c0 // self.tile_granule}",
-                        )
-                        for r, v in zip(rs, lsc)
-                    ]
+                if c0 % G == 0:  # a chain enters here
+                    ls = Cat(*(ls_in[c0 // G][r] for r in rs))
+                    lsc = [lsc_in[c0 // G][r] for r in rs]
                 name = f"{tr}_{tc}"
                 o = {
                     k: Signal(B * w, name=f"t{k}_{name}")

@@ -5,10 +5,12 @@ cycle for cycle:
 
 * one instruction word per cycle at most, in order; a rejected instruction (``isa.check`` rules,
   same order, same codes) is taken at once and raises ``o_error`` one cycle later;
-* an LS issues when the loader is free (``M * II`` cycles after the previous LS issued) and no
-  moving beat of an MM reading its target bank is still to come (its last beat strictly before);
-  its first beat is consumed in the issue cycle, then one every ``II`` cycles;
-* an MM issues when the sequencer is free (``max(N, 64) * II`` cycles after the previous MM) and
+* an LS issues when the loader is free (``B * II`` cycles after the previous LS issued, ``B``
+  its beats: the most columns one of its LoadStationary chains loads) and no moving beat of an
+  MM reading its target bank is still to come (its last beat strictly before); its first beat
+  is consumed in the issue cycle, then one every ``II`` cycles;
+* an MM issues when the sequencer is free (``max(N, min(64, M)) * II`` cycles after the previous
+  MM) and
   its LS has no stationary beat left after this cycle (the first moving beat may share the cycle
   with the last stationary beat); its first beat is consumed in the issue cycle;
 * a beat that is due but whose stream is not valid stalls its loader / sequencer (the beat and
@@ -27,9 +29,10 @@ from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.fp import get_format
 from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
 from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N_ANY, MIN_MM_CYCLES, Error, Op
+from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_width
 
 from .array import beat_tag_layout
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, SKIP_BITS, WIDE_FORMATS, decode_tag, one_code
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, WIDE_FORMATS, decode_tag, one_code
 
 __all__ = ["TensorControl", "INSTR_LAYOUT", "ERROR_SHAPE", "check_logic"]
 
@@ -259,14 +262,22 @@ class TensorControl(wiring.Component):
         Global clock enable (0 freezes every register; no handshake happens).
     instr : In(stream.Signature(INSTR_LAYOUT))
         Instructions.
-    stationary : In(stream.Signature(rows * LANE_WIDTH))
-        Stationary beats; the payload goes to the array as ``o_ls``.
+    stationary : In(stream.Signature(chains * rows * LANE_WIDTH))
+        Stationary beats, a lane word per row for each LoadStationary chain (chain ``k``'s row
+        ``r`` in lane ``k * rows + r``); the payload goes to the array as ``o_ls``.
     moving : In(stream.Signature(rows * LANE_WIDTH))
         Moving beats; the payload is checked (transpose selection) and passed on as ``o_x``.
     o_x : Out(rows * LANE_WIDTH), o_tag : Out(beat_tag_layout(rows))
         Moving beat and tag for the array (``o_tag.pe.valid`` = a beat was consumed).
-    o_ls : Out(rows * LANE_WIDTH), o_ls_ctl : Out(LS_CTL_LAYOUT)
-        LS beat and control for the array (``valid`` = a stationary beat was consumed).
+    o_ls : Out(chains * rows * LANE_WIDTH), o_ls_ctl : Out(data.ArrayLayout(LS_CTL_LAYOUT, chains))
+        LS beat and control per chain for the array (``valid``: the chain has a column in the
+        stationary beat consumed).
+
+    Attributes
+    ----------
+    chain_width, chains : int
+        Columns per LoadStationary chain (:func:`ncrtl.model.tensor_engine.timing.chain_width`)
+        and the number of chains.
     o_info : Out(OUT_INFO_LAYOUT)
         Info of the output vector in the array's output register (``latency`` cycles after its
         beat): valid, last of its MM, its column range ``[col_lo, col_hi)``.
@@ -281,22 +292,26 @@ class TensorControl(wiring.Component):
         check_int(cols, "TensorControl cols", minimum=1, maximum=255)
         check_int(latency, "TensorControl latency", minimum=1)
         check_int(tile_unit, "TensorControl tile_unit", minimum=1)
-        if cols > (1 << SKIP_BITS) * tile_unit:
+        if cols > LS_CHAINS * tile_unit:
             raise ValueError(
-                f"TensorControl with {cols} columns needs more than {SKIP_BITS} "
-                f"column-tile skip bits at tile_unit {tile_unit}"
+                f"TensorControl with {cols} columns at tile_unit {tile_unit}: column tiles start "
+                f"at multiples of tile_unit, each on its own LoadStationary chain, at most "
+                f"{LS_CHAINS} per row"
             )
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
+        self.chain_width = chain_width(cols, tile_unit)
+        self.chains = -(-cols // self.chain_width)
+        C = self.chains
         super().__init__(
             {
                 "en": In(1, init=1),
                 "instr": In(stream.Signature(INSTR_LAYOUT)),
-                "stationary": In(stream.Signature(rows * LANE_WIDTH)),
+                "stationary": In(stream.Signature(C * rows * LANE_WIDTH)),
                 "moving": In(stream.Signature(rows * LANE_WIDTH)),
                 "o_x": Out(rows * LANE_WIDTH),
                 "o_tag": Out(beat_tag_layout(rows)),
-                "o_ls": Out(rows * LANE_WIDTH),
-                "o_ls_ctl": Out(LS_CTL_LAYOUT),
+                "o_ls": Out(C * rows * LANE_WIDTH),
+                "o_ls_ctl": Out(data.ArrayLayout(LS_CTL_LAYOUT, C)),
                 "o_info": Out(OUT_INFO_LAYOUT),
                 "o_error": Out(1),
                 "o_error_code": Out(ERROR_SHAPE),
@@ -307,7 +322,7 @@ class TensorControl(wiring.Component):
         m = Module()
         live = Signal(name="live")  # a cycle in which handshakes may happen
         m.d.comb += live.eq(self.en & ~ResetSignal())
-        s = _State(self.rows)
+        s = _State(self.rows, self.chains)
         issue = self._issue(m, s, live)
         self._loader(m, s, live, issue)
         sel_error = self._sequencer(m, s, live, issue)
@@ -355,44 +370,68 @@ class TensorControl(wiring.Component):
 
     def _loader(self, m, s, live, issue):
         """The LoadStationary loader: one stationary beat every ``II`` cycles from the issue
-        cycle on (a new LS starts in its issue cycle); a missing beat stalls it."""
+        cycle on (a new LS starts in its issue cycle); a missing beat stalls it.  The chains
+        load together: chain ``k`` has a column in the first ``cnt_k`` of the LS's ``B = max
+        cnt_k`` beats (:func:`~ncrtl.model.tensor_engine.timing.ls_chain_columns`)."""
         ins, en = self.instr.payload, self.en
+        C, G = self.chains, self.chain_width
         e_beats = Signal.like(s.ls_beats, name="e_ls_beats")
         e_phase = Signal.like(s.ls_phase, name="e_ls_phase")
         e_ii = Signal.like(s.ls_ii, name="e_ls_ii")
         e_bank = Signal(name="e_ls_bank")
-        e_skip = Signal(SKIP_BITS, name="e_ls_skip")
-        u = self.tile_unit
-        skip_of = ins.tile_col >> (u.bit_length() - 1) if u & (u - 1) == 0 else ins.tile_col // u
+        e_lim = [Signal.like(s.ls_lim[k], name=f"e_ls_lim{k}") for k in range(C)]
+        # Per chain: the columns it loads of [tile_col, tile_col + M) (a column tile starts at a
+        # chain: chains are tile_unit columns wide).
+        c0 = ins.tile_col
+        hi = Signal(9, name="ls_col_hi")
+        m.d.comb += hi.eq(c0 + ins.m)
+        cnt = []
+        for k in range(C):
+            lo_k = Signal(9, name=f"ls_lo{k}")
+            hi_k = Signal(9, name=f"ls_hi{k}")
+            n_k = Signal(range(G + 1), name=f"ls_cnt{k}")
+            top = (k + 1) * G
+            m.d.comb += [
+                lo_k.eq(Mux(c0 > k * G, c0, k * G) if k else c0),
+                hi_k.eq(Mux(hi < top, hi, top)),
+                n_k.eq(Mux(hi_k > lo_k, hi_k - lo_k, 0)),
+            ]
+            cnt.append(n_k)
+        most = cnt[0]
+        for k in range(1, C):
+            bigger = Signal(range(G + 1), name=f"ls_most{k}")
+            m.d.comb += bigger.eq(Mux(cnt[k] > most, cnt[k], most))
+            most = bigger
         with m.If(issue["ls"]):
             m.d.comb += [
-                e_beats.eq(ins.m),
+                e_beats.eq(most),
                 e_phase.eq(0),
                 e_ii.eq(issue["ii"]),
                 e_bank.eq(s.next_bank),
-                e_skip.eq(skip_of),
             ]
+            m.d.comb += [e_lim[k].eq(most - cnt[k]) for k in range(C)]
         with m.Else():
             m.d.comb += [
                 e_beats.eq(s.ls_beats),
                 e_phase.eq(s.ls_phase),
                 e_ii.eq(s.ls_ii),
                 e_bank.eq(s.ls_bank),
-                e_skip.eq(s.ls_skip),
             ]
+            m.d.comb += [e_lim[k].eq(s.ls_lim[k]) for k in range(C)]
         due = Signal(name="ls_due")
         m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
         m.d.comb += self.stationary.ready.eq(live & due)
         beat = Signal(name="ls_beat")
         m.d.comb += beat.eq(live & due & self.stationary.valid)
-        m.d.comb += [
-            self.o_ls_ctl.valid.eq(beat),
-            self.o_ls_ctl.bank.eq(e_bank),
-            self.o_ls_ctl.skip.eq(e_skip),
-            self.o_ls.eq(self.stationary.payload),
-        ]
+        for k in range(C):
+            m.d.comb += [
+                self.o_ls_ctl[k].valid.eq(beat & (e_beats > e_lim[k])),
+                self.o_ls_ctl[k].bank.eq(e_bank),
+            ]
+        m.d.comb += self.o_ls.eq(self.stationary.payload)
         with m.If(en):
-            m.d.sync += [s.ls_ii.eq(e_ii), s.ls_bank.eq(e_bank), s.ls_skip.eq(e_skip)]
+            m.d.sync += [s.ls_ii.eq(e_ii), s.ls_bank.eq(e_bank)]
+            m.d.sync += [s.ls_lim[k].eq(e_lim[k]) for k in range(C)]
             with m.If(beat):
                 m.d.sync += [s.ls_beats.eq(e_beats - 1), s.ls_phase.eq(e_ii - 1)]
             with m.Elif(~due):
@@ -404,7 +443,7 @@ class TensorControl(wiring.Component):
                 m.d.sync += [s.ls_beats.eq(e_beats), s.ls_phase.eq(e_phase)]
 
     def _sequencer(self, m, s, live, issue):
-        """The MultiplyMoving sequencer: ``max(N, 64)`` beat slots of ``II`` cycles, a moving
+        """The MultiplyMoving sequencer: ``max(N, min(64, M))`` beat slots of ``II`` cycles, a moving
         beat in each of the first ``N`` (a missing beat stalls it); the beat and its tag go to
         the array, its output info down the latency line.  Returns the selection-error
         strobe."""
@@ -434,10 +473,13 @@ class TensorControl(wiring.Component):
             new_tag.row_lo.eq(ins.tile_row),
             new_tag.row_hi.eq(ins.tile_row + ins.k),
         ]
+        # the least slots: min(64, M) (the documented back-to-back cost max(min(64, M), N))
+        floor = Signal(range(MIN_MM_CYCLES + 1), name="mm_floor")
+        m.d.comb += floor.eq(Mux(ins.m > MIN_MM_CYCLES, MIN_MM_CYCLES, ins.m))
         with m.If(issue["mm"]):
             m.d.comb += [
                 e_beats.eq(ins.n),
-                e_slots.eq(Mux(ins.n > MIN_MM_CYCLES, ins.n, MIN_MM_CYCLES)),
+                e_slots.eq(Mux(ins.n > floor, ins.n, floor)),
                 e_phase.eq(0),
                 e_ii.eq(issue["ii"]),
                 e_tag.eq(new_tag),
@@ -613,7 +655,7 @@ class _State:
     """The control's registers: the bank of the next LS and the last accepted LS, the loader's
     and the sequencer's counters."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, chains):
         self.next_bank = Signal(name="next_bank")  # bank of the next accepted LS
         self.st_valid = Signal(name="st_valid")  # an LS was accepted
         self.st = Signal(LS_DESC_LAYOUT, name="st_desc", reset_less=True)
@@ -622,7 +664,10 @@ class _State:
         self.ls_phase = Signal(range(MAX_INTERVAL), name="ls_phase")
         self.ls_ii = Signal(range(MAX_INTERVAL + 1), name="ls_ii", reset_less=True)
         self.ls_bank = Signal(name="ls_bank", reset_less=True)
-        self.ls_skip = Signal(SKIP_BITS, name="ls_skip", reset_less=True)
+        # per chain: its beats are the first ``ls_beats - ls_lim`` of the LS
+        self.ls_lim = [
+            Signal(range(256), name=f"ls_lim{k}", reset_less=True) for k in range(chains)
+        ]
         # MM sequencer
         self.mm_beats = Signal(range(MAX_N_ANY + 1), name="mm_beats_left")
         self.mm_slots = Signal(range(MAX_N_ANY + 1), name="mm_slots_left")

@@ -44,7 +44,6 @@ __all__ = [
     "WIDE_FORMATS",
     "NARROW_FORMATS",
     "LANES",
-    "SKIP_BITS",
     "decode_tag",
     "tag_fields",
     "one_code",
@@ -76,9 +75,6 @@ NARROW_FORMATS = operand_formats([m for m in ENGINE_MODES if m.products > 1])
 #: Bits of one narrow product lane's operand slot.
 NARROW_SLOT = 8
 
-#: Width of the LoadStationary column-tile skip count (column groups to pass through).
-SKIP_BITS = 2
-
 #: Transpose containers by the ``raw`` tag field: the stationary word's low 32, 16 or 8 bits.
 RAW_WIDTHS = (32, 16, 8)
 
@@ -103,9 +99,9 @@ TAG_LAYOUT = data.StructLayout(
     }
 )
 
-#: Control of a LoadStationary beat, LSB first.  ``skip`` != 0: the PE passes the beat on without
-#: storing it (columns left of a column tile); the array decrements it at column-group borders.
-LS_CTL_LAYOUT = data.StructLayout({"valid": 1, "bank": 1, "skip": SKIP_BITS})
+#: Control of a LoadStationary beat, LSB first: the word shifts into bank ``bank``.  (A column
+#: tile's LS enters at the tile's own LoadStationary chain, so no PE passes words on unstored.)
+LS_CTL_LAYOUT = data.StructLayout({"valid": 1, "bank": 1})
 
 #: Ports of the PE (the Verilog module has ``clk`` and ``rst`` too; ``rst`` is unused).
 PE_SIGNATURE = wiring.Signature(
@@ -243,7 +239,7 @@ class PE(wiring.Component):
     o_x, o_tag : Out
         ``x_reg``: the moving lane word and tag, to the right neighbour.
     o_ls, o_ls_ctl : Out
-        The shift chain to the right neighbour: the displaced bank word (or the passed-on one).
+        The shift chain to the right neighbour: the displaced bank word.
     o_psum : Out(32)
         ``psum_out`` register, to the PE below.
     """
@@ -274,14 +270,13 @@ class PE(wiring.Component):
         """The two banks and the LoadStationary shift chain; the word the beat reads."""
         banks = [Signal(LANE_WIDTH, name=f"bank{b}", reset_less=True) for b in range(2)]
         ls = self.i_ls_ctl
-        ls_pass = Signal(name="ls_pass")  # left of a column tile: only pass it on
         ls_rd = Signal(LANE_WIDTH, name="ls_rd")  # word displaced from the target bank
-        m.d.comb += [ls_pass.eq(ls.skip.any()), ls_rd.eq(Mux(ls.bank, banks[1], banks[0]))]
+        m.d.comb += ls_rd.eq(Mux(ls.bank, banks[1], banks[0]))
         for b in range(2):
-            with m.If(ls.valid & ~ls_pass & (ls.bank == b)):
+            with m.If(ls.valid & (ls.bank == b)):
                 m.d.sync += banks[b].eq(self.i_ls)
         m.d.comb += [
-            self.o_ls.eq(reg("ls_out", Mux(ls_pass, self.i_ls, ls_rd))),
+            self.o_ls.eq(reg("ls_out", ls_rd)),
             self.o_ls_ctl.eq(reg("ls_ctl_reg", ls)),
         ]
         s_word = Signal(LANE_WIDTH, name="s_word")

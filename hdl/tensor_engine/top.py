@@ -8,10 +8,14 @@ Ports (all synchronous to ``clk``, reset ``rst``); each stream ``x`` is an
 port               payload                 meaning
 =================  ======================  =======================================================
 ``instr``          ``INSTR_LAYOUT`` (67)   in: ``isa.encode`` words (``isa.FIELDS``, LSB first)
-``stationary``     rows*40                 in: lane word ``r`` = ``stationary[r - tile_row, m]``
-                                           (PE row ``r``) in bits ``[40r, 40r+32)``, its MX
-                                           scale in ``[40r+32, 40r+40)``; beat ``j`` is column
-                                           ``m = M - 1 - j``
+``stationary``     chains*rows*40          in: per LoadStationary chain ``k`` (``chains``
+                                           of ``chain_width`` columns: 4 of 32 at 128), lane
+                                           word ``k * rows + r`` = ``stationary[r - tile_row,
+                                           m]`` (PE row ``r``), bits ``[32, 40)`` its MX
+                                           scale; chain ``k``'s beat ``j`` is column ``m = first
+                                           + count - 1 - j`` of its columns
+                                           (``timing.ls_chain_columns``), zero past its count
+                                           (:func:`stationary_beats` packs them)
 ``moving``         rows*40                 in: lane word ``r`` = ``moving[r - tile_row, n]``
                                            and its MX scale, as for ``stationary``
 ``result``         ``vector_layout(cols)`` out: ``data`` lane word ``c`` = result of PE column
@@ -41,7 +45,29 @@ from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
 from .pe import LANE_WIDTH
 
-__all__ = ["TensorEngine"]
+__all__ = ["TensorEngine", "stationary_beats"]
+
+
+def stationary_beats(words, ins, rows, cols, tile_unit=32):
+    """The ``stationary`` beats of LS ``ins`` (a simulation helper): ``words`` are its tile's
+    lane words, ``[M, K]`` (column ``m``'s word for row ``k``); returns ``[beats, chains *
+    rows]`` lane words, chain ``k``'s row ``r`` in lane ``k * rows + r`` (zero where a chain has
+    no column in a beat)."""
+    import numpy as np
+
+    from ncrtl.model.tensor_engine.timing import chain_width, ls_chain_columns
+
+    ins = ins.whole(rows, cols)
+    words = np.asarray(words, dtype=np.uint64)
+    chains = -(-cols // chain_width(cols, tile_unit))
+    per = ls_chain_columns(ins, cols, tile_unit)
+    out = np.zeros((max(n for _, n in per), chains * rows), dtype=np.uint64)
+    k_rows = slice(ins.tile_row, ins.tile_row + words.shape[1])
+    for k, (first, n) in enumerate(per):
+        for j in range(n):
+            col = first + n - 1 - j - ins.tile_col
+            out[j, k * rows : (k + 1) * rows][k_rows] = words[col]
+    return out
 
 
 class TensorEngine(wiring.Component):
@@ -80,7 +106,7 @@ class TensorEngine(wiring.Component):
         super().__init__(
             {
                 "instr": In(stream.Signature(INSTR_LAYOUT)),
-                "stationary": In(stream.Signature(rows * LANE_WIDTH)),
+                "stationary": In(stream.Signature(self.control.chains * rows * LANE_WIDTH)),
                 "moving": In(stream.Signature(rows * LANE_WIDTH)),
                 "result": Out(stream.Signature(vector_layout(cols))),
                 "o_error": Out(1),

@@ -80,7 +80,11 @@ __all__ = [
     "Rules",
     "DOCUMENTED",
     "HDL_RULES",
+    "ONE_CHAIN",
     "ls_beats",
+    "LS_CHAINS",
+    "chain_width",
+    "ls_chain_columns",
     "tile_positions",
     "matmul_program",
     "steady_cycles",
@@ -304,16 +308,43 @@ class Rules:
 
 #: The documented Tensor Engine (the default of :func:`simulate`).
 DOCUMENTED = Rules()
-#: The rules ``ncrtl.hdl.tensor_engine`` builds: one LS chain, a 64-slot MM floor, tiles one
-#: after another, no background transpose.  The RTL equals :func:`simulate` with these.
-HDL_RULES = Rules(ls_chains=1, mm_floor="fixed", parallel_tiles=False, background_transpose=False)
+#: The rules ``ncrtl.hdl.tensor_engine`` builds: the 4 LS chains and the ``min(64, M)`` MM
+#: floor, tiles one after another, no background transpose.  The RTL equals :func:`simulate`
+#: with these, cycle for cycle.
+HDL_RULES = Rules(parallel_tiles=False, background_transpose=False)
+#: One LS chain and a 64-slot MM floor, tiles one after another: the plain weight-stationary
+#: engine (an LS costs a beat per column; back-to-back MMs ``max(N, 64)``).
+ONE_CHAIN = Rules(ls_chains=1, mm_floor="fixed", parallel_tiles=False, background_transpose=False)
 
 
-def ls_beats(ins, cols, chains):
-    """Beats of LS ``ins`` (whole) on ``chains`` chains: the most columns one chain loads."""
-    width = max(1, cols // chains)
+#: LoadStationary chains of the documented engine (and of the RTL).
+LS_CHAINS = 4
+
+
+def chain_width(cols, tile_unit=32, chains=LS_CHAINS):
+    """Columns of each LoadStationary chain: the least multiple of ``tile_unit`` (so every tile
+    position falls on a chain or inside the first chain of its tile) with ``chains`` chains
+    covering the ``cols`` columns (32 at 128 columns)."""
+    u = max(1, tile_unit)
+    return u * -(-cols // (chains * u))
+
+
+def ls_chain_columns(ins, cols, tile_unit=32, chains=LS_CHAINS):
+    """Per chain ``k`` of LS ``ins`` (whole): ``(first column, columns)`` it loads, the array's
+    columns ``[first, first + columns)``; a chain's beat ``j`` carries column ``first +
+    columns - 1 - j``."""
+    width = chain_width(cols, tile_unit, chains)
     lo, hi = ins.tile_col, ins.tile_col + ins.m
-    return max(min(hi, g + width) - max(lo, g) for g in range(lo - lo % width, hi, width))
+    out = []
+    for k in range(-(-cols // width)):
+        first = max(lo, k * width)
+        out.append((first, max(0, min(hi, (k + 1) * width) - first)))
+    return out
+
+
+def ls_beats(ins, cols, chains, tile_unit=32):
+    """Beats of LS ``ins`` (whole) on ``chains`` chains: the most columns one chain loads."""
+    return max(n for _, n in ls_chain_columns(ins, cols, tile_unit, chains))
 
 
 class _Plane:
@@ -370,7 +401,7 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
         """The loader chains an LS uses (with the row groups of its tile)."""
         if not par:
             return [(0, 0)]
-        width = max(1, cols // rules.ls_chains)
+        width = chain_width(cols, tile_unit, rules.ls_chains)
         used = range(ins.tile_col // width, -(-(ins.tile_col + ins.m) // width))
         return [(r, c) for r, _ in {(g[0], 0) for g in groups(ins)} for c in used]
 
@@ -432,7 +463,7 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
                         ]
                     )
                     # the plane where an MM of this stationary could start first
-                    end = t + ls_beats(whole, cols, rules.ls_chains) * ii
+                    end = t + ls_beats(whole, cols, rules.ls_chains, tile_unit) * ii
                     options.append(((max(end, seq), t, p), t, p))
                 else:
                     ls_last = plane.last_ls[groups(whole)[0]][2]
@@ -453,7 +484,7 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
         plane = planes[p]
         mine = groups(whole)
         if ins.op == Op.LS:
-            n_beats = ls_beats(whole, cols, rules.ls_chains)
+            n_beats = ls_beats(whole, cols, rules.ls_chains, tile_unit)
             beats = tuple(t + j * ii for j in range(n_beats))
             free = t + n_beats * ii
             for k in chains(whole):

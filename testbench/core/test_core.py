@@ -19,6 +19,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
+from ncrtl.hdl.tensor_engine.top import stationary_beats
 from ncrtl.model.core import chunk_flags, nc_matmul
 from ncrtl.model.modes import operation
 from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
@@ -174,16 +175,13 @@ class MatmulCoreTB:
         words = []
         for c in prog:
             words += [isa.encode(c.ls), isa.encode(c.mm)]
-            for tile, scale, src, rev in (
-                (c.stationary, c.stationary_scale, self.stat, True),
-                (c.moving, c.moving_scale, self.mov, False),
-            ):
-                lanes = lane_words(tile, scale)  # [X, K]
-                beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
-                beats[:, : lanes.shape[1]] = lanes.astype(np.uint64)
-                src.send(
-                    pack_lanes(beats[::-1] if rev else beats, LANE_WIDTH)
-                )  # LS: columns M-1 first
+            words = lane_words(c.stationary, c.stationary_scale)  # [M, K]
+            cols, unit = self.params["cols"], self.params.get("tile_unit", 32)
+            self.stat.send(pack_lanes(stationary_beats(words, c.ls, rows, cols, unit), LANE_WIDTH))
+            lanes = lane_words(c.moving, c.moving_scale)  # [N, K]
+            beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
+            beats[:, : lanes.shape[1]] = lanes.astype(np.uint64)
+            self.mov.send(pack_lanes(beats, LANE_WIDTH))
             self.pinstr.send([psum_encode(c.write)])
         self.instr.send(words)
 

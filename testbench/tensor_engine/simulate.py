@@ -51,7 +51,7 @@ def _run_matmul(*, rows, cols, dtype, k, m, n, seed, waves, player, data=None):
             waves=True if waves else None,
             testbench="ncrtl.testbench.tensor_engine.test_sim",
             extra_env={"NCRTL_MATMUL": json.dumps(job)},
-            player=player_ports(rows, cols) if player else None,
+            player=player_ports(rows, cols, params.get("tile_unit", 32)) if player else None,
             progress=True,
         )
         out = Path(job["out"])

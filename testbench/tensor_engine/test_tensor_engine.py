@@ -16,8 +16,10 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 
 from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
+from ncrtl.hdl.tensor_engine.top import stationary_beats
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
+from ncrtl.model.tensor_engine.timing import chain_width
 from ncrtl.testbench import player, progress
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.player import PlayerPort
@@ -83,12 +85,13 @@ class TensorEngineTB:
         self.mov.send(mov)
 
 
-def player_ports(rows, cols):
+def player_ports(rows, cols, tile_unit=32):
     """The engine's ports as :mod:`ncrtl.testbench.player` plays them: the three input streams,
     the result stream and the error strobe with its code."""
+    chains = -(-cols // chain_width(cols, tile_unit))
     return [
         PlayerPort("source", "instr", isa.instruction_bits()),
-        PlayerPort("source", "stationary", rows * LANE_WIDTH),
+        PlayerPort("source", "stationary", chains * rows * LANE_WIDTH),
         PlayerPort("source", "moving", rows * LANE_WIDTH),
         PlayerPort("sink", "result", cols * LANE + 1),
         PlayerPort("strobe", "o_error", value="o_error_code", value_width=4),
@@ -103,11 +106,12 @@ def _beats(prog, rows):
     for s, _ in prog.valid_steps():
         ins = s.ins.whole(rows, prog.cols)
         words = lane_words(s.data, s.scale)  # [X, K]
-        beats = np.zeros((words.shape[0], rows), dtype=np.uint64)
-        beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
         if ins.op == Op.LS:
-            stat += pack_lanes(beats[::-1], LANE_WIDTH)  # columns M-1 first
+            beats = stationary_beats(words, ins, rows, prog.cols, prog.tile_unit)
+            stat += pack_lanes(beats, LANE_WIDTH)
         else:
+            beats = np.zeros((words.shape[0], rows), dtype=np.uint64)
+            beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
             mov += pack_lanes(beats, LANE_WIDTH)
     return instr, stat, mov
 
