@@ -975,6 +975,18 @@ def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
     assert re.search(rf"\b16 +{PE_MODULE}\b", synth.log) or "yosys" != synth.tool
 
 
+@pytest.mark.sim
+def test_verilog_chains_lint_clean_latch_free():
+    """An 8 x 8 engine of tile_unit 2: 4 LoadStationary chains, their lags and the row skew in
+    memories; lint-clean, and latch-free around PE black boxes."""
+    text = convert(TensorEngine(8, 8, tile_unit=2), "te_8x8")
+    lint = lint_verilog(text, "te_8x8")
+    assert lint.ok, lint.log[:4000]
+    boxed = convert(TensorEngine(8, 8, tile_unit=2), "te_8x8", blackbox=[PE_MODULE])
+    synth = synth_check(boxed, "te_8x8")
+    assert synth.ok, synth.log[-4000:]
+
+
 @pytest.mark.slow
 def test_verilog_128x128_one_pe_module():
     text = convert(TensorEngine(128, 128), "te_128x128")

@@ -35,12 +35,14 @@ from amaranth.hdl import (
     Const,
     Instance,
     Module,
+    Mux,
     ResetSignal,
     Shape,
     Signal,
     Value,
 )
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range
@@ -281,6 +283,28 @@ class SystolicArray(wiring.Component):
                 value = r
             return value
 
+        def delay_ram(name, value, n):
+            """``value`` delayed by ``n`` enabled cycles in a memory of ``n - 1`` words (a
+            pointer, one write and one registered read per cycle: the long LoadStationary
+            delays cost one word of storage per stage and no shifting); registers below 3."""
+            if n < 3:
+                return delay(name, value, n)
+            mem = Memory(shape=len(value), depth=n - 1, init=[])
+            m.submodules[name] = mem
+            wr, rd = mem.write_port(), mem.read_port(domain="sync")
+            ptr = Signal(range(n - 1), name=f"{name}_ptr")
+            with m.If(en):
+                m.d.sync += ptr.eq(Mux(ptr == n - 2, 0, ptr + 1))
+            # the word read at ptr was written n - 1 enabled cycles ago; its read register adds 1
+            m.d.comb += [
+                wr.addr.eq(ptr),
+                wr.data.eq(value),
+                wr.en.eq(en),
+                rd.addr.eq(ptr),
+                rd.en.eq(en),
+            ]
+            return rd.data
+
         # ---- left edge: per-row skew and tags -------------------------------------------
         tag_chain = [self.i_tag]
         for r in range(1, rows):
@@ -311,8 +335,10 @@ class SystolicArray(wiring.Component):
         words, ctls = [], []
         for k in range(C):
             lag = k * self.chain_width
-            words.append(delay(f"ls_c{k}_lag", self.i_ls[k * rows * W : (k + 1) * rows * W], lag))
-            ctls.append(delay(f"ls_ctl_c{k}_lag", Value.cast(self.i_ls_ctl[k]), lag, L))
+            beat = Cat(self.i_ls[k * rows * W : (k + 1) * rows * W], self.i_ls_ctl[k])
+            beat = delay_ram(f"ls_c{k}_lag", beat, lag)
+            words.append(beat[: rows * W])
+            ctls.append(beat[rows * W :])
         ctl_chain = [Cat(*ctls)]
         for r in range(1, rows):
             c = Signal(C * L, name=f"ls_ctl_r{r}", reset_less=True)
@@ -324,7 +350,7 @@ class SystolicArray(wiring.Component):
         lsc_in = [[None] * rows for _ in range(C)]
         for r in range(rows):
             row = Cat(*(words[k][r * W : (r + 1) * W] for k in range(C)))
-            row = delay(f"ls_skew_r{r}", row, r)
+            row = delay_ram(f"ls_skew_r{r}", row, r)
             for k in range(C):
                 ls_in[k][r] = row[k * W : (k + 1) * W]
                 lsc_in[k][r] = data.View(LS_CTL_LAYOUT, ctl_chain[r][k * L : (k + 1) * L])
