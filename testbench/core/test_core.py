@@ -175,9 +175,9 @@ class MatmulCoreTB:
         words = []
         for c in prog:
             words += [isa.encode(c.ls), isa.encode(c.mm)]
-            words = lane_words(c.stationary, c.stationary_scale)  # [M, K]
+            st = lane_words(c.stationary, c.stationary_scale)  # [M, K]
             cols, unit = self.params["cols"], self.params.get("tile_unit", 32)
-            self.stat.send(pack_lanes(stationary_beats(words, c.ls, rows, cols, unit), LANE_WIDTH))
+            self.stat.send(pack_lanes(stationary_beats(st, c.ls, rows, cols, unit), LANE_WIDTH))
             lanes = lane_words(c.moving, c.moving_scale)  # [N, K]
             beats = np.zeros((lanes.shape[0], rows), dtype=np.uint64)
             beats[:, : lanes.shape[1]] = lanes.astype(np.uint64)

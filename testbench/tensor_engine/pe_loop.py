@@ -95,7 +95,7 @@ def tile_stimulus(op_name, size, cycles, seed=1):
             TAG_LAYOUT,
             tag_fields(pe_mode, 0, 0, transpose, valid=beat, bank=c % 2, first_row=False),
         )
-        lsc = _value(LS_CTL_LAYOUT, {"valid": ls, "bank": c // size if ls else 0, "skip": 0})
+        lsc = _value(LS_CTL_LAYOUT, {"valid": ls, "bank": c // size if ls else 0})
         psum = encode(rng.standard_normal(size), get_format("fp32")).astype(np.int64)
         out.append(
             {
