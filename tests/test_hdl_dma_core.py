@@ -14,15 +14,12 @@ GEO = Geometry(8, 256, 4096)
 W = 8
 
 
-def _run(engines, seed, stall, n=8):
-    from amaranth.sim import Simulator
-
+def _core(engines, rng, depth=2):
+    """The core under test (8 partitions, 8-byte words, overhead 3, 4 reads in flight, DGE
+    cycles 6, 4 semaphores) and random memories for it."""
     from ncrtl.blocks import dma_widths
-    from ncrtl.hdl.common.axi import sim_memory
     from ncrtl.hdl.dma.core import DmaCore
-    from ncrtl.hdl.dma.sbuf import sim_load, sim_read
 
-    rng = np.random.default_rng(seed)
     dut = DmaCore(
         W,
         engines=engines,
@@ -34,11 +31,23 @@ def _run(engines, seed, stall, n=8):
         outstanding=4,
         dge_cycles=6,
         semaphores=4,
+        depth=depth,
     )
     mem = Memories(
         rng.integers(0, 256, (GEO.partitions, GEO.partition_bytes), dtype=np.uint8),
         rng.integers(0, 256, GEO.hbm_bytes, dtype=np.uint8),
     )
+    return dut, mem
+
+
+def _run(engines, seed, stall, n=8):
+    from amaranth.sim import Simulator
+
+    from ncrtl.hdl.common.axi import sim_memory
+    from ncrtl.hdl.dma.sbuf import sim_load, sim_read
+
+    rng = np.random.default_rng(seed)
+    dut, mem = _core(engines, rng)
     # three streams in their own regions: DGE 0, DGE 1, precomputed descriptors
     program = queue_program(rng, GEO, 3, n, word_bytes=W)
     gold = mem
@@ -180,29 +189,11 @@ def _timed(engines, seed, n=6, depth=2):
     it was taken, per engine ``(accepted, completion)`` per descriptor."""
     from amaranth.sim import Simulator
 
-    from ncrtl.blocks import dma_widths
     from ncrtl.hdl.common.axi import sim_memory
-    from ncrtl.hdl.dma.core import DmaCore
     from ncrtl.hdl.dma.sbuf import sim_load
 
     rng = np.random.default_rng(seed)
-    dut = DmaCore(
-        W,
-        engines=engines,
-        widths=dma_widths(GEO.hbm_bytes, GEO.partitions),
-        partitions=GEO.partitions,
-        partition_bytes=GEO.partition_bytes,
-        hbm_bytes=GEO.hbm_bytes,
-        overhead=3,
-        outstanding=4,
-        dge_cycles=6,
-        semaphores=4,
-        depth=depth,
-    )
-    mem = Memories(
-        rng.integers(0, 256, (GEO.partitions, GEO.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, GEO.hbm_bytes, dtype=np.uint8),
-    )
+    dut, mem = _core(engines, rng, depth)
     program = queue_program(rng, GEO, 3, n, word_bytes=W)
     # SBUF-to-SBUF transposes in DGE 0's region: every engine reads every partition
     p = GEO.partitions

@@ -597,34 +597,16 @@ def chrome_trace(schedule, clock_hz=CLOCK_HZ):
                         "args": {"name": track},
                     }
                 )
-        pid = procs[key]
         op = "LS" if ins.op == Op.LS else "MM"
-        args = {"index": r.index, "issue_cycle": r.issue, "k": ins.k, "m": ins.m}
-        if not r.accepted:
-            args["error"] = f"{r.error.name}: {r.message}"
-            events.append(
-                {
-                    "ph": "i",
-                    "name": f"{op} rejected",
-                    "pid": pid,
-                    "tid": int(ins.op == Op.MM),
-                    "ts": r.issue * us,
-                    "s": "t",
-                    "args": args,
-                }
-            )
+        event = {"pid": procs[key], "tid": int(ins.op == Op.MM), "ts": r.issue * us}
+        event["args"] = {"index": r.index, "issue_cycle": r.issue, "k": ins.k, "m": ins.m}
+        if not r.accepted:  # an instant event on its track
+            event["args"]["error"] = f"{r.error.name}: {r.message}"
+            events.append({**event, "ph": "i", "name": f"{op} rejected", "s": "t"})
             continue
         if ins.op == Op.MM:
-            args.update(n=ins.n, first_output_cycle=r.outputs[0], last_output_cycle=r.outputs[-1])
-        events.append(
-            {
-                "ph": "X",
-                "name": f"{op} {r.index}",
-                "pid": pid,
-                "tid": int(ins.op == Op.MM),
-                "ts": r.issue * us,
-                "dur": (r.busy_until - r.issue) * us,
-                "args": args,
-            }
-        )
+            first, last = r.outputs[0], r.outputs[-1]
+            event["args"].update(n=ins.n, first_output_cycle=first, last_output_cycle=last)
+        dur = (r.busy_until - r.issue) * us
+        events.append({**event, "ph": "X", "name": f"{op} {r.index}", "dur": dur})
     return {"traceEvents": events, "displayTimeUnit": "ns"}
