@@ -456,9 +456,8 @@ def dma_widths(hbm_bytes, partitions, **_):
     return Widths(max(8, (hbm_bytes - 1).bit_length()), 16, max(1, (partitions - 1).bit_length()))
 
 
-#: The parameters a DMA engine block starts with (``dma``, ``dma_queues``).
-_DMA_PARAMS = (
-    Param("word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)),
+#: The SBUF geometry parameters of the DMA blocks (``dma``, ``dma_queues``, ``sendrecv``).
+_SBUF_PARAMS = (
     Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
     Param(
         "partition_bytes",
@@ -468,6 +467,12 @@ _DMA_PARAMS = (
         minimum=4,
         maximum=256 * 1024,
     ),
+)
+
+#: The parameters a DMA engine block starts with (``dma``, ``dma_queues``).
+_DMA_PARAMS = (
+    Param("word_bytes", int, 16, "data path and AXI4 data width, bytes", (4, 8, 16, 32, 64)),
+    *_SBUF_PARAMS,
     Param(
         "hbm_bytes",
         int,
@@ -589,15 +594,7 @@ register(
         "SBUF-to-SBUF exchange paired by pipe",
         (
             Param("word_bytes", int, 8, "SBUF word and link data width, bytes", (4, 8, 16, 32, 64)),
-            Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
-            Param(
-                "partition_bytes",
-                int,
-                192 * 1024,
-                "SBUF bytes per partition (192 / 224 / 256 KiB on NeuronCore-v2/v3/v4)",
-                minimum=4,
-                maximum=256 * 1024,
-            ),
+            *_SBUF_PARAMS,
             Param("pipes", int, 4, "pipe ids, a power of two", minimum=1, maximum=16),
             Param("depth", int, 4, "sendrecvs each pipe's queue holds", minimum=1, maximum=16),
         ),

@@ -255,6 +255,8 @@ def _cmd_timing(args):
         value = getattr(args, name)
         if not 1 <= value <= 255:
             raise UsageError(f"--{name} {value} must be in 1..255 (8-bit instruction fields)")
+    if args.tile_unit < 1:
+        raise UsageError(f"--tile-unit {args.tile_unit} must be at least 1")
     tile = None
     if args.tile_size is not None:
         try:

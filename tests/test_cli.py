@@ -173,6 +173,7 @@ def test_timing_matmul(tmp_path, capsys):
         (["--k", "200"], "K_RANGE: K=200 must be in 1..128"),
         (["--repeat", "0"], "repeat=0 must be at least 1"),
         (["--rows", "300"], "--rows 300 must be in 1..255"),
+        (["--tile-unit", "0"], "--tile-unit 0 must be at least 1"),
         (["--trace", "/nonexistent/t.json"], "cannot write --trace /nonexistent/t.json"),
     ],
 )

@@ -5,10 +5,11 @@ against the golden."""
 import numpy as np
 import pytest
 
-from ncrtl.model.dma import Descriptor, Geometry, Memories, Op, Side, Space, execute
+from ncrtl.model.dma import Descriptor, Geometry, Op, Side, Space, execute
 from ncrtl.model.dma.dge import generate
 from ncrtl.model.dma.isa import Error, encode
-from ncrtl.testbench.dma.program import queue_program
+from ncrtl.testbench.dma.core_bench import make_core
+from ncrtl.testbench.dma.program import queue_program, random_memories
 
 GEO = Geometry(8, 256, 4096)
 W = 8
@@ -17,27 +18,8 @@ W = 8
 def _core(engines, rng, depth=2):
     """The core under test (8 partitions, 8-byte words, overhead 3, 4 reads in flight, DGE
     cycles 6, 4 semaphores) and random memories for it."""
-    from ncrtl.blocks import dma_widths
-    from ncrtl.hdl.dma.core import DmaCore
-
-    dut = DmaCore(
-        W,
-        engines=engines,
-        widths=dma_widths(GEO.hbm_bytes, GEO.partitions),
-        partitions=GEO.partitions,
-        partition_bytes=GEO.partition_bytes,
-        hbm_bytes=GEO.hbm_bytes,
-        overhead=3,
-        outstanding=4,
-        dge_cycles=6,
-        semaphores=4,
-        depth=depth,
-    )
-    mem = Memories(
-        rng.integers(0, 256, (GEO.partitions, GEO.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, GEO.hbm_bytes, dtype=np.uint8),
-    )
-    return dut, mem
+    params = dict(overhead=3, outstanding=4, dge_cycles=6, semaphores=4, depth=depth)
+    return make_core(GEO, engines, W, **params), random_memories(rng, GEO)
 
 
 def _run(engines, seed, stall, n=8):
@@ -163,23 +145,11 @@ def test_core_engines_against_the_golden(engines, seed, stall):
 def test_core_verilog_lint_clean():
     """Lint-clean under ``verilator --lint-only -Wall`` with two engines; the engines' and the
     SBUF's synthesis are checked on their own."""
-    from ncrtl.blocks import dma_widths
-    from ncrtl.hdl.dma.core import DmaCore
     from ncrtl.hdl.verilog import convert
     from ncrtl.testbench.lint import lint_verilog
 
-    dut = DmaCore(
-        4,
-        engines=2,
-        widths=dma_widths(1024, 4),
-        partitions=4,
-        partition_bytes=64,
-        hbm_bytes=1024,
-        outstanding=4,
-        dge_cycles=4,
-        semaphores=2,
-        instance=True,
-    )
+    geo = Geometry(4, 64, 1024)
+    dut = make_core(geo, 2, 4, outstanding=4, dge_cycles=4, semaphores=2, instance=True)
     lint_verilog(convert(dut, "dma_core"), "dma_core").check()
 
 

@@ -13,12 +13,12 @@ from ncrtl.hdl.common.axi import sim_memory
 from ncrtl.hdl.dma.check import Widths
 from ncrtl.hdl.dma.queues import DmaQueues
 from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
-from ncrtl.model.dma import Geometry, Memories, execute
+from ncrtl.model.dma import Geometry, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table
 from ncrtl.model.dma.queues import queue_schedule
 from ncrtl.model.dma.timing import EngineTiming
-from ncrtl.testbench.dma.program import interleave, queue_program
+from ncrtl.testbench.dma.program import interleave, queue_program, random_memories
 
 QUEUES_USED = 4
 
@@ -27,10 +27,7 @@ def _run(policy, seed, stall, shares):
     geo = Geometry(partitions=8, partition_bytes=256, hbm_bytes=4096)
     w = 8
     rng = np.random.default_rng(seed)
-    mem = Memories(
-        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
-    )
+    mem = random_memories(rng, geo)
     program = queue_program(rng, geo, QUEUES_USED, 10, word_bytes=w)
     # The used queues in different classes, but with an odd seed queues 0 and 3 share one (the
     # class's channel takes them in turn).

@@ -29,6 +29,7 @@ from ncrtl.model.dma import (
     execute,
 )
 from ncrtl.model.fp import fp32_add
+from ncrtl.testbench.dma.program import random_memories
 
 
 def loop_view(t, pattern, offset=0, scalar=None, vector=None, indirect_dim=0):
@@ -143,13 +144,6 @@ def test_ap_write_keeps_the_last_visit():
 GEO = Geometry(partitions=16, partition_bytes=256, hbm_bytes=4096)
 
 
-def _memories(rng):
-    return Memories(
-        rng.integers(0, 256, (GEO.partitions, GEO.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, GEO.hbm_bytes, dtype=np.uint8),
-    )
-
-
 def _hbm_tensor(mem, base, shape, dtype):
     n = int(np.prod(shape)) * np.dtype(dtype).itemsize
     return mem.hbm[base : base + n].view(dtype).reshape(shape)
@@ -166,7 +160,7 @@ def _sbuf_tensor(mem, partition, base, shape, dtype):
 
 def test_copy_hbm_to_sbuf_and_back_matches_the_nki_level():
     rng = np.random.default_rng(3)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     # HBM [8, 24] fp32 at 256 -> SBUF [8 partitions, 24] at partition 4, byte 32: columns 4..12
     src = Side(Space.HBM, 256, row=24, extent=8 * 24, pattern=[[24, 8], [1, 8]], offset=4)
     dst = Side(Space.SBUF, 32, row=24, extent=8 * 24, pattern=[[24, 8], [1, 8]], partition=4)
@@ -192,7 +186,7 @@ def test_copy_hbm_to_sbuf_and_back_matches_the_nki_level():
 
 def test_transpose_is_bit_exact_with_nan_payloads():
     rng = np.random.default_rng(4)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     for esize, dt in ((2, np.uint16), (4, np.uint32)):
         # HBM [6, 10] -> SBUF [10 partitions, 6]
         src = Side(Space.HBM, 64, row=10, extent=60, pattern=[[10, 6], [1, 10]], esize=esize)
@@ -231,7 +225,7 @@ def test_read_add_write_fp32_and_bf16():
 
 def test_read_add_write_descriptor_matches_the_nki_level():
     rng = np.random.default_rng(6)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     # keep the operands finite: small normal numbers in both tensors
     vals = rng.standard_normal(16 * 16).astype(np.float32).view(np.uint8)
     mem.sbuf[:, :64] = vals.reshape(16, 64)
@@ -250,7 +244,7 @@ def test_read_add_write_descriptor_matches_the_nki_level():
 
 def test_dynamic_offsets_read_from_the_sbuf():
     rng = np.random.default_rng(7)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     # scalar offset 3 (rows of 8 elements) at partition 15, byte 0
     mem.sbuf[15, 0:4] = np.array([3], "<i4").view(np.uint8)
     src = Side(
@@ -287,7 +281,7 @@ def test_dynamic_offsets_scalar_in_the_sbuf_and_the_rules_after_reading():
     inside a row); a transpose takes no vector offset; the overlap rule holds for the boxes the
     values make (the destination read through its offsets)."""
     rng = np.random.default_rng(9)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     mem.sbuf[2, 16:20] = np.array([5], "<i4").view(np.uint8)  # 5 x stride 4 = row 2, element 1
     src = Side(Space.SBUF, 64, 8, 32, [[8, 2], [1, 4]], 4, 0, 4, Indirect("scalar", 2, 16, 4))
     dst = Side(Space.HBM, 0, 4, 8, [[4, 2], [1, 4]], 4)
@@ -445,7 +439,7 @@ def test_dynamic_offsets_scalar_in_the_sbuf_and_the_rules_after_reading():
 )
 def test_every_rule_is_an_error_that_writes_nothing(desc, code, text):
     rng = np.random.default_rng(8)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     got = check(desc, GEO, mem.sbuf)
     assert got is not None and got[0] == code, got
     assert re.search(text, got[1]), got[1]
@@ -455,7 +449,7 @@ def test_every_rule_is_an_error_that_writes_nothing(desc, code, text):
 
 def test_negative_steps_walk_backwards():
     rng = np.random.default_rng(9)
-    mem = _memories(rng)
+    mem = random_memories(rng, GEO)
     # reverse each row of an HBM [4, 8] int32 tensor into SBUF
     src = Side(Space.HBM, 0, row=8, extent=32, pattern=[[8, 4], [-1, 8]], offset=7)
     dst = Side(Space.SBUF, 0, row=8, extent=32, pattern=[[8, 4], [1, 8]])
@@ -471,7 +465,7 @@ def test_random_copies_agree_with_the_nki_level():
     the destination changes."""
     rng = np.random.default_rng(10)
     for _ in range(200):
-        mem = _memories(rng)
+        mem = random_memories(rng, GEO)
         r, c = int(rng.integers(1, 9)), int(rng.integers(1, 17))
         pat, off = _random_pattern(rng, (r, c))
         n = int(np.prod([m for _, m in pat]))

@@ -5,19 +5,12 @@ DGE's refusals."""
 import numpy as np
 import pytest
 
-from ncrtl.model.dma import Descriptor, Error, Geometry, Memories, Op, Side, Space, execute
+from ncrtl.model.dma import Descriptor, Error, Geometry, Op, Side, Space, execute
 from ncrtl.model.dma.dge import DgeTiming, generate, parts_of, split
 from ncrtl.model.dma.isa import Indirect, check, side_addresses
-from ncrtl.testbench.dma.program import random_descriptors
+from ncrtl.testbench.dma.program import random_descriptors, random_memories
 
 GEO = Geometry(128, 4096, 1 << 20)
-
-
-def _memories(rng, geo):
-    return Memories(
-        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
-    )
 
 
 def _same(a, b):
@@ -80,7 +73,7 @@ def test_the_parts_do_exactly_what_the_instruction_does(seed, geo, engines):
     instruction's addresses, the parts' destinations are disjoint, and running them in any
     order gives the memories of the instruction run whole, bit for bit."""
     rng = np.random.default_rng(seed)
-    mem = _memories(rng, geo)
+    mem = random_memories(rng, geo)
     cut = 0
     for desc in random_descriptors(rng, geo, 60, word_bytes=8):
         g = generate(desc, geo, engines)

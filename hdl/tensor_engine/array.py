@@ -1,16 +1,17 @@
 """The systolic PE array: ``rows x cols`` PEs, input skew lines, output de-skew.
 
-* Left side, per row ``r``: an ``r``-cycle delay line for the moving lane word and for the
-  LoadStationary lane word.  The beat tag and the LS control are the same for every row, so they
-  travel down a one-register-per-row chain (row ``r`` sees them ``r`` cycles late, like its data)
-  and each row derives its own ``valid`` / ``first_row`` from the beat's row range.
+* Left side, per row ``r``: an ``r``-cycle delay line for the moving lane word.  The beat tag
+  is the same for every row, so it travels down a one-register-per-row chain (row ``r`` sees it
+  ``r`` cycles late, like its data) and each row derives its own ``valid`` / ``first_row`` from
+  the beat's row range.
 * LoadStationary chains: the columns are cut into chains of ``chain_width`` columns
   (:func:`ncrtl.model.tensor_engine.timing.chain_width`: 4 chains of 32 at 128 columns), each
   fed by its own lane words and control and all loading at once.  Chain ``k`` enters PE column
   ``k * chain_width``; its words and control are delayed ``k * chain_width`` cycles before the
   row skew, so that they reach PE ``(r, c)`` in the same cycle as a moving beat applied with
   them (the moving wavefront: a bank write is visible exactly when the beats that must see it
-  arrive).  The word a chain's last PE displaces is dropped.  A column tile starts at a chain
+  arrive): the lag, then one ``r``-cycle row skew carrying every chain's word of row ``r``,
+  both memory delay lines; the chains' control goes down a register per row.  The word a chain's last PE displaces is dropped.  A column tile starts at a chain
   (chains are ``tile_granule`` columns wide), so its LS enters at its own columns.
 * Bottom: column ``c`` goes through a ``cols - 1 - c`` cycle de-skew line into the output vector
   register (``o_psum``).
@@ -48,7 +49,7 @@ from amaranth.lib.wiring import In, Out
 from ncrtl.hdl.common.bits import bits_for_range
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
-from ncrtl.model.tensor_engine.timing import chain_width
+from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
 
@@ -242,7 +243,7 @@ class SystolicArray(wiring.Component):
         self.tile_granule = tile_granule
         self.latency = rows + cols + P_PREFIX + 1
         self.chain_width = chain_width(cols, tile_granule)
-        self.chains = -(-cols // self.chain_width)
+        self.chains = chain_count(cols, tile_granule)
         super().__init__(
             {
                 "en": In(1, init=1),

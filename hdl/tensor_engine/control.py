@@ -10,9 +10,8 @@ cycle for cycle:
   MM reading its target bank is still to come (its last beat strictly before); its first beat
   is consumed in the issue cycle, then one every ``II`` cycles;
 * an MM issues when the sequencer is free (``max(N, min(64, M)) * II`` cycles after the previous
-  MM) and
-  its LS has no stationary beat left after this cycle (the first moving beat may share the cycle
-  with the last stationary beat); its first beat is consumed in the issue cycle;
+  MM) and its LS has no stationary beat left after this cycle (the first moving beat may share
+  the cycle with the last stationary beat); its first beat is consumed in the issue cycle;
 * a beat that is due but whose stream is not valid stalls its loader / sequencer (the beat and
   everything after it move later: bubbles), and ``en = 0`` (output backpressure) freezes all.
 
@@ -29,7 +28,7 @@ from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.fp import get_format
 from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
 from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N_ANY, MIN_MM_CYCLES, Error, Op
-from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_width
+from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_count, chain_width
 
 from .array import beat_tag_layout
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, WIDE_FORMATS, decode_tag, one_code
@@ -273,16 +272,17 @@ class TensorControl(wiring.Component):
         LS beat and control per chain for the array (``valid``: the chain has a column in the
         stationary beat consumed).
 
-    Attributes
-    ----------
-    chain_width, chains : int
-        Columns per LoadStationary chain (:func:`ncrtl.model.tensor_engine.timing.chain_width`)
-        and the number of chains.
     o_info : Out(OUT_INFO_LAYOUT)
         Info of the output vector in the array's output register (``latency`` cycles after its
         beat): valid, last of its MM, its column range ``[col_lo, col_hi)``.
     o_error, o_error_code : Out
         One-cycle (enabled cycle) error strobe and its ``isa.Error`` code.
+
+    Attributes
+    ----------
+    chain_width, chains : int
+        Columns per LoadStationary chain (:func:`ncrtl.model.tensor_engine.timing.chain_width`)
+        and the number of chains.
     """
 
     @validated_init
@@ -300,7 +300,7 @@ class TensorControl(wiring.Component):
             )
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
         self.chain_width = chain_width(cols, tile_unit)
-        self.chains = -(-cols // self.chain_width)
+        self.chains = chain_count(cols, tile_unit)
         C = self.chains
         super().__init__(
             {

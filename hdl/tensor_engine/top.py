@@ -55,11 +55,11 @@ def stationary_beats(words, ins, rows, cols, tile_unit=32):
     no column in a beat)."""
     import numpy as np
 
-    from ncrtl.model.tensor_engine.timing import chain_width, ls_chain_columns
+    from ncrtl.model.tensor_engine.timing import chain_count, ls_chain_columns
 
     ins = ins.whole(rows, cols)
     words = np.asarray(words, dtype=np.uint64)
-    chains = -(-cols // chain_width(cols, tile_unit))
+    chains = chain_count(cols, tile_unit)
     per = ls_chain_columns(ins, cols, tile_unit)
     out = np.zeros((max(n for _, n in per), chains * rows), dtype=np.uint64)
     k_rows = slice(ins.tile_row, ins.tile_row + words.shape[1])

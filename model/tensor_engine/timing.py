@@ -22,14 +22,17 @@ strobe that is high in cycle t.
    (``ERROR_DELAY = 1``: a registered output).  It consumes no data beats, emits no output, does
    not toggle the bank and does not replace the last accepted LS.
 4. **LS** (target bank = number of LS accepted before it, mod 2) issues in cycle ``t`` when
-   ``t >= t_LS' + M' * II'`` (the loader is free: ``t_LS'``, ``M'``, ``II'`` of the previous
-   accepted LS) and ``t >= L + 1`` with ``L`` the cycle of the last moving beat of the latest
-   accepted MM that reads the target bank (an LS may issue in the cycle after that beat, not in
-   the same cycle).  Its beat ``j`` (``j < M``, carrying stationary column ``M - 1 - j``) is
-   consumed in cycle ``t + j * II``: the first beat in the issue cycle.
+   ``t >= t_LS' + B' * II'`` (the loader is free: ``t_LS'``, ``B'``, ``II'`` of the previous
+   accepted LS, ``B`` an LS's beats: :func:`ls_beats`, the most columns one of its
+   LoadStationary chains loads) and ``t >= L + 1`` with ``L`` the cycle of the last moving beat
+   of the latest accepted MM that reads the target bank (an LS may issue in the cycle after
+   that beat, not in the same cycle).  Its beat ``j`` (``j < B``, carrying each chain's column
+   of :func:`ls_chain_columns`) is consumed in cycle ``t + j * II``: the first beat in the issue
+   cycle.
 5. **MM** (reads the bank of the last accepted LS) issues in cycle ``t`` when
-   ``t >= t_MM' + max(N', 64) * II'`` (the sequencer is free: ``t_MM'``, ``N'``, ``II'`` of the
-   previous accepted MM) and ``t >= `` the cycle of the last beat of its LS: **the first moving
+   ``t >= t_MM' + max(N', F') * II'`` (the sequencer is free: ``t_MM'``, ``N'``, ``II'`` of the
+   previous accepted MM, ``F`` its floor :meth:`Rules.floor`, ``min(64, M)``) and ``t >= `` the
+   cycle of the last beat of its LS: **the first moving
    beat may share the cycle with the LS's last stationary beat**.  Its beat ``j`` (``j < N``) is
    consumed in cycle ``t + j * II``; the first beat in the issue cycle.
 6. **Output** vector ``j`` of an MM is presented in cycle ``(beat j cycle) + latency(rows, cols)``
@@ -43,21 +46,20 @@ exactly in cycle ``t + r + c + 1``, on the moving wavefront (moving beat ``t`` i
 ``x_reg[r][c]`` then).  A whole-row shift at the row skew alone would be too early for columns
 ``c >= 1``, where the previous MM's last beats are still passing.
 
-Consequences: back-to-back MMs on one stationary start every ``max(N, 64) * II`` cycles; an LS
-issued right after an MM is hidden (the next MM follows with no bubble) iff
-``M <= max(N, 64)`` (same ``II``); a lone LS + MM from cycle 0 presents its first output in cycle
-``(M - 1) * II + latency`` (``M >= 2``).
+Consequences: back-to-back MMs on one stationary start every ``max(N, F) * II`` cycles; an LS
+issued right after an MM is hidden (the next MM follows with no bubble) iff ``B <= max(N, F)``
+(same ``II``; always with 4 chains); a lone LS + MM from cycle 0 presents its first output in
+cycle ``(B - 1) * II + latency`` (``B >= 2``).
 
 A transpose whose moving beat is not a selection column is a data error the RTL flags while
 streaming; this model has no data and does not predict it.
 
-Rules 4 to 6 as written are those of :data:`HDL_RULES` (what the RTL builds).  The documented
-engine (:data:`DOCUMENTED`, the default) changes three things and adds a fourth
-(:class:`Rules`; docs/tensor_engine.md, "Timing as documented"): an LS takes as many beats as
-the widest of its 32-column groups holds (4 loading chains), an MM occupies its sequencer
-``max(N, min(64, M)) * II`` cycles, instructions on disjoint tiles run at the same time (per-tile
-loaders, sequencers, banks; a row tile's outputs leave below its last row), and transposes may
-run on a second plane.
+Rules 1 to 7 as written are those of :data:`HDL_RULES` (what the RTL builds: 4 LoadStationary
+chains, the floor ``min(64, M)``); :data:`ONE_CHAIN` has one chain (``B = M``) and a floor of
+64.  The documented engine (:data:`DOCUMENTED`, the default) adds two more (:class:`Rules`;
+docs/tensor_engine.md, "Timing as documented"): instructions on disjoint tiles run at the same
+time (per-tile loaders, sequencers, banks; a row tile's outputs leave below its last row), and
+transposes may run on a second plane.
 """
 
 from dataclasses import dataclass, field
@@ -84,6 +86,7 @@ __all__ = [
     "ls_beats",
     "LS_CHAINS",
     "chain_width",
+    "chain_count",
     "ls_chain_columns",
     "tile_positions",
     "matmul_program",
@@ -145,7 +148,8 @@ class Record:
     bank : int or None
         Stationary bank written (LS) or read (MM).
     beats : tuple of int
-        Cycles of its stationary (LS; beat ``j`` is column ``M-1-j``) or moving (MM) beats.
+        Cycles of its stationary (LS; beat ``j`` carries the columns :func:`ls_chain_columns`
+        gives) or moving (MM) beats.
     outputs : tuple of int
         Cycles its output vectors are presented (MM; vector ``j`` from moving beat ``j``).
     plane : int
@@ -329,6 +333,12 @@ def chain_width(cols, tile_unit=32, chains=LS_CHAINS):
     return u * -(-cols // (chains * u))
 
 
+def chain_count(cols, tile_unit=32, chains=LS_CHAINS):
+    """The LoadStationary chains of a ``cols``-column array: ``chains`` or fewer, of
+    :func:`chain_width` columns each (the last one may be narrower)."""
+    return -(-cols // chain_width(cols, tile_unit, chains))
+
+
 def ls_chain_columns(ins, cols, tile_unit=32, chains=LS_CHAINS):
     """Per chain ``k`` of LS ``ins`` (whole): ``(first column, columns)`` it loads, the array's
     columns ``[first, first + columns)``; a chain's beat ``j`` carries column ``first +
@@ -336,7 +346,7 @@ def ls_chain_columns(ins, cols, tile_unit=32, chains=LS_CHAINS):
     width = chain_width(cols, tile_unit, chains)
     lo, hi = ins.tile_col, ins.tile_col + ins.m
     out = []
-    for k in range(-(-cols // width)):
+    for k in range(chain_count(cols, tile_unit, chains)):
         first = max(lo, k * width)
         out.append((first, max(0, min(hi, (k + 1) * width) - first)))
     return out
@@ -403,7 +413,8 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
             return [(0, 0)]
         width = chain_width(cols, tile_unit, rules.ls_chains)
         used = range(ins.tile_col // width, -(-(ins.tile_col + ins.m) // width))
-        return [(r, c) for r, _ in {(g[0], 0) for g in groups(ins)} for c in used]
+        row_groups = sorted({r for r, _ in groups(ins)})
+        return [(r, c) for r in row_groups for c in used]
 
     def region(ins):
         return (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)

@@ -10,8 +10,9 @@ import numpy as np
 
 from ncrtl.model.dma import Descriptor, Memories, Op, Side, Space, execute
 from ncrtl.model.dma.isa import encode
+from ncrtl.testbench.dma.program import random_memories
 
-__all__ = ["core_cycles", "core_instruction", "core_model_cycles", "CORE_KINDS"]
+__all__ = ["core_cycles", "core_instruction", "core_model_cycles", "make_core", "CORE_KINDS"]
 
 #: Kinds of instruction the engines-of-a-core figures time.
 CORE_KINDS = ("copy", "transpose", "sbuf_transpose")
@@ -35,6 +36,24 @@ def core_instruction(geo, kind, size, esize=4):
     return Descriptor(Op.TRANSPOSE, src, sq)
 
 
+def make_core(geo, engines, word_bytes, **params):
+    """A :class:`~ncrtl.hdl.dma.core.DmaCore` of ``engines`` engines over the memories of
+    ``geo`` (its descriptor widths those of a ``dma`` block of that geometry), with the other
+    ``params`` as given."""
+    from ncrtl.blocks import dma_widths
+    from ncrtl.hdl.dma.core import DmaCore
+
+    return DmaCore(
+        word_bytes,
+        engines=engines,
+        widths=dma_widths(geo.hbm_bytes, geo.partitions),
+        partitions=geo.partitions,
+        partition_bytes=geo.partition_bytes,
+        hbm_bytes=geo.hbm_bytes,
+        **params,
+    )
+
+
 def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, latency=6, seed=0):
     """Cycles of each instruction from its acceptance to its semaphore reaching its part count
     (DGE cycles 2 and no per-transfer overhead: the data movement alone), one after the
@@ -42,28 +61,14 @@ def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, lat
     AssertionError if the memories differ from the golden."""
     from amaranth.sim import Simulator
 
-    from ncrtl.blocks import dma_widths
     from ncrtl.hdl.common.axi import sim_memory
-    from ncrtl.hdl.dma.core import DmaCore
     from ncrtl.hdl.dma.sbuf import sim_load, sim_read
 
     rng = np.random.default_rng(seed)
-    dut = DmaCore(
-        word_bytes,
-        engines=engines,
-        widths=dma_widths(geo.hbm_bytes, geo.partitions),
-        partitions=geo.partitions,
-        partition_bytes=geo.partition_bytes,
-        hbm_bytes=geo.hbm_bytes,
-        overhead=0,
-        outstanding=outstanding,
-        dge_cycles=2,
-        semaphores=2,
+    dut = make_core(
+        geo, engines, word_bytes, overhead=0, outstanding=outstanding, dge_cycles=2, semaphores=2
     )
-    mem = Memories(
-        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
-    )
+    mem = random_memories(rng, geo)
     gold = mem
     for d in instructions:
         gold, code, msg = execute(d, geo, gold)

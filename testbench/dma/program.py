@@ -38,6 +38,17 @@ SENDRECV_SLOT = 16
 QUEUE_REGION = 64
 
 
+def random_memories(rng, geo):
+    """Both memories of ``geo`` (an :class:`~ncrtl.model.dma.Geometry`) filled with random
+    bytes."""
+    from ncrtl.model.dma import Memories
+
+    return Memories(
+        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
+        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
+    )
+
+
 def random_copy(rng, geo, tag, *, add=None):
     """A random COPY between the device memory and the SBUF (any direction), mostly legal; with
     ``add`` (an AddDtype) a read-add-write of that dtype into the SBUF instead."""

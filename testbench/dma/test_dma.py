@@ -20,11 +20,11 @@ from cocotb.triggers import ClockCycles
 
 from ncrtl.hdl.dma.check import descriptor_layout
 from ncrtl.hdl.dma.engine import status_layout
-from ncrtl.model.dma import Geometry, Memories, execute
+from ncrtl.model.dma import Geometry, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.memory import AxiMemory
-from ncrtl.testbench.dma.program import random_descriptors
+from ncrtl.testbench.dma.program import random_descriptors, random_memories
 from ncrtl.testbench.dma.sbuf import SbufEnginePort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
@@ -105,10 +105,7 @@ async def test_random_descriptors(dut):
     params, count, seed, stall = tb_settings()
     geo = Geometry(params["partitions"], params["partition_bytes"], params["hbm_bytes"])
     rng = np.random.default_rng(seed)
-    mem = Memories(
-        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
-    )
+    mem = random_memories(rng, geo)
     n = max(1, min(count, 400))
     # Descriptors first: those with dynamic offsets keep their values in the device memory.
     descs = random_descriptors(rng, geo, n, word_bytes=params["word_bytes"], hbm=mem.hbm)

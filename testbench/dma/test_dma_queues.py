@@ -18,11 +18,11 @@ from cocotb.triggers import ClockCycles
 
 from ncrtl.hdl.dma.qos import slot_layout
 from ncrtl.hdl.dma.queues import queue_status_layout, queued_layout
-from ncrtl.model.dma import Geometry, Memories, execute
+from ncrtl.model.dma import Geometry, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, QUEUES, SLOTS, slot_table
 from ncrtl.testbench.conformance import tb_settings
-from ncrtl.testbench.dma.program import QUEUE_REGION, interleave, queue_program
+from ncrtl.testbench.dma.program import QUEUE_REGION, interleave, queue_program, random_memories
 from ncrtl.testbench.dma.test_dma import LATENCIES, DmaTB
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 
@@ -70,10 +70,7 @@ async def test_queues(dut):
     params, count, seed, stall = tb_settings()
     geo = Geometry(params["partitions"], params["partition_bytes"], params["hbm_bytes"])
     rng = np.random.default_rng(seed)
-    mem = Memories(
-        rng.integers(0, 256, (geo.partitions, geo.partition_bytes), dtype=np.uint8),
-        rng.integers(0, 256, geo.hbm_bytes, dtype=np.uint8),
-    )
+    mem = random_memories(rng, geo)
     queues = int(rng.integers(2, min(5, geo.partition_bytes // QUEUE_REGION) + 1))
     per = max(1, min(count, 400) // queues)
     program = queue_program(rng, geo, queues, per, word_bytes=params["word_bytes"])

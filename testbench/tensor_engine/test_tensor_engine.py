@@ -19,7 +19,7 @@ from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.hdl.tensor_engine.top import stationary_beats
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
-from ncrtl.model.tensor_engine.timing import chain_width
+from ncrtl.model.tensor_engine.timing import chain_count
 from ncrtl.testbench import player, progress
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.player import PlayerPort
@@ -88,7 +88,7 @@ class TensorEngineTB:
 def player_ports(rows, cols, tile_unit=32):
     """The engine's ports as :mod:`ncrtl.testbench.player` plays them: the three input streams,
     the result stream and the error strobe with its code."""
-    chains = -(-cols // chain_width(cols, tile_unit))
+    chains = chain_count(cols, tile_unit)
     return [
         PlayerPort("source", "instr", isa.instruction_bits()),
         PlayerPort("source", "stationary", chains * rows * LANE_WIDTH),
