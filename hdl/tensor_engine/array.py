@@ -43,10 +43,10 @@ from amaranth.hdl import (
     Value,
 )
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range
+from ncrtl.hdl.common.delay import delay_line
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
@@ -192,39 +192,57 @@ class SystolicArray(wiring.Component):
     block : int or None
         With ``instance``: PEs per side of a :class:`PETile` (must divide ``rows``, ``cols`` and
         ``tile_granule``; 1 places PEs one by one); ``None`` picks :func:`default_block`.
+    parallel_tiles : bool
+        The paths parallel tiles need: the rows cut into row groups of ``tile_granule`` rows,
+        each with its own beat tags and LoadStationary control; a moving injection point at
+        the first column of every column group (a column tile's moving data enters there); an
+        output tap below every row group (a row tile's results leave there).
 
     Attributes
     ----------
     latency : int
         ``rows + cols + P_PREFIX + 1``: cycles of ``en`` from a beat on ``i_x`` to its result
-        vector on ``o_psum``.
+        vector on the bottom tap of ``o_psum``; tap ``g`` (parallel tiles) is ``(g + 1) *
+        tile_granule - rows`` cycles earlier.
     chain_width, chains : int
         Columns per LoadStationary chain and the number of chains.
+    row_groups, injections : int
+        Row groups (output taps) and moving injection points (the column groups): 1 and 1
+        without parallel tiles.
 
     Interface
     ---------
     en : In(1, init=1)
         Clock enable of the whole array.
-    i_x : In(rows * LANE_WIDTH)
-        Moving beat: lane word ``r`` (bits ``[40r, 40r+40)``: data, then the MX scale) enters
-        PE row ``r``.
-    i_tag : In(beat_tag_layout(rows))
-        Its tag; rows outside ``[row_lo, row_hi)`` get ``valid = 0`` (psum passes through), row
-        ``row_lo`` gets ``first_row``.
+    i_x : In(injections * rows * LANE_WIDTH)
+        Moving beat of injection point ``j`` (column ``j * chain_width``): lane word ``j * rows
+        + r`` (bits ``[40i, 40i+40)``: data, then the MX scale) enters PE row ``r`` there.
+        Injection ``j``'s words are delayed ``j * chain_width`` cycles so that they join the
+        wavefront of the left edge.
+    i_tag : In(data.ArrayLayout(beat_tag_layout(rows), injections * row_groups))
+        Its tag, per injection ``j`` and row group ``g`` (index ``j * row_groups + g``); rows
+        outside ``[row_lo, row_hi)`` get ``valid = 0`` (psum passes through), row ``row_lo``
+        gets ``first_row``.  At an injection point ``j >= 1`` a beat with ``pe.valid`` takes
+        the row's place, else the words from the left pass on.
     i_ls : In(chains * rows * LANE_WIDTH)
         LoadStationary beat: lane word ``k * rows + r`` shifts into row ``r`` of chain ``k``.
-    i_ls_ctl : In(data.ArrayLayout(LS_CTL_LAYOUT, chains))
-        Per chain: ``valid``, target ``bank``.
-    o_psum : Out(cols * 32)
-        Output vector register: lane word ``c`` is the psum leaving PE column ``c``.
+    i_ls_ctl : In(data.ArrayLayout(LS_CTL_LAYOUT, row_groups * chains))
+        Per row group ``g`` and chain ``k`` (index ``g * chains + k``): ``valid``, target
+        ``bank``.
+    o_psum : Out(row_groups * cols * 32)
+        Output vector registers: lane word ``g * cols + c`` is the psum leaving PE column ``c``
+        below row group ``g`` (one tap, the bottom, without parallel tiles).
     """
 
     @validated_init
-    def __init__(self, rows, cols, *, instance=True, tile_granule=32, block=None):
+    def __init__(
+        self, rows, cols, *, instance=True, tile_granule=32, block=None, parallel_tiles=False
+    ):
         check_int(rows, "SystolicArray rows", minimum=1, maximum=255)
         check_int(cols, "SystolicArray cols", minimum=1, maximum=255)
         check_int(tile_granule, "SystolicArray tile_granule", minimum=1)
         check_bool(instance, "SystolicArray instance")
+        check_bool(parallel_tiles, "SystolicArray parallel_tiles")
         if block is None:
             block = default_block(rows, cols, tile_granule) if instance else 1
         check_int(block, "SystolicArray block", minimum=1)
@@ -237,21 +255,30 @@ class SystolicArray(wiring.Component):
             raise ValueError(
                 "SystolicArray block > 1 needs instance=True (tiles are Verilog instances)"
             )
+        if parallel_tiles and (rows % tile_granule or cols % tile_granule):
+            raise ValueError(
+                f"SystolicArray with parallel tiles needs rows and cols that are multiples of "
+                f"tile_granule {tile_granule}, not {rows} x {cols}"
+            )
         self.block = block
         self.rows, self.cols = rows, cols
         self.instance = instance
         self.tile_granule = tile_granule
+        self.parallel = parallel_tiles
         self.latency = rows + cols + P_PREFIX + 1
         self.chain_width = chain_width(cols, tile_granule)
         self.chains = chain_count(cols, tile_granule)
+        self.row_groups = rows // tile_granule if parallel_tiles else 1
+        self.injections = self.chains if parallel_tiles else 1
+        RG, J, C = self.row_groups, self.injections, self.chains
         super().__init__(
             {
                 "en": In(1, init=1),
-                "i_x": In(rows * LANE_WIDTH),
-                "i_tag": In(beat_tag_layout(rows)),
-                "i_ls": In(self.chains * rows * LANE_WIDTH),
-                "i_ls_ctl": In(data.ArrayLayout(LS_CTL_LAYOUT, self.chains)),
-                "o_psum": Out(cols * 32),
+                "i_x": In(J * rows * LANE_WIDTH),
+                "i_tag": In(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
+                "i_ls": In(C * rows * LANE_WIDTH),
+                "i_ls_ctl": In(data.ArrayLayout(LS_CTL_LAYOUT, RG * C)),
+                "o_psum": Out(RG * cols * 32),
             }
         )
 
@@ -268,81 +295,78 @@ class SystolicArray(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rows, cols, W = self.rows, self.cols, LANE_WIDTH
-        en = self.en
+        rows, cols, W, en = self.rows, self.cols, LANE_WIDTH, self.en
+        RG, J, C, G = self.row_groups, self.injections, self.chains, self.chain_width
+        per = rows // RG  # rows per row group
+        layout = beat_tag_layout(rows)
+        T = Shape.cast(layout).width
 
-        def delay(name, value, n, shape=None):
-            """``value`` delayed by ``n`` enabled cycles."""
-            for i in range(n):
-                r = Signal(
-                    shape if shape is not None else len(value),
-                    name=f"{name}_d{i + 1}",
-                    reset_less=True,
-                )
-                with m.If(en):
-                    m.d.sync += r.eq(value)
-                value = r
-            return value
-
-        def delay_ram(name, value, n):
-            """``value`` delayed by ``n`` enabled cycles in a memory of ``n - 1`` words (a
-            pointer, one write and one registered read per cycle: the long LoadStationary
-            delays cost one word of storage per stage and no shifting); registers below 3."""
-            if n < 3:
-                return delay(name, value, n)
-            mem = Memory(shape=len(value), depth=n - 1, init=[])
-            m.submodules[name] = mem
-            wr, rd = mem.write_port(), mem.read_port(domain="sync")
-            ptr = Signal(range(n - 1), name=f"{name}_ptr")
-            with m.If(en):
-                m.d.sync += ptr.eq(Mux(ptr == n - 2, 0, ptr + 1))
-            # the word read at ptr was written n - 1 enabled cycles ago; its read register adds 1
-            m.d.comb += [
-                wr.addr.eq(ptr),
-                wr.data.eq(value),
-                wr.en.eq(en),
-                rd.addr.eq(ptr),
-                rd.en.eq(en),
-            ]
-            return rd.data
-
-        # ---- left edge: per-row skew and tags -------------------------------------------
-        tag_chain = [self.i_tag]
-        for r in range(1, rows):
-            t = Signal(self.i_tag.shape(), name=f"beat_tag_r{r}", reset_less=True)
-            with m.If(en):
-                m.d.sync += t.eq(tag_chain[-1])
-            tag_chain.append(t)
-
-        x_in, tag_in = [], []
+        # ---- moving: injection j lagged j * chain_width (its words and its tags) ----------
+        xs, tags = [], []
+        for j in range(J):
+            word = Cat(
+                self.i_x[j * rows * W : (j + 1) * rows * W],
+                *(self.i_tag[j * RG + g].as_value() for g in range(RG)),
+            )
+            word = delay_line(m, en, f"x_j{j}_lag", word, j * G)
+            xs.append(word[: rows * W])
+            tags.append([word[rows * W + g * T : rows * W + (g + 1) * T] for g in range(RG)])
+        # Row group g's tags (of every injection) delayed g * per, then a register per row (row r
+        # sees them r cycles late, like its data); each row derives its own valid / first_row.
+        tag_rows = []
+        for g in range(RG):
+            t = delay_line(m, en, f"tag_g{g}", Cat(*(tags[j][g] for j in range(J))), g * per)
+            for i in range(per):
+                r = g * per + i
+                if i:
+                    nt = Signal(J * T, name=f"beat_tag_r{r}", reset_less=True)
+                    with m.If(en):
+                        m.d.sync += nt.eq(t)
+                    t = nt
+                tag_rows.append([data.View(layout, t[j * T : (j + 1) * T]) for j in range(J)])
+        # x_in[r][j], tag_in[r][j], sel_in[r][j]: what injection j gives row r, and whether it
+        # carries a beat there (it then takes the row's place at its column).
+        x_in, tag_in, sel_in = [], [], []
         for r in range(rows):
-            bt = tag_chain[r]
-            pt = Signal(TAG_LAYOUT, name=f"pe_tag_r{r}")
-            inside = Signal(name=f"row_inside_r{r}")
-            # (Row 0 compares with ~x.any(): Amaranth writes x == 0 as a WIDTHTRUNC-ing !x.)
-            m.d.comb += [
-                inside.eq((bt.row_lo <= r if r else ~bt.row_lo.any()) & (bt.row_hi > r)),
-                pt.eq(bt.pe),
-                pt.valid.eq(bt.pe.valid & inside),
-                pt.first_row.eq(bt.row_lo == r if r else ~bt.row_lo.any()),
-            ]
-            x_in.append(delay(f"x_skew_r{r}", self.i_x[r * W : (r + 1) * W], r))
-            tag_in.append(pt)
+            skewed = delay_line(
+                m, en, f"x_skew_r{r}", Cat(*(xs[j][r * W : (r + 1) * W] for j in range(J))), r
+            )
+            xr, tr_, sr = [], [], []
+            for j in range(J):
+                bt = tag_rows[r][j]
+                pt = Signal(TAG_LAYOUT, name=f"pe_tag_r{r}_j{j}" if J > 1 else f"pe_tag_r{r}")
+                inside = Signal(name=f"row_inside_r{r}_j{j}" if J > 1 else f"row_inside_r{r}")
+                # (Row 0 compares with ~x.any(): Amaranth writes x == 0 as a WIDTHTRUNC-ing !x.)
+                m.d.comb += [
+                    inside.eq((bt.row_lo <= r if r else ~bt.row_lo.any()) & (bt.row_hi > r)),
+                    pt.eq(bt.pe),
+                    pt.valid.eq(bt.pe.valid & inside),
+                    pt.first_row.eq(bt.row_lo == r if r else ~bt.row_lo.any()),
+                ]
+                xr.append(skewed[j * W : (j + 1) * W])
+                tr_.append(pt)
+                sr.append(bt.pe.valid)
+            x_in.append(xr)
+            tag_in.append(tr_)
+            sel_in.append(sr)
 
         # ---- LoadStationary chains: chain k delayed k * chain_width, then the row skew --------
         # (The chains share one row skew, a word of every chain per row, and one control chain
         # down the rows: the same bits as a skew per chain in a quarter of the registers.)
-        C, L = self.chains, Shape.cast(LS_CTL_LAYOUT).width
-        words, ctls = [], []
+        L = Shape.cast(LS_CTL_LAYOUT).width
+        words, ctls = [], [[None] * C for _ in range(RG)]
         for k in range(C):
-            lag = k * self.chain_width
-            beat = Cat(self.i_ls[k * rows * W : (k + 1) * rows * W], self.i_ls_ctl[k])
-            beat = delay_ram(f"ls_c{k}_lag", beat, lag)
+            beat = Cat(
+                self.i_ls[k * rows * W : (k + 1) * rows * W],
+                *(self.i_ls_ctl[g * C + k].as_value() for g in range(RG)),
+            )
+            beat = delay_line(m, en, f"ls_c{k}_lag", beat, k * G)
             words.append(beat[: rows * W])
-            ctls.append(beat[rows * W :])
-        ctl_chain = [Cat(*ctls)]
+            for g in range(RG):
+                ctls[g][k] = beat[rows * W + g * L : rows * W + (g + 1) * L]
+        ctl_chain = [Cat(*(ctls[g][k] for g in range(RG) for k in range(C)))]
         for r in range(1, rows):
-            c = Signal(C * L, name=f"ls_ctl_r{r}", reset_less=True)
+            c = Signal(RG * C * L, name=f"ls_ctl_r{r}", reset_less=True)
             with m.If(en):
                 m.d.sync += c.eq(ctl_chain[-1])
             ctl_chain.append(c)
@@ -351,54 +375,87 @@ class SystolicArray(wiring.Component):
         lsc_in = [[None] * rows for _ in range(C)]
         for r in range(rows):
             row = Cat(*(words[k][r * W : (r + 1) * W] for k in range(C)))
-            row = delay_ram(f"ls_skew_r{r}", row, r)
+            row = delay_line(m, en, f"ls_skew_r{r}", row, r)
+            g = r // per
             for k in range(C):
                 ls_in[k][r] = row[k * W : (k + 1) * W]
-                lsc_in[k][r] = data.View(LS_CTL_LAYOUT, ctl_chain[r][k * L : (k + 1) * L])
+                at = (g * C + k) * L
+                lsc_in[k][r] = data.View(LS_CTL_LAYOUT, ctl_chain[r][at : at + L])
 
         # ---- the PE grid --------------------------------------------------------------
-        if self.block > 1:
-            bottom = self._tiles(m, x_in, tag_in, ls_in, lsc_in)
-        else:
-            bottom = self._grid(m, x_in, tag_in, ls_in, lsc_in)
+        inputs = (x_in, tag_in, sel_in, ls_in, lsc_in)
+        taps = self._tiles(m, *inputs) if self.block > 1 else self._grid(m, *inputs)
 
-        # ---- bottom: de-skew into the output vector register ------------------------------
-        out = Signal(cols * 32, name="out_vec", reset_less=True)
-        with m.If(en):
+        # ---- below every tap: de-skew into the output vector register ------------------------
+        out = Signal(RG * cols * 32, name="out_vec", reset_less=True)
+        for g, bottom in enumerate(taps):
             for c in range(cols):
-                m.d.sync += out[c * 32 : (c + 1) * 32].eq(
-                    delay(f"deskew_c{c}", bottom[c], cols - 1 - c, 32)
-                )
+                lane = (g * cols + c) * 32
+                name = f"deskew_g{g}_c{c}" if RG > 1 else f"deskew_c{c}"
+                late = delay_line(m, en, name, bottom[c], cols - 1 - c)
+                with m.If(en):
+                    m.d.sync += out[lane : lane + 32].eq(late)
         m.d.comb += self.o_psum.eq(out)
         return m
 
-    def _grid(self, m, x_in, tag_in, ls_in, lsc_in):
-        """PEs one by one; return the psum signals leaving the bottom row."""
+    def _inject(self, m, r, c, x, tag):
+        """The moving word and tag entering PE (r, c): at the first column of a column group
+        (parallel tiles) the injection point's when it carries a beat, else ``x`` and ``tag``
+        from the left."""
+        x_in, tag_in, sel_in = self._moving
+        if c == 0:
+            return x_in[r][0], tag_in[r][0]
+        if not self.parallel or c % self.chain_width:
+            return x, tag
+        j = c // self.chain_width
+        xi = Signal(LANE_WIDTH, name=f"x_inject_r{r}_c{c}")
+        ti = Signal(TAG_LAYOUT, name=f"tag_inject_r{r}_c{c}")
+        sel = sel_in[r][j]
+        m.d.comb += [
+            xi.eq(Mux(sel, x_in[r][j], x)),
+            ti.eq(Mux(sel, Value.cast(tag_in[r][j]), Value.cast(tag))),
+        ]
+        return xi, ti
+
+    def _grid(self, m, x_in, tag_in, sel_in, ls_in, lsc_in):
+        """PEs one by one; return per tap the psum signals leaving its row group's last row."""
         rows, cols = self.rows, self.cols
+        self._moving = (x_in, tag_in, sel_in)
+        per = rows // self.row_groups
         psum_above = [None] * cols
         G = self.chain_width
+        taps = []
         for r in range(rows):
-            x, tag = x_in[r], tag_in[r]
+            x = tag = None
             for c in range(cols):
                 if c % G == 0:  # a chain enters here
                     ls, lsc = ls_in[c // G][r], lsc_in[c // G][r]
+                x, tag = self._inject(m, r, c, x, tag)
                 psum = psum_above[c] if psum_above[c] is not None else Const(0, 32)
                 outs = self._pe(m, r, c, x, tag, ls, lsc, psum)
                 x, tag, ls, lsc, psum_above[c] = outs
-        return psum_above
+            if (r + 1) % per == 0:
+                taps.append(list(psum_above))
+        return taps
 
-    def _tiles(self, m, x_in, tag_in, ls_in, lsc_in):
-        """``B x B`` tile instances; return the psum signals leaving the bottom row.  Column-group
-        borders fall between tiles (``B`` divides the granule)."""
+    def _tiles(self, m, x_in, tag_in, sel_in, ls_in, lsc_in):
+        """``B x B`` tile instances; return per tap the psum signals leaving its row group's
+        last row.  Column-group and row-group borders fall between tiles (``B`` divides the
+        granule)."""
         B, W, T, L = self.block, LANE_WIDTH, _TAG_BITS, _LSC_BITS
+        self._moving = (x_in, tag_in, sel_in)
+        per = self.rows // self.row_groups
         psum_above = [Const(0, B * 32)] * (self.cols // B)
         G = self.chain_width
+        taps = []
         for tr in range(self.rows // B):
             rs = range(tr * B, (tr + 1) * B)
-            x = Cat(*(x_in[r] for r in rs))
-            tag = Cat(*(Value.cast(tag_in[r]) for r in rs))
+            xs = [None] * B
+            tags = [None] * B
             for tc in range(self.cols // B):
                 c0 = tc * B
+                for i, r in enumerate(rs):
+                    xs[i], tags[i] = self._inject(m, r, c0, xs[i], tags[i])
                 if c0 % G == 0:  # a chain enters here
                     ls = Cat(*(ls_in[c0 // G][r] for r in rs))
                     lsc = [lsc_in[c0 // G][r] for r in rs]
@@ -412,8 +469,8 @@ class SystolicArray(wiring.Component):
                     i_clk=ClockSignal(),
                     i_rst=ResetSignal(),
                     i_en=self.en,
-                    i_i_x=x,
-                    i_i_tag=tag,
+                    i_i_x=Cat(*xs),
+                    i_i_tag=Cat(*(Value.cast(t) for t in tags)),
                     i_i_ls=ls,
                     i_i_ls_ctl=Cat(*(Value.cast(v) for v in lsc)),
                     i_i_psum=psum_above[tc],
@@ -423,9 +480,15 @@ class SystolicArray(wiring.Component):
                     o_o_ls_ctl=o["lsc"],
                     o_o_psum=o["psum"],
                 )
-                x, tag, ls, psum_above[tc] = o["x"], o["tag"], o["ls"], o["psum"]
+                xs = [o["x"][i * W : (i + 1) * W] for i in range(B)]
+                tags = [o["tag"][i * T : (i + 1) * T] for i in range(B)]
+                ls, psum_above[tc] = o["ls"], o["psum"]
                 lsc = [o["lsc"][i * L : (i + 1) * L] for i in range(B)]
-        return [psum_above[c // B][(c % B) * 32 : (c % B + 1) * 32] for c in range(self.cols)]
+            if ((tr + 1) * B) % per == 0:
+                taps.append(
+                    [psum_above[c // B][(c % B) * 32 : (c % B + 1) * 32] for c in range(self.cols)]
+                )
+        return taps
 
     def _pe(self, m, r, c, x, tag, ls, lsc, psum):
         """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""

@@ -19,21 +19,22 @@ The moving beat goes to the array with its tag combinationally in the cycle it i
 output info (valid, last, column range) follows it through a ``latency``-stage delay line.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import bits_for_range, equals
-from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.hdl.common.delay import delay_line
+from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.model.fp import get_format
 from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
 from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N_ANY, MIN_MM_CYCLES, Error, Op
-from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_count, chain_width
+from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_count, chain_width, tile_slots
 
 from .array import beat_tag_layout
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, WIDE_FORMATS, decode_tag, one_code
 
-__all__ = ["TensorControl", "INSTR_LAYOUT", "ERROR_SHAPE", "check_logic"]
+__all__ = ["TensorControl", "INSTR_LAYOUT", "ERROR_SHAPE", "check_logic", "tap_info_layout"]
 
 #: The instruction word (``isa.FIELDS``, LSB first).
 INSTR_LAYOUT = data.StructLayout({name: width for name, width in FIELDS})
@@ -116,12 +117,13 @@ def mode_rules(m, ins, tile_unit):
     return rules, ii
 
 
-def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
+def check_logic(m, ins, rows, cols, tile_unit, st_valid, st, intact=1):
     """Hardware ``isa.check``: the code of the first rule ``ins`` breaks (0 if none).
 
     ``ins`` is an :data:`INSTR_LAYOUT` view, ``st`` a view of the last accepted LS (fields
     ``mode, fmt_s, k, m, transpose, tile_row, tile_rows, tile_col, tile_cols`` with the tile
-    sizes already made whole), ``st_valid`` whether there is one.  Tile sizes are the mode
+    sizes already made whole), ``st_valid`` whether there is one, ``intact`` that no later LS
+    on an overlapping tile replaced part of it (parallel tiles).  Tile sizes are the mode
     table's scaled by ``tile_unit / 32`` (32 and 64 on the hardware).  Returns
     ``(code, tr, tc, ii)``: the error code signal, the instruction's whole tile sizes and its
     cycles per beat.
@@ -198,6 +200,7 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
         & (st.tile_rows == tr)
         & (st.tile_col == ins.tile_col)
         & (st.tile_cols == tc)
+        & intact
     )
     bad_mismatch = Signal(name="chk_mismatch")
     m.d.comb += bad_mismatch.eq((ins.op == Op.MM) & ~same)
@@ -223,7 +226,7 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st):
     return code, tr, tc, ii
 
 
-#: The last accepted LS, as the MM rules compare it (tile sizes whole).
+#: The last accepted LS of a slot, as the MM rules compare it (tile sizes whole).
 LS_DESC_LAYOUT = data.StructLayout(
     {
         "mode": MODE_BITS,
@@ -238,22 +241,50 @@ LS_DESC_LAYOUT = data.StructLayout(
     }
 )
 
-#: Per-output-vector info carried through the latency delay line.
+#: Per-output-vector info carried through the latency delay line (one slot: the whole array).
 OUT_INFO_LAYOUT = data.StructLayout({"valid": 1, "last": 1, "col_lo": 8, "col_hi": 9})
 
 
+def tap_info_layout(width):
+    """Per output tap and column group of ``width`` columns (parallel tiles): a result vector
+    of that group leaves the tap (``valid``), it is the last of its MM, and its first
+    ``count`` lanes are the MM's columns (the others are 0)."""
+    return data.StructLayout({"valid": 1, "last": 1, "count": range(width + 1)})
+
+
+def _any(bits):
+    bits = list(bits)
+    return Cat(*bits).any() if bits else Const(0, 1)
+
+
+def _or_mux(pairs, width):
+    """``OR`` of ``value if sel else 0`` over ``(sel, value)`` pairs: a one-hot mux."""
+    out = Const(0, width)
+    for sel, value in pairs:
+        out = out | Mux(sel, value, 0)
+    return out
+
+
 class TensorControl(wiring.Component):
-    """Issue, validation, LS loader, MM sequencer, selection check and output info.
+    """Issue, validation, LS loaders, MM sequencers, selection check and output info.
 
     Parameters
     ----------
     rows, cols : int
         Array size.
     latency : int
-        Cycles from a moving beat to its output vector (the array's latency).
+        Cycles from a moving beat to its output vector at the bottom of the array (the array's
+        latency).
     tile_unit : int
         Row / column tile sizes are ``tile_unit`` and ``2 * tile_unit`` (32 / 64 on the
         hardware); column tiles start at a multiple of ``tile_unit`` columns.
+    parallel_tiles : bool
+        False: one loader and one sequencer, tiles one after another
+        (``timing.HDL_SERIAL``).  True: a loader and a sequencer per *slot*
+        (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`), each with its own stationary and
+        moving stream, PE groups of ``tile_unit x tile_unit`` with their own banks, the
+        results of a tile at the output tap below its last row group (``timing.HDL_RULES``);
+        ``rows`` and ``cols`` must then be multiples of ``tile_unit``.
 
     Interface
     ---------
@@ -261,20 +292,27 @@ class TensorControl(wiring.Component):
         Global clock enable (0 freezes every register; no handshake happens).
     instr : In(stream.Signature(INSTR_LAYOUT))
         Instructions.
-    stationary : In(stream.Signature(chains * rows * LANE_WIDTH))
+    stationary : In(stream.Signature(chains * rows * LANE_WIDTH)), ``.array(slots)`` with parallel tiles
         Stationary beats, a lane word per row for each LoadStationary chain (chain ``k``'s row
-        ``r`` in lane ``k * rows + r``); the payload goes to the array as ``o_ls``.
-    moving : In(stream.Signature(rows * LANE_WIDTH))
-        Moving beats; the payload is checked (transpose selection) and passed on as ``o_x``.
-    o_x : Out(rows * LANE_WIDTH), o_tag : Out(beat_tag_layout(rows))
-        Moving beat and tag for the array (``o_tag.pe.valid`` = a beat was consumed).
-    o_ls : Out(chains * rows * LANE_WIDTH), o_ls_ctl : Out(data.ArrayLayout(LS_CTL_LAYOUT, chains))
-        LS beat and control per chain for the array (``valid``: the chain has a column in the
-        stationary beat consumed).
-
-    o_info : Out(OUT_INFO_LAYOUT)
-        Info of the output vector in the array's output register (``latency`` cycles after its
-        beat): valid, last of its MM, its column range ``[col_lo, col_hi)``.
+        ``r`` in lane ``k * rows + r``); slot ``s`` takes the LS of its tiles.
+    moving : In(stream.Signature(rows * LANE_WIDTH)), ``.array(slots)`` with parallel tiles
+        Moving beats (lane ``r`` for PE row ``r``); the payload is checked (transpose
+        selection) and passed on as ``o_x``.
+    o_x : Out(injections * rows * LANE_WIDTH)
+        Moving lane words for the array, per injection point ``j`` (the left edge, then one per
+        column group with parallel tiles: a column tile's moving data enters at its first
+        column), row ``r`` in lane ``j * rows + r``.
+    o_tag : Out(data.ArrayLayout(beat_tag_layout(rows), injections * row_groups))
+        Beat tag of injection ``j`` for row group ``g`` at index ``j * row_groups + g``
+        (``pe.valid``: a beat was consumed for those rows).
+    o_ls : Out(chains * rows * LANE_WIDTH), o_ls_ctl : Out(data.ArrayLayout(LS_CTL_LAYOUT, row_groups * chains))
+        LS beat, and per row group ``g`` and chain ``k`` (index ``g * chains + k``) its control
+        (``valid``: the chain has a column in the beat for those rows; ``bank``).
+    o_info : Out(OUT_INFO_LAYOUT), or Out(data.ArrayLayout(tap_info_layout(chain_width), row_groups * chains)) with parallel tiles
+        Info of the output vector leaving the array: one slot, the whole array's (valid, last,
+        column range ``[col_lo, col_hi)``), ``latency`` cycles after its beat; with parallel
+        tiles per output tap ``g`` and column group ``j`` (index ``g * chains + j``),
+        ``latency - rows + (g + 1) * tile_unit`` cycles after its beat.
     o_error, o_error_code : Out
         One-cycle (enabled cycle) error strobe and its ``isa.Error`` code.
 
@@ -282,78 +320,204 @@ class TensorControl(wiring.Component):
     ----------
     chain_width, chains : int
         Columns per LoadStationary chain (:func:`ncrtl.model.tensor_engine.timing.chain_width`)
-        and the number of chains.
+        and the number of chains (the column groups).
+    slots, row_groups, injections : int
+        Loaders and sequencers, row groups (output taps) and moving injection points: 1, 1, 1
+        without parallel tiles.
     """
 
     @validated_init
-    def __init__(self, rows, cols, latency, *, tile_unit=32):
+    def __init__(self, rows, cols, latency, *, tile_unit=32, parallel_tiles=False):
         # 8-bit instruction fields: at most 255 rows and columns.
         check_int(rows, "TensorControl rows", minimum=1, maximum=255)
         check_int(cols, "TensorControl cols", minimum=1, maximum=255)
         check_int(latency, "TensorControl latency", minimum=1)
         check_int(tile_unit, "TensorControl tile_unit", minimum=1)
+        check_bool(parallel_tiles, "TensorControl parallel_tiles")
         if cols > LS_CHAINS * tile_unit:
             raise ValueError(
                 f"TensorControl with {cols} columns at tile_unit {tile_unit}: column tiles start "
                 f"at multiples of tile_unit, each on its own LoadStationary chain, at most "
                 f"{LS_CHAINS} per row"
             )
+        if parallel_tiles and (rows % tile_unit or cols % tile_unit):
+            raise ValueError(
+                f"TensorControl with parallel tiles needs rows and cols that are multiples of "
+                f"tile_unit {tile_unit} (whole PE groups), not {rows} x {cols}"
+            )
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
+        self.parallel = parallel_tiles
         self.chain_width = chain_width(cols, tile_unit)
         self.chains = chain_count(cols, tile_unit)
-        C = self.chains
+        if parallel_tiles:
+            self.row_groups = rows // tile_unit
+            self.slots = tile_slots(rows, cols, tile_unit)
+            self.injections = self.chains
+        else:
+            self.row_groups = self.slots = self.injections = 1
+        C, S, RG, J = self.chains, self.slots, self.row_groups, self.injections
+
+        def per_slot(member):
+            return member.array(S) if parallel_tiles else member
+
+        if parallel_tiles:
+            info = Out(data.ArrayLayout(tap_info_layout(self.chain_width), RG * C))
+        else:
+            info = Out(OUT_INFO_LAYOUT)
         super().__init__(
             {
                 "en": In(1, init=1),
                 "instr": In(stream.Signature(INSTR_LAYOUT)),
-                "stationary": In(stream.Signature(C * rows * LANE_WIDTH)),
-                "moving": In(stream.Signature(rows * LANE_WIDTH)),
-                "o_x": Out(rows * LANE_WIDTH),
-                "o_tag": Out(beat_tag_layout(rows)),
+                "stationary": per_slot(In(stream.Signature(C * rows * LANE_WIDTH))),
+                "moving": per_slot(In(stream.Signature(rows * LANE_WIDTH))),
+                "o_x": Out(J * rows * LANE_WIDTH),
+                "o_tag": Out(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
                 "o_ls": Out(C * rows * LANE_WIDTH),
-                "o_ls_ctl": Out(data.ArrayLayout(LS_CTL_LAYOUT, C)),
-                "o_info": Out(OUT_INFO_LAYOUT),
+                "o_ls_ctl": Out(data.ArrayLayout(LS_CTL_LAYOUT, RG * C)),
+                "o_info": info,
                 "o_error": Out(1),
                 "o_error_code": Out(ERROR_SHAPE),
             }
         )
 
+    def _streams(self, name):
+        port = getattr(self, name)
+        return list(port) if self.parallel else [port]
+
     def elaborate(self, platform):
         m = Module()
         live = Signal(name="live")  # a cycle in which handshakes may happen
         m.d.comb += live.eq(self.en & ~ResetSignal())
-        s = _State(self.rows, self.chains)
-        issue = self._issue(m, s, live)
-        self._loader(m, s, live, issue)
-        sel_error = self._sequencer(m, s, live, issue)
-        self._accept(m, s, issue)
-        self._errors(m, issue, sel_error)
+        s = _State(self)
+        tile = self._tile(m)
+        issue = self._issue(m, s, live, tile)
+        self._loaders(m, s, live, issue, tile)
+        sel_errors = self._sequencers(m, s, live, issue, tile)
+        self._accept(m, s, issue, tile)
+        self._errors(m, issue, sel_errors)
         return m
 
-    def _issue(self, m, s, live):
+    # -- the presented instruction's tile --------------------------------------------------
+
+    def _tile(self, m):
+        """The PE groups of the presented instruction's tile (``rmask`` row groups, ``cmask``
+        column groups), its first group, its slot (one-hot) and its injection point."""
+        ins, u = self.instr.payload, self.tile_unit
+        C, S, RG = self.chains, self.slots, self.row_groups
+        if not self.parallel:
+            one = Const(1, 1)
+            return dict(rmask=one, cmask=one, rfirst=[one], cfirst=[one], slot=[one], inj=one)
+        tr = Signal(8, name="tile_rows_whole")
+        tc = Signal(8, name="tile_cols_whole")
+        col_t = Signal(name="tile_col_tiled")
+        m.d.comb += [
+            tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, self.rows)),
+            tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, self.cols)),
+            col_t.eq(tc != self.cols),
+        ]
+
+        def groups(name, pos, size, n):
+            mask = Signal(n, name=f"tile_{name}mask")
+            end = Signal(9, name=f"tile_{name}_end")
+            m.d.comb += end.eq(pos + size)
+            for g in range(n):
+                m.d.comb += mask[g].eq((pos < (g + 1) * u) & (end > g * u))
+            first = [mask[0]] + [mask[g] & ~mask[g - 1] for g in range(1, n)]
+            return mask, first
+
+        rmask, rfirst = groups("r", ins.tile_row, tr, RG)
+        cmask, cfirst = groups("c", ins.tile_col, tc, C)
+        slot = Signal(S, name="tile_slot")
+        for k in range(S):
+            by_col = cfirst[k] if k < C else Const(0, 1)
+            by_row = rfirst[k] if k < RG else Const(0, 1)
+            m.d.comb += slot[k].eq(Mux(col_t, by_col, by_row))
+        inj = Signal(C, name="tile_injection")
+        m.d.comb += inj.eq(Mux(col_t, Cat(*cfirst), 1))
+        return dict(rmask=rmask, cmask=cmask, rfirst=rfirst, cfirst=cfirst, slot=slot, inj=inj)
+
+    # -- issue ---------------------------------------------------------------------------
+
+    def _issue(self, m, s, live, tile):
         """Check the presented instruction and decide whether it issues (or is dropped) now."""
         ins = self.instr.payload
-        code, tr, tc, ii = check_logic(
-            m, ins, self.rows, self.cols, self.tile_unit, s.st_valid, s.st
-        )
-        rejected = Signal(name="rejected")
-        m.d.comb += rejected.eq(code != Error.NONE)
-        ls_free = Signal(name="ls_free")
-        mm_free = Signal(name="mm_free")
+        S, C, RG = self.slots, self.chains, self.row_groups
+        rmask, cmask = tile["rmask"], tile["cmask"]
+        # The stationary this instruction would use: its slot's last LS; its bank and whether
+        # every group of its tile still holds it (only LS on its tile wrote them since).
+        if self.parallel:
+            first = [
+                (g, j, tile["rfirst"][g] & tile["cfirst"][j]) for g in range(RG) for j in range(C)
+            ]
+        else:
+            first = [(0, 0, Const(1, 1))]
+        groups = s.groups
+        st_valid = Signal(name="st_valid")
+        bank = Signal(name="ls_target_bank")
         m.d.comb += [
-            ls_free.eq(equals(s.ls_beats, 0) & equals(s.ls_phase, 0)),
-            mm_free.eq(equals(s.mm_slots, 0) & equals(s.mm_phase, 0)),
+            st_valid.eq(_any(f & groups[g][j]["has_ls"] for g, j, f in first)),
+            bank.eq(_any(f & groups[g][j]["next_bank"] for g, j, f in first)),
         ]
-        # LS: the loader is free and no moving beat reading the target bank is still to come.
-        ls_can = Signal(name="ls_can_issue")
-        m.d.comb += ls_can.eq(ls_free & ~(s.mm_beats.any() & (s.mm_bank == s.next_bank)))
-        # MM: the sequencer is free and the LS has no beat after this cycle.
-        ls_last_now = Signal(name="ls_last_beat_now")
-        m.d.comb += ls_last_now.eq(
-            (s.ls_beats == 1) & equals(s.ls_phase, 0) & self.stationary.valid
+        intact = Signal(name="st_intact")
+        holds = []
+        for g in range(len(groups)):
+            for j in range(len(groups[g])):
+                gr = groups[g][j]
+                covered = rmask[g] & cmask[j]
+                holds.append(
+                    ~covered | (gr["has_ls"] & (gr["reg_r"] == rmask) & (gr["reg_c"] == cmask))
+                )
+        m.d.comb += intact.eq(Cat(*holds).all())
+        desc = Signal(LS_DESC_LAYOUT, name="st_desc")
+        st_bank = Signal(name="st_bank")
+        width = Shape.cast(LS_DESC_LAYOUT).width
+        m.d.comb += [
+            desc.eq(
+                _or_mux([(tile["slot"][k], s.slots[k].desc.as_value()) for k in range(S)], width)
+            ),
+            st_bank.eq(_any(tile["slot"][k] & s.slots[k].desc_bank for k in range(S))),
+        ]
+        code, tr, tc, ii = check_logic(
+            m, ins, self.rows, self.cols, self.tile_unit, st_valid, desc, intact
         )
+
+        def overlap(r, c):
+            return (r & rmask).any() & (c & cmask).any()
+
+        ls_wait, hazard, mm_wait, pending, conflict = [], [], [], [], []
+        for k, sl in enumerate(s.slots):
+            ov_ls, ov_mm = overlap(sl.ls_r, sl.ls_c), overlap(sl.mm_r, sl.mm_c)
+            ls_busy = sl.ls_beats.any() | sl.ls_phase.any()
+            mm_busy = sl.mm_slots.any() | sl.mm_phase.any()
+            ls_wait.append(ls_busy & ov_ls)
+            # no moving beat reading the LS's target bank still to come
+            hazard.append(sl.mm_beats.any() & ov_mm & (sl.mm_bank == bank))
+            mm_wait.append(mm_busy & ov_mm)
+            # an MM's LS (on its slot) has no beat after this cycle
+            last_now = (
+                (sl.ls_beats == 1) & equals(sl.ls_phase, 0) & self._streams("stationary")[k].valid
+            )
+            pending.append(tile["slot"][k] & sl.ls_beats.any() & ~last_now)
+            if self.parallel:
+                same_ls = (sl.ls_r == rmask) & (sl.ls_c == cmask)
+                same_mm = (sl.mm_r == rmask) & (sl.mm_c == cmask)
+                conflict.append(
+                    (sl.ls_beats.any() & ov_ls & ~same_ls) | (sl.mm_beats.any() & ov_mm & ~same_mm)
+                )
+        final = Signal(ERROR_SHAPE, name="issue_code")
+        busy = Signal(name="tile_busy")
+        m.d.comb += [
+            busy.eq(_any(conflict)),
+            final.eq(Mux(code != Error.NONE, code, Mux(busy, Error.TILE_BUSY, Error.NONE))),
+        ]
+        rejected = Signal(name="rejected")
+        m.d.comb += rejected.eq(final != Error.NONE)
+        ls_can = Signal(name="ls_can_issue")
         mm_can = Signal(name="mm_can_issue")
-        m.d.comb += mm_can.eq(mm_free & (equals(s.ls_beats, 0) | ls_last_now))
+        m.d.comb += [
+            ls_can.eq(~_any(ls_wait) & ~_any(hazard)),
+            mm_can.eq(~_any(mm_wait) & ~_any(pending)),
+        ]
         ready = Signal(name="instr_ready")
         m.d.comb += ready.eq(live & (rejected | Mux(ins.op == Op.LS, ls_can, mm_can)))
         take = Signal(name="instr_take")
@@ -365,21 +529,28 @@ class TensorControl(wiring.Component):
             mm_issue.eq(take & ~rejected & (ins.op == Op.MM)),
         ]
         return dict(
-            code=code, tr=tr, tc=tc, ii=ii, rejected=rejected, take=take, ls=ls_issue, mm=mm_issue
+            code=final,
+            tr=tr,
+            tc=tc,
+            ii=ii,
+            rejected=rejected,
+            take=take,
+            ls=ls_issue,
+            mm=mm_issue,
+            bank=bank,
+            st_bank=st_bank,
         )
 
-    def _loader(self, m, s, live, issue):
-        """The LoadStationary loader: one stationary beat every ``II`` cycles from the issue
-        cycle on (a new LS starts in its issue cycle); a missing beat stalls it.  The chains
-        load together: chain ``k`` has a column in the first ``cnt_k`` of the LS's ``B = max
-        cnt_k`` beats (:func:`~ncrtl.model.tensor_engine.timing.ls_chain_columns`)."""
-        ins, en = self.instr.payload, self.en
-        C, G = self.chains, self.chain_width
-        e_beats = Signal.like(s.ls_beats, name="e_ls_beats")
-        e_phase = Signal.like(s.ls_phase, name="e_ls_phase")
-        e_ii = Signal.like(s.ls_ii, name="e_ls_ii")
-        e_bank = Signal(name="e_ls_bank")
-        e_lim = [Signal.like(s.ls_lim[k], name=f"e_ls_lim{k}") for k in range(C)]
+    # -- LoadStationary loaders ----------------------------------------------------------------
+
+    def _loaders(self, m, s, live, issue, tile):
+        """The LoadStationary loaders, one per slot: one stationary beat every ``II`` cycles
+        from the issue cycle on (a new LS starts in its issue cycle); a missing beat stalls it.
+        The chains load together: chain ``k`` has a column in the first ``cnt_k`` of the LS's
+        ``B = max cnt_k`` beats (:func:`~ncrtl.model.tensor_engine.timing.ls_chain_columns`).
+        The array's LS lanes of a row group come from the loader with a beat for it."""
+        ins = self.instr.payload
+        C, G, RG, W = self.chains, self.chain_width, self.row_groups, LANE_WIDTH
         # Per chain: the columns it loads of [tile_col, tile_col + M) (a column tile starts at a
         # chain: chains are tile_unit columns wide).
         c0 = ins.tile_col
@@ -402,60 +573,107 @@ class TensorControl(wiring.Component):
             bigger = Signal(range(G + 1), name=f"ls_most{k}")
             m.d.comb += bigger.eq(Mux(cnt[k] > most, cnt[k], most))
             most = bigger
-        with m.If(issue["ls"]):
-            m.d.comb += [
-                e_beats.eq(most),
-                e_phase.eq(0),
-                e_ii.eq(issue["ii"]),
-                e_bank.eq(s.next_bank),
-            ]
-            m.d.comb += [e_lim[k].eq(most - cnt[k]) for k in range(C)]
-        with m.Else():
-            m.d.comb += [
-                e_beats.eq(s.ls_beats),
-                e_phase.eq(s.ls_phase),
-                e_ii.eq(s.ls_ii),
-                e_bank.eq(s.ls_bank),
-            ]
-            m.d.comb += [e_lim[k].eq(s.ls_lim[k]) for k in range(C)]
-        due = Signal(name="ls_due")
-        m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
-        m.d.comb += self.stationary.ready.eq(live & due)
-        beat = Signal(name="ls_beat")
-        m.d.comb += beat.eq(live & due & self.stationary.valid)
-        for k in range(C):
-            m.d.comb += [
-                self.o_ls_ctl[k].valid.eq(beat & (e_beats > e_lim[k])),
-                self.o_ls_ctl[k].bank.eq(e_bank),
-            ]
-        m.d.comb += self.o_ls.eq(self.stationary.payload)
-        with m.If(en):
-            m.d.sync += [s.ls_ii.eq(e_ii), s.ls_bank.eq(e_bank)]
-            m.d.sync += [s.ls_lim[k].eq(e_lim[k]) for k in range(C)]
-            with m.If(beat):
-                m.d.sync += [s.ls_beats.eq(e_beats - 1), s.ls_phase.eq(e_ii - 1)]
-            with m.Elif(~due):
-                m.d.sync += [
-                    s.ls_beats.eq(e_beats),
-                    s.ls_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
-                ]
-            with m.Else():  # stalled on a missing stationary beat
-                m.d.sync += [s.ls_beats.eq(e_beats), s.ls_phase.eq(e_phase)]
 
-    def _sequencer(self, m, s, live, issue):
-        """The MultiplyMoving sequencer: ``max(N, min(64, M))`` beat slots of ``II`` cycles, a moving
-        beat in each of the first ``N`` (a missing beat stalls it); the beat and its tag go to
-        the array, its output info down the latency line.  Returns the selection-error
-        strobe."""
-        ins, en = self.instr.payload, self.en
-        e_beats = Signal.like(s.mm_beats, name="e_mm_beats")
-        e_slots = Signal.like(s.mm_slots, name="e_mm_slots")
-        e_phase = Signal.like(s.mm_phase, name="e_mm_phase")
-        e_ii = Signal.like(s.mm_ii, name="e_mm_ii")
-        e_tag = Signal(beat_tag_layout(self.rows), name="e_mm_tag")
-        e_cols = Signal(OUT_INFO_LAYOUT, name="e_mm_cols")
-        e_flagged = Signal(name="e_mm_flagged")
-        e_bank = Signal(name="e_mm_bank")
+        streams = self._streams("stationary")
+        lanes = []  # per slot: (beat, rows mask, per chain valid, bank)
+        for k, sl in enumerate(s.slots):
+            p = f"ls{k}_" if self.parallel else "ls_"
+            e_beats = Signal.like(sl.ls_beats, name=f"e_{p}beats")
+            e_phase = Signal.like(sl.ls_phase, name=f"e_{p}phase")
+            e_ii = Signal.like(sl.ls_ii, name=f"e_{p}ii")
+            e_bank = Signal(name=f"e_{p}bank")
+            e_r = Signal.like(sl.ls_r, name=f"e_{p}rmask")
+            e_c = Signal.like(sl.ls_c, name=f"e_{p}cmask")
+            e_lim = [Signal.like(sl.ls_lim[c], name=f"e_{p}lim{c}") for c in range(C)]
+            mine = Signal(name=f"{p}issue")
+            m.d.comb += mine.eq(issue["ls"] & tile["slot"][k])
+            with m.If(mine):
+                m.d.comb += [
+                    e_beats.eq(most),
+                    e_phase.eq(0),
+                    e_ii.eq(issue["ii"]),
+                    e_bank.eq(issue["bank"]),
+                    e_r.eq(tile["rmask"]),
+                    e_c.eq(tile["cmask"]),
+                ]
+                m.d.comb += [e_lim[c].eq(most - cnt[c]) for c in range(C)]
+            with m.Else():
+                m.d.comb += [
+                    e_beats.eq(sl.ls_beats),
+                    e_phase.eq(sl.ls_phase),
+                    e_ii.eq(sl.ls_ii),
+                    e_bank.eq(sl.ls_bank),
+                    e_r.eq(sl.ls_r),
+                    e_c.eq(sl.ls_c),
+                ]
+                m.d.comb += [e_lim[c].eq(sl.ls_lim[c]) for c in range(C)]
+            due = Signal(name=f"{p}due")
+            m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
+            m.d.comb += streams[k].ready.eq(live & due)
+            beat = Signal(name=f"{p}beat")
+            m.d.comb += beat.eq(live & due & streams[k].valid)
+            valid = []
+            for c in range(C):
+                v = Signal(name=f"{p}valid{c}")
+                m.d.comb += v.eq(beat & (e_beats > e_lim[c]))
+                valid.append(v)
+            lanes.append((beat, e_r, valid, e_bank))
+            with m.If(self.en):
+                m.d.sync += [
+                    sl.ls_ii.eq(e_ii),
+                    sl.ls_bank.eq(e_bank),
+                    sl.ls_r.eq(e_r),
+                    sl.ls_c.eq(e_c),
+                ]
+                m.d.sync += [sl.ls_lim[c].eq(e_lim[c]) for c in range(C)]
+                with m.If(beat):
+                    m.d.sync += [sl.ls_beats.eq(e_beats - 1), sl.ls_phase.eq(e_ii - 1)]
+                with m.Elif(~due):
+                    m.d.sync += [
+                        sl.ls_beats.eq(e_beats),
+                        sl.ls_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
+                    ]
+                with m.Else():  # stalled on a missing stationary beat
+                    m.d.sync += [sl.ls_beats.eq(e_beats), sl.ls_phase.eq(e_phase)]
+
+        if not self.parallel:
+            beat, _, valid, bank = lanes[0]
+            m.d.comb += self.o_ls.eq(streams[0].payload)
+            for c in range(C):
+                m.d.comb += [self.o_ls_ctl[c].valid.eq(valid[c]), self.o_ls_ctl[c].bank.eq(bank)]
+            return
+        # Row group g's lanes of every chain come from the loader with a beat for it (loaders
+        # with beats in the same cycle load disjoint groups).
+        rows_per = self.rows // RG
+        for g in range(RG):
+            sel = []
+            for k, (beat, e_r, _, _) in enumerate(lanes):
+                v = Signal(name=f"ls_sel_g{g}_s{k}")
+                m.d.comb += v.eq(beat & e_r[g])
+                sel.append(v)
+            for c in range(C):
+                lo = (c * self.rows + g * rows_per) * W
+                hi_ = lo + rows_per * W
+                m.d.comb += self.o_ls[lo:hi_].eq(
+                    _or_mux(
+                        [(sel[k], streams[k].payload[lo:hi_]) for k in range(len(lanes))], hi_ - lo
+                    )
+                )
+                ctl = self.o_ls_ctl[g * C + c]
+                m.d.comb += [
+                    ctl.valid.eq(_any(sel[k] & lanes[k][2][c] for k in range(len(lanes)))),
+                    ctl.bank.eq(_any(sel[k] & lanes[k][3] for k in range(len(lanes)))),
+                ]
+
+    # -- MultiplyMoving sequencers --------------------------------------------------------------
+
+    def _sequencers(self, m, s, live, issue, tile):
+        """The MultiplyMoving sequencers, one per slot: ``max(N, min(64, M))`` beat slots of
+        ``II`` cycles, a moving beat in each of the first ``N`` (a missing beat stalls it); the
+        beat and its tag go to the array at the sequencer's injection point, its output info
+        down the latency line of its output tap.  Returns the selection-error strobes."""
+        ins = self.instr.payload
+        C, G, RG, J = self.chains, self.chain_width, self.row_groups, self.injections
         new_tag = Signal(beat_tag_layout(self.rows), name="new_mm_tag")
         pe_tag = decode_tag(
             m,
@@ -464,7 +682,7 @@ class TensorControl(wiring.Component):
             ins.fmt_m,
             ins.transpose,
             valid=1,
-            bank=~s.next_bank,
+            bank=issue["st_bank"],
             first_row=0,
             name="new_pe_tag",
         )
@@ -476,137 +694,242 @@ class TensorControl(wiring.Component):
         # the least slots: min(64, M) (the documented back-to-back cost max(min(64, M), N))
         floor = Signal(range(MIN_MM_CYCLES + 1), name="mm_floor")
         m.d.comb += floor.eq(Mux(ins.m > MIN_MM_CYCLES, MIN_MM_CYCLES, ins.m))
-        with m.If(issue["mm"]):
-            m.d.comb += [
-                e_beats.eq(ins.n),
-                e_slots.eq(Mux(ins.n > floor, ins.n, floor)),
-                e_phase.eq(0),
-                e_ii.eq(issue["ii"]),
-                e_tag.eq(new_tag),
-                e_cols.col_lo.eq(ins.tile_col),
-                e_cols.col_hi.eq(ins.tile_col + ins.m),
-                e_flagged.eq(0),
-                e_bank.eq(~s.next_bank),
-            ]
-        with m.Else():
-            m.d.comb += [
-                e_beats.eq(s.mm_beats),
-                e_slots.eq(s.mm_slots),
-                e_phase.eq(s.mm_phase),
-                e_ii.eq(s.mm_ii),
-                e_tag.eq(s.mm_tag),
-                e_cols.eq(s.mm_cols),
-                e_flagged.eq(s.mm_flagged),
-                e_bank.eq(s.mm_bank),
-            ]
-        slot_start = Signal(name="mm_slot_start")
-        due = Signal(name="mm_due")
-        m.d.comb += [
-            slot_start.eq(e_slots.any() & equals(e_phase, 0)),
-            due.eq(slot_start & e_beats.any()),
-        ]
-        m.d.comb += self.moving.ready.eq(live & due)
-        beat = Signal(name="mm_beat")
-        m.d.comb += beat.eq(live & due & self.moving.valid)
-        stalled = Signal(name="mm_stalled")
-        m.d.comb += stalled.eq(due & ~beat)
-
-        # Transpose: every lane of the tile must be 0 or 1 in the moving format, one 1 at most.
-        sel_bad = self._selection_check(m, e_tag)
-        zero_beat = Signal(name="zero_beat")
-        m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
-        m.d.comb += self.o_x.eq(Mux(zero_beat, 0, self.moving.payload))
-        m.d.comb += [self.o_tag.eq(e_tag), self.o_tag.pe.valid.eq(beat)]
-        new_flag = Signal(name="sel_error_now")
-        m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
-
-        with m.If(en):
-            m.d.sync += [
-                s.mm_ii.eq(e_ii),
-                s.mm_tag.eq(e_tag),
-                s.mm_cols.eq(e_cols),
-                s.mm_bank.eq(e_bank),
-                s.mm_flagged.eq(e_flagged | new_flag),
-            ]
-            with m.If(stalled):
-                m.d.sync += [s.mm_beats.eq(e_beats), s.mm_slots.eq(e_slots), s.mm_phase.eq(e_phase)]
-            with m.Elif(slot_start):
-                m.d.sync += [
-                    s.mm_beats.eq(e_beats - beat),
-                    s.mm_slots.eq(e_slots - 1),
-                    s.mm_phase.eq(e_ii - 1),
+        streams = self._streams("moving")
+        flags, beats = [], []
+        for k, sl in enumerate(s.slots):
+            p = f"mm{k}_" if self.parallel else "mm_"
+            e_beats = Signal.like(sl.mm_beats, name=f"e_{p}beats")
+            e_slots = Signal.like(sl.mm_slots, name=f"e_{p}slots")
+            e_phase = Signal.like(sl.mm_phase, name=f"e_{p}phase")
+            e_ii = Signal.like(sl.mm_ii, name=f"e_{p}ii")
+            e_tag = Signal(beat_tag_layout(self.rows), name=f"e_{p}tag")
+            e_cols = Signal(OUT_INFO_LAYOUT, name=f"e_{p}cols")
+            e_flagged = Signal(name=f"e_{p}flagged")
+            e_bank = Signal(name=f"e_{p}bank")
+            e_r = Signal.like(sl.mm_r, name=f"e_{p}rmask")
+            e_c = Signal.like(sl.mm_c, name=f"e_{p}cmask")
+            e_inj = Signal.like(sl.mm_inj, name=f"e_{p}inj")
+            mine = Signal(name=f"{p}issue")
+            m.d.comb += mine.eq(issue["mm"] & tile["slot"][k])
+            with m.If(mine):
+                m.d.comb += [
+                    e_beats.eq(ins.n),
+                    e_slots.eq(Mux(ins.n > floor, ins.n, floor)),
+                    e_phase.eq(0),
+                    e_ii.eq(issue["ii"]),
+                    e_tag.eq(new_tag),
+                    e_cols.col_lo.eq(ins.tile_col),
+                    e_cols.col_hi.eq(ins.tile_col + ins.m),
+                    e_flagged.eq(0),
+                    e_bank.eq(issue["st_bank"]),
+                    e_r.eq(tile["rmask"]),
+                    e_c.eq(tile["cmask"]),
+                    e_inj.eq(tile["inj"]),
                 ]
             with m.Else():
-                m.d.sync += [
-                    s.mm_beats.eq(e_beats),
-                    s.mm_slots.eq(e_slots),
-                    s.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
+                m.d.comb += [
+                    e_beats.eq(sl.mm_beats),
+                    e_slots.eq(sl.mm_slots),
+                    e_phase.eq(sl.mm_phase),
+                    e_ii.eq(sl.mm_ii),
+                    e_tag.eq(sl.mm_tag),
+                    e_cols.eq(sl.mm_cols),
+                    e_flagged.eq(sl.mm_flagged),
+                    e_bank.eq(sl.mm_bank),
+                    e_r.eq(sl.mm_r),
+                    e_c.eq(sl.mm_c),
+                    e_inj.eq(sl.mm_inj),
                 ]
+            slot_start = Signal(name=f"{p}slot_start")
+            due = Signal(name=f"{p}due")
+            m.d.comb += [
+                slot_start.eq(e_slots.any() & equals(e_phase, 0)),
+                due.eq(slot_start & e_beats.any()),
+            ]
+            m.d.comb += streams[k].ready.eq(live & due)
+            beat = Signal(name=f"{p}beat")
+            m.d.comb += beat.eq(live & due & streams[k].valid)
+            stalled = Signal(name=f"{p}stalled")
+            m.d.comb += stalled.eq(due & ~beat)
 
-        # The output info follows the beat through a `latency`-stage delay line.
-        info = Signal(OUT_INFO_LAYOUT, name="info_in")
-        m.d.comb += [
-            info.valid.eq(beat),
-            info.last.eq(e_beats == 1),
-            info.col_lo.eq(e_cols.col_lo),
-            info.col_hi.eq(e_cols.col_hi),
-        ]
-        value = info
-        for i in range(self.latency):
-            stage = Signal(OUT_INFO_LAYOUT, name=f"info_d{i + 1}")
-            with m.If(en):
-                m.d.sync += stage.eq(value)
-            value = stage
-        m.d.comb += self.o_info.eq(value)
-        return new_flag
+            # Transpose: every lane of the tile must be 0 or 1 in the moving format, one 1 at most.
+            sel_bad = self._selection_check(m, e_tag, streams[k].payload, p)
+            zero_beat = Signal(name=f"{p}zero_beat")
+            m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
+            x = Signal(self.rows * LANE_WIDTH, name=f"{p}x")
+            m.d.comb += x.eq(Mux(zero_beat, 0, streams[k].payload))
+            new_flag = Signal(name=f"{p}sel_error_now")
+            m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
+            flags.append(new_flag)
+            last = Signal(name=f"{p}last")
+            m.d.comb += last.eq(e_beats == 1)
+            beats.append(
+                dict(beat=beat, x=x, tag=e_tag, r=e_r, c=e_c, inj=e_inj, cols=e_cols, last=last)
+            )
 
-    def _accept(self, m, s, issue):
-        """Architectural state of an accepted LS: the bank toggles, the LS is remembered."""
+            with m.If(self.en):
+                m.d.sync += [
+                    sl.mm_ii.eq(e_ii),
+                    sl.mm_tag.eq(e_tag),
+                    sl.mm_cols.eq(e_cols),
+                    sl.mm_bank.eq(e_bank),
+                    sl.mm_r.eq(e_r),
+                    sl.mm_c.eq(e_c),
+                    sl.mm_inj.eq(e_inj),
+                    sl.mm_flagged.eq(e_flagged | new_flag),
+                ]
+                with m.If(stalled):
+                    m.d.sync += [
+                        sl.mm_beats.eq(e_beats),
+                        sl.mm_slots.eq(e_slots),
+                        sl.mm_phase.eq(e_phase),
+                    ]
+                with m.Elif(slot_start):
+                    m.d.sync += [
+                        sl.mm_beats.eq(e_beats - beat),
+                        sl.mm_slots.eq(e_slots - 1),
+                        sl.mm_phase.eq(e_ii - 1),
+                    ]
+                with m.Else():
+                    m.d.sync += [
+                        sl.mm_beats.eq(e_beats),
+                        sl.mm_slots.eq(e_slots),
+                        sl.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
+                    ]
+
+        if not self.parallel:
+            b = beats[0]
+            m.d.comb += [
+                self.o_x.eq(b["x"]),
+                self.o_tag[0].eq(b["tag"]),
+                self.o_tag[0].pe.valid.eq(b["beat"]),
+            ]
+            # The output info follows the beat through a `latency`-stage delay line.
+            info = Signal(OUT_INFO_LAYOUT, name="info_in")
+            m.d.comb += [
+                info.valid.eq(b["beat"]),
+                info.last.eq(b["last"]),
+                info.col_lo.eq(b["cols"].col_lo),
+                info.col_hi.eq(b["cols"].col_hi),
+            ]
+            out = delay_line(m, self.en, "info", info.as_value(), self.latency)
+            m.d.comb += self.o_info.as_value().eq(out)
+            return flags
+
+        # Injection j, row group g: the lanes and tag of the sequencer with a beat there
+        # (sequencers with beats in the same cycle feed disjoint groups).
+        W, rows_per = LANE_WIDTH, self.rows // RG
+        tag_bits = Shape.cast(beat_tag_layout(self.rows)).width
+        for j in range(J):
+            for g in range(RG):
+                sel = []
+                for k, b in enumerate(beats):
+                    v = Signal(name=f"mm_sel_j{j}_g{g}_s{k}")
+                    m.d.comb += v.eq(b["beat"] & b["inj"][j] & b["r"][g])
+                    sel.append(v)
+                lo = g * rows_per * W
+                hi = lo + rows_per * W
+                m.d.comb += self.o_x[j * self.rows * W + lo : j * self.rows * W + hi].eq(
+                    _or_mux([(sel[k], b["x"][lo:hi]) for k, b in enumerate(beats)], hi - lo)
+                )
+                tags = []
+                for k, b in enumerate(beats):
+                    t = Signal(beat_tag_layout(self.rows), name=f"mm_tag_j{j}_g{g}_s{k}")
+                    m.d.comb += [t.eq(b["tag"]), t.pe.valid.eq(1)]
+                    tags.append((sel[k], t.as_value()))
+                m.d.comb += self.o_tag[j * RG + g].as_value().eq(_or_mux(tags, tag_bits))
+        # Output info per tap (the last row group of the tile) and column group, down the
+        # tap's latency line.
+        layout = tap_info_layout(G)
+        for g in range(RG):
+            words = []
+            for j in range(C):
+                w = Signal(layout, name=f"info_in_g{g}_c{j}")
+                parts = []
+                for k, b in enumerate(beats):
+                    tap = b["r"][g] & (~b["r"][g + 1] if g + 1 < RG else 1)
+                    here = Signal(name=f"info_g{g}_c{j}_s{k}")
+                    m.d.comb += here.eq(b["beat"] & tap & b["c"][j])
+                    n = Signal(range(G + 1), name=f"info_count_g{g}_c{j}_s{k}")
+                    over = Signal(10, name=f"info_over_g{g}_c{j}_s{k}")
+                    m.d.comb += [
+                        over.eq(b["cols"].col_hi - j * G),
+                        n.eq(Mux(b["cols"].col_hi <= j * G, 0, Mux(over > G, G, over))),
+                    ]
+                    parts.append((here, b["last"], n))
+                m.d.comb += [
+                    w.valid.eq(_any(h for h, _, _ in parts)),
+                    w.last.eq(_any(h & l for h, l, _ in parts)),
+                    w.count.eq(_or_mux([(h, n) for h, _, n in parts], len(w.count))),
+                ]
+                words.append(w.as_value())
+            lat = self.latency - self.rows + (g + 1) * rows_per
+            out = delay_line(m, self.en, f"info_g{g}", Cat(*words), lat)
+            bits = Shape.cast(layout).width
+            for j in range(C):
+                m.d.comb += self.o_info[g * C + j].as_value().eq(out[j * bits : (j + 1) * bits])
+        return flags
+
+    def _accept(self, m, s, issue, tile):
+        """Architectural state of an accepted LS: its groups' banks toggle and remember its
+        tile, its slot remembers it."""
         ins = self.instr.payload
         with m.If(self.en & issue["ls"]):
-            m.d.sync += [
-                s.next_bank.eq(~s.next_bank),
-                s.st_valid.eq(1),
-                s.st.mode.eq(ins.mode),
-                s.st.fmt_s.eq(ins.fmt_s),
-                s.st.k.eq(ins.k),
-                s.st.m.eq(ins.m),
-                s.st.transpose.eq(ins.transpose),
-                s.st.tile_row.eq(ins.tile_row),
-                s.st.tile_rows.eq(issue["tr"]),
-                s.st.tile_col.eq(ins.tile_col),
-                s.st.tile_cols.eq(issue["tc"]),
-            ]
+            for g, row in enumerate(s.groups):
+                for j, gr in enumerate(row):
+                    with m.If(tile["rmask"][g] & tile["cmask"][j]):
+                        m.d.sync += [
+                            gr["next_bank"].eq(~issue["bank"]),
+                            gr["has_ls"].eq(1),
+                            gr["reg_r"].eq(tile["rmask"]),
+                            gr["reg_c"].eq(tile["cmask"]),
+                        ]
+            for k, sl in enumerate(s.slots):
+                with m.If(tile["slot"][k]):
+                    m.d.sync += [
+                        sl.desc_bank.eq(issue["bank"]),
+                        sl.desc.mode.eq(ins.mode),
+                        sl.desc.fmt_s.eq(ins.fmt_s),
+                        sl.desc.k.eq(ins.k),
+                        sl.desc.m.eq(ins.m),
+                        sl.desc.transpose.eq(ins.transpose),
+                        sl.desc.tile_row.eq(ins.tile_row),
+                        sl.desc.tile_rows.eq(issue["tr"]),
+                        sl.desc.tile_col.eq(ins.tile_col),
+                        sl.desc.tile_cols.eq(issue["tc"]),
+                    ]
 
-    def _errors(self, m, issue, sel_error):
+    def _errors(self, m, issue, sel_errors):
         """``o_error``: registered, high in one enabled cycle per rejected instruction and per
-        transpose MM with a bad selection beat (an instruction error wins the cycle; the
-        selection error follows in the next)."""
+        transpose MM with a bad selection beat (an instruction error wins the cycle; selection
+        errors wait, counted, and follow one per cycle)."""
         en = self.en
         err = Signal(name="err_pending")
         err_code = Signal(ERROR_SHAPE, name="err_code")
-        sel_pending = Signal(name="sel_err_pending")
+        pending = Signal(range(2 * len(sel_errors) + 2), name="sel_err_pending")
+        new = Signal(range(len(sel_errors) + 1), name="sel_err_new")
+        m.d.comb += new.eq(sum(sel_errors))
         instr_err = Signal(name="instr_err")
         m.d.comb += instr_err.eq(issue["take"] & issue["rejected"])
         with m.If(en):
             with m.If(instr_err):
+                m.d.sync += [err.eq(1), err_code.eq(issue["code"]), pending.eq(pending + new)]
+            with m.Elif(pending.any() | new.any()):
                 m.d.sync += [
                     err.eq(1),
-                    err_code.eq(issue["code"]),
-                    sel_pending.eq(sel_pending | sel_error),
+                    err_code.eq(Error.SELECTION),
+                    pending.eq(pending + new - 1),
                 ]
-            with m.Elif(sel_pending | sel_error):
-                m.d.sync += [err.eq(1), err_code.eq(Error.SELECTION), sel_pending.eq(0)]
             with m.Else():
                 m.d.sync += [err.eq(0), err_code.eq(Error.NONE)]
         m.d.comb += [self.o_error.eq(err & en), self.o_error_code.eq(err_code)]
 
-    def _selection_check(self, m, tag):
-        """1 when the moving payload is not a selection column over the rows
-        ``[row_lo, row_hi)`` in the moving format of ``tag``."""
-        one = Signal(LANE_WIDTH, name="sel_one_code")
-        mask = Signal(LANE_WIDTH, name="sel_mask")  # bits that count
-        mag = Signal(LANE_WIDTH, name="sel_mag_mask")  # ... without the sign
+    def _selection_check(self, m, tag, payload, prefix):
+        """1 when ``payload`` is not a selection column over the rows ``[row_lo, row_hi)`` in
+        the moving format of ``tag``."""
+        one = Signal(LANE_WIDTH, name=f"{prefix}sel_one_code")
+        mask = Signal(LANE_WIDTH, name=f"{prefix}sel_mask")  # bits that count
+        mag = Signal(LANE_WIDTH, name=f"{prefix}sel_mag_mask")  # ... without the sign
         with m.Switch(tag.pe.fmt_m):
             for i, name in enumerate(WIDE_FORMATS):
                 code, msk = one_code(name)
@@ -620,10 +943,10 @@ class TensorControl(wiring.Component):
                 m.d.comb += [one.eq(1), mask.eq(0), mag.eq(0)]  # never a one
         any_bad, ones = [], []
         for r in range(self.rows):
-            x = self.moving.payload[r * LANE_WIDTH : (r + 1) * LANE_WIDTH]
-            inside = Signal(name=f"sel_in_r{r}")
-            is_one = Signal(name=f"sel_one_r{r}")
-            is_zero = Signal(name=f"sel_zero_r{r}")
+            x = payload[r * LANE_WIDTH : (r + 1) * LANE_WIDTH]
+            inside = Signal(name=f"{prefix}sel_in_r{r}")
+            is_one = Signal(name=f"{prefix}sel_one_r{r}")
+            is_zero = Signal(name=f"{prefix}sel_zero_r{r}")
             lo_ok = (tag.row_lo <= r) if r else equals(tag.row_lo, 0)
             m.d.comb += [
                 inside.eq(lo_ok & (tag.row_hi > r)),
@@ -639,41 +962,70 @@ class TensorControl(wiring.Component):
             nxt = []
             for j in range(0, len(nodes) - 1, 2):
                 (a1, t1), (a2, t2) = nodes[j], nodes[j + 1]
-                a, two = Signal(name=f"sel_any{level}_{j}"), Signal(name=f"sel_two{level}_{j}")
+                a = Signal(name=f"{prefix}sel_any{level}_{j}")
+                two = Signal(name=f"{prefix}sel_two{level}_{j}")
                 m.d.comb += [a.eq(a1 | a2), two.eq(t1 | t2 | (a1 & a2))]
                 nxt.append((a, two))
             if len(nodes) % 2:
                 nxt.append(nodes[-1])
             nodes = nxt
             level += 1
-        bad = Signal(name="sel_bad")
+        bad = Signal(name=f"{prefix}sel_bad")
         m.d.comb += bad.eq(Cat(*any_bad).any() | nodes[0][1])
         return bad
 
 
-class _State:
-    """The control's registers: the bank of the next LS and the last accepted LS, the loader's
-    and the sequencer's counters."""
+class _Slot:
+    """The registers of one loader and one sequencer (a slot) and of its last accepted LS."""
 
-    def __init__(self, rows, chains):
-        self.next_bank = Signal(name="next_bank")  # bank of the next accepted LS
-        self.st_valid = Signal(name="st_valid")  # an LS was accepted
-        self.st = Signal(LS_DESC_LAYOUT, name="st_desc", reset_less=True)
+    def __init__(self, ctl, k):
+        C, RG = ctl.chains, ctl.row_groups
+        p = f"s{k}_" if ctl.parallel else ""
         # LS loader
-        self.ls_beats = Signal(range(256), name="ls_beats_left")
-        self.ls_phase = Signal(range(MAX_INTERVAL), name="ls_phase")
-        self.ls_ii = Signal(range(MAX_INTERVAL + 1), name="ls_ii", reset_less=True)
-        self.ls_bank = Signal(name="ls_bank", reset_less=True)
+        self.ls_beats = Signal(range(256), name=f"{p}ls_beats_left")
+        self.ls_phase = Signal(range(MAX_INTERVAL), name=f"{p}ls_phase")
+        self.ls_ii = Signal(range(MAX_INTERVAL + 1), name=f"{p}ls_ii", reset_less=True)
+        self.ls_bank = Signal(name=f"{p}ls_bank", reset_less=True)
         # per chain: its beats are the first ``ls_beats - ls_lim`` of the LS
-        self.ls_lim = [
-            Signal(range(256), name=f"ls_lim{k}", reset_less=True) for k in range(chains)
-        ]
+        self.ls_lim = [Signal(range(256), name=f"{p}ls_lim{c}", reset_less=True) for c in range(C)]
+        # the PE groups of the LS's tile (row groups, column groups)
+        self.ls_r = Signal(RG, name=f"{p}ls_rmask", reset_less=True)
+        self.ls_c = Signal(ctl.chains if ctl.parallel else 1, name=f"{p}ls_cmask", reset_less=True)
         # MM sequencer
-        self.mm_beats = Signal(range(MAX_N_ANY + 1), name="mm_beats_left")
-        self.mm_slots = Signal(range(MAX_N_ANY + 1), name="mm_slots_left")
-        self.mm_phase = Signal(range(MAX_INTERVAL), name="mm_phase")
-        self.mm_ii = Signal(range(MAX_INTERVAL + 1), name="mm_ii", reset_less=True)
-        self.mm_tag = Signal(beat_tag_layout(rows), name="mm_tag", reset_less=True)
-        self.mm_cols = Signal(OUT_INFO_LAYOUT, name="mm_cols", reset_less=True)
-        self.mm_flagged = Signal(name="mm_sel_flagged")  # selection error reported for this MM
-        self.mm_bank = Signal(name="mm_bank", reset_less=True)
+        self.mm_beats = Signal(range(MAX_N_ANY + 1), name=f"{p}mm_beats_left")
+        self.mm_slots = Signal(range(MAX_N_ANY + 1), name=f"{p}mm_slots_left")
+        self.mm_phase = Signal(range(MAX_INTERVAL), name=f"{p}mm_phase")
+        self.mm_ii = Signal(range(MAX_INTERVAL + 1), name=f"{p}mm_ii", reset_less=True)
+        self.mm_tag = Signal(beat_tag_layout(ctl.rows), name=f"{p}mm_tag", reset_less=True)
+        self.mm_cols = Signal(OUT_INFO_LAYOUT, name=f"{p}mm_cols", reset_less=True)
+        self.mm_flagged = Signal(name=f"{p}mm_sel_flagged")  # selection error reported
+        self.mm_bank = Signal(name=f"{p}mm_bank", reset_less=True)
+        self.mm_r = Signal.like(self.ls_r, name=f"{p}mm_rmask")
+        self.mm_c = Signal.like(self.ls_c, name=f"{p}mm_cmask")
+        self.mm_inj = Signal(ctl.injections, name=f"{p}mm_inj", reset_less=True)
+        # the last LS accepted on this slot and its bank
+        self.desc = Signal(LS_DESC_LAYOUT, name=f"{p}st_desc", reset_less=True)
+        self.desc_bank = Signal(name=f"{p}st_bank", reset_less=True)
+
+
+class _State:
+    """The control's registers: per PE group (``tile_unit x tile_unit``; one group without
+    parallel tiles) the bank its next LS writes, whether it holds an LS and that LS's tile;
+    per slot a :class:`_Slot`."""
+
+    def __init__(self, ctl):
+        RG = ctl.row_groups
+        CG = ctl.chains if ctl.parallel else 1
+        self.groups = [
+            [
+                dict(
+                    next_bank=Signal(name=f"g{g}_{j}_next_bank"),
+                    has_ls=Signal(name=f"g{g}_{j}_has_ls"),
+                    reg_r=Signal(RG, name=f"g{g}_{j}_ls_rmask", reset_less=True),
+                    reg_c=Signal(CG, name=f"g{g}_{j}_ls_cmask", reset_less=True),
+                )
+                for j in range(CG)
+            ]
+            for g in range(RG)
+        ]
+        self.slots = [_Slot(ctl, k) for k in range(ctl.slots)]

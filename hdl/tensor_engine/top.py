@@ -43,7 +43,6 @@ from ncrtl.hdl.common.stream import vector_layout
 
 from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
-from .pe import LANE_WIDTH
 
 __all__ = ["TensorEngine", "stationary_beats"]
 
@@ -87,32 +86,58 @@ class TensorEngine(wiring.Component):
     block : int or None
         PEs per side of the Verilog tile module (see :class:`~ncrtl.hdl.tensor_engine.array.PETile`);
         ``None``: :func:`~ncrtl.hdl.tensor_engine.array.default_block` (8 at 128 x 128).
+    parallel_tiles : bool
+        Instructions on disjoint tiles run at the same time (``timing.HDL_RULES``): the
+        ``stationary`` and ``moving`` streams become one per slot
+        (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`) and ``result`` one per output
+        tap and column group.  False: tiles one after another (``timing.HDL_SERIAL``), one
+        stream each.
 
     Attributes
     ----------
     latency : int
         ``rows + cols + P_PREFIX + 1``: a moving beat consumed in cycle ``t`` gives its output
-        vector in cycle ``t + latency``.
+        vector in cycle ``t + latency`` (at the bottom; a row tile's at its tap, ``rows - (g +
+        1) * tile_unit`` cycles earlier).
+    slots, row_groups, col_groups : int
+        With parallel tiles: the ``stationary`` / ``moving`` streams, and the ``result``
+        streams' two dimensions (1, 1, 1 without).
     """
 
     @validated_init
-    def __init__(self, rows=128, cols=128, *, instance=True, tile_unit=32, block=None):
+    def __init__(
+        self, rows=128, cols=128, *, instance=True, tile_unit=32, block=None, parallel_tiles=False
+    ):
         self.array = SystolicArray(
-            rows, cols, instance=instance, tile_granule=tile_unit, block=block
+            rows,
+            cols,
+            instance=instance,
+            tile_granule=tile_unit,
+            block=block,
+            parallel_tiles=parallel_tiles,
         )
-        self.control = TensorControl(rows, cols, self.array.latency, tile_unit=tile_unit)
+        self.control = TensorControl(
+            rows, cols, self.array.latency, tile_unit=tile_unit, parallel_tiles=parallel_tiles
+        )
         self.rows, self.cols, self.instance, self.tile_unit = rows, cols, instance, tile_unit
+        self.parallel = parallel_tiles
         self.latency = self.array.latency
-        super().__init__(
-            {
-                "instr": In(stream.Signature(INSTR_LAYOUT)),
-                "stationary": In(stream.Signature(self.control.chains * rows * LANE_WIDTH)),
-                "moving": In(stream.Signature(rows * LANE_WIDTH)),
-                "result": Out(stream.Signature(vector_layout(cols))),
-                "o_error": Out(1),
-                "o_error_code": Out(ERROR_SHAPE),
-            }
-        )
+        ctl = self.control
+        self.slots, self.row_groups = ctl.slots, ctl.row_groups
+        self.col_groups = ctl.chains if parallel_tiles else 1
+        members = {
+            "instr": In(stream.Signature(INSTR_LAYOUT)),
+            "stationary": ctl.signature.members["stationary"],
+            "moving": ctl.signature.members["moving"],
+            "o_error": Out(1),
+            "o_error_code": Out(ERROR_SHAPE),
+        }
+        if parallel_tiles:
+            lanes = vector_layout(ctl.chain_width)
+            members["result"] = Out(stream.Signature(lanes)).array(self.row_groups, self.col_groups)
+        else:
+            members["result"] = Out(stream.Signature(vector_layout(cols)))
+        super().__init__(members)
 
     def cells(self):
         """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""
@@ -123,11 +148,17 @@ class TensorEngine(wiring.Component):
         m.submodules.control = ctl = self.control
         m.submodules.array = arr = self.array
         # Output backpressure freezes the whole engine (the array has no skid buffer).
+        outs = [s for row in self.result for s in row] if self.parallel else [self.result]
         en = Signal(name="en")
-        m.d.comb += en.eq(~(self.result.valid & ~self.result.ready))
+        m.d.comb += en.eq(~Cat(*(o.valid & ~o.ready for o in outs)).any())
         connect(m, flipped(self.instr), ctl.instr)
-        connect(m, flipped(self.stationary), ctl.stationary)
-        connect(m, flipped(self.moving), ctl.moving)
+        if self.parallel:
+            for k in range(self.slots):
+                connect(m, flipped(self.stationary[k]), ctl.stationary[k])
+                connect(m, flipped(self.moving[k]), ctl.moving[k])
+        else:
+            connect(m, flipped(self.stationary), ctl.stationary)
+            connect(m, flipped(self.moving), ctl.moving)
         m.d.comb += [
             ctl.en.eq(en),
             arr.en.eq(en),
@@ -138,8 +169,26 @@ class TensorEngine(wiring.Component):
             self.o_error.eq(ctl.o_error),
             self.o_error_code.eq(ctl.o_error_code),
         ]
-        info = ctl.o_info
         W = 32  # an FP32 result (or a transpose word) per column
+        if self.parallel:
+            # Per tap g and column group j: its lanes, the first `count` of them kept.
+            G, C = ctl.chain_width, self.col_groups
+            for g in range(self.row_groups):
+                for j in range(C):
+                    info, port = ctl.o_info[g * C + j], self.result[g][j]
+                    lanes = []
+                    for i in range(G):
+                        at = (g * self.cols + j * G + i) * W
+                        keep = Signal(name=f"out_keep_g{g}_c{j * G + i}")
+                        m.d.comb += keep.eq(info.count > i)
+                        lanes.append(Mux(keep, arr.o_psum[at : at + W], 0))
+                    m.d.comb += [
+                        port.valid.eq(info.valid),
+                        port.payload.last.eq(info.last),
+                        port.payload.data.eq(Cat(*lanes)),
+                    ]
+            return m
+        info = ctl.o_info
         lanes = []
         for c in range(self.cols):
             keep = Signal(name=f"out_keep_c{c}")

@@ -82,6 +82,8 @@ __all__ = [
     "Rules",
     "DOCUMENTED",
     "HDL_RULES",
+    "HDL_SERIAL",
+    "HDL_PARALLEL",
     "ONE_CHAIN",
     "ls_beats",
     "LS_CHAINS",
@@ -89,6 +91,10 @@ __all__ = [
     "chain_count",
     "ls_chain_columns",
     "tile_positions",
+    "tile_slots",
+    "tile_slot",
+    "tile_tap",
+    "tile_col_groups",
     "matmul_program",
     "steady_cycles",
     "chrome_trace",
@@ -279,11 +285,15 @@ class Rules:
         ``min(64, M)`` (the documented back-to-back cost ``max(min(64, M), N)``) or
         ``"fixed"`` 64.
     parallel_tiles : bool
-        Instructions on disjoint tiles run at the same time, each tile with its own loader
-        chains, sequencer, banks and output tap (a row tile's results leave below its last
-        row); an instruction on a tile that overlaps a different tile with beats still to come
-        is an error (``Error.TILE_BUSY``).  False: one loader and one sequencer for the whole
-        array, tiles one after another.
+        Instructions on disjoint tiles run at the same time, each tile with its own loader,
+        sequencer, stationary and moving streams and output tap (a row tile's results leave
+        below its last row); an instruction on a tile that overlaps a different tile with beats
+        still to come is an error (``Error.TILE_BUSY``).  The array is cut into PE groups of
+        ``tile_unit x tile_unit``; an LS or an MM occupies the loader or the sequencer of every
+        group of its tile, and an LS writes one bank in all of them: the bank its tile's first
+        group would write next (the groups of a tile then always hold its stationary in one
+        bank).  False: one loader and one sequencer for the whole array, tiles one after
+        another.
     background_transpose : bool
         NeuronCore-v4: a transpose may run on a second plane (its own loader, sequencer, banks
         and output path) beside a matmul or another transpose; the hardware picks the plane
@@ -312,10 +322,14 @@ class Rules:
 
 #: The documented Tensor Engine (the default of :func:`simulate`).
 DOCUMENTED = Rules()
-#: The rules ``ncrtl.hdl.tensor_engine`` builds: the 4 LS chains and the ``min(64, M)`` MM
-#: floor, tiles one after another, no background transpose.  The RTL equals :func:`simulate`
-#: with these, cycle for cycle.
-HDL_RULES = Rules(parallel_tiles=False, background_transpose=False)
+#: The rules of ``TensorEngine(parallel_tiles=False)``: the 4 LS chains and the ``min(64, M)``
+#: MM floor, tiles one after another, no background transpose.  The RTL equals
+#: :func:`simulate` with its rules, cycle for cycle.
+HDL_SERIAL = Rules(parallel_tiles=False, background_transpose=False)
+#: The rules of ``TensorEngine(parallel_tiles=True)``: :data:`HDL_SERIAL` and parallel tiles.
+HDL_PARALLEL = Rules(background_transpose=False)
+#: The rules of the default ``TensorEngine``.
+HDL_RULES = HDL_SERIAL
 #: One LS chain and a 64-slot MM floor, tiles one after another: the plain weight-stationary
 #: engine (an LS costs a beat per column; back-to-back MMs ``max(N, 64)``).
 ONE_CHAIN = Rules(ls_chains=1, mm_floor="fixed", parallel_tiles=False, background_transpose=False)
@@ -357,10 +371,43 @@ def ls_beats(ins, cols, chains, tile_unit=32):
     return max(n for _, n in ls_chain_columns(ins, cols, tile_unit, chains))
 
 
+def tile_slots(rows, cols, tile_unit=32):
+    """Loaders and sequencers of an engine with parallel tiles: ``max(row groups, column
+    groups)`` of ``tile_unit`` (4 at 128 x 128)."""
+    u = max(1, tile_unit)
+    return max(-(-rows // u), -(-cols // u))
+
+
+def tile_slot(ins, rows, cols, tile_unit=32):
+    """The loader / sequencer (and the ``stationary`` / ``moving`` stream) of an engine with
+    parallel tiles that runs ``ins``: its tile's first row group for a row tile, its first
+    column group for a column tile, 0 for the whole array.  Two tiles of one slot always
+    share a PE group, so a slot never runs two instructions at once that the rules would let
+    run in parallel."""
+    ins = ins.whole(rows, cols)
+    u = max(1, tile_unit)
+    return ins.tile_row // u + ins.tile_col // u
+
+
+def tile_tap(ins, rows, cols, tile_unit=32):
+    """The output tap (row group) below which the results of MM ``ins`` leave an engine with
+    parallel tiles: its tile's last row group."""
+    ins = ins.whole(rows, cols)
+    u = max(1, tile_unit)
+    return -(-(ins.tile_row + ins.tile_rows) // u) - 1
+
+
+def tile_col_groups(ins, rows, cols, tile_unit=32):
+    """The column groups (of ``tile_unit`` columns) of the tile of ``ins``."""
+    ins = ins.whole(rows, cols)
+    u = max(1, tile_unit)
+    return range(ins.tile_col // u, -(-(ins.tile_col + ins.tile_cols) // u))
+
+
 class _Plane:
     """The state of one plane (the array's, or the background transpose's): per PE group the
-    bank the next LS writes, the last moving beat reading each bank, the last LS and the
-    instruction with beats last; per loader chain and per sequencer the first free cycle."""
+    bank the next LS writes, the last moving beat reading each bank, the last LS, the
+    instruction with beats last and the first cycle its loader and its sequencer are free."""
 
     def __init__(self):
         self.next_bank = {}
@@ -406,15 +453,6 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
         rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
         cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
         return [(r, c) for r in rg for c in cg]
-
-    def chains(ins):
-        """The loader chains an LS uses (with the row groups of its tile)."""
-        if not par:
-            return [(0, 0)]
-        width = chain_width(cols, tile_unit, rules.ls_chains)
-        used = range(ins.tile_col // width, -(-(ins.tile_col + ins.m) // width))
-        row_groups = sorted({r for r, _ in groups(ins)})
-        return [(r, c) for r in row_groups for c in used]
 
     def region(ins):
         return (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
@@ -465,13 +503,11 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
                     continue
                 seq = max(plane.seq_free.get(g, 0) for g in groups(whole))
                 if ins.op == Op.LS:
+                    bank = plane.next_bank.get(groups(whole)[0], 0)
                     t = max(
                         [t0]
-                        + [plane.loader_free.get(k, 0) for k in chains(whole)]
-                        + [
-                            plane.last_read.get((g, plane.next_bank.get(g, 0)), -1) + 1
-                            for g in groups(whole)
-                        ]
+                        + [plane.loader_free.get(g, 0) for g in groups(whole)]
+                        + [plane.last_read.get((g, bank), -1) + 1 for g in groups(whole)]
                     )
                     # the plane where an MM of this stationary could start first
                     end = t + ls_beats(whole, cols, rules.ls_chains, tile_unit) * ii
@@ -498,13 +534,12 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
             n_beats = ls_beats(whole, cols, rules.ls_chains, tile_unit)
             beats = tuple(t + j * ii for j in range(n_beats))
             free = t + n_beats * ii
-            for k in chains(whole):
-                plane.loader_free[k] = free
-            banks = [plane.next_bank.get(g, 0) for g in mine]
-            rec = Record(index, ins, t, bank=banks[0], beats=beats, plane=p, busy_until=free)
-            for g, b in zip(mine, banks):
-                plane.next_bank[g] = b ^ 1
-                plane.last_ls[g] = (rec, b, beats[-1])
+            bank = plane.next_bank.get(mine[0], 0)
+            rec = Record(index, ins, t, bank=bank, beats=beats, plane=p, busy_until=free)
+            for g in mine:
+                plane.loader_free[g] = free
+                plane.next_bank[g] = bank ^ 1
+                plane.last_ls[g] = (rec, bank, beats[-1])
                 plane.busy[g] = (region(whole), beats[-1])
         else:
             beats = tuple(t + j * ii for j in range(ins.n))
