@@ -35,7 +35,7 @@ Verilog: the array places every PE as an instance of the one PE module
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ncrtl.hdl.common.params import validated_init
@@ -44,7 +44,7 @@ from ncrtl.hdl.common.stream import vector_layout
 from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
 
-__all__ = ["TensorEngine", "stationary_beats"]
+__all__ = ["TensorEngine", "stationary_beats", "tap_vector_layout"]
 
 
 def stationary_beats(words, ins, rows, cols, tile_unit=32):
@@ -67,6 +67,17 @@ def stationary_beats(words, ins, rows, cols, tile_unit=32):
             col = first + n - 1 - j - ins.tile_col
             out[j, k * rows : (k + 1) * rows][k_rows] = words[col]
     return out
+
+
+def tap_vector_layout(taps, cols, col_groups):
+    """Payload of the ``result`` stream of an engine with parallel tiles: ``data``, the vector
+    below every output tap (tap ``g``'s lane ``c`` in bits ``[32 (g cols + c), ..)``);
+    ``groups``, bit ``g * col_groups + j``: tap ``g``'s column group ``j`` carries a result
+    vector (its lanes past the MM's columns are 0; lanes of groups without one are 0);
+    ``last``, same bits: that vector is the last of its MM.  One handshake takes them all, so
+    the tiles' results leave in step and backpressure freezes the whole engine."""
+    n = taps * col_groups
+    return data.StructLayout({"data": 32 * taps * cols, "groups": n, "last": n})
 
 
 class TensorEngine(wiring.Component):
@@ -133,8 +144,8 @@ class TensorEngine(wiring.Component):
             "o_error_code": Out(ERROR_SHAPE),
         }
         if parallel_tiles:
-            lanes = vector_layout(ctl.chain_width)
-            members["result"] = Out(stream.Signature(lanes)).array(self.row_groups, self.col_groups)
+            layout = tap_vector_layout(self.row_groups, cols, self.col_groups)
+            members["result"] = Out(stream.Signature(layout))
         else:
             members["result"] = Out(stream.Signature(vector_layout(cols)))
         super().__init__(members)
@@ -148,9 +159,8 @@ class TensorEngine(wiring.Component):
         m.submodules.control = ctl = self.control
         m.submodules.array = arr = self.array
         # Output backpressure freezes the whole engine (the array has no skid buffer).
-        outs = [s for row in self.result for s in row] if self.parallel else [self.result]
         en = Signal(name="en")
-        m.d.comb += en.eq(~Cat(*(o.valid & ~o.ready for o in outs)).any())
+        m.d.comb += en.eq(~(self.result.valid & ~self.result.ready))
         connect(m, flipped(self.instr), ctl.instr)
         if self.parallel:
             for k in range(self.slots):
@@ -173,20 +183,23 @@ class TensorEngine(wiring.Component):
         if self.parallel:
             # Per tap g and column group j: its lanes, the first `count` of them kept.
             G, C = ctl.chain_width, self.col_groups
+            lanes, valid, last = [], [], []
             for g in range(self.row_groups):
                 for j in range(C):
-                    info, port = ctl.o_info[g * C + j], self.result[g][j]
-                    lanes = []
+                    info = ctl.o_info[g * C + j]
+                    valid.append(info.valid)
+                    last.append(info.last)
                     for i in range(G):
                         at = (g * self.cols + j * G + i) * W
                         keep = Signal(name=f"out_keep_g{g}_c{j * G + i}")
-                        m.d.comb += keep.eq(info.count > i)
+                        m.d.comb += keep.eq(info.valid & (info.count > i))
                         lanes.append(Mux(keep, arr.o_psum[at : at + W], 0))
-                    m.d.comb += [
-                        port.valid.eq(info.valid),
-                        port.payload.last.eq(info.last),
-                        port.payload.data.eq(Cat(*lanes)),
-                    ]
+            m.d.comb += [
+                self.result.valid.eq(Cat(*valid).any()),
+                self.result.payload.groups.eq(Cat(*valid)),
+                self.result.payload.last.eq(Cat(*last)),
+                self.result.payload.data.eq(Cat(*lanes)),
+            ]
             return m
         info = ctl.o_info
         lanes = []
