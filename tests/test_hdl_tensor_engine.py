@@ -399,7 +399,6 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     the first cycle the program's first instruction is presented.
     """
     rows, cols = te.rows, te.cols
-    S = te.slots
     rng = np.random.default_rng(seed)
     top = Module()
     top.domains.sync = cd = ClockDomain("sync")
@@ -415,11 +414,15 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
 
     def streams(program):
         words = [isa.encode(ins) for ins, _ in program]
-        stat, mov = [[] for _ in range(S)], [[] for _ in range(S)]
+        stat, mov = [[] for _ in stat_ports], [[] for _ in mov_ports]
         for (ins, beats), ok in zip(program, accepted_mask(te, [i for i, _ in program])):
-            if ok:
-                k = timing.tile_slot(ins, rows, cols, te.tile_unit) if te.parallel else 0
-                (stat if ins.op == Op.LS else mov)[k].extend(beats)
+            if not ok:
+                continue
+            if not te.parallel:
+                (stat if ins.op == Op.LS else mov)[0].extend(beats)
+                continue
+            for i, lanes_of in te.lane_groups(ins):
+                (stat if ins.op == Op.LS else mov)[i].extend([b[lanes_of] for b in beats])
         return words, stat, mov
 
     async def bench(ctx):
@@ -429,31 +432,30 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
             ctx.set(cd.rst, 0)
             words, stat, mov = streams(program)
             ev = dict(issue=[], stat=[], mov=[], out={k: [] for k in keys}, err=[])
-            qi, qs, qm = 0, [0] * S, [0] * S
+            qi, qs, qm = 0, [0] * len(stat), [0] * len(mov)
             quiet = 0
             n_out = sum(len(m) for m in mov) * (1 if not te.parallel else 0)
             for cyc in range(max_cycles):
                 vi = qi < len(words) and rng.random() >= stall
                 ctx.set(te.instr.valid, vi)
                 ctx.set(te.instr.payload.as_value(), words[qi] if qi < len(words) else 0)
-                vs = [qs[k] < len(stat[k]) and rng.random() >= stall for k in range(S)]
-                vm = [qm[k] < len(mov[k]) and rng.random() >= stall for k in range(S)]
-                for k in range(S):
-                    ctx.set(stat_ports[k].valid, vs[k])
-                    ctx.set(stat_ports[k].payload, lanes(stat[k][qs[k]]) if vs[k] else 0)
-                    ctx.set(mov_ports[k].valid, vm[k])
-                    ctx.set(mov_ports[k].payload, lanes(mov[k][qm[k]]) if vm[k] else 0)
+                vs = [q < len(x) and rng.random() >= stall for q, x in zip(qs, stat)]
+                vm = [q < len(x) and rng.random() >= stall for q, x in zip(qm, mov)]
+                for port, v, q, x in zip(stat_ports + mov_ports, vs + vm, qs + qm, stat + mov):
+                    ctx.set(port.valid, v)
+                    ctx.set(port.payload, lanes(x[q]) if v else 0)
                 ready = rng.random() >= backpressure
                 ctx.set(te.result.ready, ready)
                 if vi and ctx.get(te.instr.ready):
                     ev["issue"].append(cyc)
                     qi += 1
-                for k in range(S):
+                for k in range(len(stat)):
                     if vs[k] and ctx.get(stat_ports[k].ready):
-                        ev["stat"].append(cyc)
+                        ev["stat"].append((cyc, k) if te.parallel else cyc)
                         qs[k] += 1
+                for k in range(len(mov)):
                     if vm[k] and ctx.get(mov_ports[k].ready):
-                        ev["mov"].append(cyc)
+                        ev["mov"].append((cyc, k) if te.parallel else cyc)
                         qm[k] += 1
                 frozen = ctx.get(te.result.valid) and not ready
                 if ctx.get(te.result.valid) and ready:
@@ -482,9 +484,8 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                 if quiet > rows + cols + 8:  # outputs and error strobes landed, chains drained
                     break
             ctx.set(te.instr.valid, 0)
-            for k in range(S):
-                ctx.set(stat_ports[k].valid, 0)
-                ctx.set(mov_ports[k].valid, 0)
+            for port in stat_ports + mov_ports:
+                ctx.set(port.valid, 0)
             if not te.parallel:
                 ev["out"] = ev["out"][None]
             results.append(ev)
@@ -1184,8 +1185,16 @@ def check_parallel_run(te, program, ev, *, timed=True):
     if timed:
         assert ev["err"] == want_err
         assert ev["issue"] == [r.issue for r in sched.records]
-        beats = [c for r in sched.records if r.accepted for c in r.beats]
-        assert sorted(ev["stat"] + ev["mov"]) == sorted(beats)
+        # every beat: a handshake of each lane group of its instruction, in its cycle
+        for kind, op in (("stat", Op.LS), ("mov", Op.MM)):
+            want = [
+                (c, i)
+                for r in sched.records
+                if r.accepted and r.instruction.op == op
+                for c in r.beats
+                for i, _ in te.lane_groups(r.instruction)
+            ]
+            assert sorted(ev[kind]) == sorted(want), kind
     else:
         assert [c for _, c in ev["err"]] == [c for _, c in want_err]
     return sched

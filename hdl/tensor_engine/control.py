@@ -355,10 +355,15 @@ class TensorControl(wiring.Component):
             self.injections = self.chains
         else:
             self.row_groups = self.slots = self.injections = 1
-        C, S, RG, J = self.chains, self.slots, self.row_groups, self.injections
+        C, RG, J = self.chains, self.row_groups, self.injections
 
-        def per_slot(member):
-            return member.array(S) if parallel_tiles else member
+        W, per = LANE_WIDTH, rows // RG
+        if parallel_tiles:  # a stream per lane group: (row group, chain), (injection, row group)
+            stationary = In(stream.Signature(per * W)).array(RG * C)
+            moving = In(stream.Signature(per * W)).array(J * RG)
+        else:
+            stationary = In(stream.Signature(C * rows * W))
+            moving = In(stream.Signature(rows * W))
 
         if parallel_tiles:
             info = Out(data.ArrayLayout(tap_info_layout(self.chain_width), RG * C))
@@ -368,8 +373,8 @@ class TensorControl(wiring.Component):
             {
                 "en": In(1, init=1),
                 "instr": In(stream.Signature(INSTR_LAYOUT)),
-                "stationary": per_slot(In(stream.Signature(C * rows * LANE_WIDTH))),
-                "moving": per_slot(In(stream.Signature(rows * LANE_WIDTH))),
+                "stationary": stationary,
+                "moving": moving,
                 "o_x": Out(J * rows * LANE_WIDTH),
                 "o_tag": Out(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
                 "o_ls": Out(C * rows * LANE_WIDTH),
@@ -380,9 +385,29 @@ class TensorControl(wiring.Component):
             }
         )
 
-    def _streams(self, name):
+    def _lanes(self, name):
+        """The lane groups of the ``stationary`` or ``moving`` port: ``(stream, a, b)`` with
+        ``(a, b)`` = (row group, chain) or (injection point, row group); one group ``(port, 0,
+        0)`` holding every lane without parallel tiles."""
         port = getattr(self, name)
-        return list(port) if self.parallel else [port]
+        if not self.parallel:
+            return [(port, 0, 0)]
+        if name == "stationary":
+            return [
+                (port[g * self.chains + k], g, k)
+                for g in range(self.row_groups)
+                for k in range(self.chains)
+            ]
+        return [
+            (port[j * self.row_groups + g], j, g)
+            for j in range(self.injections)
+            for g in range(self.row_groups)
+        ]
+
+    @staticmethod
+    def _all_valid(lanes, cover):
+        """Every lane group ``cover(a, b)`` selects has a valid beat."""
+        return Cat(*(~cover(a, b) | st.valid for st, a, b in lanes)).all()
 
     def elaborate(self, platform):
         m = Module()
@@ -494,9 +519,10 @@ class TensorControl(wiring.Component):
             hazard.append(sl.mm_beats.any() & ov_mm & (sl.mm_bank == bank))
             mm_wait.append(mm_busy & ov_mm)
             # an MM's LS (on its slot) has no beat after this cycle
-            last_now = (
-                (sl.ls_beats == 1) & equals(sl.ls_phase, 0) & self._streams("stationary")[k].valid
+            ls_valid = self._all_valid(
+                self._lanes("stationary"), lambda g, c, sl=sl: sl.ls_r[g] & sl.ls_c[c]
             )
+            last_now = (sl.ls_beats == 1) & equals(sl.ls_phase, 0) & ls_valid
             pending.append(tile["slot"][k] & sl.ls_beats.any() & ~last_now)
             if self.parallel:
                 same_ls = (sl.ls_r == rmask) & (sl.ls_c == cmask)
@@ -574,8 +600,8 @@ class TensorControl(wiring.Component):
             m.d.comb += bigger.eq(Mux(cnt[k] > most, cnt[k], most))
             most = bigger
 
-        streams = self._streams("stationary")
-        lanes = []  # per slot: (beat, rows mask, per chain valid, bank)
+        groups = self._lanes("stationary")
+        lanes = []  # per slot: (beat, rows mask, per chain valid, bank, lane groups taken)
         for k, sl in enumerate(s.slots):
             p = f"ls{k}_" if self.parallel else "ls_"
             e_beats = Signal.like(sl.ls_beats, name=f"e_{p}beats")
@@ -609,15 +635,17 @@ class TensorControl(wiring.Component):
                 m.d.comb += [e_lim[c].eq(sl.ls_lim[c]) for c in range(C)]
             due = Signal(name=f"{p}due")
             m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
-            m.d.comb += streams[k].ready.eq(live & due)
+            # a beat takes one word from every lane group of the LS's tile at once
+            cover = lambda g, c, e_r=e_r, e_c=e_c: e_r[g] & e_c[c]  # noqa: E731
             beat = Signal(name=f"{p}beat")
-            m.d.comb += beat.eq(live & due & streams[k].valid)
+            m.d.comb += beat.eq(live & due & self._all_valid(groups, cover))
+            takes = [beat & cover(a, b) for _, a, b in groups]
             valid = []
             for c in range(C):
                 v = Signal(name=f"{p}valid{c}")
                 m.d.comb += v.eq(beat & (e_beats > e_lim[c]))
                 valid.append(v)
-            lanes.append((beat, e_r, valid, e_bank))
+            lanes.append((beat, e_r, valid, e_bank, takes))
             with m.If(self.en):
                 m.d.sync += [
                     sl.ls_ii.eq(e_ii),
@@ -636,34 +664,27 @@ class TensorControl(wiring.Component):
                 with m.Else():  # stalled on a missing stationary beat
                     m.d.sync += [sl.ls_beats.eq(e_beats), sl.ls_phase.eq(e_phase)]
 
+        for i, (st, _, _) in enumerate(groups):
+            m.d.comb += st.ready.eq(_any(lane[4][i] for lane in lanes))
         if not self.parallel:
-            beat, _, valid, bank = lanes[0]
-            m.d.comb += self.o_ls.eq(streams[0].payload)
+            _, _, valid, bank, _ = lanes[0]
+            m.d.comb += self.o_ls.eq(groups[0][0].payload)
             for c in range(C):
                 m.d.comb += [self.o_ls_ctl[c].valid.eq(valid[c]), self.o_ls_ctl[c].bank.eq(bank)]
             return
-        # Row group g's lanes of every chain come from the loader with a beat for it (loaders
-        # with beats in the same cycle load disjoint groups).
+        # Lane group (g, c) feeds chain c's rows of row group g directly; its control comes
+        # from the loader with a beat there (loaders with beats in one cycle load disjoint
+        # groups).
         rows_per = self.rows // RG
-        for g in range(RG):
-            sel = []
-            for k, (beat, e_r, _, _) in enumerate(lanes):
-                v = Signal(name=f"ls_sel_g{g}_s{k}")
-                m.d.comb += v.eq(beat & e_r[g])
-                sel.append(v)
-            for c in range(C):
-                lo = (c * self.rows + g * rows_per) * W
-                hi_ = lo + rows_per * W
-                m.d.comb += self.o_ls[lo:hi_].eq(
-                    _or_mux(
-                        [(sel[k], streams[k].payload[lo:hi_]) for k in range(len(lanes))], hi_ - lo
-                    )
-                )
-                ctl = self.o_ls_ctl[g * C + c]
-                m.d.comb += [
-                    ctl.valid.eq(_any(sel[k] & lanes[k][2][c] for k in range(len(lanes)))),
-                    ctl.bank.eq(_any(sel[k] & lanes[k][3] for k in range(len(lanes)))),
-                ]
+        for st, g, c in groups:
+            lo = (c * self.rows + g * rows_per) * W
+            m.d.comb += self.o_ls[lo : lo + rows_per * W].eq(st.payload)
+            sel = [beat & e_r[g] for beat, e_r, _, _, _ in lanes]
+            ctl = self.o_ls_ctl[g * C + c]
+            m.d.comb += [
+                ctl.valid.eq(_any(sel[k] & lanes[k][2][c] for k in range(len(lanes)))),
+                ctl.bank.eq(_any(sel[k] & lanes[k][3] for k in range(len(lanes)))),
+            ]
 
     # -- MultiplyMoving sequencers --------------------------------------------------------------
 
@@ -694,8 +715,9 @@ class TensorControl(wiring.Component):
         # the least slots: min(64, M) (the documented back-to-back cost max(min(64, M), N))
         floor = Signal(range(MIN_MM_CYCLES + 1), name="mm_floor")
         m.d.comb += floor.eq(Mux(ins.m > MIN_MM_CYCLES, MIN_MM_CYCLES, ins.m))
-        streams = self._streams("moving")
-        flags, beats = [], []
+        groups = self._lanes("moving")
+        W, rows_per = LANE_WIDTH, self.rows // RG
+        flags, beats, takes_all = [], [], []
         for k, sl in enumerate(s.slots):
             p = f"mm{k}_" if self.parallel else "mm_"
             e_beats = Signal.like(sl.mm_beats, name=f"e_{p}beats")
@@ -746,25 +768,50 @@ class TensorControl(wiring.Component):
                 slot_start.eq(e_slots.any() & equals(e_phase, 0)),
                 due.eq(slot_start & e_beats.any()),
             ]
-            m.d.comb += streams[k].ready.eq(live & due)
+            # a beat takes one word from every lane group of its injection point and rows
+            cover = lambda j, g, e_inj=e_inj, e_r=e_r: e_inj[j] & e_r[g]  # noqa: E731
             beat = Signal(name=f"{p}beat")
-            m.d.comb += beat.eq(live & due & streams[k].valid)
+            m.d.comb += beat.eq(live & due & self._all_valid(groups, cover))
+            takes_all.append([beat & cover(a, b) for _, a, b in groups])
+            # the beat's lanes, one per row, from its injection point's lane groups
+            if self.parallel:
+                payload = Cat(
+                    *(
+                        _or_mux(
+                            [(e_inj[j], groups[j * RG + g][0].payload) for j in range(J)],
+                            rows_per * W,
+                        )
+                        for g in range(RG)
+                    )
+                )
+            else:
+                payload = groups[0][0].payload
             stalled = Signal(name=f"{p}stalled")
             m.d.comb += stalled.eq(due & ~beat)
 
             # Transpose: every lane of the tile must be 0 or 1 in the moving format, one 1 at most.
-            sel_bad = self._selection_check(m, e_tag, streams[k].payload, p)
+            sel_bad = self._selection_check(m, e_tag, payload, p)
             zero_beat = Signal(name=f"{p}zero_beat")
             m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
             x = Signal(self.rows * LANE_WIDTH, name=f"{p}x")
-            m.d.comb += x.eq(Mux(zero_beat, 0, streams[k].payload))
+            m.d.comb += x.eq(Mux(zero_beat, 0, payload))
             new_flag = Signal(name=f"{p}sel_error_now")
             m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
             flags.append(new_flag)
             last = Signal(name=f"{p}last")
             m.d.comb += last.eq(e_beats == 1)
             beats.append(
-                dict(beat=beat, x=x, tag=e_tag, r=e_r, c=e_c, inj=e_inj, cols=e_cols, last=last)
+                dict(
+                    beat=beat,
+                    x=x,
+                    tag=e_tag,
+                    r=e_r,
+                    c=e_c,
+                    inj=e_inj,
+                    cols=e_cols,
+                    last=last,
+                    zero=zero_beat,
+                )
             )
 
             with m.If(self.en):
@@ -797,6 +844,8 @@ class TensorControl(wiring.Component):
                         sl.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
                     ]
 
+        for i, (st, _, _) in enumerate(groups):
+            m.d.comb += st.ready.eq(_any(takes[i] for takes in takes_all))
         if not self.parallel:
             b = beats[0]
             m.d.comb += [
@@ -816,22 +865,17 @@ class TensorControl(wiring.Component):
             m.d.comb += self.o_info.as_value().eq(out)
             return flags
 
-        # Injection j, row group g: the lanes and tag of the sequencer with a beat there
-        # (sequencers with beats in the same cycle feed disjoint groups).
-        W, rows_per = LANE_WIDTH, self.rows // RG
+        # Injection j, row group g: its lane group's words (zero for a transpose beat that is no
+        # selection) and the tag of the sequencer with a beat there (sequencers with beats in
+        # the same cycle feed disjoint groups).
         tag_bits = Shape.cast(beat_tag_layout(self.rows)).width
         for j in range(J):
             for g in range(RG):
-                sel = []
-                for k, b in enumerate(beats):
-                    v = Signal(name=f"mm_sel_j{j}_g{g}_s{k}")
-                    m.d.comb += v.eq(b["beat"] & b["inj"][j] & b["r"][g])
-                    sel.append(v)
-                lo = g * rows_per * W
-                hi = lo + rows_per * W
-                m.d.comb += self.o_x[j * self.rows * W + lo : j * self.rows * W + hi].eq(
-                    _or_mux([(sel[k], b["x"][lo:hi]) for k, b in enumerate(beats)], hi - lo)
-                )
+                i = j * RG + g
+                sel = [takes[i] for takes in takes_all]
+                zero = _any(sel[k] & b["zero"] for k, b in enumerate(beats))
+                at = (j * self.rows + g * rows_per) * W
+                m.d.comb += self.o_x[at : at + rows_per * W].eq(Mux(zero, 0, groups[i][0].payload))
                 tags = []
                 for k, b in enumerate(beats):
                     t = Signal(beat_tag_layout(self.rows), name=f"mm_tag_j{j}_g{g}_s{k}")

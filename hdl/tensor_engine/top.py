@@ -40,6 +40,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.common.stream import vector_layout
+from ncrtl.model.tensor_engine.isa import Op
 
 from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
@@ -150,6 +151,36 @@ class TensorEngine(wiring.Component):
             members["result"] = Out(stream.Signature(vector_layout(cols)))
         super().__init__(members)
 
+    def lane_groups(self, ins):
+        """With parallel tiles: the lane groups of the ``stationary`` (LS) or ``moving`` (MM)
+        port that every beat of ``ins`` takes a word from, ``[(index, lanes)]``: ``lanes``
+        slices that group's words out of the instruction's whole-array beat
+        (:func:`stationary_beats`'s ``chains * rows`` lane words; a moving beat's ``rows``).
+
+        An LS takes stationary group ``g * chains + k`` for every row group ``g`` and chain
+        ``k`` of its tile; an MM takes moving group ``j * row_groups + g`` for every row group
+        ``g`` of its tile at its injection point ``j`` (a column tile's first column group,
+        else 0).  All of an instruction's groups hand over a beat in the same cycle."""
+        if not self.parallel:
+            raise ValueError("lane_groups: the engine has no parallel tiles (one stream each)")
+        from ncrtl.model.tensor_engine.timing import tile_col_groups
+
+        whole = ins.whole(self.rows, self.cols)
+        per, RG = self.rows // self.row_groups, self.row_groups
+        rgs = range(whole.tile_row // per, -(-(whole.tile_row + whole.tile_rows) // per))
+        cgs = tile_col_groups(ins, self.rows, self.cols, self.tile_unit)
+        if ins.op == Op.LS:
+            return [
+                (
+                    g * self.col_groups + k,
+                    slice(k * self.rows + g * per, k * self.rows + (g + 1) * per),
+                )
+                for g in rgs
+                for k in cgs
+            ]
+        j = cgs[0] if whole.tile_cols != self.cols else 0
+        return [(j * RG + g, slice(g * per, (g + 1) * per)) for g in rgs]
+
     def cells(self):
         """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""
         return self.array.cells()
@@ -163,8 +194,9 @@ class TensorEngine(wiring.Component):
         m.d.comb += en.eq(~(self.result.valid & ~self.result.ready))
         connect(m, flipped(self.instr), ctl.instr)
         if self.parallel:
-            for k in range(self.slots):
+            for k in range(len(ctl.stationary)):
                 connect(m, flipped(self.stationary[k]), ctl.stationary[k])
+            for k in range(len(ctl.moving)):
                 connect(m, flipped(self.moving[k]), ctl.moving[k])
         else:
             connect(m, flipped(self.stationary), ctl.stationary)
