@@ -1,4 +1,4 @@
-"""Tensor Engine control: instruction issue and validation, LS loader, MM sequencer, output info.
+"""Tensor Engine control: instruction issue and validation, LS loaders, MM sequencers, output info.
 
 Implements the timing conventions of docs/tensor_engine.md (``ncrtl.model.tensor_engine.timing``)
 cycle for cycle:
@@ -17,6 +17,11 @@ cycle for cycle:
 
 The moving beat goes to the array with its tag combinationally in the cycle it is consumed; the
 output info (valid, last, column range) follows it through a ``latency``-stage delay line.
+
+With parallel tiles (``timing.HDL_PARALLEL``) "the loader" and "the sequencer" above are those
+of the instruction's slot and of every PE group of its tile, banks are per PE group, and an
+instruction whose tile overlaps a different tile with beats still to come is rejected
+(``TILE_BUSY``); docs/tensor_engine.md, "Microarchitecture (RTL)".
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Shape, Signal
@@ -292,12 +297,16 @@ class TensorControl(wiring.Component):
         Global clock enable (0 freezes every register; no handshake happens).
     instr : In(stream.Signature(INSTR_LAYOUT))
         Instructions.
-    stationary : In(stream.Signature(chains * rows * LANE_WIDTH)), ``.array(slots)`` with parallel tiles
+    stationary : In(stream.Signature(chains * rows * LANE_WIDTH))
         Stationary beats, a lane word per row for each LoadStationary chain (chain ``k``'s row
-        ``r`` in lane ``k * rows + r``); slot ``s`` takes the LS of its tiles.
-    moving : In(stream.Signature(rows * LANE_WIDTH)), ``.array(slots)`` with parallel tiles
+        ``r`` in lane ``k * rows + r``).  With parallel tiles a stream per lane group,
+        ``.array(row_groups * chains)``: group ``g * chains + k`` carries chain ``k``'s words
+        of row group ``g``; an LS beat takes one from every group of its tile at once.
+    moving : In(stream.Signature(rows * LANE_WIDTH))
         Moving beats (lane ``r`` for PE row ``r``); the payload is checked (transpose
-        selection) and passed on as ``o_x``.
+        selection) and passed on as ``o_x``.  With parallel tiles ``.array(injections *
+        row_groups)``: group ``j * row_groups + g`` carries row group ``g``'s words entering at
+        injection point ``j``.
     o_x : Out(injections * rows * LANE_WIDTH)
         Moving lane words for the array, per injection point ``j`` (the left edge, then one per
         column group with parallel tiles: a column tile's moving data enters at its first
@@ -774,18 +783,21 @@ class TensorControl(wiring.Component):
             m.d.comb += beat.eq(live & due & self._all_valid(groups, cover))
             takes_all.append([beat & cover(a, b) for _, a, b in groups])
             # the beat's lanes, one per row, from its injection point's lane groups
+            payload = Signal(self.rows * W, name=f"{p}payload")
             if self.parallel:
-                payload = Cat(
-                    *(
-                        _or_mux(
-                            [(e_inj[j], groups[j * RG + g][0].payload) for j in range(J)],
-                            rows_per * W,
+                m.d.comb += payload.eq(
+                    Cat(
+                        *(
+                            _or_mux(
+                                [(e_inj[j], groups[j * RG + g][0].payload) for j in range(J)],
+                                rows_per * W,
+                            )
+                            for g in range(RG)
                         )
-                        for g in range(RG)
                     )
                 )
             else:
-                payload = groups[0][0].payload
+                m.d.comb += payload.eq(groups[0][0].payload)
             stalled = Signal(name=f"{p}stalled")
             m.d.comb += stalled.eq(due & ~beat)
 

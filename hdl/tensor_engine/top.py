@@ -29,6 +29,16 @@ port               payload                 meaning
 ``o_error_code``   4                       ``isa.Error`` of that strobe
 =================  ======================  =======================================================
 
+With ``parallel_tiles=True`` (tiles run side by side, ``timing.HDL_PARALLEL``):
+``stationary`` is ``row_groups * chains`` streams of ``rows / row_groups`` lane words, stream
+``g * chains + k`` the words of chain ``k`` for the rows of row group ``g``; ``moving`` is
+``chains * row_groups`` streams, stream ``j * row_groups + g`` the words of row group ``g``
+entering at column group ``j`` (``j`` = 0 but for a column tile: its first column group); an
+instruction's beat takes a word from every group of its tile in one cycle
+(:meth:`TensorEngine.lane_groups`).  ``result`` carries every output tap's vector
+(:func:`tap_vector_layout`): a row tile's results leave below its last row group, the others'
+at the bottom.
+
 Verilog: the array places every PE as an instance of the one PE module
 (:data:`~ncrtl.hdl.tensor_engine.array.PE_MODULE`), listed with the tile module in
 :meth:`TensorEngine.cells`; :func:`ncrtl.hdl.verilog.convert` emits them once, then the top.
