@@ -324,16 +324,22 @@ def _check_engine(name, rows, cols, block, tile_unit):
         )
 
 
-def _make_te(rows, cols, mode, max_n, block, tile_unit=32):
+def _make_te(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
 
     _check_engine("pe_array", rows, cols, block, tile_unit)
+    if parallel_tiles and (rows % tile_unit or cols % tile_unit):
+        raise BlockError(
+            f"pe_array: parameter parallel_tiles=1 needs rows={rows} and cols={cols} to be "
+            f"multiples of tile_unit={tile_unit} (whole PE groups)"
+        )
     return TensorEngine(
         rows,
         cols,
         tile_unit=tile_unit,
         block=block or default_block(rows, cols, tile_unit),
+        parallel_tiles=bool(parallel_tiles),
     )
 
 
@@ -344,11 +350,12 @@ def _big_array_threads(rows, cols, **_):
     return 2 if rows * cols >= 64 * 64 else 1
 
 
-def _te_top(rows, cols, mode, max_n, block, tile_unit=32):
+def _te_top(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0):
     return (
         f"tensor_engine_{rows}x{cols}"
         + (f"_b{block}" if block else "")
         + (f"_u{tile_unit}" if tile_unit != 32 else "")
+        + ("_par" if parallel_tiles else "")
     )
 
 
@@ -390,6 +397,14 @@ register(
                 "tile sizes tile_unit and 2 x tile_unit, MX K granule tile_unit (32 on the "
                 "hardware; smaller lets small arrays run tiles and MX)",
                 choices=(1, 2, 4, 8, 16, 32),
+            ),
+            Param(
+                "parallel_tiles",
+                int,
+                0,
+                "1: tiles run side by side (a stream per lane group, results per output tap; "
+                "the conformance program interleaves the tiles of a tiling); 0: one after another",
+                choices=(0, 1),
             ),
         ),
         _make_te,

@@ -65,6 +65,27 @@ def test_more_small_array_programs(params):
     _small_programs(params)
 
 
+#: Parallel tiles (tile_unit 2 on 8 x 8: 4 row groups x 4 column groups): the conformance
+#: program interleaves the tiles of one tiling of the mode; values, errors (TILE_BUSY from the
+#: timing model) and every output and error cycle against ``timing.HDL_PARALLEL``.
+PARALLEL = [
+    {"rows": 8, "cols": 8, "mode": m, "tile_unit": 2, "parallel_tiles": 1}
+    for m in ("bf16", "mx", "fp32", "transpose_fp8", "double_row")
+]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(
+    "params",
+    [pytest.param(p, marks=[] if p["mode"] == "bf16" else [pytest.mark.slow]) for p in PARALLEL],
+    ids=lambda p: f"8x8-{p['mode']}-parallel",
+)
+def test_parallel_tiles_programs(params):
+    """Tiles side by side on the Verilog: random stalls in one test, exact timing in the
+    other."""
+    _small_programs(params)
+
+
 @pytest.mark.sim
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "mx", "transpose_bf16"])

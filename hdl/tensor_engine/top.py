@@ -55,7 +55,7 @@ from ncrtl.model.tensor_engine.isa import Op
 from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
 
-__all__ = ["TensorEngine", "stationary_beats", "tap_vector_layout"]
+__all__ = ["TensorEngine", "stationary_beats", "lane_groups", "tap_vector_layout"]
 
 
 def stationary_beats(words, ins, rows, cols, tile_unit=32):
@@ -78,6 +78,33 @@ def stationary_beats(words, ins, rows, cols, tile_unit=32):
             col = first + n - 1 - j - ins.tile_col
             out[j, k * rows : (k + 1) * rows][k_rows] = words[col]
     return out
+
+
+def lane_groups(ins, rows, cols, tile_unit=32):
+    """The lane groups of the ``stationary`` (LS) or ``moving`` (MM) port of a ``rows x cols``
+    engine with parallel tiles that every beat of ``ins`` takes a word from, ``[(index,
+    lanes)]``: ``lanes`` slices that group's words out of the instruction's whole-array beat
+    (:func:`stationary_beats`'s ``chains * rows`` lane words; a moving beat's ``rows``).
+
+    An LS takes stationary group ``g * chains + k`` for every row group ``g`` and chain ``k``
+    of its tile; an MM takes moving group ``j * row_groups + g`` for every row group ``g`` of
+    its tile at its injection point ``j`` (a column tile's first column group, else 0).  All of
+    an instruction's groups hand over a beat in the same cycle."""
+    from ncrtl.model.tensor_engine.timing import chain_count, tile_col_groups
+
+    whole = ins.whole(rows, cols)
+    per, row_groups = tile_unit, rows // tile_unit
+    chains = chain_count(cols, tile_unit)
+    rgs = range(whole.tile_row // per, -(-(whole.tile_row + whole.tile_rows) // per))
+    cgs = tile_col_groups(ins, rows, cols, tile_unit)
+    if ins.op == Op.LS:
+        return [
+            (g * chains + k, slice(k * rows + g * per, k * rows + (g + 1) * per))
+            for g in rgs
+            for k in cgs
+        ]
+    j = cgs[0] if whole.tile_cols != cols else 0
+    return [(j * row_groups + g, slice(g * per, (g + 1) * per)) for g in rgs]
 
 
 def tap_vector_layout(taps, cols, col_groups):
@@ -162,34 +189,10 @@ class TensorEngine(wiring.Component):
         super().__init__(members)
 
     def lane_groups(self, ins):
-        """With parallel tiles: the lane groups of the ``stationary`` (LS) or ``moving`` (MM)
-        port that every beat of ``ins`` takes a word from, ``[(index, lanes)]``: ``lanes``
-        slices that group's words out of the instruction's whole-array beat
-        (:func:`stationary_beats`'s ``chains * rows`` lane words; a moving beat's ``rows``).
-
-        An LS takes stationary group ``g * chains + k`` for every row group ``g`` and chain
-        ``k`` of its tile; an MM takes moving group ``j * row_groups + g`` for every row group
-        ``g`` of its tile at its injection point ``j`` (a column tile's first column group,
-        else 0).  All of an instruction's groups hand over a beat in the same cycle."""
+        """With parallel tiles: :func:`lane_groups` of ``ins`` on this engine."""
         if not self.parallel:
             raise ValueError("lane_groups: the engine has no parallel tiles (one stream each)")
-        from ncrtl.model.tensor_engine.timing import tile_col_groups
-
-        whole = ins.whole(self.rows, self.cols)
-        per, RG = self.rows // self.row_groups, self.row_groups
-        rgs = range(whole.tile_row // per, -(-(whole.tile_row + whole.tile_rows) // per))
-        cgs = tile_col_groups(ins, self.rows, self.cols, self.tile_unit)
-        if ins.op == Op.LS:
-            return [
-                (
-                    g * self.col_groups + k,
-                    slice(k * self.rows + g * per, k * self.rows + (g + 1) * per),
-                )
-                for g in rgs
-                for k in cgs
-            ]
-        j = cgs[0] if whole.tile_cols != self.cols else 0
-        return [(j * RG + g, slice(g * per, (g + 1) * per)) for g in rgs]
+        return lane_groups(ins, self.rows, self.cols, self.tile_unit)
 
     def cells(self):
         """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""

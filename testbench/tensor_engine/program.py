@@ -12,7 +12,7 @@ import numpy as np
 
 from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import operation
-from ncrtl.model.tensor_engine import isa
+from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 
 __all__ = ["Step", "Program", "random_program", "random_scales", "lane_words", "tile_shape"]
@@ -46,13 +46,35 @@ class Program:
     steps: list = field(default_factory=list)
     #: The engine's tile unit (32 on the hardware; :func:`isa.check`).
     tile_unit: int = 32
+    #: For an engine with parallel tiles (``TensorEngine(parallel_tiles=True)``).
+    parallel: bool = False
 
     def instructions(self):
         return [s.ins for s in self.steps]
 
+    def schedule(self):
+        """The timing model's schedule of the program on its engine (``timing.HDL_PARALLEL``
+        with parallel tiles, else ``timing.HDL_SERIAL``)."""
+        rules = timing.HDL_PARALLEL if self.parallel else timing.HDL_SERIAL
+        return timing.simulate(
+            self.instructions(), self.rows, self.cols, tile_unit=self.tile_unit, rules=rules
+        )
+
     def valid_steps(self):
-        """Steps the engine accepts (``isa.check`` passes), with their LS for MMs."""
+        """Steps the engine accepts, with their LS for MMs: ``isa.check`` in program order;
+        with parallel tiles the timing model's records (``TILE_BUSY`` depends on timing) and,
+        for an MM, the latest accepted LS on its tile."""
         out, last_ls = [], None
+        if self.parallel:
+            held = {}
+            for s, rec in zip(self.steps, self.schedule().records):
+                if rec.accepted:
+                    w = s.ins.whole(self.rows, self.cols)
+                    region = (w.tile_row, w.tile_rows, w.tile_col, w.tile_cols)
+                    if s.ins.op == Op.LS:
+                        held[region] = s.ins
+                    out.append((s, held[region]))
+            return out
         for s in self.steps:
             err = isa.check(s.ins, self.rows, self.cols, last_ls, tile_unit=self.tile_unit)
             if err is None:
@@ -175,6 +197,66 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
                 ]
                 prog.steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
     return prog
+
+
+def parallel_program(rng, rows, cols, op_name, *, pairs=2, max_n=16, tile_unit=32):
+    """A random program for an engine with parallel tiles: a tiling the mode accepts (its row
+    or column tiles of one size, all positions, or the whole array now and then), per tile
+    ``pairs`` LS each followed by 1..2 MMs, the tiles' sequences interleaved at random (each
+    keeps its order), so that tiles stream side by side; a whole-array pair at the end, which
+    meets tiles still in flight now and then (``TILE_BUSY``)."""
+    pe_mode, transpose = operation(op_name)
+    axes = [a for a, sizes in (("row", pe_mode.row_tiles), ("col", pe_mode.col_tiles)) if sizes]
+    tiles = [(0, 0, 0, 0)]
+    if axes:
+        axis = axes[int(rng.integers(0, len(axes)))]
+        size = int(rng.choice(pe_mode.row_tiles if axis == "row" else pe_mode.col_tiles))
+        size = size * tile_unit // 32
+        if axis == "row":
+            tiles = [(r, size, 0, 0) for r in range(0, rows - size + 1, size)]
+        else:
+            tiles = [(0, 0, c, size) for c in range(0, cols - size + 1, size)]
+    seqs = [
+        _tile_steps(rng, rows, cols, pe_mode, transpose, t, pairs, max_n, tile_unit) for t in tiles
+    ]
+    prog = Program(rows, cols, tile_unit=tile_unit, parallel=True)
+    while any(seqs):
+        live = [q for q in seqs if q]
+        prog.steps.append(live[int(rng.integers(0, len(live)))].pop(0))
+    prog.steps += _tile_steps(
+        rng, rows, cols, pe_mode, transpose, (0, 0, 0, 0), 1, max_n, tile_unit
+    )
+    return prog
+
+
+def _tile_steps(rng, rows, cols, pe_mode, transpose, tile, pairs, max_n, tile_unit):
+    """``pairs`` LS on ``tile`` each followed by 1..2 MMs of random shapes, as steps."""
+    tr, trs, tc, tcs = tile
+    place = dict(tile_row=tr, tile_rows=trs, tile_col=tc, tile_cols=tcs)
+    k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
+    steps = []
+    for _ in range(pairs):
+        k = k_step * int(rng.integers(1, (trs or rows) // k_step + 1))
+        m = m_step * int(rng.integers(1, (tcs or cols) // m_step + 1))
+        fs = int(rng.integers(0, len(pe_mode.formats_s)))
+        fm = int(rng.integers(0, len(pe_mode.formats_m))) if len(pe_mode.formats_m) > 1 else 0
+        if transpose:
+            fm = fs
+        ls = Instruction(
+            Op.LS, pe_mode.code, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **place
+        )
+        s_fmt, m_fmt = ls.formats
+        scale = (lambda x: random_scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
+        steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m)), scale(m)))
+        for _ in range(int(rng.integers(1, 3))):
+            n = int(rng.integers(1, min(max_n, pe_mode.n_limit(False)) + 1))
+            mm = replace(ls, op=Op.MM, n=n)
+            if transpose:
+                x = _selection(rng, k, n, m_fmt)
+            else:
+                x = _values(rng, m_fmt, tile_shape(pe_mode, k, n))
+            steps.append(Step(mm, x, scale(n)))
+    return steps
 
 
 def expected_outputs(prog):

@@ -16,16 +16,21 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 
 from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
-from ncrtl.hdl.tensor_engine.top import stationary_beats
+from ncrtl.hdl.tensor_engine.top import lane_groups, stationary_beats
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
-from ncrtl.model.tensor_engine.timing import chain_count
+from ncrtl.model.tensor_engine.timing import chain_count, chain_width, tile_col_groups, tile_tap
 from ncrtl.testbench import player, progress
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.player import PlayerPort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters, write_timings
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
-from ncrtl.testbench.tensor_engine.program import expected_outputs, lane_words, random_program
+from ncrtl.testbench.tensor_engine.program import (
+    expected_outputs,
+    lane_words,
+    parallel_program,
+    random_program,
+)
 
 #: Bits of one result lane (FP32, or a transpose word).
 LANE = 32
@@ -38,7 +43,7 @@ class TensorEngineTB:
     Cycle numbers of the sink and the watcher count the same rising edges from the start.
     """
 
-    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0, tile_unit=32):
+    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0, tile_unit=32, parallel=False):
         self.dut, self.rows, self.cols, self.tile_unit = dut, rows, cols, tile_unit
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
@@ -46,12 +51,26 @@ class TensorEngineTB:
         self.instr = StreamSource(
             StreamBus.from_prefix(dut, "instr"), clk, rst, stall=stall, seed=seed
         )
-        self.stat = StreamSource(
-            StreamBus.from_prefix(dut, "stationary"), clk, rst, stall=stall, seed=seed + 1
-        )
-        self.mov = StreamSource(
-            StreamBus.from_prefix(dut, "moving"), clk, rst, stall=stall, seed=seed + 2
-        )
+
+        def sources(name, n, salt):
+            if not parallel:
+                bus = StreamBus.from_prefix(dut, name)
+                return [StreamSource(bus, clk, rst, stall=stall, seed=seed + salt)]
+            return [
+                StreamSource(
+                    StreamBus.from_prefix(dut, f"{name}__{i}"),
+                    clk,
+                    rst,
+                    stall=stall,
+                    seed=seed + salt + 10 * i,
+                )
+                for i in range(n)
+            ]
+
+        # One stream each, or (parallel tiles) a stream per lane group.
+        groups = (rows // tile_unit) * chain_count(cols, tile_unit)
+        self.stat = sources("stationary", groups, 1)
+        self.mov = sources("moving", groups, 2)
         self.out = StreamSink(
             StreamBus.from_prefix(dut, "result"), clk, rst, backpressure=stall, seed=seed + 3
         )
@@ -81,8 +100,8 @@ class TensorEngineTB:
         accepts (a rejected instruction consumes no data)."""
         instr, stat, mov = _beats(prog, self.rows)
         self.instr.send(instr)
-        self.stat.send(stat)
-        self.mov.send(mov)
+        for src, words in zip(self.stat + self.mov, stat + mov):
+            src.send(words)
 
 
 def player_ports(rows, cols, tile_unit=32):
@@ -99,32 +118,51 @@ def player_ports(rows, cols, tile_unit=32):
 
 
 def _beats(prog, rows):
-    """Instruction words and the stationary and moving beats of the accepted instructions
-    (a rejected instruction consumes no data), as payload ints."""
+    """Instruction words and, per stream, the stationary and moving beats of the accepted
+    instructions (a rejected instruction consumes no data), as payload ints: one stream each,
+    or with parallel tiles one per lane group (``lane_groups``)."""
     instr = [isa.encode(s.ins) for s in prog.steps]
-    stat, mov = [], []
+    groups = (rows // prog.tile_unit) * chain_count(prog.cols, prog.tile_unit)
+    n = groups if prog.parallel else 1
+    stat, mov = [[] for _ in range(n)], [[] for _ in range(n)]
     for s, _ in prog.valid_steps():
         ins = s.ins.whole(rows, prog.cols)
         words = lane_words(s.data, s.scale)  # [X, K]
         if ins.op == Op.LS:
             beats = stationary_beats(words, ins, rows, prog.cols, prog.tile_unit)
-            stat += pack_lanes(beats, LANE_WIDTH)
+            out = stat
         else:
             beats = np.zeros((words.shape[0], rows), dtype=np.uint64)
             beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
-            mov += pack_lanes(beats, LANE_WIDTH)
+            out = mov
+        if not prog.parallel:
+            out[0] += pack_lanes(beats, LANE_WIDTH)
+            continue
+        for i, lanes in lane_groups(ins, rows, prog.cols, prog.tile_unit):
+            out[i] += pack_lanes(beats[:, lanes], LANE_WIDTH)
     return instr, stat, mov
 
 
 async def _drive_python(dut, prog, total, *, stall, seed):
     """The program through the Python drivers (:class:`TensorEngineTB`): per-cycle coroutines."""
     rows, cols = prog.rows, prog.cols
-    tb = TensorEngineTB(dut, rows, cols, stall=stall, seed=seed, tile_unit=prog.tile_unit)
+    tb = TensorEngineTB(
+        dut,
+        rows,
+        cols,
+        stall=stall,
+        seed=seed,
+        tile_unit=prog.tile_unit,
+        parallel=prog.parallel,
+    )
     await tb.reset()
     tb.load(prog)
     t_run, c_run = time.perf_counter(), tb.out.cycle
     bar = progress.watch(lambda: (tb.out.cycle - c_run, len(tb.out.cycles)), total)
-    got_words = await tb.out.recv(total, timeout=5000)
+    if prog.parallel:  # a handshake carries a vector of every tile that has one
+        got_words = await _recv_vectors(tb, prog, total)
+    else:
+        got_words = await tb.out.recv(total, timeout=5000)
     t_run, c_run = time.perf_counter() - t_run, tb.out.cycle - c_run
     if bar:
         bar.cancel()
@@ -139,6 +177,22 @@ async def _drive_python(dut, prog, total, *, stall, seed):
         run_cycles=c_run,
         run_s=t_run,
     )
+
+
+async def _recv_vectors(tb, prog, total, timeout=5000):
+    """With parallel tiles: the result words until they hold ``total`` tile vectors."""
+    n_bits = 32 * prog.rows * prog.cols // prog.tile_unit
+    width = (prog.rows // prog.tile_unit) * chain_count(prog.cols, prog.tile_unit)
+    mask = (1 << width) - 1
+    seen, idle = 0, 0
+    while seen < total:
+        await RisingEdge(tb.dut.clk)
+        got = sum(bin((w >> n_bits) & mask).count("1") for w in tb.out.words)
+        idle = 0 if got > seen else idle + 1
+        seen = got
+        if idle > timeout:
+            raise TimeoutError(f"result: {seen} of {total} tile vectors; none for {timeout} cycles")
+    return list(tb.out.words)
 
 
 async def _drive_player(dut, prog, total, *, stall, seed):
@@ -198,26 +252,61 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
     t_golden = time.perf_counter()
     expect = expected_outputs(prog)
     t_golden = time.perf_counter() - t_golden
-    total = sum(bits.shape[1] for _, bits in expect)
+    if prog.parallel:
+        total = sum(
+            bits.shape[1] * len(tile_col_groups(valid_ins, rows, cols, unit))
+            for valid_ins, bits in _mm_bits(prog, expect)
+        )
+        if dut._name.endswith("_player"):
+            raise ValueError("the stream players do not drive an engine with parallel tiles")
+    else:
+        total = sum(bits.shape[1] for _, bits in expect)
     drive = _drive_player if dut._name.endswith("_player") else _drive_python
     obs = await drive(dut, prog, total, stall=stall, seed=seed)
-    got_words, t_run, c_run = obs["words"], obs["run_s"], obs["run_cycles"]
+    t_run, c_run = obs["run_s"], obs["run_cycles"]
     t_compare = time.perf_counter()
+    check = _check_parallel if prog.parallel else _check_serial
+    boards, got = check(dut, prog, expect, obs, check_timing)
+    t_end = time.perf_counter()
+    write_counters(cycles=obs["cycles"], run_cycles=c_run, run_us=int(t_run * 1e6))
+    write_timings(
+        start_unix=t_start,
+        golden_s=t_golden,
+        stream_s=t_run,
+        compare_s=t_end - t_compare,
+        setup_s=t_end - t_begin - t_golden - t_run - (t_end - t_compare),
+    )
+    for b in boards:
+        b.assert_clean()
+    return {
+        "first_instr": obs["accepted"][0],
+        "first_out": obs["out_cycles"][0] if obs["out_cycles"] else 0,
+        "last_out": obs["out_cycles"][-1] if obs["out_cycles"] else 0,
+        # [vectors, cols] result lane words in arrival order; with parallel tiles per output
+        # tap and column group (tap * groups + group) a list of (cycle, lanes, last)
+        "vectors": got,
+    }
+
+
+def _mm_bits(prog, expect):
+    """``(instruction, [M, N] bits)`` of every accepted MM, in program order."""
+    valid = prog.valid_steps()
+    return [(valid[idx][0].ins, bits) for idx, bits in expect]
+
+
+def _check_serial(dut, prog, expect, obs, check_timing):
+    """One result stream: every vector bit for bit, the last flags, the error codes
+    (``isa.check``) and, with ``check_timing``, every output and error cycle."""
+    rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
+    got_words = obs["words"]
     data_mask = (1 << (LANE * cols)) - 1
     got = unpack_lanes([w & data_mask for w in got_words], LANE, cols)  # [vectors, cols]
     got_last = np.array([w >> (LANE * cols) for w in got_words], dtype=np.int64)
-    valid = prog.valid_steps()
-
-    sb = Scoreboard(
-        f"tensor_engine.{dut._name}",
-        "fp32/raw",
-        bits=32,
-        decode=lambda x: np.asarray(x, np.uint32).view(np.float32),
-    )
+    sb = _value_board(dut)
     pos = 0
     want_last = []
-    for idx, bits in expect:
-        ins = valid[idx][0].ins.whole(rows, cols)
+    for ins, bits in _mm_bits(prog, expect):
+        ins = ins.whole(rows, cols)
         m, n = bits.shape
         vec = got[pos : pos + n, ins.tile_col : ins.tile_col + m].T  # [M, N]
         sb.compare(vec.astype(np.int64), bits.astype(np.int64))
@@ -239,44 +328,98 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
             last_ls = s.ins
         if err is not None:
             want_codes.append(int(err[0]))
-    eb = Scoreboard("tensor_engine.errors", "count, then codes", bits=8)
-    eb.compare_sequence([c for _, c in obs["errors"]], want_codes)
-    eb.write_json()
-    dut._log.info(eb.report())
-
+    eb = _error_board(dut, obs, want_codes)
     boards = [sb, lb, eb]
     if check_timing:
-        from ncrtl.model.tensor_engine import timing
-
-        sched = timing.simulate(
-            prog.instructions(), rows, cols, tile_unit=unit, rules=timing.HDL_RULES
-        )
+        sched = prog.schedule()
         t0 = obs["accepted"][0]
         want_out = [c for r in sched.records for c in r.outputs]
         tsb = Scoreboard("tensor_engine.output_cycles", "count, then cycles", bits=32)
         tsb.compare_sequence([c - t0 for c in obs["out_cycles"]], want_out)
-        want_err = [r.error_cycle for r in sched.records if r.error_cycle is not None]
-        tsb.compare_sequence([c - t0 for c, _ in obs["errors"]], want_err)
-        tsb.write_json()
-        dut._log.info(tsb.report())
-        boards.append(tsb)
-    t_end = time.perf_counter()
-    write_counters(cycles=obs["cycles"], run_cycles=c_run, run_us=int(t_run * 1e6))
-    write_timings(
-        start_unix=t_start,
-        golden_s=t_golden,
-        stream_s=t_run,
-        compare_s=t_end - t_compare,
-        setup_s=t_end - t_begin - t_golden - t_run - (t_end - t_compare),
+        boards.append(_timing_board(dut, tsb, obs, sched))
+    return boards, got
+
+
+def _check_parallel(dut, prog, expect, obs, check_timing):
+    """Parallel tiles: the result words split per output tap and column group; every MM's
+    vectors on its tap's column groups bit for bit, their last flags, the error codes of the
+    timing model (``TILE_BUSY`` depends on timing) and, with ``check_timing``, the cycle of
+    every vector and error."""
+    rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
+    G = chain_width(cols, unit)
+    taps, groups = rows // unit, chain_count(cols, unit)
+    n_data, n = LANE * taps * cols, taps * groups
+    streams = {key: [] for key in range(n)}  # (cycle, lanes, last) per tap * groups + group
+    for cycle, w in zip(obs["out_cycles"], obs["words"]):
+        lanes = unpack_lanes([w & ((1 << n_data) - 1)], LANE, taps * cols)[0]
+        valid, last = (w >> n_data) & ((1 << n) - 1), (w >> (n_data + n)) & ((1 << n) - 1)
+        for i in range(n):
+            if valid >> i & 1:
+                streams[i].append((cycle, lanes[i * G : (i + 1) * G], last >> i & 1))
+    sched = prog.schedule()
+    sb = _value_board(dut)
+    lb = Scoreboard("tensor_engine.last", "flag", bits=1)
+    tsb = Scoreboard("tensor_engine.output_cycles", "count, then cycles", bits=32)
+    t0 = obs["accepted"][0] if obs["accepted"] else 0
+    pos = {key: 0 for key in streams}
+    outputs = {r.index: r.outputs for r in sched.records}
+    index = {id(s.ins): i for i, s in enumerate(prog.steps)}
+    got_last, want_last, got_cyc, want_cyc = [], [], [], []
+    for ins, bits in _mm_bits(prog, expect):
+        whole = ins.whole(rows, cols)
+        m, n_vec = bits.shape
+        g = tile_tap(ins, rows, cols, unit)
+        vec = np.zeros((n_vec, cols), dtype=np.int64)
+        for j in tile_col_groups(ins, rows, cols, unit):
+            key = g * groups + j
+            got = streams[key][pos[key] : pos[key] + n_vec]
+            pos[key] += n_vec
+            for v, (cycle, lanes, last) in enumerate(got):
+                vec[v, j * G : (j + 1) * G] = lanes
+                got_last.append(last)
+                got_cyc.append(cycle - t0)
+            want_last += [0] * (n_vec - 1) + [1]
+            want_cyc += list(outputs[index[id(ins)]])
+        sb.compare(vec[:, whole.tile_col : whole.tile_col + m].T, bits.astype(np.int64))
+    extra = sum(len(v) - pos[k] for k, v in streams.items())
+    lb.compare_sequence(got_last + [2] * extra, want_last)
+    for b in (sb, lb):
+        b.write_json()
+    dut._log.info(sb.report())
+    want_codes = [int(r.error) for r in sched.records if not r.accepted]
+    eb = _error_board(dut, obs, want_codes)
+    boards = [sb, lb, eb]
+    if check_timing:
+        tsb.compare_sequence(got_cyc, want_cyc)
+        boards.append(_timing_board(dut, tsb, obs, sched))
+    return boards, streams
+
+
+def _value_board(dut):
+    return Scoreboard(
+        f"tensor_engine.{dut._name}",
+        "fp32/raw",
+        bits=32,
+        decode=lambda x: np.asarray(x, np.uint32).view(np.float32),
     )
-    for b in boards:
-        b.assert_clean()
-    return {
-        "first_instr": obs["accepted"][0],
-        "first_out": obs["out_cycles"][0] if obs["out_cycles"] else 0,
-        "last_out": obs["out_cycles"][-1] if obs["out_cycles"] else 0,
-        "vectors": got,  # [vectors, cols] result lane words, in arrival order
-    }
+
+
+def _error_board(dut, obs, want_codes):
+    eb = Scoreboard("tensor_engine.errors", "count, then codes", bits=8)
+    eb.compare_sequence([c for _, c in obs["errors"]], want_codes)
+    eb.write_json()
+    dut._log.info(eb.report())
+    return eb
+
+
+def _timing_board(dut, tsb, obs, sched):
+    """``tsb`` (output cycles compared) with the error cycles added, written and reported."""
+    t0 = obs["accepted"][0]
+    want_err = [r.error_cycle for r in sched.records if r.error_cycle is not None]
+    tsb.compare_sequence([c - t0 for c, _ in obs["errors"]], want_err)
+    tsb.write_json()
+    dut._log.info(tsb.report())
+    return tsb
 
 
 def _program(seed, salt):
@@ -286,6 +429,17 @@ def _program(seed, salt):
     # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
     max_n = int(min(isa.MAX_N_ANY, max(1, params.get("max_n", 96))))
     groups = max(1, count // (2 * max_n))
+    if params.get("parallel_tiles"):
+        # tiles side by side: a tiling of the mode, a few LS + MM pairs per tile
+        return parallel_program(
+            rng,
+            rows,
+            cols,
+            params["mode"],
+            pairs=max(1, min(4, groups)),
+            max_n=min(max_n, 24),
+            tile_unit=params.get("tile_unit", 32),
+        )
     return random_program(
         rng,
         rows,
