@@ -267,7 +267,8 @@ def _cmd_timing(args):
             raise UsageError(f"--tile-size {args.tile_size!r} must be ROWS,COLS (two integers)")
     rules = {
         "documented": timing.DOCUMENTED,
-        "hdl": timing.HDL_RULES,
+        "hdl": timing.HDL_SERIAL,
+        "hdl-parallel": timing.HDL_PARALLEL,
         "one-chain": timing.ONE_CHAIN,
     }[args.rules]
     try:
@@ -458,11 +459,12 @@ def build_parser():
     )
     s.add_argument(
         "--rules",
-        choices=("documented", "hdl", "one-chain"),
+        choices=("documented", "hdl", "hdl-parallel", "one-chain"),
         default="documented",
-        help="documented: the vendor's timing (default); hdl: what ncrtl.hdl builds (tiles one "
-        "after another, no background transpose); one-chain: an LS a column per beat and a "
-        "64-cycle MM floor",
+        help="documented: the vendor's timing (default); hdl: the RTL's default engine (tiles "
+        "one after another, no background transpose); hdl-parallel: the RTL with "
+        "parallel_tiles (tiles side by side, no background transpose); one-chain: an LS a "
+        "column per beat and a 64-cycle MM floor",
     )
     s.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
     s.set_defaults(func=_cmd_timing)

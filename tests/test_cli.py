@@ -161,6 +161,12 @@ def test_timing_matmul(tmp_path, capsys):
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == 16 and len({e["pid"] for e in slices}) == 4
     assert {e["tid"] for e in slices} == {0, 1}
+    # the RTL with parallel tiles runs the 4 row tiles side by side; the default RTL does not
+    tiled = [*argv, "--m", "128", "--n", "512", "--repeat", "32"]
+    assert main([*tiled, "--rules", "hdl-parallel"]) == 0
+    assert "steady state: 128.0 cycles per matmul" in capsys.readouterr().out
+    assert main([*tiled, "--rules", "hdl"]) == 0
+    assert "steady state: 512.0 cycles per matmul" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

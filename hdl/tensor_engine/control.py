@@ -288,7 +288,7 @@ class TensorControl(wiring.Component):
         (``timing.HDL_SERIAL``).  True: a loader and a sequencer per *slot*
         (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`), each with its own stationary and
         moving stream, PE groups of ``tile_unit x tile_unit`` with their own banks, the
-        results of a tile at the output tap below its last row group (``timing.HDL_RULES``);
+        results of a tile at the output tap below its last row group (``timing.HDL_PARALLEL``);
         ``rows`` and ``cols`` must then be multiples of ``tile_unit``.
 
     Interface

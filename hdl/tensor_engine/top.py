@@ -136,7 +136,7 @@ class TensorEngine(wiring.Component):
         PEs per side of the Verilog tile module (see :class:`~ncrtl.hdl.tensor_engine.array.PETile`);
         ``None``: :func:`~ncrtl.hdl.tensor_engine.array.default_block` (8 at 128 x 128).
     parallel_tiles : bool
-        Instructions on disjoint tiles run at the same time (``timing.HDL_RULES``): the
+        Instructions on disjoint tiles run at the same time (``timing.HDL_PARALLEL``): the
         ``stationary`` and ``moving`` streams become one per slot
         (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`) and ``result`` one per output
         tap and column group.  False: tiles one after another (``timing.HDL_SERIAL``), one

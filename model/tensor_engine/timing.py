@@ -54,9 +54,10 @@ cycle ``(B - 1) * II + latency`` (``B >= 2``).
 A transpose whose moving beat is not a selection column is a data error the RTL flags while
 streaming; this model has no data and does not predict it.
 
-Rules 1 to 7 as written are those of :data:`HDL_RULES` (what the RTL builds: 4 LoadStationary
-chains, the floor ``min(64, M)``); :data:`ONE_CHAIN` has one chain (``B = M``) and a floor of
-64.  The documented engine (:data:`DOCUMENTED`, the default) adds two more (:class:`Rules`;
+Rules 1 to 7 as written are those of :data:`HDL_SERIAL` (``TensorEngine(parallel_tiles=False)``:
+4 LoadStationary chains, the floor ``min(64, M)``); :data:`ONE_CHAIN` has one chain (``B = M``)
+and a floor of 64.  :data:`HDL_PARALLEL` (``TensorEngine(parallel_tiles=True)``) adds parallel
+tiles; the documented engine (:data:`DOCUMENTED`, the default) adds two more (:class:`Rules`;
 docs/tensor_engine.md, "Timing as documented"): instructions on disjoint tiles run at the same
 time (per-tile loaders, sequencers, banks; a row tile's outputs leave below its last row), and
 transposes may run on a second plane.
@@ -430,7 +431,8 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
     tile_unit : int
         The engine's tile unit (32 on the hardware; :func:`isa.check`).
     rules : Rules
-        :data:`DOCUMENTED` (default) or :data:`HDL_RULES` (what the RTL builds).
+        :data:`DOCUMENTED` (default), :data:`HDL_PARALLEL` or :data:`HDL_SERIAL` (the RTL
+        with and without parallel tiles).
 
     Returns
     -------
