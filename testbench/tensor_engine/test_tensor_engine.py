@@ -201,7 +201,8 @@ async def _drive_player(dut, prog, total, *, stall, seed):
     folder = Path(player.FOLDER)
     folder.mkdir(exist_ok=True)
     rng = np.random.default_rng(seed + 101)
-    beats = dict(zip(("instr", "stationary", "moving"), _beats(prog, prog.rows)))
+    instr, (stat,), (mov,) = _beats(prog, prog.rows)  # the serial engine: one stream each
+    beats = {"instr": instr, "stationary": stat, "moving": mov}
     for name, words in beats.items():
         idle = rng.geometric(1.0 - stall, len(words)) - 1 if stall else None
         player.write_beats(folder / f"{name}.in", words, idle)
