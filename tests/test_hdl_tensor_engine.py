@@ -1317,3 +1317,35 @@ def test_verilog_parallel_tiles_lint_clean_latch_free():
     assert lint.ok, lint.log[:4000]
     synth = synth_check(convert(te(), "te_par_8x8", blackbox=[PE_MODULE]), "te_par_8x8")
     assert synth.ok, synth.log[-4000:]
+
+
+def _step(rng, ins, rows=8, cols=8, tile_unit=2):
+    """``(ins, beats, data)`` of a bf16 instruction with random data, for ``run_engine``."""
+    if ins.op == Op.LS:
+        s = _codes(rng, "bf16", (ins.k, ins.m))
+        return ins, tile_beats(ins, s, rows, cols=cols, tile_unit=tile_unit), (s, None)
+    x = _codes(rng, "bf16", (ins.k, ins.n))
+    return ins, tile_beats(ins, x, rows), (x, None)
+
+
+def test_parallel_tiles_load_into_different_banks():
+    """Two column tiles load in the same cycle, each into its own bank (the right tile's
+    earlier LS took bank 0 there, so its next one writes bank 1 while the left tile's writes
+    bank 0): every chain's words go to the bank of the LS that loads that chain."""
+    te = TensorEngine(8, 8, instance=False, tile_unit=2, parallel_tiles=True)
+    rng = np.random.default_rng(80)
+    right = dict(tile_col=4, tile_cols=4)
+    left = dict(tile_col=0, tile_cols=4)
+    program = [
+        _step(rng, Instruction(Op.LS, Mode.BF16, k=1, m=3, **right)),
+        _step(rng, Instruction(Op.MM, Mode.BF16, k=1, m=3, n=6, **right)),
+        _step(rng, Instruction(Op.LS, Mode.BF16, k=1, m=4, **left)),
+        _step(rng, Instruction(Op.LS, Mode.BF16, k=5, m=4, **right)),
+        _step(rng, Instruction(Op.MM, Mode.BF16, k=5, m=4, n=10, **right)),
+        _step(rng, Instruction(Op.MM, Mode.BF16, k=1, m=4, n=10, **left)),
+    ]
+    (ev,) = run_engine(te, [[(i, b) for i, b, _ in program]])
+    sched = check_parallel_run(te, program, ev)
+    ls_left, ls_right = sched.records[2], sched.records[3]
+    assert set(ls_left.beats) & set(ls_right.beats), "the two LS must load in the same cycle"
+    assert (ls_left.bank, ls_right.bank) == (0, 1)

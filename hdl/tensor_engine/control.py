@@ -685,10 +685,12 @@ class TensorControl(wiring.Component):
         # from the loader with a beat there (loaders with beats in one cycle load disjoint
         # groups).
         rows_per = self.rows // RG
-        for st, g, c in groups:
+        for i, (st, g, c) in enumerate(groups):
             lo = (c * self.rows + g * rows_per) * W
             m.d.comb += self.o_ls[lo : lo + rows_per * W].eq(st.payload)
-            sel = [beat & e_r[g] for beat, e_r, _, _, _ in lanes]
+            # the loader whose LS takes this lane group now (its tile's rows AND chains: two
+            # column tiles load the same rows at once, each with its own bank)
+            sel = [takes[i] for _, _, _, _, takes in lanes]
             ctl = self.o_ls_ctl[g * C + c]
             m.d.comb += [
                 ctl.valid.eq(_any(sel[k] & lanes[k][2][c] for k in range(len(lanes)))),
