@@ -40,9 +40,16 @@ from ncrtl.model.fp import encode, fp32_dot_add, get_format
 from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operation, operations
 from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
-from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
+from ncrtl.model.tensor_engine.matmul import matmul
 from ncrtl.testbench.lint import lint_verilog, synth_check
-from ncrtl.testbench.tensor_engine.program import lane_words, random_scales, tile_shape
+from ncrtl.testbench.tensor_engine.program import (
+    golden_bits,
+    interleave,
+    lane_words,
+    random_scales,
+    tile_shape,
+    tile_steps,
+)
 from tests.test_hdl_fp import FP32_CORNERS, corner_codes, golden_dot_add, random_codes
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -588,9 +595,7 @@ def make_program(
             )
             x_scale = scales((k, n))
             program.append((mm, tile_beats(mm, x, rows, x_scale)))
-            bits = _golden_bits(
-                pe_mode, fs, fm, transpose, (s, s_scale), (x, x_scale), mm, rows, cols, tile_unit
-            )
+            bits = _golden_bits(mm, (s, s_scale), (x, x_scale), rows, cols, tile_unit)
             expected.append((bits, c0))
             if pe_mode.scale:
                 continue
@@ -1041,82 +1046,28 @@ def test_engine_chains_and_back_to_back_cost():
 # -- parallel tiles -------------------------------------------------------------------------------
 
 
-def _golden_bits(pe_mode, fs, fm, transpose, ls_data, mm_data, ins, rows, cols, tile_unit):
-    """The golden ``[M, N]`` result bits of MM ``ins`` on the stationary ``ls_data`` (encodings,
-    MX scales) with moving ``mm_data``."""
-    names = pe_mode.formats_s
-    (s, s_scale), (x, x_scale) = ls_data, mm_data
-    whole = ins.whole(rows, cols)
-    tiled = (whole.tile_rows, whole.tile_cols) != (rows, cols)
-    place = dict(
-        tile_position=(ins.tile_row, ins.tile_col) if tiled else None,
-        tile_size=(whole.tile_rows, whole.tile_cols) if tiled else None,
-    )
-    if pe_mode.scale:
-        res = matmul_mx_rows(
-            _as_dtype(s, names[fs]),
-            _as_dtype(x, names[fm]),
-            s_scale,
-            x_scale,
-            rows=rows,
-            cols=cols,
-            tile_unit=tile_unit,
-            **place,
-        )
-    else:
-        res = matmul(
-            _as_dtype(s, names[fs]),
-            _as_dtype(x, names[fm]),
-            perf_mode=pe_mode.perf_mode,
-            is_transpose=transpose,
-            rows=rows,
-            cols=cols,
-            stationary_format=names[fs],
-            moving_format=names[fm],
-            tile_unit=tile_unit,
-            **place,
-        )
-    res = np.asarray(res)
-    return (res.view(np.uint32) if res.dtype == np.float32 else res).astype(np.int64)
+def _golden_bits(ins, ls_data, mm_data, rows, cols, tile_unit):
+    """The golden ``[M, N]`` result bits of MM ``ins`` on the stationary ``ls_data``
+    (encodings, MX scales) with moving ``mm_data``, as int64."""
+    return golden_bits(ins, ls_data, mm_data, rows, cols, tile_unit).astype(np.int64)
 
 
 def tile_sequences(rng, rows, cols, name, tiles, *, tile_unit, max_n=6, pairs=2):
-    """Per tile a sequence of ``pairs`` LS, each followed by 1..2 MMs of random shapes, the
-    sequences interleaved at random (each keeps its order): ``[(Instruction, beats, data)]``,
-    ``data`` the encodings (and MX scales) the golden needs."""
+    """Per tile a sequence of ``pairs`` LS, each followed by 1..2 MMs of random shapes
+    (``program.tile_steps``), the sequences interleaved at random (each keeps its order):
+    ``[(Instruction, beats, data)]``, ``data`` the encodings and MX scales the golden needs."""
     pe_mode, transpose = operation(name)
-    names = pe_mode.formats_s
-    k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
-    scale = pe_mode.scale
-    seqs = []
-    for r0, tr, c0, tc in tiles:
-        place = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
-        seq = []
-        for _ in range(pairs):
-            k = k_step * int(rng.integers(1, (tr or rows) // k_step + 1))
-            m = m_step * int(rng.integers(1, (tc or cols) // m_step + 1))
-            fs = int(rng.integers(0, len(names)))
-            fm = int(rng.integers(0, len(names))) if len(names) > 1 else fs
-            common = dict(k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **place)
-            ls = Instruction(Op.LS, pe_mode.code, **common)
-            s = _codes(rng, names[fs], tile_shape(pe_mode, k, m))
-            s_scale = random_scales(rng, (k, m), special=0.08) if scale else None
-            beats = tile_beats(ls, s, rows, s_scale, cols=cols, tile_unit=tile_unit)
-            seq.append((ls, beats, (s, s_scale)))
-            for _ in range(int(rng.integers(1, 3))):
-                n = int(rng.integers(1, max_n + 1))
-                mm = Instruction(Op.MM, pe_mode.code, n=n, **common)
-                if transpose:
-                    x = _selection(rng, k, n, names[fm])
-                else:
-                    x = _codes(rng, names[fm], tile_shape(pe_mode, k, n))
-                x_scale = random_scales(rng, (k, n), special=0.08) if scale else None
-                seq.append((mm, tile_beats(mm, x, rows, x_scale), (x, x_scale)))
-        seqs.append(seq)
+    seqs = [
+        tile_steps(rng, rows, cols, pe_mode, transpose, t, pairs, max_n, tile_unit) for t in tiles
+    ]
     program = []
-    while any(seqs):
-        live = [q for q in seqs if q]
-        program.append(live[int(rng.integers(0, len(live)))].pop(0))
+    for step in interleave(rng, seqs):
+        ins = step.ins
+        if ins.op == Op.LS:
+            beats = tile_beats(ins, step.data, rows, step.scale, cols=cols, tile_unit=tile_unit)
+        else:
+            beats = tile_beats(ins, step.data, rows, step.scale)
+        program.append((ins, beats, (step.data, step.scale)))
     return program
 
 
@@ -1139,10 +1090,7 @@ def check_parallel_run(te, program, ev, *, timed=True):
         if ins.op == Op.LS:
             held[region] = data
             continue
-        pe_mode = mode_by_code(ins.mode)
-        want = _golden_bits(
-            pe_mode, ins.fmt_s, ins.fmt_m, ins.transpose, held[region], data, ins, rows, cols, unit
-        )
+        want = _golden_bits(ins, held[region], data, rows, cols, unit)
         g = timing.tile_tap(ins, rows, cols, unit)
         vec = np.zeros((ins.n, cols), dtype=np.int64)
         for j in timing.tile_col_groups(ins, rows, cols, unit):

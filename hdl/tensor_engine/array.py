@@ -1,9 +1,13 @@
 """The systolic PE array: ``rows x cols`` PEs, input skew lines, output de-skew.
 
-* Left side, per row ``r``: an ``r``-cycle delay line for the moving lane word.  The beat tag
-  is the same for every row, so it travels down a one-register-per-row chain (row ``r`` sees it
-  ``r`` cycles late, like its data) and each row derives its own ``valid`` / ``first_row`` from
-  the beat's row range.
+* Left side, per row ``r``: an ``r``-cycle delay line for the moving lane word (a memory from
+  3 cycles up, :func:`ncrtl.hdl.common.delay.delay_line`).  The beat tag is the same for every
+  row of a row group, so it travels down a one-register-per-row chain (row ``r`` sees it ``r``
+  cycles late, like its data) and each row derives its own ``valid`` / ``first_row`` from the
+  beat's row range.  With parallel tiles every row group (``tile_granule`` rows) has its own
+  tag chain, and every column group ``j`` an injection point: its words and tags delayed ``j *
+  chain_width`` cycles, then the same row skew, taking a row's place at the group's first
+  column when they carry a beat (a column tile's moving data enters at its own columns).
 * LoadStationary chains: the columns are cut into chains of ``chain_width`` columns
   (:func:`ncrtl.model.tensor_engine.timing.chain_width`: 4 chains of 32 at 128 columns), each
   fed by its own lane words and control and all loading at once.  Chain ``k`` enters PE column
@@ -11,10 +15,12 @@
   row skew, so that they reach PE ``(r, c)`` in the same cycle as a moving beat applied with
   them (the moving wavefront: a bank write is visible exactly when the beats that must see it
   arrive): the lag, then one ``r``-cycle row skew carrying every chain's word of row ``r``,
-  both memory delay lines; the chains' control goes down a register per row.  The word a chain's last PE displaces is dropped.  A column tile starts at a chain
-  (chains are ``tile_granule`` columns wide), so its LS enters at its own columns.
+  both memory delay lines; the chains' control (per row group) goes down a register per row.
+  The word a chain's last PE displaces is dropped.  A column tile starts at a chain (chains
+  are ``tile_granule`` columns wide), so its LS enters at its own columns.
 * Bottom: column ``c`` goes through a ``cols - 1 - c`` cycle de-skew line into the output vector
-  register (``o_psum``).
+  register (``o_psum``); with parallel tiles the same below every row group (an output tap
+  ``(g + 1) * tile_granule - rows`` cycles earlier than the bottom).
 
 A beat applied to ``i_x`` / ``i_tag`` in cycle ``t`` (with ``en``) is in ``x_reg`` of PE
 ``(r, c)`` in cycle ``t + r + c + 1`` and its psum is in ``o_psum`` in cycle
@@ -398,11 +404,11 @@ class SystolicArray(wiring.Component):
         m.d.comb += self.o_psum.eq(out)
         return m
 
-    def _inject(self, m, r, c, x, tag):
+    def _inject(self, m, moving, r, c, x, tag):
         """The moving word and tag entering PE (r, c): at the first column of a column group
         (parallel tiles) the injection point's when it carries a beat, else ``x`` and ``tag``
         from the left."""
-        x_in, tag_in, sel_in = self._moving
+        x_in, tag_in, sel_in = moving
         if c == 0:
             return x_in[r][0], tag_in[r][0]
         if not self.parallel or c % self.chain_width:
@@ -420,7 +426,6 @@ class SystolicArray(wiring.Component):
     def _grid(self, m, x_in, tag_in, sel_in, ls_in, lsc_in):
         """PEs one by one; return per tap the psum signals leaving its row group's last row."""
         rows, cols = self.rows, self.cols
-        self._moving = (x_in, tag_in, sel_in)
         per = rows // self.row_groups
         psum_above = [None] * cols
         G = self.chain_width
@@ -430,7 +435,7 @@ class SystolicArray(wiring.Component):
             for c in range(cols):
                 if c % G == 0:  # a chain enters here
                     ls, lsc = ls_in[c // G][r], lsc_in[c // G][r]
-                x, tag = self._inject(m, r, c, x, tag)
+                x, tag = self._inject(m, (x_in, tag_in, sel_in), r, c, x, tag)
                 psum = psum_above[c] if psum_above[c] is not None else Const(0, 32)
                 outs = self._pe(m, r, c, x, tag, ls, lsc, psum)
                 x, tag, ls, lsc, psum_above[c] = outs
@@ -443,7 +448,7 @@ class SystolicArray(wiring.Component):
         last row.  Column-group and row-group borders fall between tiles (``B`` divides the
         granule)."""
         B, W, T, L = self.block, LANE_WIDTH, _TAG_BITS, _LSC_BITS
-        self._moving = (x_in, tag_in, sel_in)
+        moving = (x_in, tag_in, sel_in)
         per = self.rows // self.row_groups
         psum_above = [Const(0, B * 32)] * (self.cols // B)
         G = self.chain_width
@@ -455,7 +460,7 @@ class SystolicArray(wiring.Component):
             for tc in range(self.cols // B):
                 c0 = tc * B
                 for i, r in enumerate(rs):
-                    xs[i], tags[i] = self._inject(m, r, c0, xs[i], tags[i])
+                    xs[i], tags[i] = self._inject(m, moving, r, c0, xs[i], tags[i])
                 if c0 % G == 0:  # a chain enters here
                     ls = Cat(*(ls_in[c0 // G][r] for r in rs))
                     lsc = [lsc_in[c0 // G][r] for r in rs]

@@ -122,24 +122,31 @@ def mode_rules(m, ins, tile_unit):
     return rules, ii
 
 
-def check_logic(m, ins, rows, cols, tile_unit, st_valid, st, intact=1):
+def whole_tile_sizes(m, ins, rows, cols, prefix):
+    """The tile sizes of instruction ``ins`` made whole (0 is the whole axis): ``(tr, tc)``."""
+    size = bits_for_range(0, 255)
+    tr = Signal(size, name=f"{prefix}_tile_rows")
+    tc = Signal(size, name=f"{prefix}_tile_cols")
+    m.d.comb += [
+        tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, rows)),
+        tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, cols)),
+    ]
+    return tr, tc
+
+
+def check_logic(m, ins, rows, cols, tile_unit, st_valid, st, intact=1, sizes=None):
     """Hardware ``isa.check``: the code of the first rule ``ins`` breaks (0 if none).
 
     ``ins`` is an :data:`INSTR_LAYOUT` view, ``st`` a view of the last accepted LS (fields
     ``mode, fmt_s, k, m, transpose, tile_row, tile_rows, tile_col, tile_cols`` with the tile
     sizes already made whole), ``st_valid`` whether there is one, ``intact`` that no later LS
-    on an overlapping tile replaced part of it (parallel tiles).  Tile sizes are the mode
+    on an overlapping tile replaced part of it (parallel tiles); ``sizes`` the instruction's
+    whole tile sizes when the caller has them (:func:`whole_tile_sizes`).  Tile sizes are the mode
     table's scaled by ``tile_unit / 32`` (32 and 64 on the hardware).  Returns
     ``(code, tr, tc, ii)``: the error code signal, the instruction's whole tile sizes and its
     cycles per beat.
     """
-    size = bits_for_range(0, 255)
-    tr = Signal(size, name="chk_tile_rows")
-    tc = Signal(size, name="chk_tile_cols")
-    m.d.comb += [
-        tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, rows)),
-        tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, cols)),
-    ]
+    tr, tc = sizes if sizes is not None else whole_tile_sizes(m, ins, rows, cols, "chk")
     whole = Signal(INSTR_LAYOUT, name="chk_whole")
     m.d.comb += [whole.eq(ins), whole.tile_rows.eq(tr), whole.tile_cols.eq(tc)]
     rules, ii = mode_rules(m, whole, tile_unit)
@@ -268,6 +275,22 @@ def _or_mux(pairs, width):
     for sel, value in pairs:
         out = out | Mux(sel, value, 0)
     return out
+
+
+def _effective(m, en, prefix, mine, fields, latch):
+    """A loader's or a sequencer's *effective* state: per field ``name: (register, fresh)``
+    the fresh value of the instruction issuing into it now (``mine``: its first beat may be
+    consumed in its issue cycle), else the register.  The fields named in ``latch`` are
+    registered from their effective value in every enabled cycle (the counters update on
+    their own rules).  Returns the effective signals by name."""
+    eff = {}
+    for name, (reg, fresh) in fields.items():
+        e = Signal(reg.shape(), name=f"e_{prefix}{name}")
+        m.d.comb += e.eq(Mux(mine, fresh, reg))
+        eff[name] = e
+    with m.If(en):
+        m.d.sync += [fields[name][0].eq(eff[name]) for name in latch]
+    return eff
 
 
 class TensorControl(wiring.Component):
@@ -440,15 +463,12 @@ class TensorControl(wiring.Component):
         C, S, RG = self.chains, self.slots, self.row_groups
         if not self.parallel:
             one = Const(1, 1)
-            return dict(rmask=one, cmask=one, rfirst=[one], cfirst=[one], slot=[one], inj=one)
-        tr = Signal(8, name="tile_rows_whole")
-        tc = Signal(8, name="tile_cols_whole")
+            return dict(
+                rmask=one, cmask=one, rfirst=[one], cfirst=[one], slot=[one], inj=one, sizes=None
+            )
+        tr, tc = whole_tile_sizes(m, ins, self.rows, self.cols, "tile")
         col_t = Signal(name="tile_col_tiled")
-        m.d.comb += [
-            tr.eq(Mux(ins.tile_rows.any(), ins.tile_rows, self.rows)),
-            tc.eq(Mux(ins.tile_cols.any(), ins.tile_cols, self.cols)),
-            col_t.eq(tc != self.cols),
-        ]
+        m.d.comb += col_t.eq(tc != self.cols)
 
         def groups(name, pos, size, n):
             mask = Signal(n, name=f"tile_{name}mask")
@@ -468,7 +488,15 @@ class TensorControl(wiring.Component):
             m.d.comb += slot[k].eq(Mux(col_t, by_col, by_row))
         inj = Signal(C, name="tile_injection")
         m.d.comb += inj.eq(Mux(col_t, Cat(*cfirst), 1))
-        return dict(rmask=rmask, cmask=cmask, rfirst=rfirst, cfirst=cfirst, slot=slot, inj=inj)
+        return dict(
+            rmask=rmask,
+            cmask=cmask,
+            rfirst=rfirst,
+            cfirst=cfirst,
+            slot=slot,
+            inj=inj,
+            sizes=(tr, tc),
+        )
 
     # -- issue ---------------------------------------------------------------------------
 
@@ -512,7 +540,7 @@ class TensorControl(wiring.Component):
             st_bank.eq(_any(tile["slot"][k] & s.slots[k].desc_bank for k in range(S))),
         ]
         code, tr, tc, ii = check_logic(
-            m, ins, self.rows, self.cols, self.tile_unit, st_valid, desc, intact
+            m, ins, self.rows, self.cols, self.tile_unit, st_valid, desc, intact, tile["sizes"]
         )
 
         def overlap(r, c):
@@ -613,35 +641,22 @@ class TensorControl(wiring.Component):
         lanes = []  # per slot: (beat, rows mask, per chain valid, bank, lane groups taken)
         for k, sl in enumerate(s.slots):
             p = f"ls{k}_" if self.parallel else "ls_"
-            e_beats = Signal.like(sl.ls_beats, name=f"e_{p}beats")
-            e_phase = Signal.like(sl.ls_phase, name=f"e_{p}phase")
-            e_ii = Signal.like(sl.ls_ii, name=f"e_{p}ii")
-            e_bank = Signal(name=f"e_{p}bank")
-            e_r = Signal.like(sl.ls_r, name=f"e_{p}rmask")
-            e_c = Signal.like(sl.ls_c, name=f"e_{p}cmask")
-            e_lim = [Signal.like(sl.ls_lim[c], name=f"e_{p}lim{c}") for c in range(C)]
             mine = Signal(name=f"{p}issue")
             m.d.comb += mine.eq(issue["ls"] & tile["slot"][k])
-            with m.If(mine):
-                m.d.comb += [
-                    e_beats.eq(most),
-                    e_phase.eq(0),
-                    e_ii.eq(issue["ii"]),
-                    e_bank.eq(issue["bank"]),
-                    e_r.eq(tile["rmask"]),
-                    e_c.eq(tile["cmask"]),
-                ]
-                m.d.comb += [e_lim[c].eq(most - cnt[c]) for c in range(C)]
-            with m.Else():
-                m.d.comb += [
-                    e_beats.eq(sl.ls_beats),
-                    e_phase.eq(sl.ls_phase),
-                    e_ii.eq(sl.ls_ii),
-                    e_bank.eq(sl.ls_bank),
-                    e_r.eq(sl.ls_r),
-                    e_c.eq(sl.ls_c),
-                ]
-                m.d.comb += [e_lim[c].eq(sl.ls_lim[c]) for c in range(C)]
+            fields = {
+                "beats": (sl.ls_beats, most),
+                "phase": (sl.ls_phase, 0),
+                "ii": (sl.ls_ii, issue["ii"]),
+                "bank": (sl.ls_bank, issue["bank"]),
+                "rmask": (sl.ls_r, tile["rmask"]),
+                "cmask": (sl.ls_c, tile["cmask"]),
+            }
+            fields.update({f"lim{c}": (sl.ls_lim[c], most - cnt[c]) for c in range(C)})
+            latch = [n for n in fields if n not in ("beats", "phase")]
+            e = _effective(m, self.en, p, mine, fields, latch)
+            e_beats, e_phase, e_ii, e_bank = e["beats"], e["phase"], e["ii"], e["bank"]
+            e_r, e_c = e["rmask"], e["cmask"]
+            e_lim = [e[f"lim{c}"] for c in range(C)]
             due = Signal(name=f"{p}due")
             m.d.comb += due.eq(e_beats.any() & equals(e_phase, 0))
             # a beat takes one word from every lane group of the LS's tile at once
@@ -656,13 +671,6 @@ class TensorControl(wiring.Component):
                 valid.append(v)
             lanes.append((beat, e_r, valid, e_bank, takes))
             with m.If(self.en):
-                m.d.sync += [
-                    sl.ls_ii.eq(e_ii),
-                    sl.ls_bank.eq(e_bank),
-                    sl.ls_r.eq(e_r),
-                    sl.ls_c.eq(e_c),
-                ]
-                m.d.sync += [sl.ls_lim[c].eq(e_lim[c]) for c in range(C)]
                 with m.If(beat):
                     m.d.sync += [sl.ls_beats.eq(e_beats - 1), sl.ls_phase.eq(e_ii - 1)]
                 with m.Elif(~due):
@@ -726,53 +734,33 @@ class TensorControl(wiring.Component):
         # the least slots: min(64, M) (the documented back-to-back cost max(min(64, M), N))
         floor = Signal(range(MIN_MM_CYCLES + 1), name="mm_floor")
         m.d.comb += floor.eq(Mux(ins.m > MIN_MM_CYCLES, MIN_MM_CYCLES, ins.m))
+        new_cols = Signal(OUT_INFO_LAYOUT, name="new_mm_cols")
+        m.d.comb += [new_cols.col_lo.eq(ins.tile_col), new_cols.col_hi.eq(ins.tile_col + ins.m)]
         groups = self._lanes("moving")
         W, rows_per = LANE_WIDTH, self.rows // RG
         flags, beats, takes_all = [], [], []
         for k, sl in enumerate(s.slots):
             p = f"mm{k}_" if self.parallel else "mm_"
-            e_beats = Signal.like(sl.mm_beats, name=f"e_{p}beats")
-            e_slots = Signal.like(sl.mm_slots, name=f"e_{p}slots")
-            e_phase = Signal.like(sl.mm_phase, name=f"e_{p}phase")
-            e_ii = Signal.like(sl.mm_ii, name=f"e_{p}ii")
-            e_tag = Signal(beat_tag_layout(self.rows), name=f"e_{p}tag")
-            e_cols = Signal(OUT_INFO_LAYOUT, name=f"e_{p}cols")
-            e_flagged = Signal(name=f"e_{p}flagged")
-            e_bank = Signal(name=f"e_{p}bank")
-            e_r = Signal.like(sl.mm_r, name=f"e_{p}rmask")
-            e_c = Signal.like(sl.mm_c, name=f"e_{p}cmask")
-            e_inj = Signal.like(sl.mm_inj, name=f"e_{p}inj")
             mine = Signal(name=f"{p}issue")
             m.d.comb += mine.eq(issue["mm"] & tile["slot"][k])
-            with m.If(mine):
-                m.d.comb += [
-                    e_beats.eq(ins.n),
-                    e_slots.eq(Mux(ins.n > floor, ins.n, floor)),
-                    e_phase.eq(0),
-                    e_ii.eq(issue["ii"]),
-                    e_tag.eq(new_tag),
-                    e_cols.col_lo.eq(ins.tile_col),
-                    e_cols.col_hi.eq(ins.tile_col + ins.m),
-                    e_flagged.eq(0),
-                    e_bank.eq(issue["st_bank"]),
-                    e_r.eq(tile["rmask"]),
-                    e_c.eq(tile["cmask"]),
-                    e_inj.eq(tile["inj"]),
-                ]
-            with m.Else():
-                m.d.comb += [
-                    e_beats.eq(sl.mm_beats),
-                    e_slots.eq(sl.mm_slots),
-                    e_phase.eq(sl.mm_phase),
-                    e_ii.eq(sl.mm_ii),
-                    e_tag.eq(sl.mm_tag),
-                    e_cols.eq(sl.mm_cols),
-                    e_flagged.eq(sl.mm_flagged),
-                    e_bank.eq(sl.mm_bank),
-                    e_r.eq(sl.mm_r),
-                    e_c.eq(sl.mm_c),
-                    e_inj.eq(sl.mm_inj),
-                ]
+            fields = {
+                "beats": (sl.mm_beats, ins.n),
+                "slots": (sl.mm_slots, Mux(ins.n > floor, ins.n, floor)),
+                "phase": (sl.mm_phase, 0),
+                "flagged": (sl.mm_flagged, 0),
+                "ii": (sl.mm_ii, issue["ii"]),
+                "tag": (sl.mm_tag, new_tag),
+                "cols": (sl.mm_cols, new_cols),
+                "bank": (sl.mm_bank, issue["st_bank"]),
+                "rmask": (sl.mm_r, tile["rmask"]),
+                "cmask": (sl.mm_c, tile["cmask"]),
+                "inj": (sl.mm_inj, tile["inj"]),
+            }
+            latch = [n for n in fields if n not in ("beats", "slots", "phase", "flagged")]
+            e = _effective(m, self.en, p, mine, fields, latch)
+            e_beats, e_slots, e_phase, e_ii = e["beats"], e["slots"], e["phase"], e["ii"]
+            e_tag, e_cols, e_flagged = e["tag"], e["cols"], e["flagged"]
+            e_r, e_c, e_inj = e["rmask"], e["cmask"], e["inj"]
             slot_start = Signal(name=f"{p}slot_start")
             due = Signal(name=f"{p}due")
             m.d.comb += [
@@ -829,16 +817,7 @@ class TensorControl(wiring.Component):
             )
 
             with m.If(self.en):
-                m.d.sync += [
-                    sl.mm_ii.eq(e_ii),
-                    sl.mm_tag.eq(e_tag),
-                    sl.mm_cols.eq(e_cols),
-                    sl.mm_bank.eq(e_bank),
-                    sl.mm_r.eq(e_r),
-                    sl.mm_c.eq(e_c),
-                    sl.mm_inj.eq(e_inj),
-                    sl.mm_flagged.eq(e_flagged | new_flag),
-                ]
+                m.d.sync += sl.mm_flagged.eq(e_flagged | new_flag)
                 with m.If(stalled):
                     m.d.sync += [
                         sl.mm_beats.eq(e_beats),

@@ -137,10 +137,10 @@ class TensorEngine(wiring.Component):
         ``None``: :func:`~ncrtl.hdl.tensor_engine.array.default_block` (8 at 128 x 128).
     parallel_tiles : bool
         Instructions on disjoint tiles run at the same time (``timing.HDL_PARALLEL``): the
-        ``stationary`` and ``moving`` streams become one per slot
-        (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`) and ``result`` one per output
-        tap and column group.  False: tiles one after another (``timing.HDL_SERIAL``), one
-        stream each.
+        ``stationary`` and ``moving`` ports become a stream per lane group (:func:`lane_groups`)
+        and ``result`` carries a vector per output tap and column group
+        (:func:`tap_vector_layout`).  False: tiles one after another (``timing.HDL_SERIAL``),
+        one stream each.
 
     Attributes
     ----------
@@ -149,8 +149,9 @@ class TensorEngine(wiring.Component):
         vector in cycle ``t + latency`` (at the bottom; a row tile's at its tap, ``rows - (g +
         1) * tile_unit`` cycles earlier).
     slots, row_groups, col_groups : int
-        With parallel tiles: the ``stationary`` / ``moving`` streams, and the ``result``
-        streams' two dimensions (1, 1, 1 without).
+        With parallel tiles: the loader / sequencer pairs
+        (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`), the row groups (output taps)
+        and the column groups (1, 1, 1 without).
     """
 
     @validated_init

@@ -158,7 +158,6 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
     random row or column tile of the mode (double_row has none).  K and M are multiples of the
     mode's granules (MX: K of :meth:`PeMode.k_step`, M even) on an engine of ``tile_unit``."""
     pe_mode, transpose = operation(op_name)
-    mode = pe_mode.code
     prog = Program(rows, cols, tile_unit=tile_unit)
     k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
     if k_step > rows or m_step > cols:
@@ -166,36 +165,22 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
             f"{op_name} needs K a multiple of {k_step} and M of {m_step}: no instruction fits "
             f"a {rows} x {cols} engine of tile_unit {tile_unit}"
         )
-    for g in range(groups):
-        tr, trs, tc, tcs = _random_tile(rng, rows, cols, pe_mode)
-        tile = dict(tile_row=tr, tile_rows=trs, tile_col=tc, tile_cols=tcs)
-        k = k_step * int(rng.integers(1, (trs or rows) // k_step + 1))
-        m = m_step * int(rng.integers(1, (tcs or cols) // m_step + 1))
-        fs = int(rng.integers(0, len(pe_mode.formats_s)))
-        fm = int(rng.integers(0, len(pe_mode.formats_m))) if len(pe_mode.formats_m) > 1 else 0
-        if transpose:  # the selection matrix is in the stationary format
-            fm = fs
-        ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **tile)
-        s_fmt, m_fmt = ls.formats
-        scale = (lambda x: random_scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
-        prog.steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m)), scale(m)))
-        for _ in range(int(rng.integers(1, 4))):
-            # MX: a BF16 result (bf16_out) half the time, which lets N reach 1024.
-            bf16_out = pe_mode.max_n_bf16 > pe_mode.max_n and rng.random() < 0.5
-            n = int(rng.integers(1, min(max_n, pe_mode.n_limit(bf16_out)) + 1))
-            mm = replace(ls, op=Op.MM, n=n, bf16_out=bf16_out)
-            if transpose:
-                x = _selection(rng, k, n, m_fmt)
-            else:
-                x = _values(rng, m_fmt, tile_shape(pe_mode, k, n))
-            prog.steps.append(Step(mm, x, scale(n)))
-            if errors and rng.random() < 0.3:
-                bad = [
-                    replace(mm, n=pe_mode.n_limit(bf16_out) + 1),  # N_RANGE
-                    replace(ls, k=0),  # K_RANGE
-                    replace(mm, tile_row=16, tile_rows=32, tile_col=0, tile_cols=0),  # bad tile
-                ]
-                prog.steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
+    for _ in range(groups):
+        tile = _random_tile(rng, rows, cols, pe_mode)
+        prog.steps += tile_steps(
+            rng,
+            rows,
+            cols,
+            pe_mode,
+            transpose,
+            tile,
+            1,
+            max_n,
+            tile_unit,
+            most_mms=3,
+            mx_bf16=True,
+            errors=errors,
+        )
     return prog
 
 
@@ -218,20 +203,45 @@ def parallel_program(rng, rows, cols, op_name, *, pairs=2, max_n=16, tile_unit=3
         else:
             tiles = [(0, 0, c, size) for c in range(0, cols - size + 1, size)]
     seqs = [
-        _tile_steps(rng, rows, cols, pe_mode, transpose, t, pairs, max_n, tile_unit) for t in tiles
+        tile_steps(rng, rows, cols, pe_mode, transpose, t, pairs, max_n, tile_unit) for t in tiles
     ]
     prog = Program(rows, cols, tile_unit=tile_unit, parallel=True)
-    while any(seqs):
-        live = [q for q in seqs if q]
-        prog.steps.append(live[int(rng.integers(0, len(live)))].pop(0))
+    prog.steps += interleave(rng, seqs)
     if finale:
         whole = (0, 0, 0, 0)
-        prog.steps += _tile_steps(rng, rows, cols, pe_mode, transpose, whole, 1, max_n, tile_unit)
+        prog.steps += tile_steps(rng, rows, cols, pe_mode, transpose, whole, 1, max_n, tile_unit)
     return prog
 
 
-def _tile_steps(rng, rows, cols, pe_mode, transpose, tile, pairs, max_n, tile_unit):
-    """``pairs`` LS on ``tile`` each followed by 1..2 MMs of random shapes, as steps."""
+def interleave(rng, seqs):
+    """The sequences merged at random, each keeping its order."""
+    seqs = [list(q) for q in seqs]
+    out = []
+    while any(seqs):
+        live = [q for q in seqs if q]
+        out.append(live[int(rng.integers(0, len(live)))].pop(0))
+    return out
+
+
+def tile_steps(
+    rng,
+    rows,
+    cols,
+    pe_mode,
+    transpose,
+    tile,
+    pairs,
+    max_n,
+    tile_unit,
+    *,
+    most_mms=2,
+    mx_bf16=False,
+    errors=False,
+):
+    """``pairs`` LS on ``tile`` (``(tile_row, tile_rows, tile_col, tile_cols)``) each followed
+    by 1..``most_mms`` MMs of random shapes, as steps; with ``mx_bf16`` an MX MM has a BF16
+    result (``bf16_out``, N up to 1024) half the time; with ``errors`` an illegal instruction
+    follows an MM now and then."""
     tr, trs, tc, tcs = tile
     place = dict(tile_row=tr, tile_rows=trs, tile_col=tc, tile_cols=tcs)
     k_step, m_step = pe_mode.k_step(tile_unit), pe_mode.m_multiple
@@ -241,7 +251,7 @@ def _tile_steps(rng, rows, cols, pe_mode, transpose, tile, pairs, max_n, tile_un
         m = m_step * int(rng.integers(1, (tcs or cols) // m_step + 1))
         fs = int(rng.integers(0, len(pe_mode.formats_s)))
         fm = int(rng.integers(0, len(pe_mode.formats_m))) if len(pe_mode.formats_m) > 1 else 0
-        if transpose:
+        if transpose:  # the selection matrix is in the stationary format
             fm = fs
         ls = Instruction(
             Op.LS, pe_mode.code, k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, **place
@@ -249,59 +259,76 @@ def _tile_steps(rng, rows, cols, pe_mode, transpose, tile, pairs, max_n, tile_un
         s_fmt, m_fmt = ls.formats
         scale = (lambda x: random_scales(rng, (k, x))) if pe_mode.scale else (lambda x: None)  # noqa
         steps.append(Step(ls, _values(rng, s_fmt, tile_shape(pe_mode, k, m)), scale(m)))
-        for _ in range(int(rng.integers(1, 3))):
-            n = int(rng.integers(1, min(max_n, pe_mode.n_limit(False)) + 1))
-            mm = replace(ls, op=Op.MM, n=n)
+        for _ in range(int(rng.integers(1, most_mms + 1))):
+            bf16_out = mx_bf16 and pe_mode.max_n_bf16 > pe_mode.max_n and rng.random() < 0.5
+            n = int(rng.integers(1, min(max_n, pe_mode.n_limit(bf16_out)) + 1))
+            mm = replace(ls, op=Op.MM, n=n, bf16_out=bf16_out)
             if transpose:
                 x = _selection(rng, k, n, m_fmt)
             else:
                 x = _values(rng, m_fmt, tile_shape(pe_mode, k, n))
             steps.append(Step(mm, x, scale(n)))
+            if errors and rng.random() < 0.3:
+                bad = [
+                    replace(mm, n=pe_mode.n_limit(bf16_out) + 1),  # N_RANGE
+                    replace(ls, k=0),  # K_RANGE
+                    replace(mm, tile_row=16, tile_rows=32, tile_col=0, tile_cols=0),  # bad tile
+                ]
+                steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
     return steps
+
+
+def golden_bits(ins, stationary, moving, rows, cols, tile_unit=32):
+    """The golden ``[M, N]`` result bits (uint32) of MM ``ins`` on a ``rows x cols`` engine:
+    ``stationary`` and ``moving`` are ``(encodings, MX scales or None)`` of its LS and of
+    itself (:class:`Step` data)."""
+    from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
+
+    fs, fm = ins.formats
+    a, b = _as_dtype(stationary[0], fs), _as_dtype(moving[0], fm)
+    whole = ins.whole(rows, cols)
+    tiled = (whole.tile_rows, whole.tile_cols) != (rows, cols)
+    place = dict(
+        tile_position=(whole.tile_row, whole.tile_col) if tiled else None,
+        tile_size=(whole.tile_rows, whole.tile_cols) if tiled else None,
+        rows=rows,
+        cols=cols,
+        tile_unit=tile_unit,
+    )
+    if ins.pe_mode.scale:
+        res = matmul_mx_rows(
+            a,
+            b,
+            stationary[1],
+            moving[1],
+            psum_dtype="bf16" if ins.bf16_out else "fp32",
+            **place,
+        )
+        return np.asarray(res).view(np.uint32)
+    res = matmul(
+        a,
+        b,
+        perf_mode=ins.pe_mode.perf_mode,
+        is_transpose=ins.transpose,
+        stationary_format=fs,
+        moving_format=fm,
+        **place,
+    )
+    res = np.asarray(res)
+    return res.view(np.uint32) if res.dtype == np.float32 else res.astype(np.uint32)
 
 
 def expected_outputs(prog):
     """Golden output vectors, in emission order: list of (mm step index, ``[M, N]`` bits)."""
-    from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
-
     outs = []
     valid = prog.valid_steps()
     for idx, (s, ls) in enumerate(valid):
         if s.ins.op != Op.MM:
             continue
         st = next(x for x, _ in valid if x.ins is ls)
-        fs, fm = s.ins.formats
-        a = _as_dtype(st.data, fs)
-        b = _as_dtype(s.data, fm)
-        if s.ins.pe_mode.scale:
-            ins = s.ins.whole(prog.rows, prog.cols)
-            tiled = (ins.tile_rows, ins.tile_cols) != (prog.rows, prog.cols)
-            res = matmul_mx_rows(
-                a,
-                b,
-                st.scale,
-                s.scale,
-                tile_position=(ins.tile_row, ins.tile_col) if tiled else None,
-                tile_size=(ins.tile_rows, ins.tile_cols) if tiled else None,
-                rows=prog.rows,
-                cols=prog.cols,
-                tile_unit=prog.tile_unit,
-                psum_dtype="bf16" if ins.bf16_out else "fp32",
-            )
-            outs.append((idx, np.asarray(res).view(np.uint32)))
-            continue
-        res = matmul(
-            a,
-            b,
-            perf_mode=s.ins.pe_mode.perf_mode,
-            is_transpose=s.ins.transpose,
-            rows=prog.rows,
-            cols=prog.cols,
-            stationary_format=fs,
-            moving_format=fm,
+        bits = golden_bits(
+            s.ins, (st.data, st.scale), (s.data, s.scale), prog.rows, prog.cols, prog.tile_unit
         )
-        res = np.asarray(res)
-        bits = res.view(np.uint32) if res.dtype == np.float32 else res.astype(np.uint32)
         outs.append((idx, bits))
     return outs
 
