@@ -375,20 +375,38 @@ def test_array_ls_mm_bf16_chain():
 # -- the whole engine ---------------------------------------------------------------------------
 
 
-def accepted_mask(te, instrs):
-    """Whether the engine accepts each instruction: ``isa.check`` in program order without
-    parallel tiles; with them the timing model's records (``TILE_BUSY`` depends on timing)."""
+def engine_rules(te):
+    """The timing rules an engine is built to: ``timing.HDL_PARALLEL``, ``HDL_BACKGROUND`` or
+    ``HDL_SERIAL``."""
     if te.parallel:
+        return timing.HDL_PARALLEL
+    return timing.HDL_BACKGROUND if te.planes > 1 else timing.HDL_SERIAL
+
+
+def engine_lanes(te, ins, plane):
+    """The ``stationary`` / ``moving`` streams an instruction's beats take, ``[(index,
+    lanes)]``: its lane groups with parallel tiles, its plane's stream with the background
+    plane."""
+    if te.parallel:
+        return te.lane_groups(ins)
+    return [(plane, slice(None))]
+
+
+def accepted_mask(te, instrs):
+    """Whether the engine accepts each instruction (and its plane): ``isa.check`` in program
+    order on the serial engine; else the timing model's records (``TILE_BUSY`` depends on
+    timing; the plane on the instruction sequence)."""
+    if te.parallel or te.planes > 1:
         sched = timing.simulate(
-            instrs, te.rows, te.cols, tile_unit=te.tile_unit, rules=timing.HDL_PARALLEL
+            instrs, te.rows, te.cols, tile_unit=te.tile_unit, rules=engine_rules(te)
         )
-        return [r.accepted for r in sched.records]
+        return [(r.accepted, r.plane) for r in sched.records]
     out, last_ls = [], None
     for ins in instrs:
         ok = isa.check(ins, te.rows, te.cols, last_ls, tile_unit=te.tile_unit) is None
         if ok and ins.op == Op.LS:
             last_ls = ins
-        out.append(ok)
+        out.append((ok, 0))
     return out
 
 
@@ -411,9 +429,11 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     top.domains.sync = cd = ClockDomain("sync")
     top.submodules.te = te
     results = []
-    if te.parallel:
+    split = te.parallel or te.planes > 1  # streams per lane group or plane, result per tap
+    if split:
         stat_ports, mov_ports = list(te.stationary), list(te.moving)
-        keys = [(g, j) for g in range(te.row_groups) for j in range(te.col_groups)]
+        taps = te.row_groups if te.parallel else te.planes
+        keys = [(g, j) for g in range(taps) for j in range(te.col_groups)]
     else:
         stat_ports, mov_ports = [te.stationary], [te.moving]
         keys = [None]
@@ -422,13 +442,13 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     def streams(program):
         words = [isa.encode(ins) for ins, _ in program]
         stat, mov = [[] for _ in stat_ports], [[] for _ in mov_ports]
-        for (ins, beats), ok in zip(program, accepted_mask(te, [i for i, _ in program])):
+        for (ins, beats), (ok, plane) in zip(program, accepted_mask(te, [i for i, _ in program])):
             if not ok:
                 continue
-            if not te.parallel:
+            if not split:
                 (stat if ins.op == Op.LS else mov)[0].extend(beats)
                 continue
-            for i, lanes_of in te.lane_groups(ins):
+            for i, lanes_of in engine_lanes(te, ins, plane):
                 (stat if ins.op == Op.LS else mov)[i].extend([b[lanes_of] for b in beats])
         return words, stat, mov
 
@@ -441,7 +461,7 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
             ev = dict(issue=[], stat=[], mov=[], out={k: [] for k in keys}, err=[])
             qi, qs, qm = 0, [0] * len(stat), [0] * len(mov)
             quiet = 0
-            n_out = sum(len(m) for m in mov) * (1 if not te.parallel else 0)
+            n_out = sum(len(m) for m in mov) * (1 if not split else 0)
             for cyc in range(max_cycles):
                 vi = qi < len(words) and rng.random() >= stall
                 ctx.set(te.instr.valid, vi)
@@ -458,16 +478,16 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                     qi += 1
                 for k in range(len(stat)):
                     if vs[k] and ctx.get(stat_ports[k].ready):
-                        ev["stat"].append((cyc, k) if te.parallel else cyc)
+                        ev["stat"].append((cyc, k) if split else cyc)
                         qs[k] += 1
                 for k in range(len(mov)):
                     if vm[k] and ctx.get(mov_ports[k].ready):
-                        ev["mov"].append((cyc, k) if te.parallel else cyc)
+                        ev["mov"].append((cyc, k) if split else cyc)
                         qm[k] += 1
                 frozen = ctx.get(te.result.valid) and not ready
                 if ctx.get(te.result.valid) and ready:
                     vec = unlanes(ctx.get(te.result.payload.data), len(keys) * G)
-                    if te.parallel:
+                    if split:
                         groups = ctx.get(te.result.payload.groups)
                         last = ctx.get(te.result.payload.last)
                         for i, key in enumerate(keys):
@@ -485,7 +505,7 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                     qi == len(words)
                     and qs == [len(x) for x in stat]
                     and qm == [len(x) for x in mov]
-                    and (te.parallel or len(ev["out"][None]) == n_out)
+                    and (split or len(ev["out"][None]) == n_out)
                 )
                 quiet = (quiet + (not frozen)) if done else 0
                 if quiet > rows + cols + 8:  # outputs and error strobes landed, chains drained
@@ -493,7 +513,7 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
             ctx.set(te.instr.valid, 0)
             for port in stat_ports + mov_ports:
                 ctx.set(port.valid, 0)
-            if not te.parallel:
+            if not split:
                 ev["out"] = ev["out"][None]
             results.append(ev)
 
@@ -1075,11 +1095,12 @@ def check_parallel_run(te, program, ev, *, timed=True):
     """Every accepted MM's vectors on the streams of its tap and column groups, bit for bit
     against the golden on the stationary of the latest accepted LS of its tile; errors (and
     with ``timed`` every issue, beat and output cycle) against ``timing.simulate(rules=
-    HDL_PARALLEL)``."""
+    HDL_PARALLEL)``.  With the background plane (no parallel tiles) the vectors of an MM on the
+    stream of its plane, against the golden on the latest accepted LS."""
     rows, cols, unit = te.rows, te.cols, te.tile_unit
     G = cols // te.col_groups
     instrs = [ins for ins, _, _ in program]
-    sched = timing.simulate(instrs, rows, cols, tile_unit=unit, rules=timing.HDL_PARALLEL)
+    sched = timing.simulate(instrs, rows, cols, tile_unit=unit, rules=engine_rules(te))
     pos = {key: 0 for key in ev["out"]}
     held = {}  # tile -> the data of its latest accepted LS
     for rec, (ins, _, data) in zip(sched.records, program):
@@ -1087,13 +1108,16 @@ def check_parallel_run(te, program, ev, *, timed=True):
             continue
         whole = ins.whole(rows, cols)
         region = (whole.tile_row, whole.tile_rows, whole.tile_col, whole.tile_cols)
+        if not te.parallel:
+            region = None  # one stationary: the latest LS
         if ins.op == Op.LS:
             held[region] = data
             continue
         want = _golden_bits(ins, held[region], data, rows, cols, unit)
-        g = timing.tile_tap(ins, rows, cols, unit)
+        g = timing.tile_tap(ins, rows, cols, unit) if te.parallel else rec.plane
         vec = np.zeros((ins.n, cols), dtype=np.int64)
-        for j in timing.tile_col_groups(ins, rows, cols, unit):
+        groups = timing.tile_col_groups(ins, rows, cols, unit) if te.parallel else [0]
+        for j in groups:
             got = ev["out"][(g, j)][pos[(g, j)] : pos[(g, j)] + ins.n]
             pos[(g, j)] += ins.n
             assert len(got) == ins.n, f"instruction {rec.index}: vectors on tap {g} group {j}"
@@ -1116,7 +1140,7 @@ def check_parallel_run(te, program, ev, *, timed=True):
                 for r in sched.records
                 if r.accepted and r.instruction.op == op
                 for c in r.beats
-                for i, _ in te.lane_groups(r.instruction)
+                for i, _ in engine_lanes(te, r.instruction, r.plane)
             ]
             assert sorted(ev[kind]) == sorted(want), kind
     else:
@@ -1297,3 +1321,42 @@ def test_parallel_tiles_load_into_different_banks():
     ls_left, ls_right = sched.records[2], sched.records[3]
     assert set(ls_left.beats) & set(ls_right.beats), "the two LS must load in the same cycle"
     assert (ls_left.bank, ls_right.bank) == (0, 1)
+
+
+# -- the background transpose plane ---------------------------------------------------------------
+
+
+def _program_of(steps, rows, cols, tile_unit):
+    """``[(Instruction, beats, data)]`` of ``program.tile_steps`` steps."""
+    program = []
+    for step in steps:
+        ins = step.ins
+        if ins.op == Op.LS:
+            beats = tile_beats(ins, step.data, rows, step.scale, cols=cols, tile_unit=tile_unit)
+        else:
+            beats = tile_beats(ins, step.data, rows, step.scale)
+        program.append((ins, beats, (step.data, step.scale)))
+    return program
+
+
+def background_program(rng, rows, cols, names, groups, *, tile_unit, max_n=6, tiles=None):
+    """``groups`` LS + 1..2 MM groups one after another, each of an operation drawn from
+    ``names`` (matmuls and transposes mixed), on the whole array or a tile drawn from
+    ``tiles``."""
+    tiles = tiles or [(0, 0, 0, 0)]
+    steps = []
+    for _ in range(groups):
+        pe_mode, transpose = operation(names[int(rng.integers(0, len(names)))])
+        tile = tiles[int(rng.integers(0, len(tiles)))]
+        steps += tile_steps(rng, rows, cols, pe_mode, transpose, tile, 1, max_n, tile_unit)
+    return _program_of(steps, rows, cols, tile_unit)
+
+
+def test_background_plane_smoke():
+    te = TensorEngine(4, 4, instance=False, tile_unit=1, background_transpose=True)
+    rng = np.random.default_rng(5)
+    names = ["bf16", "transpose_bf16", "transpose_fp8", "transpose_fp32", "fp8"]
+    program = background_program(rng, 4, 4, names, 12, tile_unit=1)
+    (ev,) = run_engine(te, [[(i, b) for i, b, _ in program]])
+    sched = check_parallel_run(te, program, ev)
+    assert {r.plane for r in sched.records if r.accepted} == {0, 1}

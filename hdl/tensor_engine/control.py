@@ -22,6 +22,12 @@ With parallel tiles (``timing.HDL_PARALLEL``) "the loader" and "the sequencer" a
 of the instruction's slot and of every PE group of its tile, banks are per PE group, and an
 instruction whose tile overlaps a different tile with beats still to come is rejected
 (``TILE_BUSY``); docs/tensor_engine.md, "Microarchitecture (RTL)".
+
+With the background transpose plane (``timing.HDL_BACKGROUND``) there are two loaders and two
+sequencers, one per plane, each with its own banks, streams and output info; an LS goes to the
+plane :func:`~ncrtl.model.tensor_engine.timing.ls_plane` names (a register remembers the plane
+of the latest accepted LS), an MM to the plane of the latest LS, and an instruction waits only
+for its own plane.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Shape, Signal
@@ -37,9 +43,16 @@ from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N_ANY, MIN_MM_CYCLES, Erro
 from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_count, chain_width, tile_slots
 
 from .array import beat_tag_layout
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, WIDE_FORMATS, decode_tag, one_code
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, RAW_WIDTHS, WIDE_FORMATS, decode_tag, one_code
 
-__all__ = ["TensorControl", "INSTR_LAYOUT", "ERROR_SHAPE", "check_logic", "tap_info_layout"]
+__all__ = [
+    "TensorControl",
+    "INSTR_LAYOUT",
+    "ERROR_SHAPE",
+    "check_logic",
+    "tap_info_layout",
+    "PLANE_INFO_LAYOUT",
+]
 
 #: The instruction word (``isa.FIELDS``, LSB first).
 INSTR_LAYOUT = data.StructLayout({name: width for name, width in FIELDS})
@@ -256,6 +269,12 @@ LS_DESC_LAYOUT = data.StructLayout(
 #: Per-output-vector info carried through the latency delay line (one slot: the whole array).
 OUT_INFO_LAYOUT = data.StructLayout({"valid": 1, "last": 1, "col_lo": 8, "col_hi": 9})
 
+#: The background plane's output info: :data:`OUT_INFO_LAYOUT` and the transpose container
+#: (``raw``, an index into ``pe.RAW_WIDTHS``) the plane's 32-bit words are cut to.
+PLANE_INFO_LAYOUT = data.StructLayout(
+    {"valid": 1, "last": 1, "col_lo": 8, "col_hi": 9, "raw": range(len(RAW_WIDTHS))}
+)
+
 
 def tap_info_layout(width):
     """Per output tap and column group of ``width`` columns (parallel tiles): a result vector
@@ -313,6 +332,11 @@ class TensorControl(wiring.Component):
         moving stream, PE groups of ``tile_unit x tile_unit`` with their own banks, the
         results of a tile at the output tap below its last row group (``timing.HDL_PARALLEL``);
         ``rows`` and ``cols`` must then be multiples of ``tile_unit``.
+    background_transpose : bool
+        A second plane for transposes (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a loader, a
+        sequencer and a stationary and a moving stream per plane (``stationary[p]``,
+        ``moving[p]``), plane 1's beats on the ``*_t`` outputs for a
+        :class:`~ncrtl.hdl.tensor_engine.plane.TransposePlane`.  Not with ``parallel_tiles``.
 
     Interface
     ---------
@@ -347,6 +371,11 @@ class TensorControl(wiring.Component):
         ``latency - rows + (g + 1) * tile_unit`` cycles after its beat.
     o_error, o_error_code : Out
         One-cycle (enabled cycle) error strobe and its ``isa.Error`` code.
+    o_sel_t, o_bank_t, o_ls_t, o_ls_ctl_t, o_info_t : Out
+        With the background plane: plane 1's moving beat (a select bit per row: the row's lane
+        is the selection's 1; all 0 for no beat and for a beat that is not a selection), its
+        bank, its LS beat and per chain control, and its output info
+        (:data:`PLANE_INFO_LAYOUT`), ``latency`` cycles after the beat.
 
     Attributes
     ----------
@@ -355,17 +384,27 @@ class TensorControl(wiring.Component):
         and the number of chains (the column groups).
     slots, row_groups, injections : int
         Loaders and sequencers, row groups (output taps) and moving injection points: 1, 1, 1
-        without parallel tiles.
+        without parallel tiles (2, 1, 1 with the background plane: a slot per plane).
+    planes : int
+        2 with the background transpose plane, else 1.
     """
 
     @validated_init
-    def __init__(self, rows, cols, latency, *, tile_unit=32, parallel_tiles=False):
+    def __init__(
+        self, rows, cols, latency, *, tile_unit=32, parallel_tiles=False, background_transpose=False
+    ):
         # 8-bit instruction fields: at most 255 rows and columns.
         check_int(rows, "TensorControl rows", minimum=1, maximum=255)
         check_int(cols, "TensorControl cols", minimum=1, maximum=255)
         check_int(latency, "TensorControl latency", minimum=1)
         check_int(tile_unit, "TensorControl tile_unit", minimum=1)
         check_bool(parallel_tiles, "TensorControl parallel_tiles")
+        check_bool(background_transpose, "TensorControl background_transpose")
+        if parallel_tiles and background_transpose:
+            raise ValueError(
+                "TensorControl with parallel_tiles and background_transpose: the background "
+                "plane is built for the serial engine (docs/tensor_engine.md, the port budget)"
+            )
         if cols > LS_CHAINS * tile_unit:
             raise ValueError(
                 f"TensorControl with {cols} columns at tile_unit {tile_unit}: column tiles start "
@@ -379,6 +418,7 @@ class TensorControl(wiring.Component):
             )
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
         self.parallel = parallel_tiles
+        self.planes = 2 if background_transpose else 1
         self.chain_width = chain_width(cols, tile_unit)
         self.chains = chain_count(cols, tile_unit)
         if parallel_tiles:
@@ -386,7 +426,8 @@ class TensorControl(wiring.Component):
             self.slots = tile_slots(rows, cols, tile_unit)
             self.injections = self.chains
         else:
-            self.row_groups = self.slots = self.injections = 1
+            self.row_groups = self.injections = 1
+            self.slots = self.planes
         C, RG, J = self.chains, self.row_groups, self.injections
 
         W, per = LANE_WIDTH, rows // RG
@@ -396,13 +437,25 @@ class TensorControl(wiring.Component):
         else:
             stationary = In(stream.Signature(C * rows * W))
             moving = In(stream.Signature(rows * W))
+            if background_transpose:  # a stream of each per plane
+                stationary, moving = stationary.array(2), moving.array(2)
 
         if parallel_tiles:
             info = Out(data.ArrayLayout(tap_info_layout(self.chain_width), RG * C))
         else:
             info = Out(OUT_INFO_LAYOUT)
+        members = {}
+        if background_transpose:
+            members = {
+                "o_sel_t": Out(rows),
+                "o_bank_t": Out(1),
+                "o_ls_t": Out(C * rows * LANE_WIDTH),
+                "o_ls_ctl_t": Out(data.ArrayLayout(LS_CTL_LAYOUT, C)),
+                "o_info_t": Out(PLANE_INFO_LAYOUT),
+            }
         super().__init__(
             {
+                **members,
                 "en": In(1, init=1),
                 "instr": In(stream.Signature(INSTR_LAYOUT)),
                 "stationary": stationary,
@@ -417,11 +470,13 @@ class TensorControl(wiring.Component):
             }
         )
 
-    def _lanes(self, name):
-        """The lane groups of the ``stationary`` or ``moving`` port: ``(stream, a, b)`` with
-        ``(a, b)`` = (row group, chain) or (injection point, row group); one group ``(port, 0,
-        0)`` holding every lane without parallel tiles."""
+    def _lanes(self, name, plane=0):
+        """The lane groups of the ``stationary`` or ``moving`` port (of ``plane``): ``(stream,
+        a, b)`` with ``(a, b)`` = (row group, chain) or (injection point, row group); one group
+        ``(port, 0, 0)`` holding every lane without parallel tiles."""
         port = getattr(self, name)
+        if self.planes > 1:
+            return [(port[plane], 0, 0)]
         if not self.parallel:
             return [(port, 0, 0)]
         if name == "stationary":
@@ -446,7 +501,7 @@ class TensorControl(wiring.Component):
         live = Signal(name="live")  # a cycle in which handshakes may happen
         m.d.comb += live.eq(self.en & ~ResetSignal())
         s = _State(self)
-        tile = self._tile(m)
+        tile = self._tile(m, s)
         issue = self._issue(m, s, live, tile)
         self._loaders(m, s, live, issue, tile)
         sel_errors = self._sequencers(m, s, live, issue, tile)
@@ -456,15 +511,32 @@ class TensorControl(wiring.Component):
 
     # -- the presented instruction's tile --------------------------------------------------
 
-    def _tile(self, m):
+    def _tile(self, m, s):
         """The PE groups of the presented instruction's tile (``rmask`` row groups, ``cmask``
-        column groups), its first group, its slot (one-hot) and its injection point."""
+        column groups), its first group, its slot (one-hot), its injection point and its plane
+        (one-hot)."""
         ins, u = self.instr.payload, self.tile_unit
         C, S, RG = self.chains, self.slots, self.row_groups
+        one = Const(1, 1)
         if not self.parallel:
-            one = Const(1, 1)
+            plane = [one]
+            if self.planes > 1:
+                # timing.ls_plane: a transpose LS on plane 1 unless the latest LS is there; an
+                # MM on the latest LS's plane.  The slots are the planes.
+                p1 = Signal(name="plane1")
+                m.d.comb += p1.eq(
+                    Mux(ins.op == Op.LS, ins.transpose & ~s.latest_plane, s.latest_plane)
+                )
+                plane = [~p1, p1]
             return dict(
-                rmask=one, cmask=one, rfirst=[one], cfirst=[one], slot=[one], inj=one, sizes=None
+                rmask=one,
+                cmask=one,
+                rfirst=[one],
+                cfirst=[one],
+                slot=plane,
+                inj=one,
+                sizes=None,
+                plane=plane,
             )
         tr, tc = whole_tile_sizes(m, ins, self.rows, self.cols, "tile")
         col_t = Signal(name="tile_col_tiled")
@@ -496,6 +568,7 @@ class TensorControl(wiring.Component):
             slot=slot,
             inj=inj,
             sizes=(tr, tc),
+            plane=[one],
         )
 
     # -- issue ---------------------------------------------------------------------------
@@ -513,23 +586,38 @@ class TensorControl(wiring.Component):
             ]
         else:
             first = [(0, 0, Const(1, 1))]
-        groups = s.groups
+        psel = tile["plane"]  # the instruction's plane, one-hot
         st_valid = Signal(name="st_valid")
         bank = Signal(name="ls_target_bank")
         m.d.comb += [
-            st_valid.eq(_any(f & groups[g][j]["has_ls"] for g, j, f in first)),
-            bank.eq(_any(f & groups[g][j]["next_bank"] for g, j, f in first)),
+            st_valid.eq(
+                _any(
+                    psel[p] & f & groups[g][j]["has_ls"]
+                    for p, groups in enumerate(s.planes)
+                    for g, j, f in first
+                )
+            ),
+            bank.eq(
+                _any(
+                    psel[p] & f & groups[g][j]["next_bank"]
+                    for p, groups in enumerate(s.planes)
+                    for g, j, f in first
+                )
+            ),
         ]
         intact = Signal(name="st_intact")
-        holds = []
-        for g in range(len(groups)):
-            for j in range(len(groups[g])):
-                gr = groups[g][j]
-                covered = rmask[g] & cmask[j]
-                holds.append(
-                    ~covered | (gr["has_ls"] & (gr["reg_r"] == rmask) & (gr["reg_c"] == cmask))
-                )
-        m.d.comb += intact.eq(Cat(*holds).all())
+        whole = []
+        for p, groups in enumerate(s.planes):
+            holds = []
+            for g in range(len(groups)):
+                for j in range(len(groups[g])):
+                    gr = groups[g][j]
+                    covered = rmask[g] & cmask[j]
+                    holds.append(
+                        ~covered | (gr["has_ls"] & (gr["reg_r"] == rmask) & (gr["reg_c"] == cmask))
+                    )
+            whole.append(psel[p] & Cat(*holds).all())
+        m.d.comb += intact.eq(_any(whole))
         desc = Signal(LS_DESC_LAYOUT, name="st_desc")
         st_bank = Signal(name="st_bank")
         width = Shape.cast(LS_DESC_LAYOUT).width
@@ -548,7 +636,9 @@ class TensorControl(wiring.Component):
 
         ls_wait, hazard, mm_wait, pending, conflict = [], [], [], [], []
         for k, sl in enumerate(s.slots):
-            ov_ls, ov_mm = overlap(sl.ls_r, sl.ls_c), overlap(sl.mm_r, sl.mm_c)
+            # an instruction waits for the slots of its own plane only
+            ov_ls = overlap(sl.ls_r, sl.ls_c) & tile["plane"][sl.plane]
+            ov_mm = overlap(sl.mm_r, sl.mm_c) & tile["plane"][sl.plane]
             ls_busy = sl.ls_beats.any() | sl.ls_phase.any()
             mm_busy = sl.mm_slots.any() | sl.mm_phase.any()
             ls_wait.append(ls_busy & ov_ls)
@@ -557,7 +647,7 @@ class TensorControl(wiring.Component):
             mm_wait.append(mm_busy & ov_mm)
             # an MM's LS (on its slot) has no beat after this cycle
             ls_valid = self._all_valid(
-                self._lanes("stationary"), lambda g, c, sl=sl: sl.ls_r[g] & sl.ls_c[c]
+                self._lanes("stationary", sl.plane), lambda g, c, sl=sl: sl.ls_r[g] & sl.ls_c[c]
             )
             last_now = (sl.ls_beats == 1) & equals(sl.ls_phase, 0) & ls_valid
             pending.append(tile["slot"][k] & sl.ls_beats.any() & ~last_now)
@@ -637,10 +727,10 @@ class TensorControl(wiring.Component):
             m.d.comb += bigger.eq(Mux(cnt[k] > most, cnt[k], most))
             most = bigger
 
-        groups = self._lanes("stationary")
         lanes = []  # per slot: (beat, rows mask, per chain valid, bank, lane groups taken)
         for k, sl in enumerate(s.slots):
-            p = f"ls{k}_" if self.parallel else "ls_"
+            groups = self._lanes("stationary", sl.plane)
+            p = f"ls{k}_" if self.slots > 1 else "ls_"
             mine = Signal(name=f"{p}issue")
             m.d.comb += mine.eq(issue["ls"] & tile["slot"][k])
             fields = {
@@ -681,13 +771,20 @@ class TensorControl(wiring.Component):
                 with m.Else():  # stalled on a missing stationary beat
                     m.d.sync += [sl.ls_beats.eq(e_beats), sl.ls_phase.eq(e_phase)]
 
-        for i, (st, _, _) in enumerate(groups):
-            m.d.comb += st.ready.eq(_any(lane[4][i] for lane in lanes))
+        for p in range(self.planes):
+            for i, (st, _, _) in enumerate(self._lanes("stationary", p)):
+                takes = [lane[4][i] for sl, lane in zip(s.slots, lanes) if sl.plane == p]
+                m.d.comb += st.ready.eq(_any(takes))
+        groups = self._lanes("stationary")
         if not self.parallel:
-            _, _, valid, bank, _ = lanes[0]
-            m.d.comb += self.o_ls.eq(groups[0][0].payload)
-            for c in range(C):
-                m.d.comb += [self.o_ls_ctl[c].valid.eq(valid[c]), self.o_ls_ctl[c].bank.eq(bank)]
+            outs = [(self.o_ls, self.o_ls_ctl)]
+            if self.planes > 1:
+                outs.append((self.o_ls_t, self.o_ls_ctl_t))
+            for p, (o_ls, o_ctl) in enumerate(outs):
+                _, _, valid, bank, _ = lanes[p]
+                m.d.comb += o_ls.eq(self._lanes("stationary", p)[0][0].payload)
+                for c in range(C):
+                    m.d.comb += [o_ctl[c].valid.eq(valid[c]), o_ctl[c].bank.eq(bank)]
             return
         # Lane group (g, c) feeds chain c's rows of row group g directly; its control comes
         # from the loader with a beat there (loaders with beats in one cycle load disjoint
@@ -736,11 +833,11 @@ class TensorControl(wiring.Component):
         m.d.comb += floor.eq(Mux(ins.m > MIN_MM_CYCLES, MIN_MM_CYCLES, ins.m))
         new_cols = Signal(OUT_INFO_LAYOUT, name="new_mm_cols")
         m.d.comb += [new_cols.col_lo.eq(ins.tile_col), new_cols.col_hi.eq(ins.tile_col + ins.m)]
-        groups = self._lanes("moving")
         W, rows_per = LANE_WIDTH, self.rows // RG
         flags, beats, takes_all = [], [], []
         for k, sl in enumerate(s.slots):
-            p = f"mm{k}_" if self.parallel else "mm_"
+            groups = self._lanes("moving", sl.plane)
+            p = f"mm{k}_" if self.slots > 1 else "mm_"
             mine = Signal(name=f"{p}issue")
             m.d.comb += mine.eq(issue["mm"] & tile["slot"][k])
             fields = {
@@ -792,7 +889,7 @@ class TensorControl(wiring.Component):
             m.d.comb += stalled.eq(due & ~beat)
 
             # Transpose: every lane of the tile must be 0 or 1 in the moving format, one 1 at most.
-            sel_bad = self._selection_check(m, e_tag, payload, p)
+            sel_bad, sel_ones = self._selection_check(m, e_tag, payload, p)
             zero_beat = Signal(name=f"{p}zero_beat")
             m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
             x = Signal(self.rows * LANE_WIDTH, name=f"{p}x")
@@ -813,6 +910,7 @@ class TensorControl(wiring.Component):
                     cols=e_cols,
                     last=last,
                     zero=zero_beat,
+                    ones=sel_ones,
                 )
             )
 
@@ -837,8 +935,29 @@ class TensorControl(wiring.Component):
                         sl.mm_phase.eq(Mux(e_phase.any(), e_phase - 1, 0)),
                     ]
 
-        for i, (st, _, _) in enumerate(groups):
-            m.d.comb += st.ready.eq(_any(takes[i] for takes in takes_all))
+        for p in range(self.planes):
+            for i, (st, _, _) in enumerate(self._lanes("moving", p)):
+                takes = [t[i] for sl, t in zip(s.slots, takes_all) if sl.plane == p]
+                m.d.comb += st.ready.eq(_any(takes))
+        groups = self._lanes("moving")
+        if self.planes > 1:
+            # Plane 1: a select bit per row (the beat's 1; none for a zeroed beat), its bank,
+            # and its output info (with the container) down the latency line.
+            b = beats[1]
+            m.d.comb += [
+                self.o_sel_t.eq(Mux(b["beat"] & ~b["zero"], b["ones"], 0)),
+                self.o_bank_t.eq(b["tag"].pe.bank),
+            ]
+            info = Signal(PLANE_INFO_LAYOUT, name="info_t_in")
+            m.d.comb += [
+                info.valid.eq(b["beat"]),
+                info.last.eq(b["last"]),
+                info.col_lo.eq(b["cols"].col_lo),
+                info.col_hi.eq(b["cols"].col_hi),
+                info.raw.eq(b["tag"].pe.raw),
+            ]
+            out = delay_line(m, self.en, "info_t", info.as_value(), self.latency)
+            m.d.comb += self.o_info_t.as_value().eq(out)
         if not self.parallel:
             b = beats[0]
             m.d.comb += [
@@ -912,9 +1031,13 @@ class TensorControl(wiring.Component):
         tile, its slot remembers it."""
         ins = self.instr.payload
         with m.If(self.en & issue["ls"]):
-            for g, row in enumerate(s.groups):
+            if self.planes > 1:
+                m.d.sync += s.latest_plane.eq(tile["plane"][1])
+            for g, row, p in (
+                (g, row, p) for p, gs in enumerate(s.planes) for g, row in enumerate(gs)
+            ):
                 for j, gr in enumerate(row):
-                    with m.If(tile["rmask"][g] & tile["cmask"][j]):
+                    with m.If(tile["plane"][p] & tile["rmask"][g] & tile["cmask"][j]):
                         m.d.sync += [
                             gr["next_bank"].eq(~issue["bank"]),
                             gr["has_ls"].eq(1),
@@ -962,8 +1085,9 @@ class TensorControl(wiring.Component):
         m.d.comb += [self.o_error.eq(err & en), self.o_error_code.eq(err_code)]
 
     def _selection_check(self, m, tag, payload, prefix):
-        """1 when ``payload`` is not a selection column over the rows ``[row_lo, row_hi)`` in
-        the moving format of ``tag``."""
+        """``(bad, ones)``: ``bad`` 1 when ``payload`` is not a selection column over the rows
+        ``[row_lo, row_hi)`` in the moving format of ``tag``; ``ones`` bit ``r``: lane ``r`` is
+        a 1 inside those rows."""
         one = Signal(LANE_WIDTH, name=f"{prefix}sel_one_code")
         mask = Signal(LANE_WIDTH, name=f"{prefix}sel_mask")  # bits that count
         mag = Signal(LANE_WIDTH, name=f"{prefix}sel_mag_mask")  # ... without the sign
@@ -1009,7 +1133,7 @@ class TensorControl(wiring.Component):
             level += 1
         bad = Signal(name=f"{prefix}sel_bad")
         m.d.comb += bad.eq(Cat(*any_bad).any() | nodes[0][1])
-        return bad
+        return bad, Cat(*ones)
 
 
 class _Slot:
@@ -1018,6 +1142,10 @@ class _Slot:
     def __init__(self, ctl, k):
         C, RG = ctl.chains, ctl.row_groups
         p = f"s{k}_" if ctl.parallel else ""
+        # the plane of the slot's loader and sequencer (the slots are the planes, when two)
+        self.plane = k if ctl.planes > 1 else 0
+        if ctl.planes > 1:
+            p = f"p{k}_"
         # LS loader
         self.ls_beats = Signal(range(256), name=f"{p}ls_beats_left")
         self.ls_phase = Signal(range(MAX_INTERVAL), name=f"{p}ls_phase")
@@ -1053,16 +1181,25 @@ class _State:
     def __init__(self, ctl):
         RG = ctl.row_groups
         CG = ctl.chains if ctl.parallel else 1
-        self.groups = [
-            [
-                dict(
-                    next_bank=Signal(name=f"g{g}_{j}_next_bank"),
-                    has_ls=Signal(name=f"g{g}_{j}_has_ls"),
-                    reg_r=Signal(RG, name=f"g{g}_{j}_ls_rmask", reset_less=True),
-                    reg_c=Signal(CG, name=f"g{g}_{j}_ls_cmask", reset_less=True),
-                )
-                for j in range(CG)
+
+        def groups(p):
+            q = f"p{p}_" if ctl.planes > 1 else ""
+            return [
+                [
+                    dict(
+                        next_bank=Signal(name=f"{q}g{g}_{j}_next_bank"),
+                        has_ls=Signal(name=f"{q}g{g}_{j}_has_ls"),
+                        reg_r=Signal(RG, name=f"{q}g{g}_{j}_ls_rmask", reset_less=True),
+                        reg_c=Signal(CG, name=f"{q}g{g}_{j}_ls_cmask", reset_less=True),
+                    )
+                    for j in range(CG)
+                ]
+                for g in range(RG)
             ]
-            for g in range(RG)
-        ]
+
+        #: per plane, per PE group
+        self.planes = [groups(p) for p in range(ctl.planes)]
+        self.groups = self.planes[0]
+        #: the plane of the latest accepted LS (background plane)
+        self.latest_plane = Signal(name="latest_ls_plane")
         self.slots = [_Slot(ctl, k) for k in range(ctl.slots)]

@@ -39,6 +39,14 @@ instruction's beat takes a word from every group of its tile in one cycle
 (:func:`tap_vector_layout`): a row tile's results leave below its last row group, the others'
 at the bottom.
 
+With ``background_transpose=True`` (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a second
+plane for transposes (:class:`~ncrtl.hdl.tensor_engine.plane.TransposePlane`) beside the PE
+array; ``stationary`` and ``moving`` are a stream per plane (``stationary[p]``,
+``moving[p]``, each as above), an instruction's data on the streams of its plane
+(``timing.ls_plane``: it follows from the instruction sequence alone, so a driver knows the
+plane without the timing); ``result`` carries both planes' vectors
+(:func:`tap_vector_layout` with 2 taps of one column group: tap ``p`` is plane ``p``).
+
 Verilog: the array places every PE as an instance of the one PE module
 (:data:`~ncrtl.hdl.tensor_engine.array.PE_MODULE`), listed with the tile module in
 :meth:`TensorEngine.cells`; :func:`ncrtl.hdl.verilog.convert` emits them once, then the top.
@@ -54,6 +62,8 @@ from ncrtl.model.tensor_engine.isa import Op
 
 from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
+from .pe import RAW_WIDTHS
+from .plane import TransposePlane
 
 __all__ = ["TensorEngine", "stationary_beats", "lane_groups", "tap_vector_layout"]
 
@@ -141,6 +151,10 @@ class TensorEngine(wiring.Component):
         and ``result`` carries a vector per output tap and column group
         (:func:`tap_vector_layout`).  False: tiles one after another (``timing.HDL_SERIAL``),
         one stream each.
+    background_transpose : bool
+        The background transpose plane (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a transpose
+        runs beside a matmul or another transpose (see the module docstring); not with
+        ``parallel_tiles``.
 
     Attributes
     ----------
@@ -152,11 +166,21 @@ class TensorEngine(wiring.Component):
         With parallel tiles: the loader / sequencer pairs
         (:func:`~ncrtl.model.tensor_engine.timing.tile_slot`), the row groups (output taps)
         and the column groups (1, 1, 1 without).
+    planes : int
+        2 with the background transpose plane, else 1.
     """
 
     @validated_init
     def __init__(
-        self, rows=128, cols=128, *, instance=True, tile_unit=32, block=None, parallel_tiles=False
+        self,
+        rows=128,
+        cols=128,
+        *,
+        instance=True,
+        tile_unit=32,
+        block=None,
+        parallel_tiles=False,
+        background_transpose=False,
     ):
         self.array = SystolicArray(
             rows,
@@ -167,14 +191,23 @@ class TensorEngine(wiring.Component):
             parallel_tiles=parallel_tiles,
         )
         self.control = TensorControl(
-            rows, cols, self.array.latency, tile_unit=tile_unit, parallel_tiles=parallel_tiles
+            rows,
+            cols,
+            self.array.latency,
+            tile_unit=tile_unit,
+            parallel_tiles=parallel_tiles,
+            background_transpose=background_transpose,
         )
+        self.plane = None
+        if background_transpose:
+            self.plane = TransposePlane(rows, cols, tile_granule=tile_unit)
         self.rows, self.cols, self.instance, self.tile_unit = rows, cols, instance, tile_unit
         self.parallel = parallel_tiles
         self.latency = self.array.latency
         ctl = self.control
         self.slots, self.row_groups = ctl.slots, ctl.row_groups
         self.col_groups = ctl.chains if parallel_tiles else 1
+        self.planes = ctl.planes
         members = {
             "instr": In(stream.Signature(INSTR_LAYOUT)),
             "stationary": ctl.signature.members["stationary"],
@@ -185,6 +218,8 @@ class TensorEngine(wiring.Component):
         if parallel_tiles:
             layout = tap_vector_layout(self.row_groups, cols, self.col_groups)
             members["result"] = Out(stream.Signature(layout))
+        elif background_transpose:
+            members["result"] = Out(stream.Signature(tap_vector_layout(2, cols, 1)))
         else:
             members["result"] = Out(stream.Signature(vector_layout(cols)))
         super().__init__(members)
@@ -194,6 +229,17 @@ class TensorEngine(wiring.Component):
         if not self.parallel:
             raise ValueError("lane_groups: the engine has no parallel tiles (one stream each)")
         return lane_groups(ins, self.rows, self.cols, self.tile_unit)
+
+    def _keep(self, m, info, vector, suffix):
+        """The lanes of ``vector`` (32 bits per column) inside the info's column range
+        ``[col_lo, col_hi)``, 0 outside."""
+        W, lanes = 32, []
+        for c in range(self.cols):
+            keep = Signal(name=f"out_keep{suffix}_c{c}")
+            lo_ok = (info.col_lo <= c) if c else ~info.col_lo.any()
+            m.d.comb += keep.eq(info.valid & lo_ok & (info.col_hi > c))
+            lanes.append(Mux(keep, vector[c * W : (c + 1) * W], 0))
+        return lanes
 
     def cells(self):
         """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""
@@ -207,7 +253,7 @@ class TensorEngine(wiring.Component):
         en = Signal(name="en")
         m.d.comb += en.eq(~(self.result.valid & ~self.result.ready))
         connect(m, flipped(self.instr), ctl.instr)
-        if self.parallel:
+        if self.parallel or self.planes > 1:
             for k in range(len(ctl.stationary)):
                 connect(m, flipped(self.stationary[k]), ctl.stationary[k])
             for k in range(len(ctl.moving)):
@@ -248,12 +294,32 @@ class TensorEngine(wiring.Component):
             ]
             return m
         info = ctl.o_info
-        lanes = []
-        for c in range(self.cols):
-            keep = Signal(name=f"out_keep_c{c}")
-            lo_ok = (info.col_lo <= c) if c else ~info.col_lo.any()
-            m.d.comb += keep.eq(lo_ok & (info.col_hi > c))
-            lanes.append(Mux(keep, arr.o_psum[c * W : (c + 1) * W], 0))
+        lanes = self._keep(m, info, arr.o_psum, "")
+        if self.planes > 1:
+            m.submodules.plane = plane = self.plane
+            m.d.comb += [
+                plane.en.eq(en),
+                plane.i_sel.eq(ctl.o_sel_t),
+                plane.i_bank.eq(ctl.o_bank_t),
+                plane.i_ls.eq(ctl.o_ls_t),
+                plane.i_ls_ctl.eq(ctl.o_ls_ctl_t),
+            ]
+            info_t = ctl.o_info_t
+            # the plane's words cut to the transpose container (32, 16 or 8 bits)
+            mask = Signal(W, name="out_t_container")
+            with m.Switch(info_t.raw):
+                for i, bits in enumerate(RAW_WIDTHS):
+                    with m.Case(i):
+                        m.d.comb += mask.eq((1 << bits) - 1)
+            words = Cat(*(plane.o_word[c * W : (c + 1) * W] & mask for c in range(self.cols)))
+            lanes += self._keep(m, info_t, words, "_t")
+            m.d.comb += [
+                self.result.valid.eq(info.valid | info_t.valid),
+                self.result.payload.groups.eq(Cat(info.valid, info_t.valid)),
+                self.result.payload.last.eq(Cat(info.last, info_t.last)),
+                self.result.payload.data.eq(Cat(*lanes)),
+            ]
+            return m
         m.d.comb += [
             self.result.valid.eq(info.valid),
             self.result.payload.last.eq(info.last),

@@ -85,7 +85,9 @@ __all__ = [
     "HDL_RULES",
     "HDL_SERIAL",
     "HDL_PARALLEL",
+    "HDL_BACKGROUND",
     "ONE_CHAIN",
+    "ls_plane",
     "ls_beats",
     "LS_CHAINS",
     "chain_width",
@@ -297,8 +299,11 @@ class Rules:
         another.
     background_transpose : bool
         NeuronCore-v4: a transpose may run on a second plane (its own loader, sequencer, banks
-        and output path) beside a matmul or another transpose; the hardware picks the plane
-        that starts it first.
+        and output path) beside a matmul or another transpose.  The plane follows from the
+        instruction sequence alone (:func:`ls_plane`): a transpose LS goes to plane 1 unless
+        the latest accepted LS on its tile is on plane 1 (then plane 0: consecutive
+        transposes alternate); a matmul LS to plane 0; an MM to the plane of the latest LS on
+        its tile.
     """
 
     ls_chains: int = 4
@@ -329,6 +334,9 @@ DOCUMENTED = Rules()
 HDL_SERIAL = Rules(parallel_tiles=False, background_transpose=False)
 #: The rules of ``TensorEngine(parallel_tiles=True)``: :data:`HDL_SERIAL` and parallel tiles.
 HDL_PARALLEL = Rules(background_transpose=False)
+#: The rules of ``TensorEngine(background_transpose=True)``: :data:`HDL_SERIAL` and the
+#: background transpose plane (NeuronCore-v4), tiles one after another.
+HDL_BACKGROUND = Rules(parallel_tiles=False)
 #: The rules of the default ``TensorEngine``.
 HDL_RULES = HDL_SERIAL
 #: One LS chain and a 64-slot MM floor, tiles one after another: the plain weight-stationary
@@ -403,6 +411,18 @@ def tile_col_groups(ins, rows, cols, tile_unit=32):
     ins = ins.whole(rows, cols)
     u = max(1, tile_unit)
     return range(ins.tile_col // u, -(-(ins.tile_col + ins.tile_cols) // u))
+
+
+def ls_plane(ins, latest_plane):
+    """The plane an accepted LS ``ins`` loads with the background transpose plane
+    (:attr:`Rules.background_transpose`): 1 for a transpose unless ``latest_plane``, the plane
+    of the latest accepted LS on its tile (None: none), is 1; 0 for a matmul.
+
+    The rule reads the instruction sequence only, never the timing, so a driver knows which
+    plane's streams carry an instruction's data whatever the stalls: consecutive transposes
+    alternate between the planes (a chain of transposes runs two at a time), and a transpose
+    after a matmul LS goes beside it on plane 1."""
+    return int(bool(ins.transpose) and latest_plane != 1)
 
 
 class _Plane:
@@ -492,45 +512,41 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
                         "the stationary of this MultiplyMoving's tile was partly replaced by a "
                         "LoadStationary on an overlapping tile",
                     )
-        options = []
+        if bad is None and ins.op == Op.LS:
+            plane_id = 0
+            if rules.background_transpose:
+                first = groups(whole)[0]
+                held = [
+                    (pl.last_ls[first][0].index, p)
+                    for p, pl in enumerate(planes)
+                    if first in pl.last_ls
+                ]
+                plane_id = ls_plane(ins, max(held)[1] if held else None)
+        if bad is None and overlapped(planes[plane_id], whole, t0):
+            bad = (
+                Error.TILE_BUSY,
+                f"tile (rows {whole.tile_row}+{whole.tile_rows}, columns "
+                f"{whole.tile_col}+{whole.tile_cols}) overlaps a different tile whose "
+                f"instructions still have beats to come",
+            )
         if bad is None:
             ii = ins.beat_interval
+            p = plane_id
+            plane = planes[p]
+            seq = max(plane.seq_free.get(g, 0) for g in groups(whole))
             if ins.op == Op.LS:
-                candidates = [0, 1] if (rules.background_transpose and ins.transpose) else [0]
-            else:
-                candidates = [plane_id]
-            for p in candidates:
-                plane = planes[p]
-                if overlapped(plane, whole, t0):
-                    continue
-                seq = max(plane.seq_free.get(g, 0) for g in groups(whole))
-                if ins.op == Op.LS:
-                    bank = plane.next_bank.get(groups(whole)[0], 0)
-                    t = max(
-                        [t0]
-                        + [plane.loader_free.get(g, 0) for g in groups(whole)]
-                        + [plane.last_read.get((g, bank), -1) + 1 for g in groups(whole)]
-                    )
-                    # the plane where an MM of this stationary could start first
-                    end = t + ls_beats(whole, cols, rules.ls_chains, tile_unit) * ii
-                    options.append(((max(end, seq), t, p), t, p))
-                else:
-                    ls_last = plane.last_ls[groups(whole)[0]][2]
-                    t = max(t0, ls_last, seq)
-                    options.append(((t, p), t, p))
-            if not options:
-                bad = (
-                    Error.TILE_BUSY,
-                    f"tile (rows {whole.tile_row}+{whole.tile_rows}, columns "
-                    f"{whole.tile_col}+{whole.tile_cols}) overlaps a different tile whose "
-                    f"instructions still have beats to come",
+                bank = plane.next_bank.get(groups(whole)[0], 0)
+                t = max(
+                    [t0]
+                    + [plane.loader_free.get(g, 0) for g in groups(whole)]
+                    + [plane.last_read.get((g, bank), -1) + 1 for g in groups(whole)]
                 )
+            else:
+                t = max(t0, plane.last_ls[groups(whole)[0]][2], seq)
         if bad is not None:
             records.append(Record(index, ins, t0, bad[0], bad[1], error_cycle=t0 + ERROR_DELAY))
             prev_issue = t0
             continue
-        _, t, p = min(options)
-        plane = planes[p]
         mine = groups(whole)
         if ins.op == Op.LS:
             n_beats = ls_beats(whole, cols, rules.ls_chains, tile_unit)
