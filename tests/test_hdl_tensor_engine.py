@@ -668,7 +668,7 @@ def check_engine_run(te, program, expected, ev, *, timed):
         assert sorted(ev["stat"] + ev["mov"]) == sorted(beats)
 
 
-def _illegal_program(rng, R):
+def _illegal_program(rng, R, tile_unit=32):
     """Every rule broken once (before and after the first LS), then a legal LS + MM."""
     s = _codes(rng, "fp16", (3, 2))
     x = _codes(rng, "fp16", (3, 5))
@@ -696,7 +696,7 @@ def _illegal_program(rng, R):
     ]
     program = (
         [(b, []) for b in before]
-        + [(ls, tile_beats(ls, s, R))]
+        + [(ls, tile_beats(ls, s, R, cols=R, tile_unit=tile_unit))]
         + [(b, []) for b in after]
         + [(mm, tile_beats(mm, x, R))]
     )
@@ -707,9 +707,10 @@ def _illegal_program(rng, R):
     return program, [(want.astype(np.int64), 0)], codes
 
 
-def _transpose_programs(R):
-    """Transposes of NaN payloads, -0 and TF32's low bits (bf16, fp8, tf32)."""
-    program, expected = [], []
+def _transpose_programs(R, *, data=False, tile_unit=32):
+    """Transposes of NaN payloads, -0 and TF32's low bits (bf16, fp8, tf32): the program and
+    the expected results, or with ``data`` the program and each instruction's encodings."""
+    program, expected, codes = [], [], []
     for mode, fmt, s in (
         (Mode.BF16, "bf16", [[0x7F81, 0xFFC1, 0x8000], [0x0001, 0x7F80, 0x3F80]]),
         (Mode.FP8, "fp8_e4m3", [[0x7F, 0xF9, 0x80], [0x01, 0x78, 0x38]]),
@@ -733,12 +734,16 @@ def _transpose_programs(R):
             stationary_format=fmt,
             moving_format=fmt,
         )
-        program += [(ls, tile_beats(ls, s, R)), (mm, tile_beats(mm, x, R))]
+        program += [
+            (ls, tile_beats(ls, s, R, cols=R, tile_unit=tile_unit)),
+            (mm, tile_beats(mm, x, R)),
+        ]
         expected.append((want.astype(np.int64), 0))
-    return program, expected
+        codes += [s, x]
+    return (program, codes) if data else (program, expected)
 
 
-def _selection_error_program(R):
+def _selection_error_program(R, tile_unit=32):
     """Bad selection beats: two ones, a 0.5; a one outside the K rows is ignored."""
     s = np.array([[0x3F80, 0x4000], [0x4040, 0x4080]], dtype=np.int64)
     x = np.array([[0x3F80, 0x3F80, 0x3F00, 0, 0x3F80], [0, 0x3F80, 0, 0x3F80, 0]], dtype=np.int64)
@@ -746,7 +751,7 @@ def _selection_error_program(R):
     mm = Instruction(Op.MM, Mode.BF16, k=2, m=2, n=5, transpose=True)
     mov = tile_beats(mm, x, R)
     mov[0][2] = 0x3F80  # lane 2: outside K = 2
-    return [(ls, tile_beats(ls, s, R)), (mm, mov)]
+    return [(ls, tile_beats(ls, s, R, cols=R, tile_unit=tile_unit)), (mm, mov)]
 
 
 @pytest.fixture(scope="module")
@@ -1352,11 +1357,125 @@ def background_program(rng, rows, cols, names, groups, *, tile_unit, max_n=6, ti
     return _program_of(steps, rows, cols, tile_unit)
 
 
-def test_background_plane_smoke():
+#: Tiles of a 4 x 4 engine of tile_unit 1 (tiles one after another on the serial engine).
+TILES_4 = ((0, 0, 0, 0), (0, 2, 0, 0), (2, 1, 0, 0), (0, 0, 0, 2), (0, 0, 2, 1))
+TRANSPOSES = ("transpose_bf16", "transpose_fp8", "transpose_fp32", "transpose_fp16")
+
+
+def _with_data(pairs, data):
+    """``(ins, beats)`` pairs and each accepted instruction's encodings as ``[(ins, beats,
+    (data, None))]``."""
+    return [(ins, beats, (d, None)) for (ins, beats), d in zip(pairs, data)]
+
+
+@pytest.fixture(scope="module")
+def background4():
+    """A 4 x 4 engine with the background transpose plane (tile_unit 1) and its runs in one
+    simulation: a chain of transposes, matmuls and transposes mixed on every tile, transposes
+    of NaN payloads, illegal instructions, a selection error on plane 1."""
     te = TensorEngine(4, 4, instance=False, tile_unit=1, background_transpose=True)
-    rng = np.random.default_rng(5)
-    names = ["bf16", "transpose_bf16", "transpose_fp8", "transpose_fp32", "fp8"]
-    program = background_program(rng, 4, 4, names, 12, tile_unit=1)
+    rng = np.random.default_rng(83)
+    runs = {
+        "chain": background_program(rng, 4, 4, TRANSPOSES, 10, tile_unit=1, max_n=8),
+        "mixed": background_program(
+            rng,
+            4,
+            4,
+            ("bf16", "fp8", "fp32", "double_row", *TRANSPOSES),
+            16,
+            tile_unit=1,
+            tiles=TILES_4,
+        ),
+    }
+    runs["payloads"] = _with_data(*_transpose_programs(4, data=True, tile_unit=1))
+    ill, _, _ = _illegal_program(np.random.default_rng(9), 4, 1)
+    runs["illegal"] = [(ins, beats, None) for ins, beats in ill]
+    runs["selection"] = [(ins, beats, None) for ins, beats in _selection_error_program(4, 1)]
+    events = run_engine(te, [[(i, b) for i, b, _ in p] for p in runs.values()])
+    return te, {name: (prog, ev) for (name, prog), ev in zip(runs.items(), events)}
+
+
+def test_background_plane_values_and_timing(background4):
+    """Matmuls and transposes on both planes run exactly as ``timing.simulate(rules=
+    HDL_BACKGROUND)`` schedules them (every issue, beat, output and error cycle), each MM's
+    vectors on its plane's output bit for bit; a chain of transposes alternates between the
+    planes and runs two at a time."""
+    te, runs = background4
+    for name in ("chain", "mixed", "payloads"):
+        program, ev = runs[name]
+        sched = check_parallel_run(te, program, ev)
+        accepted = [r for r in sched.records if r.accepted]
+        assert {r.plane for r in accepted} == {0, 1}, name
+        assert all(r.plane == 0 for r in accepted if not r.instruction.transpose), name
+    sched = timing.simulate(
+        [i for i, _, _ in runs["chain"][0]], 4, 4, tile_unit=1, rules=timing.HDL_BACKGROUND
+    )
+    mms = [r for r in sched.records if r.instruction.op == Op.MM]
+    both = [set(a.beats) & set(b.beats) for a in mms for b in mms if a.plane != b.plane]
+    assert any(both), "no two transposes streamed at once"
+
+
+def test_background_plane_payloads_and_errors(background4):
+    """Transposes of NaN payloads, -0 and TF32's low bits come out raw on both planes; illegal
+    instructions get the serial engine's codes; a non-selection beat on plane 1 flags
+    ``SELECTION`` once and gives a zero vector on plane 1's output."""
+    te, runs = background4
+    program, ev = runs["illegal"]
+    codes = [c for _, c in ev["err"]]
+    assert set(codes) == set(range(1, 11)) - {Error.SELECTION}
+    sched = timing.simulate(
+        [i for i, _, _ in program], 4, 4, tile_unit=1, rules=timing.HDL_BACKGROUND
+    )
+    assert ev["err"] == [(r.error_cycle, int(r.error)) for r in sched.records if not r.accepted]
+    program, ev = runs["selection"]
+    assert [c for _, c in ev["err"]] == [Error.SELECTION]
+    assert ev["err"][0][0] == ev["mov"][1][0] + 1
+    assert ev["out"][(0, 0)] == []  # the transpose ran on plane 1
+    got = [o[1][:2] for o in ev["out"][(1, 0)]]
+    assert got == [[0x3F80, 0x4000], [0, 0], [0, 0], [0x4040, 0x4080], [0x3F80, 0x4000]]
+
+
+def test_background_plane_stalls_and_backpressure():
+    """Random stalls on every stream and backpressure on the result: both planes lose and
+    repeat nothing (values bit for bit, in order, the errors the model's)."""
+    te = TensorEngine(4, 4, instance=False, tile_unit=1, background_transpose=True)
+    rng = np.random.default_rng(84)
+    names = ("bf16", "fp32", *TRANSPOSES)
+    runs = [background_program(rng, 4, 4, names, 14, tile_unit=1, tiles=TILES_4) for _ in "ab"]
+    events = run_engine(
+        te, [[(i, b) for i, b, _ in p] for p in runs], stall=0.3, backpressure=0.3, seed=3
+    )
+    for program, ev in zip(runs, events):
+        check_parallel_run(te, program, ev, timed=False)
+
+
+def test_background_plane_8x8():
+    """An 8 x 8 engine (tile_unit 2: chains of 2 columns) with the background plane: every
+    transpose container and MX, fp32 and double_row matmuls between them, values and
+    timing."""
+    te = TensorEngine(8, 8, instance=False, tile_unit=2, background_transpose=True)
+    rng = np.random.default_rng(85)
+    names = ("mx", "fp32", "double_row", "bf16", *TRANSPOSES)
+    program = background_program(rng, 8, 8, names, 14, tile_unit=2, max_n=10)
     (ev,) = run_engine(te, [[(i, b) for i, b, _ in program]])
     sched = check_parallel_run(te, program, ev)
     assert {r.plane for r in sched.records if r.accepted} == {0, 1}
+
+
+@pytest.mark.sim
+def test_verilog_background_plane_lint_clean_latch_free():
+    """An 8 x 8 engine with the background plane: lint-clean, latch-free around PE black
+    boxes."""
+    te = lambda: TensorEngine(8, 8, tile_unit=2, background_transpose=True)  # noqa: E731
+    text = convert(te(), "te_bg_8x8")
+    lint = lint_verilog(text, "te_bg_8x8")
+    assert lint.ok, lint.log[:4000]
+    synth = synth_check(convert(te(), "te_bg_8x8", blackbox=[PE_MODULE]), "te_bg_8x8")
+    assert synth.ok, synth.log[-4000:]
+
+
+def test_background_plane_not_with_parallel_tiles():
+    with pytest.raises(ValueError, match="background plane is built for the serial engine"):
+        TensorEngine(
+            4, 4, instance=False, tile_unit=1, parallel_tiles=True, background_transpose=True
+        )

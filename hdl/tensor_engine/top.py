@@ -308,9 +308,11 @@ class TensorEngine(wiring.Component):
             # the plane's words cut to the transpose container (32, 16 or 8 bits)
             mask = Signal(W, name="out_t_container")
             with m.Switch(info_t.raw):
-                for i, bits in enumerate(RAW_WIDTHS):
+                for i, bits in enumerate(RAW_WIDTHS[1:], 1):
                     with m.Case(i):
                         m.d.comb += mask.eq((1 << bits) - 1)
+                with m.Default():  # index 0, the widest (and no other index occurs)
+                    m.d.comb += mask.eq((1 << RAW_WIDTHS[0]) - 1)
             words = Cat(*(plane.o_word[c * W : (c + 1) * W] & mask for c in range(self.cols)))
             lanes += self._keep(m, info_t, words, "_t")
             m.d.comb += [
