@@ -324,7 +324,9 @@ def _check_engine(name, rows, cols, block, tile_unit):
         )
 
 
-def _make_te(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0):
+def _make_te(
+    rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0, background_transpose=0
+):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
 
@@ -334,12 +336,18 @@ def _make_te(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0):
             f"pe_array: parameter parallel_tiles=1 needs rows={rows} and cols={cols} to be "
             f"multiples of tile_unit={tile_unit} (whole PE groups)"
         )
+    if parallel_tiles and background_transpose:
+        raise BlockError(
+            "pe_array: parameters parallel_tiles=1 and background_transpose=1 cannot be "
+            "combined: the background plane is built for the serial engine"
+        )
     return TensorEngine(
         rows,
         cols,
         tile_unit=tile_unit,
         block=block or default_block(rows, cols, tile_unit),
         parallel_tiles=bool(parallel_tiles),
+        background_transpose=bool(background_transpose),
     )
 
 
@@ -350,12 +358,13 @@ def _big_array_threads(rows, cols, **_):
     return 2 if rows * cols >= 64 * 64 else 1
 
 
-def _te_top(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0):
+def _te_top(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0, background_transpose=0):
     return (
         f"tensor_engine_{rows}x{cols}"
         + (f"_b{block}" if block else "")
         + (f"_u{tile_unit}" if tile_unit != 32 else "")
         + ("_par" if parallel_tiles else "")
+        + ("_bg" if background_transpose else "")
     )
 
 
@@ -404,6 +413,15 @@ register(
                 0,
                 "1: tiles run side by side (a stream per lane group, results per output tap; "
                 "the conformance program interleaves the tiles of a tiling); 0: one after another",
+                choices=(0, 1),
+            ),
+            Param(
+                "background_transpose",
+                int,
+                0,
+                "1: the background transpose plane of NeuronCore-v4 (a stream of each per "
+                "plane, results per plane; the conformance program mixes the mode's matmuls "
+                "and transposes); not with parallel_tiles=1",
                 choices=(0, 1),
             ),
         ),

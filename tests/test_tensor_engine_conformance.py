@@ -86,6 +86,27 @@ def test_parallel_tiles_programs(params):
     _small_programs(params)
 
 
+#: The background transpose plane (8 x 8, tile_unit 2): the conformance program mixes the
+#: mode's matmuls and transposes, one after another; values, errors and every output and error
+#: cycle against ``timing.HDL_BACKGROUND``.
+BACKGROUND = [
+    {"rows": 8, "cols": 8, "mode": m, "tile_unit": 2, "background_transpose": 1}
+    for m in ("bf16", "transpose_fp32", "fp8", "transpose_fp16")
+]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(
+    "params",
+    [pytest.param(p, marks=[] if p["mode"] == "bf16" else [pytest.mark.slow]) for p in BACKGROUND],
+    ids=lambda p: f"8x8-{p['mode']}-background",
+)
+def test_background_plane_programs(params):
+    """Matmuls and transposes on both planes on the Verilog: random stalls in one test, exact
+    timing in the other."""
+    _small_programs(params)
+
+
 @pytest.mark.sim
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "mx", "transpose_bf16"])

@@ -15,7 +15,16 @@ from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 
-__all__ = ["Step", "Program", "random_program", "random_scales", "lane_words", "tile_shape"]
+__all__ = [
+    "Step",
+    "Program",
+    "random_program",
+    "parallel_program",
+    "background_program",
+    "random_scales",
+    "lane_words",
+    "tile_shape",
+]
 
 
 def tile_shape(pe_mode, k, x):
@@ -48,40 +57,60 @@ class Program:
     tile_unit: int = 32
     #: For an engine with parallel tiles (``TensorEngine(parallel_tiles=True)``).
     parallel: bool = False
+    #: For an engine with the background transpose plane
+    #: (``TensorEngine(background_transpose=True)``).
+    background: bool = False
 
     def instructions(self):
         return [s.ins for s in self.steps]
 
+    @property
+    def split(self):
+        """Streams per lane group (parallel tiles) or per plane (background plane), and a
+        result word carrying a vector per output tap or plane."""
+        return self.parallel or self.background
+
     def schedule(self):
         """The timing model's schedule of the program on its engine (``timing.HDL_PARALLEL``
-        with parallel tiles, else ``timing.HDL_SERIAL``)."""
-        rules = timing.HDL_PARALLEL if self.parallel else timing.HDL_SERIAL
+        with parallel tiles, ``timing.HDL_BACKGROUND`` with the background plane, else
+        ``timing.HDL_SERIAL``)."""
+        rules = timing.HDL_SERIAL
+        if self.parallel:
+            rules = timing.HDL_PARALLEL
+        elif self.background:
+            rules = timing.HDL_BACKGROUND
         return timing.simulate(
             self.instructions(), self.rows, self.cols, tile_unit=self.tile_unit, rules=rules
         )
 
-    def valid_steps(self):
-        """Steps the engine accepts, with their LS for MMs: ``isa.check`` in program order;
-        with parallel tiles the timing model's records (``TILE_BUSY`` depends on timing) and,
-        for an MM, the latest accepted LS on its tile."""
+    def placed_steps(self):
+        """Steps the engine accepts as ``(step, its LS for an MM, plane)``: ``isa.check`` in
+        program order on the serial engine; else the timing model's records (``TILE_BUSY``
+        depends on timing; the plane on the instruction sequence) and, for an MM, the latest
+        accepted LS on its tile (any tile without parallel tiles)."""
         out, last_ls = [], None
-        if self.parallel:
+        if self.split:
             held = {}
             for s, rec in zip(self.steps, self.schedule().records):
                 if rec.accepted:
                     w = s.ins.whole(self.rows, self.cols)
                     region = (w.tile_row, w.tile_rows, w.tile_col, w.tile_cols)
+                    region = region if self.parallel else None
                     if s.ins.op == Op.LS:
                         held[region] = s.ins
-                    out.append((s, held[region]))
+                    out.append((s, held[region], rec.plane))
             return out
         for s in self.steps:
             err = isa.check(s.ins, self.rows, self.cols, last_ls, tile_unit=self.tile_unit)
             if err is None:
                 if s.ins.op == Op.LS:
                     last_ls = s.ins
-                out.append((s, last_ls))
+                out.append((s, last_ls, 0))
         return out
+
+    def valid_steps(self):
+        """Steps the engine accepts, with their LS for MMs (:meth:`placed_steps`)."""
+        return [(s, ls) for s, ls, _ in self.placed_steps()]
 
 
 def lane_words(tile, scale=None):
@@ -210,6 +239,29 @@ def parallel_program(rng, rows, cols, op_name, *, pairs=2, max_n=16, tile_unit=3
     if finale:
         whole = (0, 0, 0, 0)
         prog.steps += tile_steps(rng, rows, cols, pe_mode, transpose, whole, 1, max_n, tile_unit)
+    return prog
+
+
+def background_program(rng, rows, cols, op_name, *, groups=4, max_n=16, tile_unit=32):
+    """A random program for an engine with the background transpose plane: ``groups`` LS +
+    1..2 MM groups one after another, each the mode's matmul or its transpose at random (only
+    transposes for a transpose operation, only matmuls for a mode that cannot transpose), on
+    the whole array or one of the mode's tiles, so that transposes meet matmuls and other
+    transposes on both planes."""
+    pe_mode, transpose = operation(op_name)
+    kinds = [True] if transpose else ([False, True] if pe_mode.transposes else [False])
+    tiles = [(0, 0, 0, 0)]
+    for size in pe_mode.row_tiles:
+        size = size * tile_unit // 32
+        tiles += [(r, size, 0, 0) for r in range(0, rows - size + 1, size)]
+    for size in pe_mode.col_tiles:
+        size = size * tile_unit // 32
+        tiles += [(0, 0, c, size) for c in range(0, cols - size + 1, size)]
+    prog = Program(rows, cols, tile_unit=tile_unit, background=True)
+    for _ in range(groups):
+        tr = kinds[int(rng.integers(0, len(kinds)))]
+        tile = tiles[int(rng.integers(0, len(tiles)))] if rng.random() < 0.3 else tiles[0]
+        prog.steps += tile_steps(rng, rows, cols, pe_mode, tr, tile, 1, max_n, tile_unit)
     return prog
 
 

@@ -26,6 +26,7 @@ from ncrtl.testbench.player import PlayerPort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters, write_timings
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource, pack_lanes, unpack_lanes
 from ncrtl.testbench.tensor_engine.program import (
+    background_program,
     expected_outputs,
     lane_words,
     parallel_program,
@@ -43,7 +44,7 @@ class TensorEngineTB:
     Cycle numbers of the sink and the watcher count the same rising edges from the start.
     """
 
-    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0, tile_unit=32, parallel=False):
+    def __init__(self, dut, rows, cols, *, stall=0.0, seed=0, tile_unit=32, streams=0):
         self.dut, self.rows, self.cols, self.tile_unit = dut, rows, cols, tile_unit
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
@@ -53,7 +54,7 @@ class TensorEngineTB:
         )
 
         def sources(name, n, salt):
-            if not parallel:
+            if not n:
                 bus = StreamBus.from_prefix(dut, name)
                 return [StreamSource(bus, clk, rst, stall=stall, seed=seed + salt)]
             return [
@@ -67,10 +68,9 @@ class TensorEngineTB:
                 for i in range(n)
             ]
 
-        # One stream each, or (parallel tiles) a stream per lane group.
-        groups = (rows // tile_unit) * chain_count(cols, tile_unit)
-        self.stat = sources("stationary", groups, 1)
-        self.mov = sources("moving", groups, 2)
+        # One stream each, or a stream per lane group (parallel tiles) or per plane.
+        self.stat = sources("stationary", streams, 1)
+        self.mov = sources("moving", streams, 2)
         self.out = StreamSink(
             StreamBus.from_prefix(dut, "result"), clk, rst, backpressure=stall, seed=seed + 3
         )
@@ -117,15 +117,31 @@ def player_ports(rows, cols, tile_unit=32):
     ]
 
 
+def _streams(prog):
+    """The engine's ``stationary`` / ``moving`` streams of each kind: one per lane group with
+    parallel tiles, one per plane with the background plane; 0: one stream, not an array."""
+    if prog.parallel:
+        return (prog.rows // prog.tile_unit) * chain_count(prog.cols, prog.tile_unit)
+    return 2 if prog.background else 0
+
+
+def _taps(prog):
+    """``(taps, column groups)`` of the result word: output taps (parallel tiles) or planes,
+    and column groups."""
+    if prog.parallel:
+        return prog.rows // prog.tile_unit, chain_count(prog.cols, prog.tile_unit)
+    return (2, 1) if prog.background else (1, 1)
+
+
 def _beats(prog, rows):
     """Instruction words and, per stream, the stationary and moving beats of the accepted
     instructions (a rejected instruction consumes no data), as payload ints: one stream each,
-    or with parallel tiles one per lane group (``lane_groups``)."""
+    with parallel tiles one per lane group (``lane_groups``), with the background plane one
+    per plane."""
     instr = [isa.encode(s.ins) for s in prog.steps]
-    groups = (rows // prog.tile_unit) * chain_count(prog.cols, prog.tile_unit)
-    n = groups if prog.parallel else 1
+    n = max(1, _streams(prog))
     stat, mov = [[] for _ in range(n)], [[] for _ in range(n)]
-    for s, _ in prog.valid_steps():
+    for s, _, plane in prog.placed_steps():
         ins = s.ins.whole(rows, prog.cols)
         words = lane_words(s.data, s.scale)  # [X, K]
         if ins.op == Op.LS:
@@ -136,7 +152,7 @@ def _beats(prog, rows):
             beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
             out = mov
         if not prog.parallel:
-            out[0] += pack_lanes(beats, LANE_WIDTH)
+            out[plane] += pack_lanes(beats, LANE_WIDTH)
             continue
         for i, lanes in lane_groups(ins, rows, prog.cols, prog.tile_unit):
             out[i] += pack_lanes(beats[:, lanes], LANE_WIDTH)
@@ -153,13 +169,13 @@ async def _drive_python(dut, prog, total, *, stall, seed):
         stall=stall,
         seed=seed,
         tile_unit=prog.tile_unit,
-        parallel=prog.parallel,
+        streams=_streams(prog),
     )
     await tb.reset()
     tb.load(prog)
     t_run, c_run = time.perf_counter(), tb.out.cycle
     bar = progress.watch(lambda: (tb.out.cycle - c_run, len(tb.out.cycles)), total)
-    if prog.parallel:  # a handshake carries a vector of every tile that has one
+    if prog.split:  # a handshake carries a vector of every tile / plane that has one
         got_words = await _recv_vectors(tb, prog, total)
     else:
         got_words = await tb.out.recv(total, timeout=5000)
@@ -180,9 +196,11 @@ async def _drive_python(dut, prog, total, *, stall, seed):
 
 
 async def _recv_vectors(tb, prog, total, timeout=5000):
-    """With parallel tiles: the result words until they hold ``total`` tile vectors."""
-    n_bits = 32 * prog.rows * prog.cols // prog.tile_unit
-    width = (prog.rows // prog.tile_unit) * chain_count(prog.cols, prog.tile_unit)
+    """With parallel tiles or the background plane: the result words until they hold
+    ``total`` tile vectors."""
+    taps, groups = _taps(prog)
+    n_bits = 32 * taps * prog.cols
+    width = taps * groups
     mask = (1 << width) - 1
     seen, idle = 0, 0
     while seen < total:
@@ -253,20 +271,20 @@ async def run_program(dut, prog, *, stall, seed, check_timing, t_start=None):
     t_golden = time.perf_counter()
     expect = expected_outputs(prog)
     t_golden = time.perf_counter() - t_golden
-    if prog.parallel:
+    if prog.parallel:  # an MM's vector per column group of its tile
         total = sum(
             bits.shape[1] * len(tile_col_groups(valid_ins, rows, cols, unit))
             for valid_ins, bits in _mm_bits(prog, expect)
         )
-        if dut._name.endswith("_player"):
-            raise ValueError("the stream players do not drive an engine with parallel tiles")
     else:
         total = sum(bits.shape[1] for _, bits in expect)
+    if prog.split and dut._name.endswith("_player"):
+        raise ValueError("the stream players drive the serial engine only (one stream each)")
     drive = _drive_player if dut._name.endswith("_player") else _drive_python
     obs = await drive(dut, prog, total, stall=stall, seed=seed)
     t_run, c_run = obs["run_s"], obs["run_cycles"]
     t_compare = time.perf_counter()
-    check = _check_parallel if prog.parallel else _check_serial
+    check = _check_parallel if prog.split else _check_serial
     boards, got = check(dut, prog, expect, obs, check_timing)
     t_end = time.perf_counter()
     write_counters(cycles=obs["cycles"], run_cycles=c_run, run_us=int(t_run * 1e6))
@@ -342,13 +360,13 @@ def _check_serial(dut, prog, expect, obs, check_timing):
 
 
 def _check_parallel(dut, prog, expect, obs, check_timing):
-    """Parallel tiles: the result words split per output tap and column group; every MM's
-    vectors on its tap's column groups bit for bit, their last flags, the error codes of the
-    timing model (``TILE_BUSY`` depends on timing) and, with ``check_timing``, the cycle of
-    every vector and error."""
+    """Parallel tiles or the background plane: the result words split per output tap (or
+    plane) and column group; every MM's vectors on its tap's column groups (its plane's
+    vector) bit for bit, their last flags, the error codes of the timing model (``TILE_BUSY``
+    depends on timing) and, with ``check_timing``, the cycle of every vector and error."""
     rows, cols, unit = prog.rows, prog.cols, prog.tile_unit
-    G = chain_width(cols, unit)
-    taps, groups = rows // unit, chain_count(cols, unit)
+    taps, groups = _taps(prog)
+    G = chain_width(cols, unit) if prog.parallel else cols
     n_data, n = LANE * taps * cols, taps * groups
     streams = {key: [] for key in range(n)}  # (cycle, lanes, last) per tap * groups + group
     for cycle, w in zip(obs["out_cycles"], obs["words"]):
@@ -364,14 +382,18 @@ def _check_parallel(dut, prog, expect, obs, check_timing):
     t0 = obs["accepted"][0] if obs["accepted"] else 0
     pos = {key: 0 for key in streams}
     outputs = {r.index: r.outputs for r in sched.records}
+    planes = {r.index: r.plane for r in sched.records}
     index = {id(s.ins): i for i, s in enumerate(prog.steps)}
     got_last, want_last, got_cyc, want_cyc = [], [], [], []
     for ins, bits in _mm_bits(prog, expect):
         whole = ins.whole(rows, cols)
         m, n_vec = bits.shape
-        g = tile_tap(ins, rows, cols, unit)
+        if prog.parallel:
+            g, col_groups = tile_tap(ins, rows, cols, unit), tile_col_groups(ins, rows, cols, unit)
+        else:
+            g, col_groups = planes[index[id(ins)]], [0]
         vec = np.zeros((n_vec, cols), dtype=np.int64)
-        for j in tile_col_groups(ins, rows, cols, unit):
+        for j in col_groups:
             key = g * groups + j
             got = streams[key][pos[key] : pos[key] + n_vec]
             pos[key] += n_vec
@@ -430,6 +452,17 @@ def _program(seed, salt, *, timed=True):
     # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
     max_n = int(min(isa.MAX_N_ANY, max(1, params.get("max_n", 96))))
     groups = max(1, count // (2 * max_n))
+    if params.get("background_transpose"):
+        # matmuls and transposes of the mode one after another, on both planes
+        return background_program(
+            rng,
+            rows,
+            cols,
+            params["mode"],
+            groups=max(2, min(12, groups)),
+            max_n=min(max_n, 24),
+            tile_unit=params.get("tile_unit", 32),
+        )
     if params.get("parallel_tiles"):
         # tiles side by side: a tiling of the mode, a few LS + MM pairs per tile
         return parallel_program(
