@@ -269,6 +269,7 @@ def _cmd_timing(args):
         "documented": timing.DOCUMENTED,
         "hdl": timing.HDL_SERIAL,
         "hdl-parallel": timing.HDL_PARALLEL,
+        "hdl-background": timing.HDL_BACKGROUND,
         "one-chain": timing.ONE_CHAIN,
     }[args.rules]
     try:
@@ -459,11 +460,12 @@ def build_parser():
     )
     s.add_argument(
         "--rules",
-        choices=("documented", "hdl", "hdl-parallel", "one-chain"),
+        choices=("documented", "hdl", "hdl-parallel", "hdl-background", "one-chain"),
         default="documented",
         help="documented: the vendor's timing (default); hdl: the RTL's default engine (tiles "
         "one after another, no background transpose); hdl-parallel: the RTL with "
-        "parallel_tiles (tiles side by side, no background transpose); one-chain: an LS a "
+        "parallel_tiles (tiles side by side, no background transpose); hdl-background: the "
+        "RTL with background_transpose (tiles one after another); one-chain: an LS a "
         "column per beat and a 64-cycle MM floor",
     )
     s.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")

@@ -1138,6 +1138,50 @@ def test_background_transpose():
     assert mixed.total_cycles < chain(alone, 128, True).total_cycles
 
 
+def test_background_plane_rule_reads_the_sequence_only():
+    """The plane of each instruction follows from the sequence (``timing.ls_plane``): a
+    transpose LS on plane 1 unless the latest LS is there, a matmul LS on plane 0, an MM on
+    its LS's plane; the same planes whatever the shapes (so whatever the timing), on the serial
+    RTL rules and the documented ones."""
+    T = dict(transpose=True)
+    kinds = [("M", {}), ("T", T), ("T", T), ("M", {}), ("T", T), ("T", T), ("T", T), ("M", {})]
+    want = [0, 1, 0, 0, 1, 0, 1, 0]
+    for rules in (timing.HDL_BACKGROUND, timing.DOCUMENTED):
+        for n, m in ((1, 128), (512, 16), (64, 64)):
+            prog = []
+            for _, kw in kinds:
+                prog += [LS(m, **kw), MM(n, m, **kw)]
+            recs = simulate(prog, rules=rules).records
+            assert all(r.accepted for r in recs)
+            assert [r.plane for r in recs[::2]] == want
+            assert [r.plane for r in recs[1::2]] == want
+    assert [timing.ls_plane(LS(**T), p) for p in (None, 0, 1)] == [1, 1, 0]
+    assert timing.ls_plane(LS(), None) == 0
+    # an MM after a rejected LS keeps the plane of the LS it uses
+    bad = LS(0, **T)  # M_RANGE
+    recs = simulate([LS(**T), bad, MM(8, **T)], rules=timing.HDL_BACKGROUND).records
+    assert [r.plane for r in recs if r.accepted] == [1, 1]
+
+
+def test_background_plane_on_the_serial_rules():
+    """``HDL_BACKGROUND`` (the RTL's background plane, tiles one after another): a chain of
+    transposes streams close to twice as fast as on one plane; transposes between matmuls run
+    beside them (cycles from the first MM to the end of the last one's sequencer)."""
+
+    def run(rules, prog):
+        sched = simulate(prog, rules=rules)
+        assert all(r.accepted for r in sched.records)
+        start, stop = sched.mm_window()
+        return stop - start
+
+    chain = [x for _ in range(16) for x in (LS(transpose=True), MM(128, transpose=True))]
+    assert run(timing.HDL_SERIAL, chain) / run(timing.HDL_BACKGROUND, chain) > 1.85
+    mixed = [
+        x for _ in range(8) for x in (LS(), MM(256), LS(transpose=True), MM(128, transpose=True))
+    ]
+    assert run(timing.HDL_SERIAL, mixed) / run(timing.HDL_BACKGROUND, mixed) > 1.4
+
+
 def test_illegal_tilings_are_errors_and_the_engine_goes_on():
     """double_row or MX with column tiles, and a tile overlapping a different tile with beats
     to come, are rejected with their codes; the next instructions run."""
