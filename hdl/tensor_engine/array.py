@@ -59,7 +59,7 @@ from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
 
-__all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "default_block"]
+__all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "PE_WIDTHS", "default_block"]
 
 #: Verilog module name of the PE.
 PE_MODULE = "te_pe"
@@ -93,15 +93,22 @@ def beat_tag_layout(rows):
     )
 
 
-def _place_pe(m, name, en, x, tag, ls, lsc, psum):
-    """Place one PE instance; return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
-    o_x = Signal(LANE_WIDTH, name=f"x_{name}")
-    o_tag = Signal(TAG_LAYOUT, name=f"tag_{name}")
-    o_ls = Signal(LANE_WIDTH, name=f"ls_{name}")
-    o_lsc = Signal(LS_CTL_LAYOUT, name=f"lsc_{name}")
-    o_psum = Signal(32, name=f"psum_{name}")
+#: Port widths of the PE: ``x``, ``tag``, ``ls``, ``ls_ctl``, ``psum`` (a cell placed like the PE
+#: has the same ports, maybe narrower: the background plane's).
+PE_WIDTHS = (LANE_WIDTH, _TAG_BITS, LANE_WIDTH, _LSC_BITS, 32)
+
+
+def _place_pe(m, name, en, x, tag, ls, lsc, psum, module=PE_MODULE, widths=PE_WIDTHS):
+    """Place one instance of the PE (or of a cell ``module`` with the PE's ports of
+    ``widths``); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
+    wx, wt, wl, wc, wp = widths
+    o_x = Signal(wx, name=f"x_{name}")
+    o_tag = Signal(wt, name=f"tag_{name}")
+    o_ls = Signal(wl, name=f"ls_{name}")
+    o_lsc = Signal(wc, name=f"lsc_{name}")
+    o_psum = Signal(wp, name=f"psum_{name}")
     m.submodules[f"pe_{name}"] = Instance(
-        PE_MODULE,
+        module,
         i_clk=ClockSignal(),
         i_rst=ResetSignal(),
         i_en=en,
@@ -128,6 +135,10 @@ class PETile(wiring.Component):
     ----------
     size : int
         PEs per side.
+    module : str
+        The cell's Verilog module (:data:`PE_MODULE`; the background plane places its own).
+    widths : tuple of int
+        The cell's port widths ``(x, tag, ls, ls_ctl, psum)`` (:data:`PE_WIDTHS`).
 
     Interface
     ---------
@@ -142,44 +153,46 @@ class PETile(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, size):
+    def __init__(self, size, *, module=PE_MODULE, widths=PE_WIDTHS):
         self.size = check_int(size, "PETile size", minimum=1, maximum=64)
-        W = LANE_WIDTH
+        self.module, self.widths = module, tuple(widths)
+        W, T, _, L, P = self.widths
         super().__init__(
             {
                 "en": In(1, init=1),
                 "i_x": In(size * W),
-                "i_tag": In(size * _TAG_BITS),
-                "i_ls": In(size * W),
-                "i_ls_ctl": In(size * _LSC_BITS),
-                "i_psum": In(size * 32),
+                "i_tag": In(size * T),
+                "i_ls": In(size * self.widths[2]),
+                "i_ls_ctl": In(size * L),
+                "i_psum": In(size * P),
                 "o_x": Out(size * W),
-                "o_tag": Out(size * _TAG_BITS),
-                "o_ls": Out(size * W),
-                "o_ls_ctl": Out(size * _LSC_BITS),
-                "o_psum": Out(size * 32),
+                "o_tag": Out(size * T),
+                "o_ls": Out(size * self.widths[2]),
+                "o_ls_ctl": Out(size * L),
+                "o_psum": Out(size * P),
             }
         )
 
     def elaborate(self, platform):
         m = Module()
-        B, W, T, L = self.size, LANE_WIDTH, _TAG_BITS, _LSC_BITS
-        above = [self.i_psum[c * 32 : (c + 1) * 32] for c in range(B)]
+        B = self.size
+        W, T, S, L, P = self.widths
+        above = [self.i_psum[c * P : (c + 1) * P] for c in range(B)]
         for r in range(B):
-            x, ls = self.i_x[r * W : (r + 1) * W], self.i_ls[r * W : (r + 1) * W]
+            x, ls = self.i_x[r * W : (r + 1) * W], self.i_ls[r * S : (r + 1) * S]
             tag, lsc = self.i_tag[r * T : (r + 1) * T], self.i_ls_ctl[r * L : (r + 1) * L]
             for c in range(B):
                 x, tag, ls, lsc, above[c] = _place_pe(
-                    m, f"{r}_{c}", self.en, x, tag, ls, lsc, above[c]
+                    m, f"{r}_{c}", self.en, x, tag, ls, lsc, above[c], self.module, self.widths
                 )
             m.d.comb += [
                 self.o_x[r * W : (r + 1) * W].eq(x),
-                self.o_ls[r * W : (r + 1) * W].eq(ls),
+                self.o_ls[r * S : (r + 1) * S].eq(ls),
                 self.o_tag[r * T : (r + 1) * T].eq(tag),
                 self.o_ls_ctl[r * L : (r + 1) * L].eq(lsc),
             ]
         for c in range(B):
-            m.d.comb += self.o_psum[c * 32 : (c + 1) * 32].eq(above[c])
+            m.d.comb += self.o_psum[c * P : (c + 1) * P].eq(above[c])
         return m
 
 

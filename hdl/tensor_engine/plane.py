@@ -2,52 +2,127 @@
 
 A transpose moves data and multiplies nothing: output lane ``c`` of moving beat ``n`` is the
 stationary word of the row whose moving lane is exactly 1.0 (the control checks that the beat
-is a selection column and reduces it to one *select* bit per row).  So the second plane needs,
-per PE, only what that movement needs, and none of the PE's arithmetic:
+is a selection column and reduces it to one *select* bit per row).  So the second plane's cell,
+:class:`TransposePE`, holds only what that movement needs, and none of the PE's arithmetic:
 
 * two 32-bit stationary banks, written by the same skewed LoadStationary shift chain as the
   PE's (a displaced-word register and the chain control to the right neighbour);
-* the beat's select bit and bank bit (``x_reg``), passed right one PE per cycle;
-* a 32-bit pass register down the column: the PE's bank word where its select bit is set, else
-  the word from the PE above.
+* the beat's select bit and bank bit (``x_reg``), passed right one cell per cycle;
+* a 32-bit pass register down the column: the cell's bank word where its select bit is set,
+  else the word from the cell above.
+
+The cell has the PE's ports (``i_x``: the select bit, ``i_tag``: the bank bit, ``i_ls``,
+``i_ls_ctl``, ``i_psum``: the word from above), so the plane places it as the array places
+the PE: as ``Instance`` of one module (:data:`TPE_MODULE`), in tiles of ``block x block``
+cells (:class:`~ncrtl.hdl.tensor_engine.array.PETile` of :data:`TPE_TILE_MODULE`).
 
 Every path has the PE array's timing (docs/tensor_engine.md, rule 6): chain ``k`` is delayed
 ``k * chain_width`` cycles, then the row skew; the select bits go through the row skew; a bank
-write is visible in PE ``(r, c)`` exactly when the moving wavefront arrives.  A beat applied in
-cycle ``t`` is in ``x_reg`` of PE ``(r, c)`` in cycle ``t + r + c + 1`` and its word leaves
+write is visible in cell ``(r, c)`` exactly when the moving wavefront arrives.  A beat applied
+in cycle ``t`` is in ``x_reg`` of cell ``(r, c)`` in cycle ``t + r + c + 1`` and its word leaves
 the bottom in ``t + rows + c + 1``; the column de-skew adds ``cols - 1 - c + P_PREFIX`` cycles
 so that the output register holds it in ``t + latency``, the main array's latency: both planes'
 results leave ``latency`` cycles after their beats.
-
-The PEs of a row are described together, as wide words of ``cols`` lanes (``bank0``, ``bank1``,
-``ls_out``, ``word``: 32 bits per PE; ``x_sel``, ``x_bank``: one): the same registers and the
-same per-PE logic as a grid of cells, without 16,384 cell instances at 128 x 128.
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import (
+    Cat,
+    ClockSignal,
+    Const,
+    EnableInserter,
+    Instance,
+    Module,
+    Mux,
+    ResetSignal,
+    Signal,
+)
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.delay import delay_line
-from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.hdl.common.params import check_bool, check_int, validated_init
+from ncrtl.hdl.verilog import Cell
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
+from .array import PETile, _place_pe, default_block
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX
 
-__all__ = ["TransposePlane", "WORD_WIDTH"]
+__all__ = ["TransposePlane", "TransposePE", "WORD_WIDTH", "TPE_MODULE", "TPE_TILE_MODULE"]
 
 #: Bits of a plane word: the widest transpose container (FP32).
 WORD_WIDTH = 32
+#: Verilog module names of the plane's cell and of its tile.
+TPE_MODULE = "te_tpe"
+TPE_TILE_MODULE = "te_ttile"
+#: The cell's port widths ``(x, tag, ls, ls_ctl, psum)``: select, bank, word, control, word.
+TPE_WIDTHS = (1, 1, WORD_WIDTH, 2, WORD_WIDTH)
 
 
-def _spread(bits, width):
-    """Each bit of ``bits`` repeated ``width`` times: a lane mask of ``len(bits)`` lanes."""
-    return Cat(*(bits[i].replicate(width) for i in range(len(bits))))
+class TransposePE(wiring.Component):
+    """One cell of the background transpose plane (see the module docstring).
 
+    Timing (``en`` = 1 every cycle): a beat in ``x_reg`` during cycle ``T`` reads
+    ``bank[x_bank]`` in cycle ``T`` and its word (or the word from above) is in ``o_psum``
+    during ``T + 1``; so ``i_psum`` must carry the same beat's word in cycle ``T`` (the cell
+    above registered it, having seen the beat one cycle earlier).
 
-def _select(mask, a, b):
-    """Per bit ``a`` where ``mask`` is 1, else ``b``."""
-    return (a & mask) | (b & ~mask)
+    Interface
+    ---------
+    en : In(1, init=1)
+        Clock enable of every register.
+    i_x, i_tag : In(1)
+        The beat's select bit for this row and its bank bit, from the left.
+    i_ls : In(WORD_WIDTH), i_ls_ctl : In(LS_CTL_LAYOUT)
+        LoadStationary shift chain from the left neighbour.
+    i_psum : In(WORD_WIDTH)
+        The word from the cell above.
+    o_x, o_tag, o_ls, o_ls_ctl : Out
+        ``x_reg`` and the shift chain (the displaced bank word), to the right neighbour.
+    o_psum : Out(WORD_WIDTH)
+        The pass register, to the cell below.
+    """
+
+    def __init__(self):
+        super().__init__(
+            {
+                "en": In(1, init=1),
+                "i_x": In(1),
+                "i_tag": In(1),
+                "i_ls": In(WORD_WIDTH),
+                "i_ls_ctl": In(LS_CTL_LAYOUT),
+                "i_psum": In(WORD_WIDTH),
+                "o_x": Out(1),
+                "o_tag": Out(1),
+                "o_ls": Out(WORD_WIDTH),
+                "o_ls_ctl": Out(LS_CTL_LAYOUT),
+                "o_psum": Out(WORD_WIDTH),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+
+        def reg(name, value):
+            r = Signal(value.shape(), name=name, reset_less=True)
+            m.d.sync += r.eq(value)
+            return r
+
+        sel, bank = reg("x_sel", self.i_x), reg("x_bank", self.i_tag)
+        banks = [Signal(WORD_WIDTH, name=f"bank{b}", reset_less=True) for b in range(2)]
+        ls = self.i_ls_ctl
+        for b in range(2):
+            with m.If(ls.valid & (ls.bank == b)):
+                m.d.sync += banks[b].eq(self.i_ls)
+        word = Signal(WORD_WIDTH, name="s_word")
+        m.d.comb += word.eq(Mux(bank, banks[1], banks[0]))
+        m.d.comb += [
+            self.o_x.eq(sel),
+            self.o_tag.eq(bank),
+            self.o_ls.eq(reg("ls_out", Mux(ls.bank, banks[1], banks[0]))),
+            self.o_ls_ctl.eq(reg("ls_ctl_reg", ls)),
+            self.o_psum.eq(reg("word", Mux(sel, word, self.i_psum))),
+        ]
+        return EnableInserter(self.en)(m)
 
 
 class TransposePlane(wiring.Component):
@@ -60,6 +135,12 @@ class TransposePlane(wiring.Component):
     tile_granule : int
         Column-group width (the LoadStationary chains: :func:`~ncrtl.model.tensor_engine.
         timing.chain_width`).
+    instance : bool
+        Cells as ``Instance`` of :data:`TPE_MODULE` (True, for Verilog: :meth:`cells`) or as
+        Amaranth submodules (False, for the Amaranth simulator).
+    block : int or None
+        With ``instance``: cells per side of a tile (``None``: the array's
+        :func:`~ncrtl.hdl.tensor_engine.array.default_block`).
 
     Attributes
     ----------
@@ -88,11 +169,20 @@ class TransposePlane(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, rows, cols, *, tile_granule=32):
+    def __init__(self, rows, cols, *, tile_granule=32, instance=True, block=None):
         check_int(rows, "TransposePlane rows", minimum=1, maximum=255)
         check_int(cols, "TransposePlane cols", minimum=1, maximum=255)
         check_int(tile_granule, "TransposePlane tile_granule", minimum=1)
-        self.rows, self.cols = rows, cols
+        check_bool(instance, "TransposePlane instance")
+        if block is None:
+            block = default_block(rows, cols, tile_granule) if instance else 1
+        check_int(block, "TransposePlane block", minimum=1)
+        if rows % block or cols % block or (block > 1 and not instance):
+            raise ValueError(
+                f"TransposePlane block {block} must divide rows={rows} and cols={cols}, and "
+                f"needs instance=True above 1"
+            )
+        self.rows, self.cols, self.instance, self.block = rows, cols, instance, block
         self.chain_width = chain_width(cols, tile_granule)
         self.chains = chain_count(cols, tile_granule)
         self.latency = rows + cols + P_PREFIX + 1
@@ -106,6 +196,18 @@ class TransposePlane(wiring.Component):
                 "o_word": Out(cols * WORD_WIDTH),
             }
         )
+
+    def cells(self):
+        """The modules the plane places with ``Instance``: its cell and its tile (none with
+        ``instance=False``)."""
+        if not self.instance:
+            return []
+        cells = [Cell(TPE_MODULE, TransposePE)]
+        if self.block > 1:
+            block = self.block
+            tile = lambda: PETile(block, module=TPE_MODULE, widths=TPE_WIDTHS)  # noqa: E731
+            cells.append(Cell(TPE_TILE_MODULE, tile, flat=False))
+        return cells
 
     def elaborate(self, platform):
         m = Module()
@@ -127,65 +229,87 @@ class TransposePlane(wiring.Component):
             with m.If(en):
                 m.d.sync += c.eq(ctl_chain[-1])
             ctl_chain.append(c)
-
-        above = Const(0, cols * W)
+        # per row: the chains' words and the beat's select and bank bits, skewed r cycles
+        ls_in, mv_in = [], []
         for r in range(rows):
-            ls = delay_line(
-                m, en, f"ls_skew_r{r}", Cat(*(words[k][r * W : (r + 1) * W] for k in range(C))), r
-            )
-            mv = delay_line(m, en, f"sel_skew_r{r}", Cat(self.i_sel[r], self.i_bank), r)
-            above = self._row(m, r, ls, ctl_chain[r], mv, above)
+            ls = Cat(*(words[k][r * W : (r + 1) * W] for k in range(C)))
+            ls_in.append(delay_line(m, en, f"ls_skew_r{r}", ls, r))
+            mv_in.append(delay_line(m, en, f"sel_skew_r{r}", Cat(self.i_sel[r], self.i_bank), r))
+
+        bottom = self._tiles(m, ls_in, ctl_chain, mv_in) if self.block > 1 else None
+        if bottom is None:
+            bottom = self._grid(m, ls_in, ctl_chain, mv_in)
 
         # ---- bottom: de-skew column c by cols - 1 - c + P_PREFIX into the output register ------
         out = Signal(cols * W, name="out_vec", reset_less=True)
         for c in range(cols):
-            late = delay_line(
-                m, en, f"deskew_c{c}", above[c * W : (c + 1) * W], cols - 1 - c + P_PREFIX
-            )
+            late = delay_line(m, en, f"deskew_c{c}", bottom[c], cols - 1 - c + P_PREFIX)
             with m.If(en):
                 m.d.sync += out[c * W : (c + 1) * W].eq(late)
         m.d.comb += self.o_word.eq(out)
         return m
 
-    def _row(self, m, r, ls, ctl, mv, above):
-        """The PEs of row ``r``: ``ls`` the chains' words entering it, ``ctl`` their control,
-        ``mv`` the beat's select and bank bits, ``above`` the pass registers of the row above.
-        Returns the row's pass registers."""
-        cols, en, C, G, W = self.cols, self.en, self.chains, self.chain_width, WORD_WIDTH
+    def _chain_in(self, ls_in, ctl_chain, r, k):
+        """What chain ``k`` feeds into row ``r`` at its first column: ``(word, control)``."""
+        W = WORD_WIDTH
+        return ls_in[r][k * W : (k + 1) * W], ctl_chain[r][2 * k : 2 * k + 2]
 
-        def reg(name, width):
-            return Signal(width, name=f"{name}_r{r}", reset_less=True)
-
-        banks = [reg("bank0", cols * W), reg("bank1", cols * W)]
-        ls_out, ls_ctl = reg("ls_out", cols * W), reg("ls_ctl", cols * 2)
-        x_sel, x_bank, word = reg("x_sel", cols), reg("x_bank", cols), reg("word", cols * W)
-        # What each PE's chain input carries: at a chain's first column the chain's word and
-        # control, elsewhere the left neighbour's displaced word and control.
-        in_ls, in_ctl = [], []
-        for k in range(C):
-            lo, hi = k * G, min(cols, (k + 1) * G)
-            in_ls += [ls[k * W : (k + 1) * W], ls_out[lo * W : (hi - 1) * W]]
-            in_ctl += [ctl[2 * k : 2 * k + 2], ls_ctl[2 * lo : 2 * (hi - 1)]]
-        i_ls = Signal(cols * W, name=f"ls_in_r{r}")
-        i_ctl = Signal(data.ArrayLayout(LS_CTL_LAYOUT, cols), name=f"ls_ctl_in_r{r}")
-        m.d.comb += [i_ls.eq(Cat(*in_ls)), i_ctl.as_value().eq(Cat(*in_ctl))]
-        valid = Cat(*(i_ctl[c].valid for c in range(cols)))
-        bank = Cat(*(i_ctl[c].bank for c in range(cols)))
-        to_bank = _spread(bank, W)
-        with m.If(en):
-            m.d.sync += [
-                banks[0].eq(_select(_spread(valid & ~bank, W), i_ls, banks[0])),
-                banks[1].eq(_select(_spread(valid & bank, W), i_ls, banks[1])),
-                ls_out.eq(_select(to_bank, banks[1], banks[0])),  # the displaced word
-                ls_ctl.eq(i_ctl.as_value()),
-                x_sel.eq(Cat(mv[0], x_sel[:-1])),
-                x_bank.eq(Cat(mv[1], x_bank[:-1])),
-                word.eq(
-                    _select(
-                        _spread(x_sel, W),
-                        _select(_spread(x_bank, W), banks[1], banks[0]),
-                        above,
+    def _grid(self, m, ls_in, ctl_chain, mv_in):
+        """Cells one by one; returns the words leaving the bottom row."""
+        above = [Const(0, WORD_WIDTH)] * self.cols
+        for r in range(self.rows):
+            x, tag = mv_in[r][0], mv_in[r][1]
+            for c in range(self.cols):
+                if c % self.chain_width == 0:  # a chain enters here
+                    ls, lsc = self._chain_in(ls_in, ctl_chain, r, c // self.chain_width)
+                ports = (x, tag, ls, lsc, above[c])
+                if self.instance:
+                    x, tag, ls, lsc, above[c] = _place_pe(
+                        m, f"t{r}_{c}", self.en, *ports, TPE_MODULE, TPE_WIDTHS
                     )
-                ),
-            ]
-        return word
+                    continue
+                m.submodules[f"tpe_{r}_{c}"] = pe = TransposePE()
+                m.d.comb += pe.en.eq(self.en)
+                for port, value in zip(("i_x", "i_tag", "i_ls", "i_ls_ctl", "i_psum"), ports):
+                    m.d.comb += getattr(pe, port).eq(value)
+                x, tag, ls, lsc, above[c] = pe.o_x, pe.o_tag, pe.o_ls, pe.o_ls_ctl, pe.o_psum
+        return above
+
+    def _tiles(self, m, ls_in, ctl_chain, mv_in):
+        """``block x block`` tile instances; returns the words leaving the bottom row (chain
+        borders fall between tiles: ``block`` divides the granule)."""
+        B, W = self.block, WORD_WIDTH
+        G = self.chain_width
+        above = [Const(0, B * W)] * (self.cols // B)
+        for tr in range(self.rows // B):
+            rs = range(tr * B, (tr + 1) * B)
+            xs = Cat(*(mv_in[r][0] for r in rs))
+            tags = Cat(*(mv_in[r][1] for r in rs))
+            for tc in range(self.cols // B):
+                c0 = tc * B
+                if c0 % G == 0:  # a chain enters here
+                    pairs = [self._chain_in(ls_in, ctl_chain, r, c0 // G) for r in rs]
+                    ls, lsc = Cat(*(w for w, _ in pairs)), Cat(*(c for _, c in pairs))
+                name = f"t{tr}_{tc}"
+                o = {
+                    k: Signal(B * w, name=f"tp{k}_{name}")
+                    for k, w in zip(("x", "tag", "ls", "lsc", "psum"), TPE_WIDTHS)
+                }
+                m.submodules[f"ttile_{name}"] = Instance(
+                    TPE_TILE_MODULE,
+                    i_clk=ClockSignal(),
+                    i_rst=ResetSignal(),
+                    i_en=self.en,
+                    i_i_x=xs,
+                    i_i_tag=tags,
+                    i_i_ls=ls,
+                    i_i_ls_ctl=lsc,
+                    i_i_psum=above[tc],
+                    o_o_x=o["x"],
+                    o_o_tag=o["tag"],
+                    o_o_ls=o["ls"],
+                    o_o_ls_ctl=o["lsc"],
+                    o_o_psum=o["psum"],
+                )
+                xs, tags, ls, lsc, above[tc] = o["x"], o["tag"], o["ls"], o["lsc"], o["psum"]
+        return [above[c // B][(c % B) * W : (c % B + 1) * W] for c in range(self.cols)]

@@ -200,7 +200,9 @@ class TensorEngine(wiring.Component):
         )
         self.plane = None
         if background_transpose:
-            self.plane = TransposePlane(rows, cols, tile_granule=tile_unit)
+            self.plane = TransposePlane(
+                rows, cols, tile_granule=tile_unit, instance=instance, block=self.array.block
+            )
         self.rows, self.cols, self.instance, self.tile_unit = rows, cols, instance, tile_unit
         self.parallel = parallel_tiles
         self.latency = self.array.latency
@@ -242,8 +244,9 @@ class TensorEngine(wiring.Component):
         return lanes
 
     def cells(self):
-        """The modules the engine places with ``Instance``: the array's (the PE, the tile)."""
-        return self.array.cells()
+        """The modules the engine places with ``Instance``: the array's (the PE, the tile) and
+        the background plane's (its cell, its tile)."""
+        return self.array.cells() + (self.plane.cells() if self.plane is not None else [])
 
     def elaborate(self, platform):
         m = Module()
