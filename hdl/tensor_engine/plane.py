@@ -217,7 +217,9 @@ class TransposePlane(wiring.Component):
         # ---- LoadStationary: chain k delayed k * chain_width (words and control) -------------
         words, ctls = [], []
         for k in range(C):
-            lanes = [self.i_ls[(k * rows + r) * LANE_WIDTH :][:W] for r in range(rows)]
+            # (one slice per lane: a slice of an open-ended slice builds the whole tail first)
+            at = [(k * rows + r) * LANE_WIDTH for r in range(rows)]
+            lanes = [self.i_ls[a : a + W] for a in at]
             beat = Cat(*lanes, self.i_ls_ctl[k].as_value())
             beat = delay_line(m, en, f"ls_c{k}_lag", beat, k * G)
             words.append(beat[: rows * W])
