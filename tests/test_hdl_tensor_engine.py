@@ -1085,15 +1085,7 @@ def tile_sequences(rng, rows, cols, name, tiles, *, tile_unit, max_n=6, pairs=2)
     seqs = [
         tile_steps(rng, rows, cols, pe_mode, transpose, t, pairs, max_n, tile_unit) for t in tiles
     ]
-    program = []
-    for step in interleave(rng, seqs):
-        ins = step.ins
-        if ins.op == Op.LS:
-            beats = tile_beats(ins, step.data, rows, step.scale, cols=cols, tile_unit=tile_unit)
-        else:
-            beats = tile_beats(ins, step.data, rows, step.scale)
-        program.append((ins, beats, (step.data, step.scale)))
-    return program
+    return _program_of(interleave(rng, seqs), rows, cols, tile_unit)
 
 
 def check_parallel_run(te, program, ev, *, timed=True):

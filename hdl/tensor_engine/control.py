@@ -948,16 +948,7 @@ class TensorControl(wiring.Component):
                 self.o_sel_t.eq(Mux(b["beat"] & ~b["zero"], b["ones"], 0)),
                 self.o_bank_t.eq(b["tag"].pe.bank),
             ]
-            info = Signal(PLANE_INFO_LAYOUT, name="info_t_in")
-            m.d.comb += [
-                info.valid.eq(b["beat"]),
-                info.last.eq(b["last"]),
-                info.col_lo.eq(b["cols"].col_lo),
-                info.col_hi.eq(b["cols"].col_hi),
-                info.raw.eq(b["tag"].pe.raw),
-            ]
-            out = delay_line(m, self.en, "info_t", info.as_value(), self.latency)
-            m.d.comb += self.o_info_t.as_value().eq(out)
+            self._info_line(m, b, self.o_info_t, "info_t")
         if not self.parallel:
             b = beats[0]
             m.d.comb += [
@@ -965,16 +956,7 @@ class TensorControl(wiring.Component):
                 self.o_tag[0].eq(b["tag"]),
                 self.o_tag[0].pe.valid.eq(b["beat"]),
             ]
-            # The output info follows the beat through a `latency`-stage delay line.
-            info = Signal(OUT_INFO_LAYOUT, name="info_in")
-            m.d.comb += [
-                info.valid.eq(b["beat"]),
-                info.last.eq(b["last"]),
-                info.col_lo.eq(b["cols"].col_lo),
-                info.col_hi.eq(b["cols"].col_hi),
-            ]
-            out = delay_line(m, self.en, "info", info.as_value(), self.latency)
-            m.d.comb += self.o_info.as_value().eq(out)
+            self._info_line(m, b, self.o_info, "info")
             return flags
 
         # Injection j, row group g: its lane group's words (zero for a transpose beat that is no
@@ -1025,6 +1007,22 @@ class TensorControl(wiring.Component):
             for j in range(C):
                 m.d.comb += self.o_info[g * C + j].as_value().eq(out[j * bits : (j + 1) * bits])
         return flags
+
+    def _info_line(self, m, b, port, name):
+        """The output info of sequencer beat ``b`` (valid, last, column range; and the
+        transpose container where ``port`` has it) through a ``latency``-stage delay line
+        into ``port``."""
+        info = Signal(port.shape(), name=f"{name}_in")
+        m.d.comb += [
+            info.valid.eq(b["beat"]),
+            info.last.eq(b["last"]),
+            info.col_lo.eq(b["cols"].col_lo),
+            info.col_hi.eq(b["cols"].col_hi),
+        ]
+        if "raw" in port.shape().members:
+            m.d.comb += info.raw.eq(b["tag"].pe.raw)
+        out = delay_line(m, self.en, name, info.as_value(), self.latency)
+        m.d.comb += port.as_value().eq(out)
 
     def _accept(self, m, s, issue, tile):
         """Architectural state of an accepted LS: its groups' banks toggle and remember its
