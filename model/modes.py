@@ -40,6 +40,8 @@ __all__ = [
     "operation",
     "MODE_BITS",
     "FORMAT_BITS",
+    "FAMILIES",
+    "pe_modes",
 ]
 
 #: The FP8 formats of the fp8 mode, in fmt-field order.
@@ -251,3 +253,39 @@ def operation(name):
             f"mode {mode.name} cannot transpose; operations: {', '.join(operations())}"
         )
     return mode, transpose
+
+
+#: Mode families of a PE built for part of the mode table (``pe_modes``): the modes that share
+#: their multipliers' formats.
+FAMILIES = {
+    "all": tuple(m.name for m in ENGINE_MODES),
+    "bf16": ("bf16", "fp16"),
+    "fp8": ("fp8", "double_row"),
+    "fp32": ("fp32", "tf32"),
+    "mx": ("mx",),
+}
+
+
+def pe_modes(spec="all"):
+    """The engine modes a PE is built for, in table order, from ``spec``: a family of
+    :data:`FAMILIES` (``all``, ``bf16``, ``fp8``, ``fp32``, ``mx``), a mode name, or several
+    of these joined by ``,`` or ``+`` (``bf16,fp8``); a sequence of names or :class:`PeMode`
+    works too.  ``ValueError`` naming the bad item and the choices otherwise."""
+    items = spec.replace("+", ",").split(",") if isinstance(spec, str) else list(spec)
+    names = set()
+    for item in items:
+        if isinstance(item, PeMode):
+            item = item.name
+        item = str(item).strip()
+        if item in FAMILIES:
+            names.update(FAMILIES[item])
+        elif item in _BY_NAME and _BY_NAME[item].engine:
+            names.add(item)
+        else:
+            raise ValueError(
+                f"pe_modes {item!r} is neither a mode family ({', '.join(FAMILIES)}) nor an "
+                f"engine mode ({', '.join(m.name for m in ENGINE_MODES)})"
+            )
+    if not names:
+        raise ValueError(f"pe_modes {spec!r} names no mode")
+    return tuple(m for m in ENGINE_MODES if m.name in names)

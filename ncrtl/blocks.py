@@ -324,8 +324,33 @@ def _check_engine(name, rows, cols, block, tile_unit):
         )
 
 
+def _te_modes(mode, spec):
+    """The PeModes of ``pe_modes=spec`` (``ncrtl.model.modes.pe_modes``), checked to serve the
+    conformance program's ``mode``."""
+    from ncrtl.model.modes import operation, pe_modes
+
+    try:
+        modes = pe_modes(spec)
+    except ValueError as e:
+        raise BlockError(f"pe_array: parameter {e}") from None
+    if operation(mode)[0] not in modes:
+        raise BlockError(
+            f"pe_array: parameter pe_modes={spec!r} does not serve mode={mode!r} (the "
+            f"conformance program's); its modes: {', '.join(m.name for m in modes)}"
+        )
+    return modes
+
+
 def _make_te(
-    rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0, background_transpose=0
+    rows,
+    cols,
+    mode,
+    max_n,
+    block,
+    tile_unit=32,
+    parallel_tiles=0,
+    background_transpose=0,
+    pe_modes="all",
 ):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
@@ -336,6 +361,7 @@ def _make_te(
             f"pe_array: parameter parallel_tiles=1 needs rows={rows} and cols={cols} to be "
             f"multiples of tile_unit={tile_unit} (whole PE groups)"
         )
+    modes = _te_modes(mode, pe_modes)
     if parallel_tiles and background_transpose:
         raise BlockError(
             "pe_array: parameters parallel_tiles=1 and background_transpose=1 cannot be "
@@ -348,6 +374,7 @@ def _make_te(
         block=block or default_block(rows, cols, tile_unit),
         parallel_tiles=bool(parallel_tiles),
         background_transpose=bool(background_transpose),
+        modes=modes,
     )
 
 
@@ -358,13 +385,27 @@ def _big_array_threads(rows, cols, **_):
     return 2 if rows * cols >= 64 * 64 else 1
 
 
-def _te_top(rows, cols, mode, max_n, block, tile_unit=32, parallel_tiles=0, background_transpose=0):
+def _te_top(
+    rows,
+    cols,
+    mode,
+    max_n,
+    block,
+    tile_unit=32,
+    parallel_tiles=0,
+    background_transpose=0,
+    pe_modes="all",
+):
+    from ncrtl.model.modes import ENGINE_MODES
+
+    modes = _te_modes(mode, pe_modes)
     return (
         f"tensor_engine_{rows}x{cols}"
         + (f"_b{block}" if block else "")
         + (f"_u{tile_unit}" if tile_unit != 32 else "")
         + ("_par" if parallel_tiles else "")
         + ("_bg" if background_transpose else "")
+        + ("" if modes == ENGINE_MODES else "_m" + "_".join(m.name for m in modes))
     )
 
 
@@ -423,6 +464,15 @@ register(
                 "plane, results per plane; the conformance program mixes the mode's matmuls "
                 "and transposes); not with parallel_tiles=1",
                 choices=(0, 1),
+            ),
+            Param(
+                "pe_modes",
+                str,
+                "all",
+                "the modes the PE is built for: all (the synthesis design), a family (bf16: "
+                "bf16+fp16, fp8: fp8+double_row, fp32: fp32+tf32, mx) or mode names joined by "
+                "'+' or ','; fewer modes simulate faster, another mode's instruction is an "
+                "error (MODE)",
             ),
         ),
         _make_te,

@@ -237,6 +237,17 @@ def _cmd_bench(args):
         raise UsageError(f"--harness-repeat must be >= 1, got {args.harness_repeat}")
     if args.psum_count < 1:
         raise UsageError(f"--psum-count must be >= 1, got {args.psum_count}")
+    from ncrtl.model.modes import get_mode, pe_modes
+
+    for spec in args.pe_modes.split(","):
+        try:
+            served = pe_modes(spec)
+        except ValueError as e:
+            raise UsageError(f"--pe-modes: {e}") from None
+        if get_mode("bf16") not in served:
+            raise UsageError(
+                f"--pe-modes {spec!r} does not serve bf16, the mode of the measured matmul"
+            )
     return run_bench(args)
 
 
@@ -508,6 +519,13 @@ def build_parser():
         type=int,
         default=128,
         help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)",
+    )
+    s.add_argument(
+        "--pe-modes",
+        default="all",
+        help="PE builds of the Tensor Engine measurement, comma-separated, each measured in "
+        "turn: all (default, every mode), a family (bf16, fp8, fp32, mx) or modes joined by "
+        "'+'; each must serve bf16 (the measured matmul)",
     )
     s.add_argument(
         "--harness-size",

@@ -92,7 +92,8 @@ def run_bench(args):
     if only in (None, "harness") and getattr(args, "harness_size", 16):
         ok &= _bench_harness(args.harness_size, getattr(args, "harness_repeat", 40))
     if only in (None, "te") and args.te_size:
-        ok &= _bench_tensor_engine(args.te_size)
+        for family in _families(getattr(args, "pe_modes", "all")):
+            ok &= _bench_tensor_engine(args.te_size, family)
     if only in (None, "dma"):
         ok &= _bench_dma(getattr(args, "dma_partitions", 16))
         ok &= _bench_dma_qos()
@@ -181,11 +182,23 @@ def _bench_fp(args):
     return all(r[7] for r in rows)
 
 
-def _bench_tensor_engine(size):
+def _families(spec):
+    """The PE builds ``--pe-modes`` lists, in its order: comma-separated ``pe_modes`` values
+    (``all``, a family, or modes joined by ``+``), each checked."""
+    from ncrtl.model.modes import pe_modes
+
+    out = [s.strip() for s in str(spec).split(",") if s.strip()]
+    for s in out:
+        pe_modes(s)  # ValueError naming the bad item
+    return out or ["all"]
+
+
+def _bench_tensor_engine(size, pe_modes="all"):
     """A ``size x size`` Tensor Engine running one bf16 K = M = ``size``, N = 512 matmul as
     ``ncrtl sim matmul`` runs it (Verilog stream players, build cache): the build (or the cached
     build), then a run on the cached build with its time split, streaming against end-to-end
-    cycles/s and the model start-up; the golden model's time for the same tile."""
+    cycles/s and the model start-up; the golden model's time for the same tile.  ``pe_modes``:
+    the modes its PE is built for (the family must serve bf16)."""
     import ml_dtypes
 
     from ncrtl.model.tensor_engine.matmul import matmul
@@ -194,8 +207,13 @@ def _bench_tensor_engine(size):
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
-    params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
-    print(f"\ntensor engine {size}x{size}, bf16 K=M={size} N=512 (ncrtl sim matmul's run):")
+    params = block.resolve(
+        {"rows": str(size), "cols": str(size), "mode": "bf16", "pe_modes": pe_modes}
+    )
+    print(
+        f"\ntensor engine {size}x{size}, PE modes {pe_modes}, bf16 K=M={size} N=512 "
+        f"(ncrtl sim matmul's run):"
+    )
     rss0 = _children_maxrss_mib()
     built, steps = build_block(block, params, player=player_ports(size, size))
     if steps["cached"]:
@@ -206,15 +224,16 @@ def _bench_tensor_engine(size):
             f"{steps['build']:.1f} s, peak build process "
             f"{max(_children_maxrss_mib(), rss0):.0f} MiB ({steps['directory']})"
         )
-    res = _te_stream_run(size, repeat=1, player=True)
+    res = _te_stream_run(size, repeat=1, player=True, pe_modes=pe_modes)
     if not res.passed:
         print(f"  run FAILED: {res.message}")
         return False
     split = dict(time_split(res))
     stream, end = streaming_rate(res), res.cycles / res.seconds
+    print(f"  streaming: {stream:.1f} cycles/s (PE modes {pe_modes})")
     print(
-        f"  {res.cycles} cycles: streaming {stream:.1f} cycles/s, end to end {end:.1f} cycles/s "
-        f"= {end / stream:.2f} x streaming (target >= 0.8)"
+        f"  {res.cycles} cycles: end to end {end:.1f} cycles/s = {end / stream:.2f} x "
+        f"streaming (target >= 0.8)"
     )
     print(
         f"  model start-up (simulator process start to the testbench's first line) "
@@ -283,16 +302,19 @@ def _bench_psum(partitions, count):
     return res.passed
 
 
-def _te_stream_run(size, *, repeat, player, seed=1, progress=True):
+def _te_stream_run(size, *, repeat, player, seed=1, progress=True, pe_modes="all"):
     """One ``ncrtl sim matmul``-style run of ``repeat`` bf16 K = M = ``size``, N = 512 pairs on
-    a ``size x size`` engine (build cache used): a :class:`BlockResult`."""
+    a ``size x size`` engine (build cache used; its PE built for ``pe_modes``): a
+    :class:`BlockResult`."""
     import json
 
     from ncrtl.testbench.conformance import run_block
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
-    params = block.resolve({"rows": str(size), "cols": str(size), "mode": "bf16"})
+    params = block.resolve(
+        {"rows": str(size), "cols": str(size), "mode": "bf16", "pe_modes": pe_modes}
+    )
     return run_block(
         block,
         params,

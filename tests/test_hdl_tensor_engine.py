@@ -37,7 +37,15 @@ from ncrtl.hdl.tensor_engine.pe import (
 from ncrtl.hdl.tensor_engine.top import TensorEngine, stationary_beats
 from ncrtl.hdl.verilog import convert, flat_module
 from ncrtl.model.fp import encode, fp32_dot_add, get_format
-from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operation, operations
+from ncrtl.model.modes import (
+    ENGINE_MODES,
+    get_mode,
+    mode_by_code,
+    operand_formats,
+    operation,
+    operations,
+    pe_modes,
+)
 from ncrtl.model.tensor_engine import isa, timing
 from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode, Op
 from ncrtl.model.tensor_engine.matmul import matmul
@@ -398,12 +406,13 @@ def accepted_mask(te, instrs):
     timing; the plane on the instruction sequence)."""
     if te.parallel or te.planes > 1:
         sched = timing.simulate(
-            instrs, te.rows, te.cols, tile_unit=te.tile_unit, rules=engine_rules(te)
+            instrs, te.rows, te.cols, tile_unit=te.tile_unit, rules=engine_rules(te), modes=te.modes
         )
         return [(r.accepted, r.plane) for r in sched.records]
     out, last_ls = [], None
     for ins in instrs:
-        ok = isa.check(ins, te.rows, te.cols, last_ls, tile_unit=te.tile_unit) is None
+        ok = isa.check(ins, te.rows, te.cols, last_ls, tile_unit=te.tile_unit, modes=te.modes)
+        ok = ok is None
         if ok and ins.op == Op.LS:
             last_ls = ins
         out.append((ok, 0))
@@ -651,14 +660,16 @@ def check_engine_run(te, program, expected, ev, *, timed):
     instrs = [ins for ins, _ in program]
     want_codes, last_ls = [], None
     for ins in instrs:
-        e = isa.check(ins, rows, cols, last_ls, tile_unit=te.tile_unit)
+        e = isa.check(ins, rows, cols, last_ls, tile_unit=te.tile_unit, modes=te.modes)
         if e is None and ins.op == Op.LS:
             last_ls = ins
         if e is not None:
             want_codes.append(int(e[0]))
     assert [c for _, c in ev["err"]] == want_codes
     if timed:
-        sched = timing.simulate(instrs, rows, cols, tile_unit=te.tile_unit, rules=timing.HDL_RULES)
+        sched = timing.simulate(
+            instrs, rows, cols, tile_unit=te.tile_unit, rules=timing.HDL_RULES, modes=te.modes
+        )
         t0 = ev["issue"][0]
         assert t0 == 0
         assert ev["issue"] == [r.issue for r in sched.records]
@@ -1097,7 +1108,9 @@ def check_parallel_run(te, program, ev, *, timed=True):
     rows, cols, unit = te.rows, te.cols, te.tile_unit
     G = cols // te.col_groups
     instrs = [ins for ins, _, _ in program]
-    sched = timing.simulate(instrs, rows, cols, tile_unit=unit, rules=engine_rules(te))
+    sched = timing.simulate(
+        instrs, rows, cols, tile_unit=unit, rules=engine_rules(te), modes=te.modes
+    )
     pos = {key: 0 for key in ev["out"]}
     held = {}  # tile -> the data of its latest accepted LS
     for rec, (ins, _, data) in zip(sched.records, program):
@@ -1471,3 +1484,52 @@ def test_background_plane_not_with_parallel_tiles():
         TensorEngine(
             4, 4, instance=False, tile_unit=1, parallel_tiles=True, background_transpose=True
         )
+
+
+# -- a PE built for part of the mode table ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["bf16", "fp8", "fp32", "mx"])
+def test_pe_modes_family_values_timing_and_other_modes_rejected(family):
+    """An engine whose PE is built for one mode family (``pe_modes``): random programs in each
+    of its modes (their transposes too) bit for bit and cycle for cycle, and an instruction of
+    a mode the build lacks rejected with ``Error.MODE`` while the engine goes on."""
+    modes = pe_modes(family)
+    unit = 4 if family == "mx" else 32
+    te = TensorEngine(4, 4, instance=False, tile_unit=unit, modes=family)
+    assert te.modes == modes
+    pe = PE(modes)
+    pe._MustUse__silence = True
+    assert pe.lanes == max(m.products for m in modes) and pe.wide == operand_formats(modes)
+    names = [n for n in operations(modes)]
+    other = next(m for m in ENGINE_MODES if m not in modes)
+    runs = []
+    for name in names:
+        rng = np.random.default_rng(sum(map(ord, name)) + 7)
+        runs.append(make_program(rng, 4, 4, name, tile_unit=unit))
+    # a foreign LS and MM between two legal pairs: both rejected, the rest runs
+    prog, expected = runs[0]
+    k = other.k_step(unit)
+    foreign = [
+        (Instruction(Op.LS, other.code, k=k, m=2), []),
+        (Instruction(Op.MM, other.code, k=k, m=2, n=3), []),
+    ]
+    runs.append((prog[:2] + foreign + prog[2:], expected))
+    events = run_engine(te, [p for p, _ in runs])
+    for (program, expected), ev in zip(runs, events):
+        check_engine_run(te, program, expected, ev, timed=True)
+    codes = [c for _, c in events[-1]["err"]]
+    assert codes.count(Error.MODE) >= 2
+
+
+@pytest.mark.sim
+def test_verilog_pe_modes_bf16_lint_clean_latch_free():
+    """A 4 x 4 engine with a bf16-family PE: lint-clean, latch-free, and its PE module smaller
+    than the all-mode one."""
+    text = convert(TensorEngine(4, 4, modes="bf16"), "te_bf16_4x4")
+    lint = lint_verilog(text, "te_bf16_4x4")
+    assert lint.ok, lint.log[:4000]
+    synth = synth_check(text, "te_bf16_4x4")
+    assert synth.ok, synth.log[-4000:]
+    small = len(flat_module(PE(pe_modes("bf16")), PE_MODULE))
+    assert small < len(flat_module(PE(), PE_MODULE)) / 2

@@ -57,7 +57,7 @@ from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT, build_modes
 
 __all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "PE_WIDTHS", "default_block"]
 
@@ -211,6 +211,9 @@ class SystolicArray(wiring.Component):
     block : int or None
         With ``instance``: PEs per side of a :class:`PETile` (must divide ``rows``, ``cols`` and
         ``tile_granule``; 1 places PEs one by one); ``None`` picks :func:`default_block`.
+    modes : sequence of PeMode or None
+        The modes the PE is built for (:class:`~ncrtl.hdl.tensor_engine.pe.PE`; None: every
+        engine mode).
     parallel_tiles : bool
         The paths parallel tiles need: the rows cut into row groups of ``tile_granule`` rows,
         each with its own beat tags and LoadStationary control; a moving injection point at
@@ -255,7 +258,15 @@ class SystolicArray(wiring.Component):
 
     @validated_init
     def __init__(
-        self, rows, cols, *, instance=True, tile_granule=32, block=None, parallel_tiles=False
+        self,
+        rows,
+        cols,
+        *,
+        instance=True,
+        tile_granule=32,
+        block=None,
+        parallel_tiles=False,
+        modes=None,
     ):
         check_int(rows, "SystolicArray rows", minimum=1, maximum=255)
         check_int(cols, "SystolicArray cols", minimum=1, maximum=255)
@@ -280,6 +291,7 @@ class SystolicArray(wiring.Component):
                 f"tile_granule {tile_granule}, not {rows} x {cols}"
             )
         self.block = block
+        self.modes = build_modes(modes)
         self.rows, self.cols = rows, cols
         self.instance = instance
         self.tile_granule = tile_granule
@@ -306,7 +318,8 @@ class SystolicArray(wiring.Component):
         the PE, and the tile module when the PEs are tiled; none with ``instance=False``."""
         if not self.instance:
             return []
-        cells = [Cell(PE_MODULE, PE)]
+        modes = self.modes
+        cells = [Cell(PE_MODULE, lambda: PE(modes))]
         if self.block > 1:
             block = self.block
             cells.append(Cell(TILE_MODULE, lambda: PETile(block), flat=False))
@@ -511,7 +524,7 @@ class SystolicArray(wiring.Component):
     def _pe(self, m, r, c, x, tag, ls, lsc, psum):
         """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
         if not self.instance:
-            m.submodules[f"pe_{r}_{c}"] = pe = PE()
+            m.submodules[f"pe_{r}_{c}"] = pe = PE(self.modes)
             m.d.comb += [
                 pe.en.eq(self.en),
                 pe.i_x.eq(x),

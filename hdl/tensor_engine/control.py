@@ -68,13 +68,14 @@ assert all(set(m.row_tiles) | set(m.col_tiles) <= set(TILE_SIZES) for m in ENGIN
 )
 
 
-def mode_rules(m, ins, tile_unit):
+def mode_rules(m, ins, tile_unit, modes=ENGINE_MODES):
     """The instruction's mode as the mode table describes it, as signals: ``known`` (a mode the
     engine serves), ``bad_fmt`` (a format index the mode lacks), ``no_transpose``,
     ``no_tiling``, ``row_size_ok`` / ``col_size_ok`` (the tile size, scaled by ``tile_unit /
     32``, is one the mode accepts), ``k_misaligned`` / ``m_misaligned`` (K is no multiple of
     the mode's K granule, M of its M multiple: MX), ``n_over`` (N above the mode's limit for the
-    instruction's result dtype) and ``ii`` (cycles per beat of this instruction)."""
+    instruction's result dtype) and ``ii`` (cycles per beat of this instruction).  ``modes``:
+    the modes the engine is built for (any other is unknown: ``Error.MODE``)."""
     rules = {
         name: Signal(name=f"mode_{name}")
         for name in (
@@ -107,7 +108,7 @@ def mode_rules(m, ins, tile_unit):
         return value % step != 0
 
     with m.Switch(ins.mode):
-        for pe_mode in ENGINE_MODES:
+        for pe_mode in modes:
             with m.Case(pe_mode.code):
                 bad = []
                 for field, formats in (
@@ -147,7 +148,9 @@ def whole_tile_sizes(m, ins, rows, cols, prefix):
     return tr, tc
 
 
-def check_logic(m, ins, rows, cols, tile_unit, st_valid, st, intact=1, sizes=None):
+def check_logic(
+    m, ins, rows, cols, tile_unit, st_valid, st, intact=1, sizes=None, modes=ENGINE_MODES
+):
     """Hardware ``isa.check``: the code of the first rule ``ins`` breaks (0 if none).
 
     ``ins`` is an :data:`INSTR_LAYOUT` view, ``st`` a view of the last accepted LS (fields
@@ -162,7 +165,7 @@ def check_logic(m, ins, rows, cols, tile_unit, st_valid, st, intact=1, sizes=Non
     tr, tc = sizes if sizes is not None else whole_tile_sizes(m, ins, rows, cols, "chk")
     whole = Signal(INSTR_LAYOUT, name="chk_whole")
     m.d.comb += [whole.eq(ins), whole.tile_rows.eq(tr), whole.tile_cols.eq(tc)]
-    rules, ii = mode_rules(m, whole, tile_unit)
+    rules, ii = mode_rules(m, whole, tile_unit, modes)
     row_t = Signal(name="chk_row_tiled")
     col_t = Signal(name="chk_col_tiled")
     tiled = Signal(name="chk_tiled")
@@ -332,6 +335,9 @@ class TensorControl(wiring.Component):
         moving stream, PE groups of ``tile_unit x tile_unit`` with their own banks, the
         results of a tile at the output tap below its last row group (``timing.HDL_PARALLEL``);
         ``rows`` and ``cols`` must then be multiples of ``tile_unit``.
+    modes : sequence of PeMode or None
+        The modes the engine's PE is built for (``ncrtl.model.modes.pe_modes``; None: every
+        engine mode): an instruction of another mode is rejected with ``Error.MODE``.
     background_transpose : bool
         A second plane for transposes (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a loader, a
         sequencer and a stationary and a moving stream per plane (``stationary[p]``,
@@ -391,7 +397,15 @@ class TensorControl(wiring.Component):
 
     @validated_init
     def __init__(
-        self, rows, cols, latency, *, tile_unit=32, parallel_tiles=False, background_transpose=False
+        self,
+        rows,
+        cols,
+        latency,
+        *,
+        tile_unit=32,
+        parallel_tiles=False,
+        background_transpose=False,
+        modes=None,
     ):
         # 8-bit instruction fields: at most 255 rows and columns.
         check_int(rows, "TensorControl rows", minimum=1, maximum=255)
@@ -419,6 +433,7 @@ class TensorControl(wiring.Component):
         self.rows, self.cols, self.latency, self.tile_unit = rows, cols, latency, tile_unit
         self.parallel = parallel_tiles
         self.planes = 2 if background_transpose else 1
+        self.modes = ENGINE_MODES if modes is None else tuple(modes)
         self.chain_width = chain_width(cols, tile_unit)
         self.chains = chain_count(cols, tile_unit)
         if parallel_tiles:
@@ -628,7 +643,16 @@ class TensorControl(wiring.Component):
             st_bank.eq(_any(tile["slot"][k] & s.slots[k].desc_bank for k in range(S))),
         ]
         code, tr, tc, ii = check_logic(
-            m, ins, self.rows, self.cols, self.tile_unit, st_valid, desc, intact, tile["sizes"]
+            m,
+            ins,
+            self.rows,
+            self.cols,
+            self.tile_unit,
+            st_valid,
+            desc,
+            intact,
+            tile["sizes"],
+            self.modes,
         )
 
         def overlap(r, c):

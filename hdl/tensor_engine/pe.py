@@ -47,6 +47,7 @@ __all__ = [
     "decode_tag",
     "tag_fields",
     "one_code",
+    "build_modes",
 ]
 
 #: Bits of the data part of a lane word: one fp32/tf32/bf16/fp16/fp8 value in its low bits, or
@@ -119,11 +120,6 @@ PE_SIGNATURE = wiring.Signature(
         "o_psum": Out(32),
     }
 )
-
-# The exact sum of the fused modes, and the operand B of the psum adder (one product or a sum).
-_WIDE = [get_format(f) for f in WIDE_FORMATS]
-_NARROW = [get_format(f) for f in NARROW_FORMATS]
-_WINDOW = fixed_point_window(_NARROW, _NARROW, LANES) if LANES > 1 else None
 
 
 def one_code(fmt):
@@ -206,6 +202,18 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
     return tag
 
 
+def build_modes(modes=None):
+    """The engine modes of a PE build, in table order: every engine mode for None, else the
+    given :class:`~ncrtl.model.modes.PeMode` s (``ncrtl.model.modes.pe_modes`` makes them from
+    names); ``ValueError`` for anything else."""
+    modes = ENGINE_MODES if modes is None else tuple(modes)
+    if not modes or any(m not in ENGINE_MODES for m in modes):
+        raise ValueError(
+            f"PE modes must be engine modes (ncrtl.model.modes.pe_modes), not {modes!r}"
+        )
+    return tuple(m for m in ENGINE_MODES if m in modes)
+
+
 class PE(wiring.Component):
     """One processing element (see the module docstring and docs/tensor_engine.md).
 
@@ -224,6 +232,15 @@ class PE(wiring.Component):
     multiplies that sum by ``2**(Es + Ex - 254)``, ``Es`` / ``Ex`` the E8M0 scales in bits
     ``[32, 40)`` of the stationary and the moving lane word (0xFF: NaN), exactly (an exponent
     shift before the one rounding).
+
+    Parameters
+    ----------
+    modes : sequence of PeMode or None
+        The modes the PE is built for (``ncrtl.model.modes.pe_modes``; None: every engine
+        mode, the synthesis design).  A PE for part of the mode table has only the
+        multipliers, lanes and paths its modes use (narrower words, fewer lanes): the tag stays
+        the whole table's, and a beat of another mode never reaches it (the control rejects
+        the instruction with ``Error.MODE``).
 
     Interface
     ---------
@@ -247,8 +264,31 @@ class PE(wiring.Component):
     #: Cycles from ``x_reg`` to ``psum_out``.
     latency = P_PREFIX + 1
 
-    def __init__(self):
+    def __init__(self, modes=None):
+        self.modes = build_modes(modes)
+        #: Formats of product lane 0 and of lanes 1.. in this build; product lanes; MX scales;
+        #: transposes.
+        self.wide = operand_formats(self.modes)
+        self.narrow = operand_formats([m for m in self.modes if m.products > 1])
+        self.lanes = max(m.products for m in self.modes)
+        self.scaled = any(m.scale for m in self.modes)
+        self.transposes = any(m.transposes for m in self.modes)
         super().__init__(PE_SIGNATURE)
+
+    @staticmethod
+    def _local(m, field, table, mine, name):
+        """``field``, an index into the whole table's format list ``table``, as an index into
+        this build's ``mine`` (0 for a format the build lacks: never used)."""
+        if tuple(mine) == tuple(table):
+            return field
+        local = Signal(range(max(2, len(mine))), name=name)
+        with m.Switch(field):
+            for i, f in enumerate(mine):
+                with m.Case(table.index(f)):
+                    m.d.comb += local.eq(i)
+            with m.Default():
+                m.d.comb += local.eq(0)
+        return local
 
     def elaborate(self, platform):
         m = Module()
@@ -287,49 +327,53 @@ class PE(wiring.Component):
         """Stage 1: decode and multiply every lane exactly; the block-scale exponent; the
         transpose word and its test."""
         x, s_word = x_lane[:DATA_WIDTH], s_lane[:DATA_WIDTH]
-        m.submodules.mul0 = mul0 = ExactMul(WIDE_FORMATS, WIDE_FORMATS)
-        m.d.comb += [
-            mul0.i_a.eq(s_word),
-            mul0.i_b.eq(x),
-            mul0.i_fmt_a.eq(tag.fmt_s),
-            mul0.i_fmt_b.eq(tag.fmt_m),
-        ]
+        fmt_s = self._local(m, tag.fmt_s, WIDE_FORMATS, self.wide, "fmt_s_local")
+        fmt_m = self._local(m, tag.fmt_m, WIDE_FORMATS, self.wide, "fmt_m_local")
+        m.submodules.mul0 = mul0 = ExactMul(self.wide, self.wide)
+        m.d.comb += [mul0.i_a.eq(s_word), mul0.i_b.eq(x)]
+        if len(self.wide) > 1:
+            m.d.comb += [mul0.i_fmt_a.eq(fmt_s), mul0.i_fmt_b.eq(fmt_m)]
         lanes = []
-        for j in range(1, LANES):
-            m.submodules[f"mul{j}"] = mul = ExactMul(NARROW_FORMATS, NARROW_FORMATS)
+        lane_s = self._local(m, tag.lane_s, NARROW_FORMATS, self.narrow, "lane_s_local")
+        lane_m = self._local(m, tag.lane_m, NARROW_FORMATS, self.narrow, "lane_m_local")
+        for j in range(1, self.lanes):
+            m.submodules[f"mul{j}"] = mul = ExactMul(self.narrow, self.narrow)
             slot = slice(NARROW_SLOT * j, NARROW_SLOT * (j + 1))
             m.d.comb += [mul.i_a.eq(s_word[slot]), mul.i_b.eq(x[slot])]
-            if len(NARROW_FORMATS) > 1:
-                m.d.comb += [mul.i_fmt_a.eq(tag.lane_s), mul.i_fmt_b.eq(tag.lane_m)]
+            if len(self.narrow) > 1:
+                m.d.comb += [mul.i_fmt_a.eq(lane_s), mul.i_fmt_b.eq(lane_m)]
             lanes.append(reg(f"r1_p{j}", mul.o_product))
         # MX: the scale factor 2**(Es + Ex - 254) as an exponent (0 unless scaled), NaN for an
         # E8M0 0xFF on either side.
-        es, ex = s_lane[DATA_WIDTH:], x_lane[DATA_WIDTH:]
         scale_exp = Signal(signed(10), name="scale_exp")
         scale_nan = Signal(name="scale_nan")
-        m.d.comb += [
-            scale_exp.eq(Mux(tag.scaled, es + ex - 254, 0)),
-            scale_nan.eq(tag.scaled & (es.all() | ex.all())),
-        ]
+        if self.scaled:
+            es, ex = s_lane[DATA_WIDTH:], x_lane[DATA_WIDTH:]
+            m.d.comb += [
+                scale_exp.eq(Mux(tag.scaled, es + ex - 254, 0)),
+                scale_nan.eq(tag.scaled & (es.all() | ex.all())),
+            ]
+        p0 = Signal(mul0.layout, name="p0")
+        m.d.comb += p0.eq(mul0.o_product)
         # Transpose: is the moving word exactly 1.0 in its format?  The stationary word, cut to
         # its container, rides in lane 0's significand (a transpose multiplies nothing).
         is_one = Signal(name="is_one")
-        with m.Switch(tag.fmt_m):
-            for i, f in enumerate(WIDE_FORMATS):
-                code, mask = one_code(f)
-                with m.Case(i):
-                    m.d.comb += is_one.eq((x & mask) == code)
-            with m.Default():  # no format of that index: never a selection one
-                m.d.comb += is_one.eq(0)
-        raw = Signal(LANE_WIDTH, name="raw_s")
-        with m.Switch(tag.raw):
-            for i, w in enumerate(RAW_WIDTHS[1:], start=1):
-                with m.Case(i):
-                    m.d.comb += raw.eq(s_word[:w])
-            with m.Default():
-                m.d.comb += raw.eq(s_word)
-        p0 = Signal(mul0.layout, name="p0")
-        m.d.comb += [p0.eq(mul0.o_product), p0.sig.eq(Mux(tag.transpose, raw, mul0.o_product.sig))]
+        if self.transposes:
+            with m.Switch(tag.fmt_m):
+                for f in self.wide:
+                    code, mask = one_code(f)
+                    with m.Case(WIDE_FORMATS.index(f)):
+                        m.d.comb += is_one.eq((x & mask) == code)
+                with m.Default():  # no format of that index: never a selection one
+                    m.d.comb += is_one.eq(0)
+            raw = Signal(LANE_WIDTH, name="raw_s")
+            with m.Switch(tag.raw):
+                for i, w in enumerate(RAW_WIDTHS[1:], start=1):
+                    with m.Case(i):
+                        m.d.comb += raw.eq(s_word[:w])
+                with m.Default():
+                    m.d.comb += raw.eq(s_word)
+            m.d.comb += p0.sig.eq(Mux(tag.transpose, raw, mul0.o_product.sig))
         return dict(
             p0=reg("r1_p0", p0),
             lanes=lanes,
@@ -346,12 +390,14 @@ class PE(wiring.Component):
         """Stage 2: operand B of the psum adder: the exact sum of the lanes (a fused beat),
         times the block scales (a scaled beat: an exponent shift), or lane 0's product."""
         p0 = r1["p0"]
-        if LANES == 1:
+        if self.lanes == 1:
             b = p0
         else:
-            narrow0 = resize_exact(m, p0, product_layout(_NARROW, _NARROW), name="s2_p0_narrow")
-            total = product_sum(m, [narrow0, *r1["lanes"]], _WINDOW, name="s2_sum")
-            lsb = _WINDOW.lsb
+            narrow = [get_format(f) for f in self.narrow]
+            window = fixed_point_window(narrow, narrow, self.lanes)
+            narrow0 = resize_exact(m, p0, product_layout(narrow, narrow), name="s2_p0_narrow")
+            total = product_sum(m, [narrow0, *r1["lanes"]], window, name="s2_sum")
+            lsb = window.lsb
             scaled = ExactLayout(
                 total.shape().sig_width,
                 range(lsb + SCALE_EXP_RANGE.start, lsb + SCALE_EXP_RANGE.stop),

@@ -58,6 +58,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.common.stream import vector_layout
+from ncrtl.model.modes import ENGINE_MODES, pe_modes
 from ncrtl.model.tensor_engine.isa import Op
 
 from .array import SystolicArray
@@ -155,6 +156,11 @@ class TensorEngine(wiring.Component):
         The background transpose plane (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a transpose
         runs beside a matmul or another transpose (see the module docstring); not with
         ``parallel_tiles``.
+    modes : sequence of PeMode, str or None
+        The modes the PE is built for (``ncrtl.model.modes.pe_modes``: a family such as
+        ``"bf16"``, mode names, or PeModes; None: every engine mode, the synthesis design).
+        A PE for fewer modes simulates faster; an instruction of a mode the build lacks is
+        rejected with ``Error.MODE`` (``isa.check(..., modes=engine.modes)``).
 
     Attributes
     ----------
@@ -181,7 +187,9 @@ class TensorEngine(wiring.Component):
         block=None,
         parallel_tiles=False,
         background_transpose=False,
+        modes=None,
     ):
+        modes = ENGINE_MODES if modes is None else pe_modes(modes)
         self.array = SystolicArray(
             rows,
             cols,
@@ -189,7 +197,9 @@ class TensorEngine(wiring.Component):
             tile_granule=tile_unit,
             block=block,
             parallel_tiles=parallel_tiles,
+            modes=modes,
         )
+        self.modes = self.array.modes
         self.control = TensorControl(
             rows,
             cols,
@@ -197,6 +207,7 @@ class TensorEngine(wiring.Component):
             tile_unit=tile_unit,
             parallel_tiles=parallel_tiles,
             background_transpose=background_transpose,
+            modes=self.modes,
         )
         self.plane = None
         if background_transpose:

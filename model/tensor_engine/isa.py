@@ -169,7 +169,7 @@ def _sizes(sizes, sep="|"):
     return sep.join(map(str, sorted(sizes, reverse=True))) or "none"
 
 
-def check(ins, rows, cols, stationary=None, *, tile_unit=32):
+def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
     """The first rule ``ins`` breaks on a ``rows x cols`` array, or ``None``.
 
     Parameters
@@ -183,6 +183,9 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32):
         32 on the hardware.  An engine built with a smaller ``tile_unit`` (small test arrays)
         scales the size rules by ``tile_unit / 32``: tile sizes ``tile_unit`` and
         ``2 * tile_unit``, the MX K granule ``tile_unit`` (:meth:`PeMode.k_step`).
+    modes : sequence of PeMode or None
+        The modes the engine is built for (``modes.pe_modes``; None: every engine mode): an
+        instruction of another mode breaks the mode rule (``Error.MODE``).
 
     Returns
     -------
@@ -197,6 +200,11 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32):
         )
         return Error.MODE, (
             f"{what}; modes: {', '.join(f'{m.code}={m.name}' for m in ENGINE_MODES)}"
+        )
+    if modes is not None and mode not in tuple(modes):
+        return Error.MODE, (
+            f"mode {int(ins.mode)} ({mode.name}) is not in this build of the PE; its modes: "
+            f"{', '.join(f'{m.code}={m.name}' for m in modes)}"
         )
     ins = ins.whole(rows, cols)
     for side, idx, names in (

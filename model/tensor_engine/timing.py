@@ -439,7 +439,7 @@ class _Plane:
         self.seq_free = {}
 
 
-def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
+def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None):
     """Timing of ``program`` on a ``rows x cols`` array (rules in the module docstring and
     :class:`Rules`).
 
@@ -453,6 +453,8 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
     rules : Rules
         :data:`DOCUMENTED` (default), :data:`HDL_PARALLEL` or :data:`HDL_SERIAL` (the RTL
         with and without parallel tiles).
+    modes : sequence of PeMode or None
+        The modes the engine is built for (``isa.check``); None: every engine mode.
 
     Returns
     -------
@@ -492,7 +494,9 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
         whole = ins.whole(rows, cols)
         plane_id = 0
         # the shape rules first (an MM checked against itself passes the stationary rules)
-        bad = check(ins, rows, cols, ins if ins.op == Op.MM else None, tile_unit=tile_unit)
+        bad = check(
+            ins, rows, cols, ins if ins.op == Op.MM else None, tile_unit=tile_unit, modes=modes
+        )
         if bad is None and ins.op == Op.MM:
             # its LoadStationary: the latest on its tile, in either plane
             best = None
@@ -502,10 +506,10 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED):
                     intact = all(h is not None and h[0] is held[0][0] for h in held)
                     best = (p, held[0][0], intact)
             if best is None:
-                bad = check(ins, rows, cols, None, tile_unit=tile_unit)
+                bad = check(ins, rows, cols, None, tile_unit=tile_unit, modes=modes)
             else:
                 plane_id, ls, intact = best
-                bad = check(ins, rows, cols, ls.instruction, tile_unit=tile_unit)
+                bad = check(ins, rows, cols, ls.instruction, tile_unit=tile_unit, modes=modes)
                 if bad is None and not intact:
                     bad = (
                         Error.MODE_MISMATCH,
