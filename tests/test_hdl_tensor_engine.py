@@ -1489,7 +1489,9 @@ def test_background_plane_not_with_parallel_tiles():
 # -- a PE built for part of the mode table ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["bf16", "fp8", "fp32", "mx"])
+@pytest.mark.parametrize(
+    "family", ["bf16", *(pytest.param(f, marks=pytest.mark.slow) for f in ("fp8", "fp32", "mx"))]
+)
 def test_pe_modes_family_values_timing_and_other_modes_rejected(family):
     """An engine whose PE is built for one mode family (``pe_modes``): random programs in each
     of its modes (their transposes too) bit for bit and cycle for cycle, and an instruction of
