@@ -86,7 +86,8 @@ def run_bench(args):
     only = getattr(args, "only", None)
     ok = True
     if only in (None, "pe"):
-        ok &= _bench_pe(getattr(args, "pe_cycles", 20000))
+        for family in _families(getattr(args, "pe_modes", "all")):
+            ok &= _bench_pe(getattr(args, "pe_cycles", 20000), pe_modes=family)
     if only in (None, "fp"):
         ok &= _bench_fp(args)
     if only in (None, "harness") and getattr(args, "harness_size", 16):
@@ -104,10 +105,13 @@ def run_bench(args):
     return 0 if ok else 1
 
 
-def _bench_pe(cycles, size=8, runs=5):
+def _bench_pe(cycles, size=8, runs=5, pe_modes="all"):
     """ns per PE-cycle of one ``size x size`` tile in a C++ loop, per operation
     (:mod:`ncrtl.testbench.tensor_engine.pe_loop`): the best of ``runs`` runs (the least
-    disturbed by the rest of the machine)."""
+    disturbed by the rest of the machine).  ``pe_modes``: the modes the PE is built for; the
+    operations measured are those of :data:`OPERATIONS` it serves."""
+    from ncrtl.model.modes import operation
+    from ncrtl.model.modes import pe_modes as modes_of
     from ncrtl.testbench.tensor_engine.pe_loop import (
         OPERATIONS,
         build_tile_loop,
@@ -116,15 +120,17 @@ def _bench_pe(cycles, size=8, runs=5):
         write_stimulus,
     )
 
+    modes = modes_of(pe_modes)
+    ops = [op for op in OPERATIONS if operation(op)[0] in modes]
     with tempfile.TemporaryDirectory() as tmp:
-        binary, build_s = build_tile_loop(size, tmp)
+        binary, build_s = build_tile_loop(size, tmp, modes)
         print(
-            f"\nPE: one {size} x {size} tile in a C++ loop (build {build_s:.1f} s), "
-            f"{cycles} cycles per operation, best of {runs} runs"
+            f"\nPE (modes {pe_modes}): one {size} x {size} tile in a C++ loop (build "
+            f"{build_s:.1f} s), {cycles} cycles per operation, best of {runs} runs"
         )
         print(f"{'operation':18s}{'ns per PE-cycle':>17s}{'tile cycles/s':>15s}")
         figures = []
-        for op in OPERATIONS:
+        for op in ops:
             path = Path(tmp) / f"{op}.stim"
             write_stimulus(path, tile_stimulus(op, size, 1000), size)
             best = min(

@@ -96,6 +96,30 @@ def test_verilog_writes_a_module(tmp_path, capsys):
             ["sim", "matmul", "--dtype", "bf16", "--psum", "bf16", "--n", "1024"],
             "--n 1024 must be in 1..512 (bf16 into bf16 PSUM)",
         ),
+        (
+            ["verilog", "pe_array", "--param", "pe_modes=bf17"],
+            "pe_modes 'bf17' is neither a mode family (all, bf16, fp8, fp32, mx) nor an engine",
+        ),
+        (
+            ["verilog", "pe_array", "--param", "pe_modes=fp8"],
+            "pe_modes='fp8' does not serve mode='bf16' (the conformance program's)",
+        ),
+        (
+            [
+                "verilog",
+                "pe_array",
+                "--param",
+                "parallel_tiles=1",
+                "--param",
+                "background_transpose=1",
+            ],
+            "parallel_tiles=1 and background_transpose=1 cannot be combined",
+        ),
+        (
+            ["bench", "--only", "te", "--pe-modes", "all,fp8"],
+            "--pe-modes 'fp8' does not serve bf16, the mode of the measured matmul",
+        ),
+        (["bench", "--only", "pe", "--pe-modes", "x"], "--pe-modes: pe_modes 'x' is neither"),
     ],
 )
 def test_bad_input_is_one_clear_line(argv, message, capsys):

@@ -187,14 +187,15 @@ def write_stimulus(path, stimulus, size):
     Path(path).write_bytes(np.asarray(data, dtype="<u4").tobytes())
 
 
-def build_tile_loop(size, directory):
-    """Build the tile and its C++ loop under ``directory``; return ``(binary, seconds)``."""
+def build_tile_loop(size, directory, modes=None):
+    """Build the tile (its PE built for ``modes``: None every engine mode) and its C++ loop
+    under ``directory``; return ``(binary, seconds)``."""
     from ncrtl.testbench.sim import build_executable
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    text = flat_module(PE(), PE_MODULE) + convert(PETile(size), TILE_MODULE)
+    text = flat_module(PE(modes), PE_MODULE) + convert(PETile(size), TILE_MODULE)
     (directory / "tile.v").write_text(text)
     (directory / "main.cpp").write_text(_main_cpp(size))
     binary = build_executable(
