@@ -107,6 +107,27 @@ def test_background_plane_programs(params):
     _small_programs(params)
 
 
+#: PEs built for one mode family (``pe_modes``), each running one of its modes.
+PE_MODES = [
+    {"rows": 8, "cols": 8, "mode": "bf16", "pe_modes": "bf16"},
+    {"rows": 8, "cols": 8, "mode": "transpose_fp16", "pe_modes": "bf16"},
+    {"rows": 8, "cols": 8, "mode": "double_row", "pe_modes": "fp8"},
+    {"rows": 8, "cols": 8, "mode": "tf32", "pe_modes": "fp32"},
+    {"rows": 8, "cols": 8, "mode": "mx", "pe_modes": "mx", "tile_unit": 8},
+]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(
+    "params",
+    [pytest.param(p, marks=[] if i == 0 else [pytest.mark.slow]) for i, p in enumerate(PE_MODES)],
+    ids=lambda p: f"8x8-{p['mode']}-pe_modes={p['pe_modes']}",
+)
+def test_pe_modes_programs(params):
+    """An engine whose PE serves one mode family, on the Verilog."""
+    _small_programs(params)
+
+
 @pytest.mark.sim
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "mx", "transpose_bf16"])
