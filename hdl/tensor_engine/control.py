@@ -1196,9 +1196,10 @@ class _Slot:
 
 
 class _State:
-    """The control's registers: per PE group (``tile_unit x tile_unit``; one group without
-    parallel tiles) the bank its next LS writes, whether it holds an LS and that LS's tile;
-    per slot a :class:`_Slot`."""
+    """The control's registers: per plane and PE group (``tile_unit x tile_unit``; one group
+    without parallel tiles) the bank its next LS writes, whether it holds an LS and that LS's
+    tile; per slot a :class:`_Slot`; with the background plane the plane of the latest
+    accepted LS."""
 
     def __init__(self, ctl):
         RG = ctl.row_groups
