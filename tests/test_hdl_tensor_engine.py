@@ -51,6 +51,7 @@ from ncrtl.model.tensor_engine.isa import FP8_FORMATS, Error, Instruction, Mode,
 from ncrtl.model.tensor_engine.matmul import matmul
 from ncrtl.testbench.lint import lint_verilog, synth_check
 from ncrtl.testbench.tensor_engine.program import (
+    background_program,
     golden_bits,
     interleave,
     lane_words,
@@ -1349,21 +1350,14 @@ def _program_of(steps, rows, cols, tile_unit):
     return program
 
 
-def background_program(rng, rows, cols, names, groups, *, tile_unit, max_n=6, tiles=None):
-    """``groups`` LS + 1..2 MM groups one after another, each of an operation drawn from
-    ``names`` (matmuls and transposes mixed), on the whole array or a tile drawn from
-    ``tiles``."""
-    tiles = tiles or [(0, 0, 0, 0)]
-    steps = []
-    for _ in range(groups):
-        pe_mode, transpose = operation(names[int(rng.integers(0, len(names)))])
-        tile = tiles[int(rng.integers(0, len(tiles)))]
-        steps += tile_steps(rng, rows, cols, pe_mode, transpose, tile, 1, max_n, tile_unit)
-    return _program_of(steps, rows, cols, tile_unit)
+def background_steps(rng, rows, cols, ops, groups, *, tile_unit, max_n=6, tile_share=0.3):
+    """``program.background_program`` as ``[(Instruction, beats, data)]``."""
+    prog = background_program(
+        rng, rows, cols, ops, groups=groups, max_n=max_n, tile_unit=tile_unit, tile_share=tile_share
+    )
+    return _program_of(prog.steps, rows, cols, tile_unit)
 
 
-#: Tiles of a 4 x 4 engine of tile_unit 1 (tiles one after another on the serial engine).
-TILES_4 = ((0, 0, 0, 0), (0, 2, 0, 0), (2, 1, 0, 0), (0, 0, 0, 2), (0, 0, 2, 1))
 TRANSPOSES = ("transpose_bf16", "transpose_fp8", "transpose_fp32", "transpose_fp16")
 
 
@@ -1381,15 +1375,15 @@ def background4():
     te = TensorEngine(4, 4, instance=False, tile_unit=1, background_transpose=True)
     rng = np.random.default_rng(83)
     runs = {
-        "chain": background_program(rng, 4, 4, TRANSPOSES, 10, tile_unit=1, max_n=8),
-        "mixed": background_program(
+        "chain": background_steps(rng, 4, 4, TRANSPOSES, 10, tile_unit=1, max_n=8),
+        "mixed": background_steps(
             rng,
             4,
             4,
             ("bf16", "fp8", "fp32", "double_row", *TRANSPOSES),
             16,
             tile_unit=1,
-            tiles=TILES_4,
+            tile_share=0.8,
         ),
     }
     runs["payloads"] = _with_data(*_transpose_programs(4, data=True, tile_unit=1))
@@ -1446,7 +1440,7 @@ def test_background_plane_stalls_and_backpressure():
     te = TensorEngine(4, 4, instance=False, tile_unit=1, background_transpose=True)
     rng = np.random.default_rng(84)
     names = ("bf16", "fp32", *TRANSPOSES)
-    runs = [background_program(rng, 4, 4, names, 14, tile_unit=1, tiles=TILES_4) for _ in "ab"]
+    runs = [background_steps(rng, 4, 4, names, 14, tile_unit=1, tile_share=0.8) for _ in "ab"]
     events = run_engine(
         te, [[(i, b) for i, b, _ in p] for p in runs], stall=0.3, backpressure=0.3, seed=3
     )
@@ -1461,7 +1455,7 @@ def test_background_plane_8x8():
     te = TensorEngine(8, 8, instance=False, tile_unit=2, background_transpose=True)
     rng = np.random.default_rng(85)
     names = ("mx", "fp32", "double_row", "bf16", *TRANSPOSES)
-    program = background_program(rng, 8, 8, names, 14, tile_unit=2, max_n=10)
+    program = background_steps(rng, 8, 8, names, 14, tile_unit=2, max_n=10)
     (ev,) = run_engine(te, [[(i, b) for i, b, _ in program]])
     sched = check_parallel_run(te, program, ev)
     assert {r.plane for r in sched.records if r.accepted} == {0, 1}

@@ -48,6 +48,9 @@ __all__ = [
     "tag_fields",
     "one_code",
     "build_modes",
+    "registers",
+    "stationary_chain",
+    "container",
 ]
 
 #: Bits of the data part of a lane word: one fp32/tf32/bf16/fp16/fp8 value in its low bits, or
@@ -202,6 +205,50 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
     return tag
 
 
+def registers(m):
+    """``reg(name, value)``: a reset-less ``m.d.sync`` register of ``value`` (the cells' pipeline
+    registers; the cell's ``EnableInserter`` gives them the clock enable)."""
+
+    def reg(name, value):
+        r = Signal(value.shape(), name=name, reset_less=True)
+        m.d.sync += r.eq(value)
+        return r
+
+    return reg
+
+
+def stationary_chain(m, reg, cell, read_bank):
+    """The two stationary banks of a cell (``len(cell.i_ls)`` bits each) and its LoadStationary
+    shift chain: ``i_ls`` shifts into bank ``i_ls_ctl.bank`` when ``i_ls_ctl.valid``, and the
+    word it displaces goes right in ``o_ls`` with the control in ``o_ls_ctl``, both
+    registered.  Returns the word of bank ``read_bank`` (the beat's)."""
+    width = len(cell.i_ls)
+    banks = [Signal(width, name=f"bank{b}", reset_less=True) for b in range(2)]
+    ls = cell.i_ls_ctl
+    ls_rd = Signal(width, name="ls_rd")  # word displaced from the target bank
+    m.d.comb += ls_rd.eq(Mux(ls.bank, banks[1], banks[0]))
+    for b in range(2):
+        with m.If(ls.valid & (ls.bank == b)):
+            m.d.sync += banks[b].eq(cell.i_ls)
+    m.d.comb += [cell.o_ls.eq(reg("ls_out", ls_rd)), cell.o_ls_ctl.eq(reg("ls_ctl_reg", ls))]
+    s_word = Signal(width, name="s_word")
+    m.d.comb += s_word.eq(Mux(read_bank, banks[1], banks[0]))
+    return s_word
+
+
+def container(m, raw, word, name):
+    """``word`` cut to the transpose container ``raw`` (an index into :data:`RAW_WIDTHS`: its
+    low 32, 16 or 8 bits, zero-extended)."""
+    out = Signal(len(word), name=name)
+    with m.Switch(raw):
+        for i, w in enumerate(RAW_WIDTHS[1:], start=1):
+            with m.Case(i):
+                m.d.comb += out.eq(word[:w])
+        with m.Default():  # index 0, the widest (and no other index occurs)
+            m.d.comb += out.eq(word[: RAW_WIDTHS[0]])
+    return out
+
+
 def build_modes(modes=None):
     """The engine modes of a PE build, in table order: every engine mode for None, else the
     given :class:`~ncrtl.model.modes.PeMode` s (``ncrtl.model.modes.pe_modes`` makes them from
@@ -292,36 +339,14 @@ class PE(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-
-        def reg(name, value):
-            r = Signal(value.shape(), name=name, reset_less=True)
-            m.d.sync += r.eq(value)
-            return r
-
+        reg = registers(m)
         x, tag = reg("x_reg", self.i_x), reg("tag_reg", self.i_tag)
         m.d.comb += [self.o_x.eq(x), self.o_tag.eq(tag)]
-        s_word = self._stationary(m, reg, tag)
+        s_word = stationary_chain(m, reg, self, tag.bank)
         r1 = self._multiply(m, reg, x, tag, s_word)
         r2 = self._sum(m, reg, r1)
         self._accumulate(m, reg, r2)
         return EnableInserter(self.en)(m)
-
-    def _stationary(self, m, reg, tag):
-        """The two banks and the LoadStationary shift chain; the word the beat reads."""
-        banks = [Signal(LANE_WIDTH, name=f"bank{b}", reset_less=True) for b in range(2)]
-        ls = self.i_ls_ctl
-        ls_rd = Signal(LANE_WIDTH, name="ls_rd")  # word displaced from the target bank
-        m.d.comb += ls_rd.eq(Mux(ls.bank, banks[1], banks[0]))
-        for b in range(2):
-            with m.If(ls.valid & (ls.bank == b)):
-                m.d.sync += banks[b].eq(self.i_ls)
-        m.d.comb += [
-            self.o_ls.eq(reg("ls_out", ls_rd)),
-            self.o_ls_ctl.eq(reg("ls_ctl_reg", ls)),
-        ]
-        s_word = Signal(LANE_WIDTH, name="s_word")
-        m.d.comb += s_word.eq(Mux(tag.bank, banks[1], banks[0]))
-        return s_word
 
     def _multiply(self, m, reg, x_lane, tag, s_lane):
         """Stage 1: decode and multiply every lane exactly; the block-scale exponent; the
@@ -366,13 +391,7 @@ class PE(wiring.Component):
                         m.d.comb += is_one.eq((x & mask) == code)
                 with m.Default():  # no format of that index: never a selection one
                     m.d.comb += is_one.eq(0)
-            raw = Signal(LANE_WIDTH, name="raw_s")
-            with m.Switch(tag.raw):
-                for i, w in enumerate(RAW_WIDTHS[1:], start=1):
-                    with m.Case(i):
-                        m.d.comb += raw.eq(s_word[:w])
-                with m.Default():
-                    m.d.comb += raw.eq(s_word)
+            raw = container(m, tag.raw, s_word, "raw_s")
             m.d.comb += p0.sig.eq(Mux(tag.transpose, raw, mul0.o_product.sig))
         return dict(
             p0=reg("r1_p0", p0),

@@ -45,7 +45,7 @@ from ncrtl.hdl.verilog import Cell
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
 from .array import PETile, _place_pe, default_block
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX
+from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, registers, stationary_chain
 
 __all__ = ["TransposePlane", "TransposePE", "WORD_WIDTH", "TPE_MODULE", "TPE_TILE_MODULE"]
 
@@ -83,43 +83,24 @@ class TransposePE(wiring.Component):
     """
 
     def __init__(self):
+        ports = dict(zip(("x", "tag", "ls", "ls_ctl", "psum"), TPE_WIDTHS))
+        ports["ls_ctl"] = LS_CTL_LAYOUT
         super().__init__(
             {
                 "en": In(1, init=1),
-                "i_x": In(1),
-                "i_tag": In(1),
-                "i_ls": In(WORD_WIDTH),
-                "i_ls_ctl": In(LS_CTL_LAYOUT),
-                "i_psum": In(WORD_WIDTH),
-                "o_x": Out(1),
-                "o_tag": Out(1),
-                "o_ls": Out(WORD_WIDTH),
-                "o_ls_ctl": Out(LS_CTL_LAYOUT),
-                "o_psum": Out(WORD_WIDTH),
+                **{f"i_{k}": In(v) for k, v in ports.items()},
+                **{f"o_{k}": Out(v) for k, v in ports.items()},
             }
         )
 
     def elaborate(self, platform):
         m = Module()
-
-        def reg(name, value):
-            r = Signal(value.shape(), name=name, reset_less=True)
-            m.d.sync += r.eq(value)
-            return r
-
+        reg = registers(m)
         sel, bank = reg("x_sel", self.i_x), reg("x_bank", self.i_tag)
-        banks = [Signal(WORD_WIDTH, name=f"bank{b}", reset_less=True) for b in range(2)]
-        ls = self.i_ls_ctl
-        for b in range(2):
-            with m.If(ls.valid & (ls.bank == b)):
-                m.d.sync += banks[b].eq(self.i_ls)
-        word = Signal(WORD_WIDTH, name="s_word")
-        m.d.comb += word.eq(Mux(bank, banks[1], banks[0]))
+        word = stationary_chain(m, reg, self, bank)  # the PE's banks and chain, 32 bits
         m.d.comb += [
             self.o_x.eq(sel),
             self.o_tag.eq(bank),
-            self.o_ls.eq(reg("ls_out", Mux(ls.bank, banks[1], banks[0]))),
-            self.o_ls_ctl.eq(reg("ls_ctl_reg", ls)),
             self.o_psum.eq(reg("word", Mux(sel, word, self.i_psum))),
         ]
         return EnableInserter(self.en)(m)

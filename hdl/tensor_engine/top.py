@@ -63,7 +63,7 @@ from ncrtl.model.tensor_engine.isa import Op
 
 from .array import SystolicArray
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
-from .pe import RAW_WIDTHS
+from .pe import container
 from .plane import TransposePlane
 
 __all__ = ["TensorEngine", "stationary_beats", "lane_groups", "tap_vector_layout"]
@@ -319,15 +319,13 @@ class TensorEngine(wiring.Component):
                 plane.i_ls_ctl.eq(ctl.o_ls_ctl_t),
             ]
             info_t = ctl.o_info_t
-            # the plane's words cut to the transpose container (32, 16 or 8 bits)
-            mask = Signal(W, name="out_t_container")
-            with m.Switch(info_t.raw):
-                for i, bits in enumerate(RAW_WIDTHS[1:], 1):
-                    with m.Case(i):
-                        m.d.comb += mask.eq((1 << bits) - 1)
-                with m.Default():  # index 0, the widest (and no other index occurs)
-                    m.d.comb += mask.eq((1 << RAW_WIDTHS[0]) - 1)
-            words = Cat(*(plane.o_word[c * W : (c + 1) * W] & mask for c in range(self.cols)))
+            # the plane's words cut to the transpose container (32, 16 or 8 bits), as the PE cuts
+            words = Cat(
+                *(
+                    container(m, info_t.raw, plane.o_word[c * W : (c + 1) * W], f"out_t_c{c}")
+                    for c in range(self.cols)
+                )
+            )
             lanes += self._keep(m, info_t, words, "_t")
             m.d.comb += [
                 self.result.valid.eq(info.valid | info_t.valid),

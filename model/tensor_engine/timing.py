@@ -481,6 +481,18 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
     def region(ins):
         return (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
 
+    def latest_ls(ins):
+        """``(plane, record, intact)`` of the latest accepted LS on the first PE group of the
+        tile of ``ins``, in either plane (None: none), ``intact`` when every group of the tile
+        still holds it."""
+        best = None
+        for p, plane in enumerate(planes):
+            held = [plane.last_ls.get(g) for g in groups(ins)]
+            if held[0] is not None and (best is None or held[0][0].index > best[1].index):
+                intact = all(h is not None and h[0] is held[0][0] for h in held)
+                best = (p, held[0][0], intact)
+        return best
+
     def overlapped(plane, ins, t):
         """An instruction on a different, overlapping tile has beats in or after cycle t."""
         return par and any(
@@ -497,14 +509,9 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
         bad = check(
             ins, rows, cols, ins if ins.op == Op.MM else None, tile_unit=tile_unit, modes=modes
         )
+        best = latest_ls(whole)
         if bad is None and ins.op == Op.MM:
             # its LoadStationary: the latest on its tile, in either plane
-            best = None
-            for p, plane in enumerate(planes):
-                held = [plane.last_ls.get(g) for g in groups(whole)]
-                if held[0] is not None and (best is None or held[0][0].index > best[1].index):
-                    intact = all(h is not None and h[0] is held[0][0] for h in held)
-                    best = (p, held[0][0], intact)
             if best is None:
                 bad = check(ins, rows, cols, None, tile_unit=tile_unit, modes=modes)
             else:
@@ -519,13 +526,7 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
         if bad is None and ins.op == Op.LS:
             plane_id = 0
             if rules.background_transpose:
-                first = groups(whole)[0]
-                held = [
-                    (pl.last_ls[first][0].index, p)
-                    for p, pl in enumerate(planes)
-                    if first in pl.last_ls
-                ]
-                plane_id = ls_plane(ins, max(held)[1] if held else None)
+                plane_id = ls_plane(ins, best[0] if best else None)
         if bad is None and overlapped(planes[plane_id], whole, t0):
             bad = (
                 Error.TILE_BUSY,

@@ -226,11 +226,7 @@ def parallel_program(rng, rows, cols, op_name, *, pairs=2, max_n=16, tile_unit=3
     if axes:
         axis = axes[int(rng.integers(0, len(axes)))]
         size = int(rng.choice(pe_mode.row_tiles if axis == "row" else pe_mode.col_tiles))
-        size = size * tile_unit // 32
-        if axis == "row":
-            tiles = [(r, size, 0, 0) for r in range(0, rows - size + 1, size)]
-        else:
-            tiles = [(0, 0, c, size) for c in range(0, cols - size + 1, size)]
+        tiles = _tiling(axis, size * tile_unit // 32, rows, cols)
     seqs = [
         tile_steps(rng, rows, cols, pe_mode, transpose, t, pairs, max_n, tile_unit) for t in tiles
     ]
@@ -242,25 +238,37 @@ def parallel_program(rng, rows, cols, op_name, *, pairs=2, max_n=16, tile_unit=3
     return prog
 
 
-def background_program(rng, rows, cols, op_name, *, groups=4, max_n=16, tile_unit=32):
+def _tiling(axis, size, rows, cols):
+    """Every ``(tile_row, tile_rows, tile_col, tile_cols)`` of the row (``axis`` "row") or
+    column tiles of ``size`` on a ``rows x cols`` array."""
+    if axis == "row":
+        return [(r, size, 0, 0) for r in range(0, rows - size + 1, size)]
+    return [(0, 0, c, size) for c in range(0, cols - size + 1, size)]
+
+
+def background_program(rng, rows, cols, ops, *, groups=4, max_n=16, tile_unit=32, tile_share=0.3):
     """A random program for an engine with the background transpose plane: ``groups`` LS +
-    1..2 MM groups one after another, each the mode's matmul or its transpose at random (only
-    transposes for a transpose operation, only matmuls for a mode that cannot transpose), on
-    the whole array or one of the mode's tiles, so that transposes meet matmuls and other
-    transposes on both planes."""
-    pe_mode, transpose = operation(op_name)
-    kinds = [True] if transpose else ([False, True] if pe_mode.transposes else [False])
-    tiles = [(0, 0, 0, 0)]
-    for size in pe_mode.row_tiles:
-        size = size * tile_unit // 32
-        tiles += [(r, size, 0, 0) for r in range(0, rows - size + 1, size)]
-    for size in pe_mode.col_tiles:
-        size = size * tile_unit // 32
-        tiles += [(0, 0, c, size) for c in range(0, cols - size + 1, size)]
+    1..2 MM groups one after another, each of an operation drawn at random from ``ops`` (a
+    sequence of operation names; one name: its mode's matmul and, where the mode can, its
+    transpose; a transpose name: the transpose only), on one of the operation's tiles (a
+    fraction ``tile_share`` of the groups) or the whole array, so that transposes meet matmuls
+    and other transposes on both planes."""
+    if isinstance(ops, str):
+        pe_mode, transpose = operation(ops)
+        kinds = [True] if transpose else ([False, True] if pe_mode.transposes else [False])
+        kinds = [(pe_mode, t) for t in kinds]
+    else:
+        kinds = [operation(op) for op in ops]
     prog = Program(rows, cols, tile_unit=tile_unit, background=True)
     for _ in range(groups):
-        tr = kinds[int(rng.integers(0, len(kinds)))]
-        tile = tiles[int(rng.integers(0, len(tiles)))] if rng.random() < 0.3 else tiles[0]
+        pe_mode, tr = kinds[int(rng.integers(0, len(kinds)))]
+        tiles = [(0, 0, 0, 0)] + [
+            t
+            for axis, sizes in (("row", pe_mode.row_tiles), ("col", pe_mode.col_tiles))
+            for size in sizes
+            for t in _tiling(axis, size * tile_unit // 32, rows, cols)
+        ]
+        tile = tiles[int(rng.integers(0, len(tiles)))] if rng.random() < tile_share else tiles[0]
         prog.steps += tile_steps(rng, rows, cols, pe_mode, tr, tile, 1, max_n, tile_unit)
     return prog
 
