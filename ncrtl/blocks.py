@@ -97,6 +97,9 @@ class Block:
         More Verilator arguments of the block's simulation build.
     threads : callable or None
         ``threads(**params) -> int``: Verilator threads of the simulation build (1 if None).
+    stimulus : callable or None
+        ``stimulus(count, **params) -> str``: what a conformance run of ``count`` (``--count``)
+        streams through the block, in words (:meth:`describe`); None: ``count`` random vectors.
     """
 
     name: str
@@ -107,6 +110,7 @@ class Block:
     testbench: str = ""
     sim_args: tuple = ()
     threads: object = None
+    stimulus: object = None
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -125,6 +129,14 @@ class Block:
         for p in self.params:
             out[p.name] = p.convert(self.name, user[p.name]) if p.name in user else p.default
         return out
+
+    def describe(self, params, count):
+        """What a conformance run with ``--count count`` streams through the block, in words:
+        how the testbench uses ``count`` (exhaustive sets and fixed programs say that
+        ``--count`` does not apply)."""
+        if self.stimulus is None:
+            return f"{count} random vectors"
+        return self.stimulus(count, **params)
 
     def label(self, params):
         shown = ",".join(f"{k}={v}" for k, v in params.items() if k != "lanes")
@@ -222,6 +234,28 @@ def _make_xorwow(lanes):
     return _lanes(Xorwow, lanes)
 
 
+def _mul_stimulus(count, fmt_a, fmt_b, lanes):
+    from ncrtl.model.fp import get_format
+
+    fa, fb = get_format(fmt_a), get_format(fmt_b)
+    if fa.bits <= 8 and fb.bits <= 8:
+        return (
+            f"every code pair, {(1 << fa.bits) * (1 << fb.bits):,} vectors (exhaustive: --count "
+            f"does not apply)"
+        )
+    return f"the corner cross product and {count} random pairs"
+
+
+def _dot_add_stimulus(count, mode, lanes):
+    m = get_mode(mode)
+    pairs = len(m.formats_s) * len(m.formats_m)
+    per = max(1, count // pairs)
+    return (
+        f"for each of the {pairs} format pair(s): a corner block (every code pair for equal "
+        f"FP8/FP4 formats) and {per} random vectors (--count / pairs)"
+    )
+
+
 register(
     Block(
         "fp.mul",
@@ -234,6 +268,7 @@ register(
         _make_mul,
         lambda fmt_a, fmt_b, lanes: f"fp_mul_{fmt_a}_{fmt_b}",
         "ncrtl.testbench.fp.test_mul",
+        stimulus=_mul_stimulus,
     )
 )
 register(
@@ -253,6 +288,7 @@ register(
         _make_dot_add,
         lambda mode, lanes: f"fp_dot_add_{mode}",
         "ncrtl.testbench.fp.test_dot_add",
+        stimulus=_dot_add_stimulus,
     )
 )
 register(
@@ -263,6 +299,10 @@ register(
         _make_add,
         lambda lanes: "fp_add",
         "ncrtl.testbench.fp.test_add",
+        stimulus=lambda count, lanes: (
+            f"the FP32 corner cross product, then {count} vectors: near-cancelling, aligned and "
+            f"random pairs"
+        ),
     )
 )
 register(
@@ -273,6 +313,9 @@ register(
         _make_bf16,
         lambda lanes: "fp_to_bf16",
         "ncrtl.testbench.fp.test_convert",
+        stimulus=lambda count, lanes: (
+            f"every BF16 value with 6 low halves, then {count} random FP32 encodings"
+        ),
     )
 )
 register(
@@ -283,6 +326,9 @@ register(
         _make_fp16,
         lambda lanes: "fp_to_fp16",
         "ncrtl.testbench.fp.test_convert",
+        stimulus=lambda count, lanes: (
+            f"every BF16 value with 6 low halves, then {count} random FP32 encodings"
+        ),
     )
 )
 register(
@@ -297,6 +343,9 @@ register(
         _make_xorwow,
         lambda lanes: "fp_xorwow",
         "ncrtl.testbench.fp.test_xorwow",
+        stimulus=lambda count, lanes: (
+            f"{max(1, count // lanes)} random load / step beats on each of the {lanes} generators"
+        ),
     )
 )
 
@@ -375,6 +424,21 @@ def _make_te(
         parallel_tiles=bool(parallel_tiles),
         background_transpose=bool(background_transpose),
         modes=modes,
+    )
+
+
+def _te_stimulus(count, mode, max_n, background_transpose=0, parallel_tiles=0, **_):
+    n = min(1024, max(1, max_n))
+    groups = max(1, count // (2 * n))
+    if background_transpose:
+        what = f"{max(2, min(12, groups))} groups of {mode} matmuls and transposes on both planes"
+    elif parallel_tiles:
+        what = f"{max(1, min(4, groups))} LS + MM pair(s) per tile of a tiling, side by side"
+    else:
+        what = f"{groups} random group(s) of LS + up to 3 MMs of N <= {n}"
+    return (
+        f"two random {mode} programs (without and with stalls), each {what}, illegal "
+        f"instructions mixed in (--count / (2 x max_n) groups)"
     )
 
 
@@ -480,6 +544,7 @@ register(
         "ncrtl.testbench.tensor_engine.test_tensor_engine",
         sim_args=_TE_SIM_ARGS,
         threads=_big_array_threads,
+        stimulus=_te_stimulus,
     )
 )
 
@@ -517,6 +582,10 @@ register(
         _make_psum,
         lambda partitions, banks, bank_bytes: f"psum_{partitions}x{banks}x{bank_bytes}",
         "ncrtl.testbench.psum.test_psum",
+        stimulus=lambda count, **_: (
+            f"a random program of {max(50, count)} Tensor Engine beats (at least 50) with engine "
+            f"requests and seed loads, then fixed latency, rate and contention phases"
+        ),
     )
 )
 
@@ -604,6 +673,9 @@ register(
             f"dma_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma",
+        stimulus=lambda count, **_: (
+            f"{max(1, min(count, 400))} random descriptors (--count, at most 400)"
+        ),
     )
 )
 
@@ -650,8 +722,19 @@ register(
             f"dma_queues_{policy}_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma_queues",
+        stimulus=lambda count, **_: (
+            f"about {max(1, min(count, 400))} random descriptors over the 16 queues (--count, at "
+            f"most 400)"
+        ),
     )
 )
+
+
+def _sendrecv_stimulus(count, pipes, depth, **_):
+    return (
+        f"up to {count} random sendrecv pairs (--count; fewer when the pipe queues, {pipes} x "
+        f"{depth}, or the SBUF hold fewer) and one without a partner"
+    )
 
 
 def _make_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth):
@@ -686,6 +769,7 @@ register(
             f"sendrecv_w{word_bytes}_{partitions}x{partition_bytes}_p{pipes}"
         ),
         "ncrtl.testbench.dma.test_sendrecv",
+        stimulus=_sendrecv_stimulus,
     )
 )
 
@@ -805,6 +889,10 @@ register(
         "ncrtl.testbench.core.test_core",
         sim_args=_TE_SIM_ARGS,
         threads=_big_array_threads,
+        stimulus=lambda count, chunks, n, **_: (
+            f"one random chunked matmul: {chunks} x (LS + MM, N = {n}) accumulated in one PSUM "
+            f"group and read back (its size is the block's chunks and n: --count does not apply)"
+        ),
     )
 )
 
@@ -928,6 +1016,10 @@ register(
         _make_quantize_mx,
         lambda groups: f"quantize_mx_g{groups}",
         "ncrtl.testbench.vector_engine.test_quantize_mx",
+        stimulus=lambda count, **_: (
+            f"for each of the 12 configurations: every 16-bit source code twice, the corner "
+            f"groups and {max(1, count // 12)} random groups (--count / 12)"
+        ),
     )
 )
 

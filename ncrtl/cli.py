@@ -110,7 +110,13 @@ def _cmd_conformance(args):
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     return run_conformance(
-        runs, count=args.count, seed=args.seed, junit=args.junit, stall=args.stall, waves=args.waves
+        runs,
+        count=args.count,
+        seed=args.seed,
+        junit=args.junit,
+        stall=args.stall,
+        waves=args.waves,
+        progress=True,
     )
 
 

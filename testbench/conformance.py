@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
@@ -93,14 +93,16 @@ def run_block(
 ):
     """Build ``block`` with ``params`` (wrapped in stream players: ``player``, see
     :func:`build_block`) and run its testbench (or the cocotb module ``testbench``) with
-    ``extra_env``; return a :class:`BlockResult`.  ``progress``: draw a progress bar on stderr
-    while the simulation runs (:mod:`ncrtl.testbench.progress`; testbenches that report it)."""
+    ``extra_env``; return a :class:`BlockResult`.  ``progress``: say on stderr what the build
+    does (:func:`build_block`) and draw a progress bar while the simulation runs
+    (:mod:`ncrtl.testbench.progress`: the work done for testbenches that report it, the elapsed
+    time for the others)."""
     from ncrtl.testbench.progress import ENV, ProgressBar
 
     label = block.label(params)
     t0 = time.perf_counter()
     try:
-        built, steps = build_block(block, params, waves=waves, player=player)
+        built, steps = build_block(block, params, waves=waves, player=player, progress=progress)
     except Exception as exc:  # a build failure is a result, not a crash of the whole run
         return BlockResult(
             label, False, message=f"build failed: {exc}", seconds=time.perf_counter() - t0
@@ -123,7 +125,11 @@ def run_block(
         log.parent.mkdir(parents=True, exist_ok=True)
         t_sim = time.perf_counter()
         steps["simulate_start_unix"] = time.time()  # the testbench's clock readings compare to it
-        bar = ProgressBar(env[ENV]) if progress else contextlib.nullcontext()
+        bar = (
+            ProgressBar(env[ENV], label=f"simulating {built.top}")
+            if progress
+            else contextlib.nullcontext()
+        )
         with bar:
             res = built.run(
                 testbench or block.testbench,
@@ -218,7 +224,25 @@ def print_time_split(result, file=None):
     print(f"  time: {rest}", file=file)
 
 
-def build_block(block, params, *, waves=None, player=None):
+def find_build(block, params, *, waves=None, player=None):
+    """The cached build of ``block`` with ``params`` recorded under its source key (what
+    :func:`build_block` would use without generating anything), or None."""
+    from ncrtl.testbench import player as players
+    from ncrtl.testbench import sim
+
+    top = block.top(**params)
+    if player:
+        top = players.player_top(top)
+    key = sim.source_key(
+        top,
+        json.dumps([block.name, params], sort_keys=True),
+        waves=waves,
+        extra_args=block.build_args(params),
+    )
+    return sim.cached_build(key)
+
+
+def build_block(block, params, *, waves=None, player=None, progress=False):
     """The Verilator model of ``block`` with ``params``: ``(Build, steps)``.
 
     A build recorded under the block's :func:`ncrtl.testbench.sim.source_key` (the generator's
@@ -229,8 +253,13 @@ def build_block(block, params, *, waves=None, player=None):
 
     ``player``: a list of :class:`ncrtl.testbench.player.PlayerPort` of the design; the model is
     then the design wrapped in its stream players (:func:`ncrtl.testbench.player.player_verilog`),
-    top :func:`~ncrtl.testbench.player.player_top`."""
+    top :func:`~ncrtl.testbench.player.player_top`.
+
+    ``progress``: say on stderr what takes time (:func:`ncrtl.testbench.progress.step`): the
+    Verilog generation and the Verilator build with their elapsed time, and where the build is
+    cached."""
     from ncrtl.testbench import player as players
+    from ncrtl.testbench import progress as report
     from ncrtl.testbench import sim
 
     top = block.top(**params)
@@ -244,11 +273,13 @@ def build_block(block, params, *, waves=None, player=None):
     built = sim.cached_build(key)
     generate = 0.0
     if built is None:
-        text, design = block.verilog(params)
-        if player:
-            text += "\n" + players.player_verilog(design, player)
+        said = report.step(f"Verilog generation of {top}") if progress else contextlib.nullcontext()
+        with said:
+            text, design = block.verilog(params)
+            if player:
+                text += "\n" + players.player_verilog(design, player)
         generate = time.perf_counter() - t0
-        built = sim.build(text, top, waves=waves, extra_args=args)
+        built = sim.build(text, top, waves=waves, extra_args=args, progress=progress)
         sim.remember_build(key, built)
     steps = {
         "generate": generate,
@@ -282,43 +313,43 @@ def _junit(results, path):
     ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def run_conformance(runs, *, count, seed, junit=None, stall=0.2, waves=False, jobs=None):
-    """Run every ``(block, params)`` in ``runs``; print the table; return the exit status."""
+def run_conformance(
+    runs, *, count, seed, junit=None, stall=0.2, waves=False, jobs=None, progress=False
+):
+    """Run every ``(block, params)`` in ``runs``; print what each runs, then its rows of the table
+    as soon as it finishes, then the totals; return the exit status.  ``progress``: say on
+    stderr what the builds and the simulations are doing (:func:`run_block`)."""
     jobs = jobs or min(len(runs), os.cpu_count() or 1)
+    labels = [b.label(p) for b, p in runs]
     print(
-        f"conformance: {len(runs)} configuration(s), {count} random vectors each, seed {seed}, "
-        f"stall {stall}",
+        f"conformance: {len(runs)} configuration(s), seed {seed}, stall {stall}, --count {count}",
         flush=True,
     )
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(
-            pool.map(
-                lambda bp: run_block(
-                    bp[0], bp[1], count=count, seed=seed, stall=stall, waves=True if waves else None
-                ),
-                runs,
-            )
-        )
-    w = max(len(r.label) for r in results) + 2
+    for (b, p), label in zip(runs, labels):
+        print(f"  {label}: {b.describe(p, count)}", flush=True)
+    w = max(len(label) for label in labels) + 2
     print(
-        f"{'block':{w}s}{'unit':>22s}{'vectors':>10s}{'mismatch':>10s}{'cycles':>9s}{'time s':>8s}  result"
+        f"{'block':{w}s}{'unit':>22s}{'vectors':>10s}{'mismatch':>10s}{'cycles':>9s}{'time s':>8s}  result",
+        flush=True,
     )
-    for r in results:
-        rows = r.units or [{"name": "-", "vectors": 0, "mismatches": 0}]
-        for i, u in enumerate(rows):
-            first = i == 0
-            print(
-                f"{r.label if first else '':{w}s}{u['name']:>22s}{u['vectors']:>10d}"
-                f"{u['mismatches']:>10d}{(str(r.cycles) if first else ''):>9s}"
-                f"{(f'{r.seconds:.1f}' if first else ''):>8s}  "
-                f"{('PASS' if r.passed else 'FAIL') if first else ''}"
-            )
-        if not r.passed:
-            if r.message:
-                print("  " + r.message.replace("\n", "\n  "))
-            for u in r.units:
-                for m in u.get("first", [])[:5]:
-                    print(f"  {u['name']}: {m}")
+    results = [None] * len(runs)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            pool.submit(
+                run_block,
+                b,
+                p,
+                count=count,
+                seed=seed,
+                stall=stall,
+                waves=True if waves else None,
+                progress=progress,
+            ): i
+            for i, (b, p) in enumerate(runs)
+        }
+        for done in as_completed(futures):
+            r = results[futures[done]] = done.result()
+            _print_rows(r, w)
     total_v = sum(r.vectors for r in results)
     total_m = sum(r.mismatches for r in results)
     bad = [r for r in results if not r.passed]
@@ -330,3 +361,23 @@ def run_conformance(runs, *, count, seed, junit=None, stall=0.2, waves=False, jo
         _junit(results, junit)
         print(f"junit: {junit}")
     return 1 if bad else 0
+
+
+def _print_rows(r, w):
+    """The table rows of one :class:`BlockResult` (a row per scoreboard), its failure details."""
+    rows = r.units or [{"name": "-", "vectors": 0, "mismatches": 0}]
+    for i, u in enumerate(rows):
+        first = i == 0
+        print(
+            f"{r.label if first else '':{w}s}{u['name']:>22s}{u['vectors']:>10d}"
+            f"{u['mismatches']:>10d}{(str(r.cycles) if first else ''):>9s}"
+            f"{(f'{r.seconds:.1f}' if first else ''):>8s}  "
+            f"{('PASS' if r.passed else 'FAIL') if first else ''}"
+        )
+    if not r.passed:
+        if r.message:
+            print("  " + r.message.replace("\n", "\n  "))
+        for u in r.units:
+            for m in u.get("first", [])[:5]:
+                print(f"  {u['name']}: {m}")
+    sys.stdout.flush()

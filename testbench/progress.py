@@ -11,10 +11,15 @@ small file named by ``NCRTL_PROGRESS``:
   stderr, once the simulation has run for :data:`SHOW_AFTER` seconds (a short run prints
   nothing).  On a terminal the bar is redrawn in place; in a log one line is written every
   :data:`LOG_EVERY` seconds.
+
+The steps before a simulation (Verilog generation, the Verilator build) say what they do with
+:func:`step`: a line when the step starts, its elapsed time while it runs (redrawn on a terminal,
+a line every :data:`STEP_LOG_EVERY` seconds in a log) and a line with its time when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +28,16 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["watch", "ProgressBar", "SHOW_AFTER", "LOG_EVERY", "ENV"]
+__all__ = [
+    "watch",
+    "ProgressBar",
+    "step",
+    "say",
+    "SHOW_AFTER",
+    "LOG_EVERY",
+    "STEP_LOG_EVERY",
+    "ENV",
+]
 
 #: Environment variable naming the progress file.
 ENV = "NCRTL_PROGRESS"
@@ -31,6 +45,13 @@ ENV = "NCRTL_PROGRESS"
 SHOW_AFTER = 2.0
 #: Seconds between two lines when stderr is not a terminal.
 LOG_EVERY = 10.0
+#: Seconds between two elapsed-time lines of a :func:`step` when stderr is not a terminal.
+STEP_LOG_EVERY = 30.0
+
+# Steps running now (several when conformance configurations build side by side): a step redraws
+# its line in place only while it is the only one, so that two never overwrite each other.
+_active = []
+_lock = threading.Lock()
 
 
 def _write(path, data):
@@ -72,7 +93,12 @@ def watch(read, total, *, unit="output vectors", period_ns=10):
 
 class ProgressBar:
     """Draw the progress file ``path`` on ``stream`` while a simulation runs (a context
-    manager: the polling thread starts on entry and stops, clearing the bar, on exit)."""
+    manager: the polling thread starts on entry and stops, clearing the bar, on exit).
+
+    A testbench that writes no progress file gets the elapsed time instead
+    (``label ... 12 s``).  The bar is redrawn in place only on a terminal and while no other
+    bar or :func:`step` runs beside it; otherwise a line is written every :data:`LOG_EVERY`
+    seconds."""
 
     def __init__(self, path, *, label="simulating", stream=None, width=24):
         self.path, self.label, self.width = Path(path), label, width
@@ -84,15 +110,20 @@ class ProgressBar:
 
     def __enter__(self):
         self._t0 = time.perf_counter()
+        with _lock:
+            _active.append(self)
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        if self._drawn and self._tty():
-            self.stream.write("\r" + " " * (shutil.get_terminal_size((100, 24)).columns - 1) + "\r")
-            self.stream.flush()
+        with _lock:
+            _active.remove(self)
+            if self._drawn and self._tty():
+                cols = shutil.get_terminal_size((100, 24)).columns - 1
+                self.stream.write("\r" + " " * cols + "\r")
+                self.stream.flush()
 
     def _tty(self):
         return hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -120,18 +151,93 @@ class ProgressBar:
         while not self._stop.wait(0.25):
             now = time.perf_counter()
             try:
-                data = json.loads(self.path.read_text())
-            except (OSError, ValueError):
-                continue
-            text = self.line(data, now)
+                text = self.line(json.loads(self.path.read_text()), now)
+            except (OSError, ValueError, KeyError):
+                text = f"  {self.label} ... {now - self._t0:.0f} s"
             if now - self._t0 < SHOW_AFTER:
                 continue
-            if self._tty():
-                cols = shutil.get_terminal_size((100, 24)).columns - 1
-                self.stream.write("\r" + text.ljust(cols)[:cols])
-                self.stream.flush()
-                self._drawn = True
-            elif last_log is None or now - last_log >= LOG_EVERY:
-                self.stream.write(text + "\n")
-                self.stream.flush()
+            with _lock:
+                if self._tty() and _active == [self]:
+                    cols = shutil.get_terminal_size((100, 24)).columns - 1
+                    self.stream.write("\r" + text.ljust(cols)[:cols])
+                    self.stream.flush()
+                    self._drawn = True
+                    continue
+            if last_log is None or now - last_log >= LOG_EVERY:
+                say(text, self.stream)
                 last_log = now
+
+
+def say(text, stream=None):
+    """Write one line of progress ``text`` on ``stream`` (stderr), flushed at once."""
+    stream = stream or sys.stderr
+    with _lock:
+        stream.write(text + "\n")
+        stream.flush()
+
+
+@contextlib.contextmanager
+def step(text, *, stream=None, done="done in {seconds:.1f} s", after=None):
+    """Say what a long step does while it runs.
+
+    Once the step has run for ``after`` seconds (default :data:`SHOW_AFTER`; a shorter step
+    says nothing): ``text ...``, then its elapsed time (redrawn in place on a terminal once a
+    second; a new line every :data:`STEP_LOG_EVERY` seconds in a log or while other steps run
+    beside it), and at the end ``text: <done>`` (``done`` formatted with ``seconds``; the
+    context's value may replace it: ``with step(...) as s: s["done"] = ...``).  A step that
+    raises ends with ``text: failed after N s``.
+    """
+    stream = stream or sys.stderr
+    after = SHOW_AFTER if after is None else after
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    state = {"done": done, "shown": False, "drawn": 0}
+    t0 = time.perf_counter()
+    stop = threading.Event()
+
+    def show():
+        if not state["shown"]:
+            say(f"{text} ...", stream)
+            state["shown"] = True
+
+    def tick():
+        last_log = time.perf_counter()
+        while not stop.wait(min(1.0, max(after, 0.01))):
+            now = time.perf_counter()
+            if now - t0 < after:
+                continue
+            if not state["shown"]:
+                show()
+                last_log = now
+                continue
+            with _lock:
+                if tty and _active == [state]:
+                    line = f"{text} ... {now - t0:.0f} s"
+                    stream.write("\r" + line)
+                    stream.flush()
+                    state["drawn"] = len(line)
+                    continue
+            if now - last_log >= STEP_LOG_EVERY:
+                say(f"{text} ... {now - t0:.0f} s", stream)
+                last_log = now
+
+    if after <= 0:
+        show()
+    with _lock:
+        _active.append(state)
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    ok = False
+    try:
+        yield state
+        ok = True
+    finally:
+        stop.set()
+        thread.join()
+        with _lock:
+            _active.remove(state)
+            if state["drawn"]:
+                stream.write("\r" + " " * state["drawn"] + "\r")
+        seconds = time.perf_counter() - t0
+        if state["shown"]:
+            end = state["done"].format(seconds=seconds) if ok else f"failed after {seconds:.1f} s"
+            say(f"{text}: {end}", stream)

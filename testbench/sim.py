@@ -78,8 +78,9 @@ MIN_VERILATOR_VERSION = (5, 36)
 #
 # ``--no-public-flat-rw`` undoes the runner's ``--public-flat-rw``; the generated control file
 # makes the top-level ports public again, which is all cocotb needs to drive and sample the DUT.
-# ``-Wno-fatal`` keeps Verilator lint warnings on Yosys-generated Verilog printed but not fatal:
-# the Amaranth source is what we lint, not its netlist.
+# ``-Wno-fatal`` keeps a Verilator warning printed but not fatal.  Every build also reads the
+# lint waivers ``ncrtl lint`` uses (``hdl/lint.vlt``, :func:`_waivers`), so a build warns about
+# exactly what the lint check would report.
 _BASE_ARGS = ("--no-public-flat-rw", "-Wno-fatal")
 _WAVE_ARGS = ("--trace-fst", "--trace-structs")
 
@@ -759,6 +760,14 @@ class _Plan:
     root: Path
 
 
+def _waivers() -> tuple[str, str]:
+    """``(path, text)`` of the lint waivers (:data:`ncrtl.hdl.verilog.LINT_CONFIG`) every build
+    reads; the text is part of the cache keys."""
+    from ncrtl.hdl.verilog import LINT_CONFIG
+
+    return str(LINT_CONFIG), Path(LINT_CONFIG).read_text()
+
+
 def _plan(design, top, *, waves=None, extra_args=()) -> _Plan:
     if not isinstance(top, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
         raise ValueError(f"Top must be a Verilog identifier, not {top!r}")
@@ -788,12 +797,14 @@ def _plan(design, top, *, waves=None, extra_args=()) -> _Plan:
 
     root = build_root()
     wave_args = (*_WAVE_ARGS, *_fst_compat_args(root)) if waves else ()
-    args = (*_BASE_ARGS, *wave_args, *extra_args)
+    waiver_path, waiver_text = _waivers()
+    args = (*_BASE_ARGS, waiver_path, *wave_args, *extra_args)
     vlt = _control_file("\n".join(text for _, text in files), top)
     key = hashlib.sha256()
     for part in (
         *[f"{n}\0{t}" for n, t in files],
         vlt,
+        waiver_text,
         *args,
         *includes,
         verilator.version,
@@ -813,6 +824,7 @@ def build(
     *,
     waves: bool | None = None,
     extra_args: Iterable[str] = (),
+    progress: bool = False,
 ) -> Build:
     """Compile ``design`` with Verilator for cocotb, or reuse a cached build.
 
@@ -831,6 +843,10 @@ def build(
     extra_args : iterable of str
         More Verilator arguments (part of the cache key).  ``"--public-flat-rw"`` here restores
         full VPI visibility of internal signals, at a large speed cost.
+    progress : bool
+        Say on stderr what the build does (:func:`ncrtl.testbench.progress.step`): a compile
+        with its elapsed time and where its result is cached, or the cached build it found.
+
     Returns
     -------
     Build
@@ -857,8 +873,12 @@ def build(
     directory = root / name
     import cocotb
 
+    from ncrtl.testbench import progress as report
+
     with _locked(root / f"{name}.lock"):
         if (directory / _MARKER).is_file() and (directory / top).is_file():
+            if progress:
+                report.say(f"Verilator build of {top}: cached, {directory}")
             return Build(top, directory, waves, True, time.monotonic() - t0)
         if directory.exists():  # a build that crashed or was interrupted
             shutil.rmtree(directory)
@@ -876,17 +896,27 @@ def build(
         runner.ncrtl_build_env = verilator.env
         runner.ncrtl_waves = waves
         log = directory / "build.log"
-        try:
-            runner.build(
-                sources=sources,
-                includes=includes,
-                hdl_toplevel=top,
-                build_args=list(args),
-                build_dir=directory,
-                waves=waves,
-                timescale=_SIM_TIMESCALE,
-                log_file=log,
+        said = (
+            report.step(
+                f"Verilator build of {top}",
+                done=f"built in {{seconds:.1f}} s, cached in {directory} (later runs of the "
+                f"same design reuse it)",
             )
+            if progress
+            else contextlib.nullcontext()
+        )
+        try:
+            with said:
+                runner.build(
+                    sources=sources,
+                    includes=includes,
+                    hdl_toplevel=top,
+                    build_args=list(args),
+                    build_dir=directory,
+                    waves=waves,
+                    timescale=_SIM_TIMESCALE,
+                    log_file=log,
+                )
         except (RuntimeError, SystemExit, OSError) as e:
             raise BuildError(
                 f"Verilator build of {top!r} failed ({e}); log {log}:\n{_tail(log)}"
@@ -956,7 +986,8 @@ def _generator_digest() -> str:
 def source_key(top: str, description: str, *, waves: bool | None = None, extra_args=()) -> str:
     """Key of a build by what generates it: the generator sources (:func:`_generator_digest`),
     the top name, a ``description`` of the design's parameters (e.g. the block and its
-    parameters as JSON), the waves flag, the extra Verilator arguments and the tool versions."""
+    parameters as JSON), the waves flag, every build's own arguments and lint waivers, the extra
+    Verilator arguments and the tool versions."""
     if waves is None:
         waves = _env_flag("WAVES")
     verilator = find_verilator()
@@ -968,6 +999,8 @@ def source_key(top: str, description: str, *, waves: bool | None = None, extra_a
         top,
         description,
         str(bool(waves)),
+        *_BASE_ARGS,
+        *_waivers(),
         *extra_args,
         verilator.version,
         verilator.env.get("MAKEFLAGS", ""),
