@@ -16,6 +16,7 @@ from ncrtl.model.fp import Xorwow
 from ncrtl.model.psum import (
     FIELDS,
     INSTR_BITS,
+    MAX_WRITE_N,
     PORTS,
     Arbiter,
     Dtype,
@@ -685,6 +686,7 @@ def _rule_cases(geo):
         (Write(0, 0, 2, dtype=3), Error.DTYPE, "dtype 3 is reserved"),
         (Write(0, 0, 0), Error.COUNT, "n=0: a write needs at least one output vector"),
         (Write(0, 0, -2), Error.COUNT, "n=-2"),
+        (Write(0, 0, MAX_WRITE_N + 1), Error.COUNT, "n=2048 does not fit the instruction's 11-bit"),
         (Write(0, geo.rows - 1, 2), Error.RANGE, f"columns {geo.rows - 1}..{geo.rows} do not fit"),
         (Write(0, 2 * geo.rows - 2, 3, BF16), Error.RANGE, f"bank row of {2 * geo.rows} bf16"),
         (Write(0, -1, 2), Error.RANGE, "columns -1..0 do not fit"),
@@ -917,6 +919,23 @@ def test_instruction_word_roundtrip():
     assert encode(Write(1, 2, 3, BF16, SR, 6)) == 1 | 2 << 4 | 3 << 15 | 1 << 26 | 1 << 28 | 6 << 29
     with pytest.raises(ValueError, match="field flags=8 does not fit its 3 bits"):
         encode(Write(0, 0, 1, flags=8))
+
+
+def test_a_write_the_word_cannot_encode_is_rejected():
+    """A BF16 row of a 4 KiB bank holds 2048 values, one more than the 11-bit n field encodes:
+    the golden rejects n = 2048 (COUNT) as the encoder does, and takes the row in two writes."""
+    geo = Geometry(partitions=2, banks=1, bank_bytes=4096)
+    assert geo.capacity(BF16) == 2048 and MAX_WRITE_N == 2047
+    ps = Psum(geo)
+    with pytest.raises(ValueError, match=r"n=2048 does not fit the instruction's 11-bit n field"):
+        ps.write(Write(0, 0, 2048, BF16), np.zeros((2048, 2), np.uint32))
+    with pytest.raises(ValueError, match="does not fit its 11 bits"):
+        encode(Write(0, 0, 2048, BF16))
+    for col, n in ((0, 1024), (1024, 1024)):
+        w = Write(0, col, n, BF16)
+        assert decode(encode(w)) == w
+        ps.write(w, np.full((n, 2), 0x3F800000, np.uint32))
+    assert (ps.mem[0] == 0x3F803F80).all()
 
 
 # -- hammering one address -----------------------------------------------------------------------

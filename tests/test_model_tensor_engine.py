@@ -30,6 +30,7 @@ from ncrtl.model.tensor_engine import (
 )
 from ncrtl.model.tensor_engine.isa import (
     FP8_FORMATS,
+    MAX_ARRAY,
     MIN_MM_CYCLES,
     Error,
     Instruction,
@@ -612,8 +613,52 @@ ERROR_CASES = [
         z((4, 4)),
         z((4, 4)),
         dict(tile_position=(-64, 0), tile_size=(64, 128)),
-        r"tile_position row -64 is not a multiple",
+        r"tile_position row -64 is negative; a tile starts at row 0 or above",
         Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(128, 0), tile_size=(64, 128)),
+        r"a tile of 64 rows at tile_position row 128 reaches past the array's 128 rows \(the "
+        r"last one starts at row 64\)",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_position=(0, 128), tile_size=(128, 32)),
+        r"a tile of 32 columns at tile_position column 128 reaches past the array's 128 columns",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(rows=8, cols=8, tile_position=(0, 0), tile_size=(32, 8)),
+        r"row tile size 32 is larger than the array's 8 rows \(tile sizes are tile_unit=32 and 2 "
+        r"x tile_unit; a smaller array needs a smaller tile_unit\)",
+        Error.TILE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(rows=1000, cols=1000),
+        r"rows=1000 must be an integer in 1\.\.255",
+        Error.NONE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(cols=256),
+        r"cols=256 must be an integer in 1\.\.255 \(the instruction's 8-bit K, M and tile fields\)",
+        Error.NONE,
+    ),
+    (
+        z((4, 4)),
+        z((4, 4)),
+        dict(tile_unit=0),
+        r"tile_unit=0 must be a positive integer",
+        Error.NONE,
     ),
     (
         z((4, 4)),
@@ -687,6 +732,28 @@ ERROR_CASES = [
         Error.NONE,
     ),
 ]
+
+
+def test_the_array_limit_is_what_the_instruction_word_encodes():
+    """On the largest array the rules take (MAX_ARRAY = 255, the 8-bit K, M and tile fields)
+    the largest K, M and N and the last tile pass isa.check and encode; a larger array is a
+    ValueError naming the limit, from check, the golden and the timing model alike."""
+    assert MAX_ARRAY == 255
+    for mode in (Mode.BF16, Mode.MX):
+        ls = Instruction(Op.LS, mode, k=224 if mode == Mode.MX else 255, m=254)
+        mm = Instruction(Op.MM, mode, k=ls.k, m=254, n=512)
+        assert check(ls, 255, 255) is None and check(mm, 255, 255, ls) is None
+        assert decode(encode(ls)) == ls and decode(encode(mm)) == mm
+    tiled = Instruction(Op.LS, Mode.BF16, k=32, m=255, tile_row=192, tile_rows=32)
+    assert check(tiled, 255, 255) is None and decode(encode(tiled)) == tiled
+    for rows, cols in ((256, 8), (8, 1000), (0, 8)):
+        with pytest.raises(ValueError, match=r"must be an integer in 1\.\.255"):
+            check(Instruction(Op.LS, Mode.BF16, k=1, m=1), rows, cols)
+        with pytest.raises(ValueError, match=r"must be an integer in 1\.\.255"):
+            simulate([Instruction(Op.LS, Mode.BF16, k=1, m=1)], rows, cols)
+    big = np.zeros((300, 4), ml_dtypes.bfloat16)
+    with pytest.raises(InstructionError, match=r"rows=1000 must be an integer in 1\.\.255"):
+        matmul(big, big, rows=1000, cols=1000)
 
 
 @pytest.mark.parametrize("s,x,kwargs,match,code", ERROR_CASES)

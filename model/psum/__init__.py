@@ -11,6 +11,7 @@ from .arbiter import PORTS, Arbiter
 from .isa import (
     FIELDS,
     INSTR_BITS,
+    MAX_WRITE_N,
     Dtype,
     Error,
     Flag,
@@ -43,4 +44,5 @@ __all__ = [
     "decode",
     "FIELDS",
     "INSTR_BITS",
+    "MAX_WRITE_N",
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "Geometry",
     "FIELDS",
     "INSTR_BITS",
+    "MAX_WRITE_N",
     "encode",
     "decode",
     "check",
@@ -60,7 +61,7 @@ class Error(enum.IntEnum):
     NONE = 0
     BANK = 1  # bank >= banks
     DTYPE = 2  # dtype field 3 (reserved)
-    COUNT = 3  # n == 0
+    COUNT = 3  # n == 0, or n above what the n field encodes
     RANGE = 4  # col + n beyond the bank row (rows fp32 / 2*rows 16-bit slots)
     FLAGS = 5  # bit0 and bit2 together
     ROUNDING = 6  # stochastic rounding with a non-BF16 dtype
@@ -72,6 +73,9 @@ class Error(enum.IntEnum):
 #: Instruction word layout, LSB first: (field, width).
 FIELDS = (("bank", 4), ("col", 11), ("n", 11), ("dtype", 2), ("rounding", 1), ("flags", 3))
 INSTR_BITS = sum(w for _, w in FIELDS)  # 32
+#: Most output vectors of one write: what the ``n`` field encodes (a BF16 row of a 4 KiB bank,
+#: 2048 values, takes two writes).
+MAX_WRITE_N = (1 << dict(FIELDS)["n"]) - 1
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,11 @@ def check(w, geometry, group):
         )
     if w.n < 1:
         return Error.COUNT, f"n={w.n}: a write needs at least one output vector"
+    if w.n > MAX_WRITE_N:
+        return Error.COUNT, (
+            f"n={w.n} does not fit the instruction's {dict(FIELDS)['n']}-bit n field: a write "
+            f"takes at most {MAX_WRITE_N} output vectors"
+        )
     cap = g.capacity(w.dtype)
     if w.col < 0 or w.col + w.n > cap:
         return Error.RANGE, (

@@ -10,6 +10,8 @@ drops the instruction.  :func:`encode` / :func:`decode` define the instruction w
 import enum
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ncrtl.model.fields import pack_fields, unpack_fields
 from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, FP8_FORMATS, MODE_BITS, MODES, mode_by_code
 
@@ -26,6 +28,8 @@ __all__ = [
     "instruction_bits",
     "MAX_N",
     "MAX_N_ANY",
+    "MAX_ARRAY",
+    "check_array",
     "MIN_MM_CYCLES",
 ]
 
@@ -147,6 +151,17 @@ FIELDS = (
 )
 
 
+#: Largest array size (rows or columns): the 8-bit K, M and tile fields of :data:`FIELDS` encode
+#: every instruction of an array up to this size, so the golden, the timing model, the RTL
+#: control and the command line take arrays of 1..MAX_ARRAY rows and columns.
+MAX_ARRAY = min(
+    (1 << w) - 1
+    for name, w in FIELDS
+    if name in ("k", "m", "tile_row", "tile_rows", "tile_col", "tile_cols")
+)
+assert MAX_N_ANY < 1 << dict(FIELDS)["n"], "the largest N must fit the instruction's n field"
+
+
 def instruction_bits():
     return sum(w for _, w in FIELDS)
 
@@ -167,6 +182,48 @@ def decode(word):
 def _sizes(sizes, sep="|"):
     """``64|32``: tile sizes, largest first; ``none`` when the axis cannot be tiled."""
     return sep.join(map(str, sorted(sizes, reverse=True))) or "none"
+
+
+def _tile_place(axis, pos, size, total, tile_unit):
+    """The rule a tile of ``size`` at ``pos`` along an axis of ``total`` rows or columns breaks
+    (its message), or None: a tile fits the array, starts at 0 or above and at a multiple of its
+    size."""
+    what = "rows" if axis == "row" else "columns"
+    if size > total:
+        return (
+            f"{axis} tile size {size} is larger than the array's {total} {what} (tile sizes "
+            f"are tile_unit={tile_unit} and 2 x tile_unit; a smaller array needs a smaller "
+            f"tile_unit)"
+        )
+    if pos < 0:
+        return f"tile_position {axis} {pos} is negative; a tile starts at {axis} 0 or above"
+    if pos % size:
+        return (
+            f"tile_position {axis} {pos} is not a multiple of the tile size {size} (a tile of "
+            f"{size} starts at a multiple of {size})"
+        )
+    if pos + size > total:
+        return (
+            f"a tile of {size} {what} at tile_position {axis} {pos} reaches past the array's "
+            f"{total} {what} (the last one starts at {axis} {total - size})"
+        )
+    return None
+
+
+def check_array(rows, cols, tile_unit=32):
+    """The array-size rules every engine, the golden and the timing model share: ``rows`` and
+    ``cols`` in 1..:data:`MAX_ARRAY` (the instruction's 8-bit K, M and tile fields encode every
+    instruction of such an array; :func:`encode` cannot encode a larger one's), ``tile_unit`` a
+    positive integer.  Returns the first rule broken (its message) or None."""
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_ARRAY:
+            return (
+                f"{name}={v!r} must be an integer in 1..{MAX_ARRAY} (the instruction's 8-bit K, M "
+                f"and tile fields)"
+            )
+    if isinstance(tile_unit, bool) or not isinstance(tile_unit, (int, np.integer)) or tile_unit < 1:
+        return f"tile_unit={tile_unit!r} must be a positive integer"
+    return None
 
 
 def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
@@ -190,7 +247,15 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
     Returns
     -------
     (Error, str) or None
+
+    Raises
+    ------
+    ValueError
+        An array size that breaks :func:`check_array` (no instruction of it is encodable).
     """
+    bad = check_array(rows, cols, tile_unit)
+    if bad is not None:
+        raise ValueError(bad)
     mode = mode_by_code(ins.mode)
     if mode is None or not mode.engine:
         what = (
@@ -250,16 +315,13 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
                 f"column tile size {ins.tile_cols} at row {ins.tile_row} is not "
                 f"allowed; allowed: {_sizes(col_tiles, ' or ')} at row 0"
             )
-        if ins.tile_row < 0 or ins.tile_row % ins.tile_rows or ins.tile_row + ins.tile_rows > rows:
-            return Error.TILE, (
-                f"tile_position row {ins.tile_row} is not a multiple of the tile "
-                f"size {ins.tile_rows} within {rows} rows"
-            )
-        if ins.tile_col < 0 or ins.tile_col % ins.tile_cols or ins.tile_col + ins.tile_cols > cols:
-            return Error.TILE, (
-                f"tile_position column {ins.tile_col} is not a multiple of the "
-                f"tile size {ins.tile_cols} within {cols} columns"
-            )
+        for axis, pos, size, total in (
+            ("row", ins.tile_row, ins.tile_rows, rows),
+            ("column", ins.tile_col, ins.tile_cols, cols),
+        ):
+            bad = _tile_place(axis, pos, size, total, tile_unit)
+            if bad is not None:
+                return Error.TILE, bad
     if not 1 <= ins.k <= ins.tile_rows:
         return Error.K_RANGE, f"K={ins.k} must be in 1..{ins.tile_rows} (rows of the tile)"
     k_step = mode.k_step(tile_unit)

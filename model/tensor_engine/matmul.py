@@ -26,7 +26,7 @@ import numpy as np
 from ncrtl.model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
 from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operand_formats
 
-from .isa import Error, Instruction, Mode, Op, check
+from .isa import Error, Instruction, Mode, Op, check, check_array
 
 __all__ = [
     "matmul",
@@ -283,9 +283,10 @@ def _validate(
 
 
 def _array_size(rows, cols, tile_unit):
-    for name, v in (("rows", rows), ("cols", cols), ("tile_unit", tile_unit)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise InstructionError(f"{name} must be a positive integer, got {v!r}")
+    """:func:`isa.check_array`: the array sizes the instruction word encodes."""
+    bad = check_array(rows, cols, tile_unit)
+    if bad is not None:
+        raise InstructionError(bad)
 
 
 def _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit, *, bf16_out=False):
@@ -341,7 +342,8 @@ def matmul(
         tiles ``(rows, 64|32)`` at ``(0, c0)``, positions multiples of the size); the values are
         those of the same matmul on the whole array.
     rows, cols : int
-        Array size (128 x 128 on the hardware).
+        Array size (128 x 128 on the hardware), each in 1..255 (:data:`isa.MAX_ARRAY`: what the
+        instruction's 8-bit fields encode).
     stationary_format, moving_format : str or None
         ``"tf32"`` reads float32 data as TF32 (low 13 mantissa bits ignored); any other name must
         be the dtype's own format.
