@@ -37,18 +37,38 @@ def _children_maxrss_mib():
 
 @contextlib.contextmanager
 def _fresh_build_dir():
-    """A temporary ``NCRTL_BUILD_DIR`` (so every build is measured from scratch), restored on
-    exit."""
+    """A new, empty ``NCRTL_BUILD_DIR`` (so every build is measured from scratch), restored on
+    exit: ``bench/fresh-*`` beside the build cache.  On exit the builds are removed but their
+    ``build.log`` files stay, so that the paths the builds printed (a warning, a failure) still
+    lead to their logs."""
+    from ncrtl.testbench import sim
+
     old = os.environ.get("NCRTL_BUILD_DIR")
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["NCRTL_BUILD_DIR"] = tmp
-        try:
-            yield tmp
-        finally:
-            if old is None:
-                os.environ.pop("NCRTL_BUILD_DIR", None)
-            else:
-                os.environ["NCRTL_BUILD_DIR"] = old
+    parent = sim.build_root().parent / "bench"
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="fresh-", dir=parent)
+    os.environ["NCRTL_BUILD_DIR"] = tmp
+    try:
+        yield tmp
+    finally:
+        if old is None:
+            os.environ.pop("NCRTL_BUILD_DIR", None)
+        else:
+            os.environ["NCRTL_BUILD_DIR"] = old
+        _keep_logs(Path(tmp))
+
+
+def _keep_logs(root):
+    """Remove everything under ``root`` but the build logs (``*/build.log``)."""
+    for path in sorted(root.rglob("*"), key=lambda q: len(q.parts), reverse=True):
+        if path.name == "build.log" and path.parent.parent == root:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only once empty: a build folder with its log stays
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _generate_and_build(block, params):
@@ -59,7 +79,7 @@ def _generate_and_build(block, params):
     text, top = block.verilog(params)
     gen = time.perf_counter() - t0
     rss0 = _children_maxrss_mib()
-    built = sim.build(text, top, extra_args=block.build_args(params))
+    built = sim.build(text, top, extra_args=block.build_args(params), progress=True)
     return text, gen, built, max(_children_maxrss_mib(), rss0)
 
 
@@ -160,7 +180,7 @@ def _bench_fp(args):
             text, top = block.verilog(params)
             gen = time.perf_counter() - t0
             rss0 = _children_maxrss_mib()
-            built = sim.build(block.component(params), top)
+            built = sim.build(block.component(params), top, progress=True)
             rss = max(_children_maxrss_mib(), rss0)
             res = run_block(block, params, count=count, seed=1, stall=0.0)
             sim_s = max(res.seconds - res.build_seconds, 1e-9)
@@ -221,7 +241,7 @@ def _bench_tensor_engine(size, pe_modes="all"):
         f"(ncrtl sim matmul's run):"
     )
     rss0 = _children_maxrss_mib()
-    built, steps = build_block(block, params, player=player_ports(size, size))
+    built, steps = build_block(block, params, player=player_ports(size, size), progress=True)
     if steps["cached"]:
         print(f"  cached build ({steps['directory']}), found in {steps['build']:.1f} s")
     else:
@@ -278,7 +298,10 @@ def _bench_psum(partitions, count):
 
     print(f"\nPSUM {block.label(params)}:")
     print(f"  Verilog generation {gen:.1f} s ({len(text.splitlines())} lines)")
-    print(f"  Verilator build {built.seconds:.1f} s, peak build process {rss:.0f} MiB")
+    print(
+        f"  Verilator build {built.seconds:.1f} s, peak build process {rss:.0f} MiB (log "
+        f"{built.directory / 'build.log'})"
+    )
     print(
         f"  read-add-write: a beat granted in cycle t is read at t, forwarded at t+1, added and "
         f"rounded at t+2, written at t+{comp.raw_latency}; an access granted at t+1 sees it"
