@@ -5,6 +5,7 @@ the cocotb testbench that checks it against the golden model.  Groups name sets 
 ``(block, params)`` configurations that ``ncrtl lint`` and ``ncrtl conformance`` run together.
 """
 
+import json
 from dataclasses import dataclass
 
 from ncrtl.hdl.tensor_engine import VERILATOR_CONFIG as TE_VERILATOR_CONFIG
@@ -100,6 +101,10 @@ class Block:
     stimulus : callable or None
         ``stimulus(count, **params) -> str``: what a conformance run of ``count`` (``--count``)
         streams through the block, in words (:meth:`describe`); None: ``count`` random vectors.
+    training : callable or None
+        ``training(params, player) -> (test_module, env)``: the run a profile-guided build
+        (parameter ``pgo=1``) trains on, its cocotb module and the environment beside the
+        usual ``NCRTL_*`` (``player``: the build has stream players); None: no such build.
     """
 
     name: str
@@ -111,6 +116,7 @@ class Block:
     sim_args: tuple = ()
     threads: object = None
     stimulus: object = None
+    training: object = None
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -400,6 +406,7 @@ def _make_te(
     parallel_tiles=0,
     background_transpose=0,
     pe_modes="all",
+    pgo=0,
 ):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
@@ -442,6 +449,19 @@ def _te_stimulus(count, mode, max_n, background_transpose=0, parallel_tiles=0, *
     )
 
 
+def _te_training(params, player):
+    """The training run of a profile-guided engine build: with stream players (the build of
+    ``ncrtl sim matmul`` and ``ncrtl bench``), one K = rows, M = cols, N = 512 matmul of the
+    ``mode`` parameter streamed as ``ncrtl sim matmul`` streams it; without, the conformance
+    program of two groups (its runs without and with stalls, errors mixed in)."""
+    if player:
+        shape = {"k": params["rows"], "m": params["cols"], "n": 512, "repeat": 1}
+        return "ncrtl.testbench.tensor_engine.test_sim", {"NCRTL_MATMUL": json.dumps(shape)}
+    return "ncrtl.testbench.tensor_engine.test_tensor_engine", {
+        "NCRTL_COUNT": str(4 * params["max_n"])
+    }
+
+
 def _big_array_threads(rows, cols, **_):
     """Simulation threads of an engine: 2 from 64 x 64 PEs up (a 32 x 32 engine runs 1.55x
     faster on 2 threads than on 1; small arrays stay single-threaded so that parallel test
@@ -459,6 +479,7 @@ def _te_top(
     parallel_tiles=0,
     background_transpose=0,
     pe_modes="all",
+    pgo=0,
 ):
     from ncrtl.model.modes import ENGINE_MODES
 
@@ -538,6 +559,15 @@ register(
                 "'+' or ','; fewer modes simulate faster, another mode's instruction is an "
                 "error (MODE)",
             ),
+            Param(
+                "pgo",
+                int,
+                0,
+                "1: a profile-guided simulation build (compiled instrumented, trained on a "
+                "matmul stream of the mode, compiled again with the profile: about twice the "
+                "build time, a faster simulation); the same hardware",
+                choices=(0, 1),
+            ),
         ),
         _make_te,
         _te_top,
@@ -545,6 +575,7 @@ register(
         sim_args=_TE_SIM_ARGS,
         threads=_big_array_threads,
         stimulus=_te_stimulus,
+        training=_te_training,
     )
 )
 

@@ -114,7 +114,7 @@ def run_bench(args):
         ok &= _bench_harness(args.harness_size, getattr(args, "harness_repeat", 40))
     if only in (None, "te") and args.te_size:
         for family in _families(getattr(args, "pe_modes", "all")):
-            ok &= _bench_tensor_engine(args.te_size, family)
+            ok &= _bench_tensor_engine(args.te_size, family, pgo=getattr(args, "pgo", False))
     if only in (None, "dma"):
         ok &= _bench_dma(getattr(args, "dma_partitions", 16))
         ok &= _bench_dma_qos()
@@ -219,12 +219,26 @@ def _families(spec):
     return out or ["all"]
 
 
-def _bench_tensor_engine(size, pe_modes="all"):
+def _te_params(size, pe_modes, pgo):
+    """The ``pe_array`` parameters of the benchmark's engine."""
+    return blocks.get("pe_array").resolve(
+        {
+            "rows": str(size),
+            "cols": str(size),
+            "mode": "bf16",
+            "pe_modes": pe_modes,
+            "pgo": "1" if pgo else "0",
+        }
+    )
+
+
+def _bench_tensor_engine(size, pe_modes="all", pgo=False):
     """A ``size x size`` Tensor Engine running one bf16 K = M = ``size``, N = 512 matmul as
     ``ncrtl sim matmul`` runs it (Verilog stream players, build cache): the build (or the cached
     build), then a run on the cached build with its time split, streaming against end-to-end
     cycles/s and the model start-up; the golden model's time for the same tile.  ``pe_modes``:
-    the modes its PE is built for (the family must serve bf16)."""
+    the modes its PE is built for (the family must serve bf16); ``pgo``: the profile-guided
+    build (``pe_array`` parameter ``pgo=1``)."""
     import ml_dtypes
 
     from ncrtl.model.tensor_engine.matmul import matmul
@@ -233,11 +247,10 @@ def _bench_tensor_engine(size, pe_modes="all"):
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
-    params = block.resolve(
-        {"rows": str(size), "cols": str(size), "mode": "bf16", "pe_modes": pe_modes}
-    )
+    params = _te_params(size, pe_modes, pgo)
+    build = ", profile-guided build" if pgo else ""
     print(
-        f"\ntensor engine {size}x{size}, PE modes {pe_modes}, bf16 K=M={size} N=512 "
+        f"\ntensor engine {size}x{size}, PE modes {pe_modes}{build}, bf16 K=M={size} N=512 "
         f"(ncrtl sim matmul's run):"
     )
     rss0 = _children_maxrss_mib()
@@ -250,13 +263,13 @@ def _bench_tensor_engine(size, pe_modes="all"):
             f"{steps['build']:.1f} s, peak build process "
             f"{max(_children_maxrss_mib(), rss0):.0f} MiB ({steps['directory']})"
         )
-    res = _te_stream_run(size, repeat=1, player=True, pe_modes=pe_modes)
+    res = _te_stream_run(size, repeat=1, player=True, pe_modes=pe_modes, pgo=pgo)
     if not res.passed:
         print(f"  run FAILED: {res.message}")
         return False
     split = dict(time_split(res))
     stream, end = streaming_rate(res), res.cycles / res.seconds
-    print(f"  streaming: {stream:.1f} cycles/s (PE modes {pe_modes})")
+    print(f"  streaming: {stream:.1f} cycles/s (PE modes {pe_modes}{build})")
     print(
         f"  {res.cycles} cycles: end to end {end:.1f} cycles/s = {end / stream:.2f} x "
         f"streaming (target >= 0.8)"
@@ -331,19 +344,17 @@ def _bench_psum(partitions, count):
     return res.passed
 
 
-def _te_stream_run(size, *, repeat, player, seed=1, progress=True, pe_modes="all"):
+def _te_stream_run(size, *, repeat, player, seed=1, progress=True, pe_modes="all", pgo=False):
     """One ``ncrtl sim matmul``-style run of ``repeat`` bf16 K = M = ``size``, N = 512 pairs on
-    a ``size x size`` engine (build cache used; its PE built for ``pe_modes``): a
-    :class:`BlockResult`."""
+    a ``size x size`` engine (build cache used; its PE built for ``pe_modes``, profile-guided
+    with ``pgo``): a :class:`BlockResult`."""
     import json
 
     from ncrtl.testbench.conformance import run_block
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
-    params = block.resolve(
-        {"rows": str(size), "cols": str(size), "mode": "bf16", "pe_modes": pe_modes}
-    )
+    params = _te_params(size, pe_modes, pgo)
     return run_block(
         block,
         params,

@@ -257,7 +257,10 @@ def build_block(block, params, *, waves=None, player=None, progress=False):
 
     ``progress``: say on stderr what takes time (:func:`ncrtl.testbench.progress.step`): the
     Verilog generation and the Verilator build with their elapsed time, and where the build is
-    cached."""
+    cached.
+
+    A block with ``pgo=1`` gets a profile-guided build (:func:`ncrtl.testbench.sim.build`'s
+    ``profile``) trained on the block's ``training`` run (:func:`_training`)."""
     from ncrtl.testbench import player as players
     from ncrtl.testbench import progress as report
     from ncrtl.testbench import sim
@@ -279,7 +282,10 @@ def build_block(block, params, *, waves=None, player=None, progress=False):
             if player:
                 text += "\n" + players.player_verilog(design, player)
         generate = time.perf_counter() - t0
-        built = sim.build(text, top, waves=waves, extra_args=args, progress=progress)
+        profile = _training(block, params, player) if params.get("pgo") else None
+        built = sim.build(
+            text, top, waves=waves, extra_args=args, progress=progress, profile=profile
+        )
         sim.remember_build(key, built)
     steps = {
         "generate": generate,
@@ -288,6 +294,44 @@ def build_block(block, params, *, waves=None, player=None, progress=False):
         "directory": str(built.directory),
     }
     return built, steps
+
+
+def _training(block, params, player):
+    """``profile(build)`` of a profile-guided build of ``block``: its ``training`` run on the
+    instrumented model (seed 1, no stalls unless the testbench adds its own); a failing run
+    fails the build."""
+    from ncrtl.testbench import sim
+
+    if block.training is None:
+        raise sim.BuildError(f"{block.name}: no profile-guided build (pgo=1) for this block")
+    test_module, extra = block.training(params, bool(player))
+
+    def train(built):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {
+                "NCRTL_PARAMS": json.dumps(params),
+                "NCRTL_COUNT": "1",
+                "NCRTL_SEED": "1",
+                "NCRTL_STALL": "0.0",
+                "NCRTL_SUMMARY": str(Path(tmp) / "summary.json"),
+                "NCRTL_LABEL": block.label(params),
+                "NCRTL_BLOCK": block.name,
+                **extra,
+            }
+            res = built.run(
+                test_module,
+                env=env,
+                seed=1,
+                results=Path(tmp) / "results.xml",
+                log=built.directory / "training.log",
+            )
+            if not res.passed:
+                raise sim.BuildError(
+                    f"{block.label(params)}: the training run of the profile-guided build "
+                    f"failed: {res.message}"
+                )
+
+    return train
 
 
 def _junit(results, path):

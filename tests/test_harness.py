@@ -154,6 +154,48 @@ def test_build_cache_hit(selftest_build):
     assert (again.directory / TOP).is_file()
 
 
+@pytest.mark.sim
+def test_profile_guided_build(tmp_path, monkeypatch):
+    """A profile-guided build: the training run gets the instrumented model (before the build
+    is marked complete) and writes the profile; the model is compiled again with it, under its
+    own cache key, and runs; the next build of the same design is a cache hit, not trained."""
+    from ncrtl.testbench.selftest.dut import StreamIncrement
+
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
+    trained = []
+
+    def train(b):
+        assert not (b.directory / ".ncrtl-build-ok").exists()
+        assert "-fprofile-generate=" in (b.directory / "Vtop.mk").read_text()
+        b.run(SELFTEST, testcase="test_full_throughput").check()
+        trained.append(b.directory)
+
+    b = sim.build(StreamIncrement(), TOP, waves=False, profile=train)
+    assert not b.cached and trained == [b.directory]
+    assert any((b.directory / "pgo").rglob("*.gcda"))
+    mk = (b.directory / "Vtop.mk").read_text()
+    assert "-fprofile-use=" in mk and "-fprofile-generate" not in mk
+    assert json.loads((b.directory / ".ncrtl-build-ok").read_text())["profile_guided"] is True
+    assert b.directory.name != sim._plan(StreamIncrement(), TOP, waves=False).name
+    b.run(SELFTEST, testcase="test_full_throughput").check()
+    again = sim.build(StreamIncrement(), TOP, waves=False, profile=train)
+    assert again.cached and again.directory == b.directory and len(trained) == 1
+
+
+@pytest.mark.sim
+def test_profile_guided_build_fails_with_its_training(tmp_path, monkeypatch):
+    from ncrtl.testbench.selftest.dut import StreamIncrement
+
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
+
+    def train(b):
+        raise sim.BuildError("the training diverged")
+
+    with pytest.raises(sim.BuildError, match="the training diverged"):
+        sim.build(StreamIncrement(), TOP, waves=False, profile=train)
+    assert not list((tmp_path / "sim").glob("*/.ncrtl-build-ok"))
+
+
 def test_cache_key():
     from ncrtl.testbench.selftest.dut import StreamIncrement
 
