@@ -1,11 +1,15 @@
 """The ``ncrtl`` command line: generate Verilog, lint, run conformance and benchmarks.
 
 Every command takes a block name from :mod:`ncrtl.blocks` (``ncrtl list`` shows them) and block
-parameters as ``--param name=value``.  Bad input (unknown block, parameter or value) gets one line
-naming the bad value and the allowed ones, and exit status 2.
+parameters as ``--param name=value``.  Bad input (unknown block, parameter or value, a seed, a
+probability or a size out of range, a path that cannot be written, a matrix file that does not
+fit) gets one line naming the bad value and the rule, and exit status 2, before anything is
+built.
 """
 
 import argparse
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +24,56 @@ __all__ = ["main"]
 
 class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
+
+
+#: Seeds every command takes: the testbenches seed numpy, Python's ``random`` and the Verilog
+#: stream players' 32-bit generators with them.
+MAX_SEED = (1 << 32) - 1
+
+#: Engines of at least this many PEs build for minutes: ``ncrtl sim`` says so before it starts
+#: an uncached build, with the figures of :data:`BIG_BUILD`.
+BIG_ENGINE = 64 * 64
+BIG_BUILD = (
+    "the 128 x 128 engine took 4 to 5 minutes (Verilog generation 20 s, Verilator build 3.5 "
+    "to 5 min) and up to 11 GiB of memory on a 2-core machine"
+)
+
+
+def _check_seed(seed):
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed {seed} must be in 0..{MAX_SEED} (an unsigned 32-bit seed)")
+
+
+def _check_stall(stall):
+    if not (math.isfinite(stall) and 0 <= stall < 1):
+        raise UsageError(
+            f"--stall {stall} must be a probability in [0, 1): the share of idle input cycles "
+            f"and of backpressure cycles (1 would never move a beat)"
+        )
+
+
+def _check_writable(path, flag, *, folder=False, create=True):
+    """A path a command will write (a file, or with ``folder`` a folder it may create; with
+    ``create`` the command also creates the missing folders above it): one line naming
+    ``flag`` and the reason when it cannot be, checked before the work starts."""
+    p = Path(path)
+    kind = "folder" if folder else "file"
+    if p.exists():
+        if folder != p.is_dir():
+            what = "a folder" if p.is_dir() else "a file"
+            raise UsageError(f"{flag} {path} is {what}; give a {kind}")
+        if not os.access(p, os.W_OK):
+            raise UsageError(f"{flag} {path}: the {kind} is not writable")
+        return
+    parent = p.parent
+    if not create and not parent.exists():
+        raise UsageError(f"{flag} {path}: the folder {parent} does not exist")
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: the folder {parent} is not writable")
 
 
 def _parse_params(items, args=None):
@@ -52,14 +106,21 @@ def _cmd_list(args):
 
 
 def _cmd_verilog(args):
+    from ncrtl.testbench import progress
+
     block = blocks.get(args.block)
     params = block.resolve(_parse_params(args.param, args))
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    _check_writable(out, "-o", folder=True)
     t0 = time.perf_counter()
-    text, top = block.verilog(params)
+    with progress.step(f"Verilog generation of {block.top(**params)}"):
+        text, top = block.verilog(params)
     path = out / f"{top}.v"
-    path.write_text(text)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     print(
         f"wrote {path} ({len(text.splitlines())} lines, top module {top}) "
         f"in {time.perf_counter() - t0:.2f} s"
@@ -109,6 +170,10 @@ def _cmd_conformance(args):
     runs = _expand(args.block, args.param, args)
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
+    _check_seed(args.seed)
+    _check_stall(args.stall)
+    if args.junit:
+        _check_writable(args.junit, "--junit")
     return run_conformance(
         runs,
         count=args.count,
@@ -120,11 +185,184 @@ def _cmd_conformance(args):
     )
 
 
-def _cmd_sim(args):
-    from ncrtl.testbench.tensor_engine.simulate import sim_matmul
+def _size(args, name, block):
+    """``--rows`` / ``--cols`` of ``ncrtl sim``: the block parameter's range, in the flag's
+    words."""
+    value = getattr(args, name)
+    param = next(q for q in block.params if q.name == name)
+    if not param.minimum <= value <= param.maximum:
+        raise UsageError(
+            f"--{name} {value} must be in {param.minimum}..{param.maximum} (the sizes of the RTL "
+            f"{'engine' if block.name == 'pe_array' else 'matmul path'})"
+        )
+    return value
 
+
+def _load(path, flag):
+    """The array in the ``.npy`` file ``path`` (``--stationary`` / ``--moving``)."""
+    import numpy as np
+
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path}: no such file") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise UsageError(f"{flag} {path}: not a .npy array ({exc})") from None
+    if not isinstance(arr, np.ndarray):
+        raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
+    return arr
+
+
+def _given(value, default):
+    """A size flag's value, or its default when the flag was not given (0 is a value)."""
+    return default if value is None else value
+
+
+def _own_data(args):
+    """``(stationary array, moving array)`` of ``--stationary`` / ``--moving``, or None."""
+    if (args.stationary is None) != (args.moving is None):
+        raise UsageError("--stationary and --moving go together: give both matrices, or neither")
+    if args.stationary is None:
+        return None
+    return _load(args.stationary, "--stationary"), _load(args.moving, "--moving")
+
+
+def _source(args):
+    return f"--stationary {args.stationary} x --moving {args.moving}"
+
+
+def _formats(args, pe_mode, transpose):
+    """The stationary and moving format indices of ``--format`` / ``--moving-format``."""
+    fs = args.format or pe_mode.formats_s[0]
+    if fs not in pe_mode.formats_s:
+        raise UsageError(
+            f"--format {fs!r} is not a stationary format of {args.dtype}; allowed: "
+            f"{', '.join(pe_mode.formats_s)}"
+        )
+    if transpose:
+        # A transpose moves the stationary encodings; its selection matrix is in their format.
+        if args.moving_format not in (None, fs):
+            raise UsageError(
+                f"--moving-format does not apply to a transpose: its selection matrix is in the "
+                f"stationary format ({fs})"
+            )
+        return pe_mode.formats_s.index(fs), pe_mode.formats_s.index(fs)
+    fm = args.moving_format or (fs if fs in pe_mode.formats_m else pe_mode.formats_m[0])
+    if fm not in pe_mode.formats_m:
+        raise UsageError(
+            f"--moving-format {fm!r} is not a moving format of {args.dtype}; allowed: "
+            f"{', '.join(pe_mode.formats_m)}"
+        )
+    return pe_mode.formats_s.index(fs), pe_mode.formats_m.index(fm)
+
+
+def _shapes(args, own, pe_mode):
+    """``(K, M, N)`` of ``--stationary`` / ``--moving``, checked against any of ``--k``,
+    ``--m``, ``--n`` also given."""
+    s, x = own
+    p = pe_mode.products
+    if p > 1:
+        want = f"[K, {p}, M] and [K, {p}, N] ({args.dtype}: {p} elements per partition)"
+        ok = s.ndim == 3 and x.ndim == 3 and s.shape[1] == p and x.shape[1] == p
+    else:
+        want = "[K, M] and [K, N]"
+        ok = s.ndim == 2 and x.ndim == 2
+    if not ok:
+        raise UsageError(
+            f"{_source(args)}: shapes {list(s.shape)} and {list(x.shape)}; {args.dtype} takes "
+            f"{want}"
+        )
+    if s.shape[0] != x.shape[0]:
+        raise UsageError(
+            f"{_source(args)}: K differs ({s.shape[0]} and {x.shape[0]} rows); both matrices "
+            f"have the contraction's K rows"
+        )
+    k, m, n = s.shape[0], s.shape[-1], x.shape[-1]
+    for name, given, got in (("k", args.k, k), ("m", args.m, m), ("n", args.n, n)):
+        if given is not None and given != got:
+            raise UsageError(
+                f"--{name} {given} does not match the matrices' {name.upper()}={got}; leave "
+                f"--{name} out with --stationary / --moving"
+            )
+    return k, m, n
+
+
+def _codes(args, own, pe_mode, formats):
+    """The encodings of the user's matrices in the chosen formats."""
+    from ncrtl.testbench.tensor_engine.operands import OperandError, operand_codes
+
+    try:
+        return {
+            "stationary": operand_codes(
+                own[0], pe_mode.formats_s[formats[0]], f"--stationary {args.stationary}"
+            ),
+            "moving": operand_codes(
+                own[1], pe_mode.formats_m[formats[1]], f"--moving {args.moving}"
+            ),
+        }
+    except OperandError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_pair(pe_mode, transpose, k, m, n, rows, cols, what, *, bf16_out=False):
+    """The engine's rules for the LS + MM pair of one matmul (isa.check), with its message."""
+    fields = dict(k=k, m=m, transpose=transpose)
+    ls = Instruction(Op.LS, Mode(pe_mode.code), **fields)
+    mm = Instruction(Op.MM, Mode(pe_mode.code), n=n, bf16_out=bf16_out, **fields)
+    for ins, st in ((ls, None), (mm, ls)):
+        bad = isa.check(ins, rows, cols, st)
+        if bad is not None:
+            raise UsageError(f"{what}: {bad[1]}")
+
+
+def _golden_check(args, data, formats, pe_mode, transpose, rows, cols, chunk=None):
+    """Run the golden on the user's matrices (each ``chunk`` rows apart, for the PSUM path)
+    before anything is built: a transpose's moving matrix must be a selection matrix."""
+    from ncrtl.model.fp import from_bits
+    from ncrtl.model.tensor_engine.matmul import InstructionError, matmul
+
+    fs, fm = pe_mode.formats_s[formats[0]], pe_mode.formats_m[formats[1]]
+    s, x = data["stationary"], data["moving"]
+    step = chunk or s.shape[0]
+    try:
+        for k0 in range(0, s.shape[0], step):
+            matmul(
+                from_bits(s[k0 : k0 + step], fs),
+                from_bits(x[k0 : k0 + step], fm),
+                perf_mode=pe_mode.perf_mode,
+                is_transpose=transpose,
+                rows=rows,
+                cols=cols,
+                stationary_format=fs,
+                moving_format=fm,
+            )
+    except InstructionError as exc:
+        where = f" (rows {k0}..{k0 + step - 1})" if chunk else ""
+        raise UsageError(f"{_source(args)}{where}: {exc}") from None
+
+
+def _announce(block, params, player=None):
+    """Say before an uncached build of a big engine that it takes minutes and GiB."""
+    from ncrtl.testbench import progress
+    from ncrtl.testbench.conformance import find_build
+
+    if params["rows"] * params["cols"] < BIG_ENGINE:
+        return
+    if find_build(block, params, player=player) is not None:
+        return
+    progress.say(
+        f"note: the {params['rows']} x {params['cols']} {block.name} build is not cached yet: "
+        f"it is generated and built first ({BIG_BUILD}); later runs reuse it. --rows 8 --cols 8 "
+        f"builds in about a minute."
+    )
+
+
+def _cmd_sim(args):
     if args.what != "matmul":
         raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
+    _check_seed(args.seed)
+    if args.out is not None:
+        _check_writable(args.out, "--out", create=False)
     if args.dtype in MX_DTYPES:
         return _sim_mx(args)
     if args.moving_dtype is not None:
@@ -138,60 +376,148 @@ def _cmd_sim(args):
             f"{', '.join(blocks.TE_MODES + tuple(MX_DTYPES))}"
         )
     if args.psum is not None:
-        from ncrtl.testbench.core.simulate import sim_matmul_psum
-
-        if args.dtype not in blocks.CORE_MODES:
-            raise UsageError(
-                f"--dtype {args.dtype!r} is not allowed with --psum; allowed: "
-                f"{', '.join(blocks.CORE_MODES)}"
-            )
-        if args.k < 1 or args.k % args.rows:
-            raise UsageError(
-                f"--k {args.k} must be a positive multiple of --rows {args.rows} with "
-                f"--psum (one accumulated matmul per {args.rows} rows)"
-            )
-        if args.m != args.cols:
-            raise UsageError(
-                f"--m {args.m} must equal --cols {args.cols} with --psum (every "
-                f"partition of the bank is written)"
-            )
-        pe_mode, transpose = operation(args.dtype)
-        limit = pe_mode.n_limit(args.psum == "bf16" and not transpose)
-        if not 1 <= args.n <= limit:
-            raise UsageError(
-                f"--n {args.n} must be in 1..{limit} ({args.dtype} into {args.psum} PSUM)"
-            )
-        return sim_matmul_psum(
-            rows=args.rows,
-            cols=args.cols,
-            dtype=args.dtype,
-            k=args.k,
-            n=args.n,
-            psum=args.psum,
-            rounding=args.rounding,
-            seed=args.seed,
-            waves=args.waves,
-        )
+        return _sim_psum(args)
     if args.rounding != "rne":
         raise UsageError("--rounding applies to a BF16 PSUM: give --psum bf16")
-    for name, value, hi in (("k", args.k, args.rows), ("m", args.m, args.cols), ("n", args.n, 512)):
-        if not 1 <= value <= hi:
-            raise UsageError(f"--{name} {value} must be in 1..{hi}")
+    from ncrtl.testbench.tensor_engine.simulate import engine_build, sim_matmul
+
+    block = blocks.get("pe_array")
+    rows, cols = _size(args, "rows", block), _size(args, "cols", block)
+    pe_mode, transpose = operation(args.dtype)
+    formats = _formats(args, pe_mode, transpose)
+    own = _own_data(args)
+    data = None
+    if own is not None:
+        if pe_mode.scale:
+            raise UsageError(
+                "--stationary / --moving with --dtype mx: the mx mode takes MX codes and block "
+                f"scales; give BF16 matrices with an MX dtype ({', '.join(MX_DTYPES)}) to run "
+                "them through QuantizeMX and the MX matmul"
+            )
+        k, m, n = _shapes(args, own, pe_mode)
+        what = f"{_source(args)} (K={k} M={m} N={n})"
+    else:
+        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
+        what = f"--k {k} --m {m} --n {n}"
+    _check_pair(pe_mode, transpose, k, m, n, rows, cols, what)
+    if own is not None:
+        data = _codes(args, own, pe_mode, formats)
+        _golden_check(args, data, formats, pe_mode, transpose, rows, cols)
+    _announce(*engine_build(rows, cols, args.dtype))
     return sim_matmul(
-        rows=args.rows,
-        cols=args.cols,
+        rows=rows,
+        cols=cols,
         dtype=args.dtype,
-        k=args.k,
-        m=args.m,
-        n=args.n,
+        k=k,
+        m=m,
+        n=n,
         seed=args.seed,
         waves=args.waves,
+        formats=formats,
+        special=args.values == "special",
+        data=data,
+        source=_source(args) if own is not None else "",
+        out=args.out,
+    )
+
+
+def _sim_psum(args):
+    """``ncrtl sim matmul --psum``: the chunked matmul (or a transpose) into PSUM."""
+    from ncrtl.testbench.core.simulate import core_build, sim_matmul_psum
+
+    block = blocks.get("core")
+    rows, cols = _size(args, "rows", block), _size(args, "cols", block)
+    if args.dtype not in blocks.CORE_MODES:
+        raise UsageError(
+            f"--dtype {args.dtype!r} is not allowed with --psum; allowed: "
+            f"{', '.join(blocks.CORE_MODES)}"
+        )
+    pe_mode, transpose = operation(args.dtype)
+    if args.rounding != "rne" and (transpose or args.psum != "bf16"):
+        raise UsageError(
+            f"--rounding {args.rounding} applies to a BF16 accumulation (--psum bf16), not to "
+            + (
+                "a transpose: it writes raw 16-bit words (RAW16)"
+                if transpose
+                else f"--psum {args.psum}"
+            )
+        )
+    formats = _formats(args, pe_mode, transpose)
+    own = _own_data(args)
+    if own is not None:
+        if pe_mode.scale:
+            raise UsageError(
+                "--stationary / --moving with --dtype mx: the mx mode takes MX codes and block "
+                "scales, which the PSUM path draws at random; run your BF16 matrices with an MX "
+                f"dtype ({', '.join(MX_DTYPES)}) without --psum"
+            )
+        k, m, n = _shapes(args, own, pe_mode)
+        what = f"{_source(args)} (K={k} M={m} N={n})"
+    else:
+        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
+        what = f"--k {k} --m {m} --n {n}"
+    if transpose and k != rows:
+        raise UsageError(
+            f"{what}: a transpose into PSUM moves one tile of K = --rows {rows} partitions (each "
+            f"write overwrites its columns: nothing accumulates); K={k}"
+        )
+    if k < 1 or k % rows:
+        raise UsageError(
+            f"{what}: K={k} must be a positive multiple of --rows {rows} with --psum (one "
+            f"accumulated matmul per {rows} rows)"
+        )
+    chunks_max = next(q for q in block.params if q.name == "chunks").maximum
+    if k // rows > chunks_max:
+        raise UsageError(
+            f"{what}: K={k} is {k // rows} matmuls of {rows} rows; at most {chunks_max} "
+            f"accumulate in one run"
+        )
+    if m != cols:
+        raise UsageError(
+            f"{what}: M={m} must equal --cols {cols} with --psum (every partition of the bank "
+            f"is written)"
+        )
+    limit = pe_mode.n_limit(args.psum == "bf16" and not transpose)
+    if not 1 <= n <= limit:
+        into = "RAW16" if transpose else f"{args.psum}"
+        raise UsageError(f"{what}: N={n} must be in 1..{limit} ({args.dtype} into {into} PSUM)")
+    _check_pair(
+        pe_mode,
+        transpose,
+        rows,
+        cols,
+        n,
+        rows,
+        cols,
+        what,
+        bf16_out=args.psum == "bf16" and not transpose,
+    )
+    data = None
+    if own is not None:
+        data = _codes(args, own, pe_mode, formats)
+        _golden_check(args, data, formats, pe_mode, transpose, rows, cols, chunk=rows)
+    _announce(*core_build(rows, cols, args.dtype, args.psum, args.rounding, k // rows, n))
+    return sim_matmul_psum(
+        rows=rows,
+        cols=cols,
+        dtype=args.dtype,
+        k=k,
+        n=n,
+        psum=args.psum,
+        rounding=args.rounding,
+        seed=args.seed,
+        waves=args.waves,
+        formats=formats,
+        special=args.values == "special",
+        data=data,
+        source=_source(args) if own is not None else "",
+        out=args.out,
     )
 
 
 def _sim_mx(args):
     """``ncrtl sim matmul --dtype mxfp8_*|mxfp4_*``: the QuantizeMX + MX matmul chain."""
-    from ncrtl.testbench.tensor_engine.simulate import sim_matmul_mx
+    from ncrtl.testbench.tensor_engine.simulate import engine_build, sim_matmul_mx
 
     moving = args.moving_dtype or args.dtype
     if moving not in MX_DTYPES:
@@ -203,30 +529,81 @@ def _sim_mx(args):
             "--psum and --rounding do not apply to the MX chain; --dtype mx --psum fp32|bf16 "
             "runs MX matmuls into PSUM"
         )
-    if args.rows < 32 or args.rows % 32:
+    if args.format is not None or args.moving_format is not None:
         raise UsageError(
-            f"--rows {args.rows}: the MX chain needs a multiple of 32 rows (QuantizeMX groups "
+            "--format / --moving-format do not apply to the MX chain: --dtype and --moving-dtype "
+            "name its element formats"
+        )
+    block = blocks.get("pe_array")
+    rows, cols = _size(args, "rows", block), _size(args, "cols", block)
+    if rows < 32 or rows % 32:
+        raise UsageError(
+            f"--rows {rows}: the MX chain needs a multiple of 32 rows (QuantizeMX groups "
             f"and the scale quadrants span 32 partitions)"
         )
+    own = _own_data(args)
+    sources = None
+    if own is not None:
+        import ml_dtypes
+
+        from ncrtl.testbench.tensor_engine.operands import OperandError, operand_codes
+
+        s, x = own
+        if s.ndim != 2 or x.ndim != 2 or s.shape[1] % 4 or x.shape[1] % 4:
+            raise UsageError(
+                f"{_source(args)}: shapes {list(s.shape)} and {list(x.shape)}; the MX chain "
+                f"takes BF16 [K, 4M] and [K, 4N] (4 packed elements per partition and column)"
+            )
+        if s.shape[0] != x.shape[0]:
+            raise UsageError(
+                f"{_source(args)}: K differs ({s.shape[0]} and {x.shape[0]} rows); both "
+                f"matrices have the contraction's K rows"
+            )
+        k, m, n = s.shape[0], s.shape[1] // 4, x.shape[1] // 4
+        for name, given, got in (("k", args.k, k), ("m", args.m, m), ("n", args.n, n)):
+            if given is not None and given != got:
+                raise UsageError(
+                    f"--{name} {given} does not match the matrices' {name.upper()}={got}; leave "
+                    f"--{name} out with --stationary / --moving"
+                )
+        try:
+            sources = tuple(
+                operand_codes(a, "bf16", f"{flag} {path}").view(ml_dtypes.bfloat16)
+                for a, flag, path in (
+                    (s, "--stationary", args.stationary),
+                    (x, "--moving", args.moving),
+                )
+            )
+        except OperandError as exc:
+            raise UsageError(str(exc)) from None
+        what = f"{_source(args)} (K={k} partitions M={m} N={n})"
+    else:
+        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
+        what = f"--k {k} --m {m} --n {n}"
     # The engine's own rules for the LS + MM pair (K partitions, M, N), with its messages.
-    fields = dict(k=args.k, m=args.m, fmt_s=MX_FORMATS.index(MX_DTYPES[args.dtype]))
+    fields = dict(k=k, m=m, fmt_s=MX_FORMATS.index(MX_DTYPES[args.dtype]))
     fields["fmt_m"] = MX_FORMATS.index(MX_DTYPES[moving])
     ls = Instruction(Op.LS, Mode.MX, **fields)
-    for ins, st in ((ls, None), (Instruction(Op.MM, Mode.MX, n=args.n, **fields), ls)):
-        bad = isa.check(ins, args.rows, args.cols, st)
+    for ins, st in ((ls, None), (Instruction(Op.MM, Mode.MX, n=n, **fields), ls)):
+        bad = isa.check(ins, rows, cols, st)
         if bad is not None:
-            raise UsageError(f"--k {args.k} --m {args.m} --n {args.n}: {bad[1]}")
+            raise UsageError(f"{what}: {bad[1]}")
+    _announce(*engine_build(rows, cols, "mx"))
     return sim_matmul_mx(
-        rows=args.rows,
-        cols=args.cols,
+        rows=rows,
+        cols=cols,
         dtype=args.dtype,
         moving_dtype=moving,
-        k=args.k,
-        m=args.m,
-        n=args.n,
+        k=k,
+        m=m,
+        n=n,
         scale_rule=args.scale_rule,
         seed=args.seed,
         waves=args.waves,
+        sources=sources,
+        source=_source(args) if own is not None else "",
+        special=args.values == "special",
+        out=args.out,
     )
 
 
@@ -270,8 +647,13 @@ def _cmd_timing(args):
         )
     for name in ("rows", "cols"):
         value = getattr(args, name)
-        if not 1 <= value <= 255:
-            raise UsageError(f"--{name} {value} must be in 1..255 (8-bit instruction fields)")
+        if not 1 <= value <= isa.MAX_ARRAY:
+            raise UsageError(
+                f"--{name} {value} must be in 1..{isa.MAX_ARRAY} (the instruction's 8-bit K, M "
+                f"and tile fields)"
+            )
+    if args.trace:
+        _check_writable(args.trace, "--trace", create=False)
     if args.tile_unit < 1:
         raise UsageError(f"--tile-unit {args.tile_unit} must be at least 1")
     tile = None
@@ -282,6 +664,9 @@ def _cmd_timing(args):
             tile = ()
         if len(tile) != 2:
             raise UsageError(f"--tile-size {args.tile_size!r} must be ROWS,COLS (two integers)")
+    # K and M default to the tile's size: a full tile, whatever the array.
+    k = args.k if args.k is not None else (tile or (args.rows, args.cols))[0]
+    m = args.m if args.m is not None else (tile or (args.rows, args.cols))[1]
     rules = {
         "documented": timing.DOCUMENTED,
         "hdl": timing.HDL_SERIAL,
@@ -291,8 +676,8 @@ def _cmd_timing(args):
     }[args.rules]
     try:
         prog = timing.matmul_program(
-            args.k,
-            args.m,
+            k,
+            m,
             args.n,
             args.dtype,
             repeat=args.repeat,
@@ -312,7 +697,7 @@ def _cmd_timing(args):
         )
     mms = [r for r in sched.records if r.instruction.op == Op.MM]
     print(
-        f"{args.repeat} x nc_matmul {args.dtype} K={args.k} M={args.m} N={args.n} on "
+        f"{args.repeat} x nc_matmul {args.dtype} K={k} M={m} N={args.n} on "
         f"{args.tiles} tile(s) of {tile or (args.rows, args.cols)}, {args.rows} x {args.cols} "
         f"array, {args.rules} rules"
     )
@@ -322,7 +707,7 @@ def _cmd_timing(args):
     start, stop = sched.mm_window()
     clock = timing.CLOCK_HZ
     if prog[0].transpose:
-        moved = args.repeat * args.m * args.n  # N output vectors of M lanes each
+        moved = args.repeat * m * args.n  # N output vectors of M lanes each
         print(
             f"transposed: {moved / (stop - start):.1f} elements per cycle (first MM to the last "
             f"MM's end); a transpose does no multiply-accumulates (no utilization or TFLOPS)"
@@ -359,106 +744,312 @@ def _shortcuts(parser):
     parser.add_argument("--mode", help="same as --param mode=NAME")
 
 
+def _blocks_epilog():
+    """The blocks and groups, for the help of the commands that take one."""
+    lines = ["blocks (ncrtl list shows their parameters):"]
+    lines += [f"  {b.name:14s} {b.summary}" for b in blocks.all_blocks()]
+    lines.append("groups:")
+    for g, members in blocks.GROUPS.items():
+        names = ", ".join(sorted({b for b, _ in members}))
+        lines.append(f"  {g:14s} {len(members)} configurations of {names}")
+    return _wrap(lines)
+
+
+def _dtypes_epilog():
+    """The operations of ``ncrtl sim matmul --dtype`` with their formats and limits, from the
+    mode table."""
+    from .model.modes import ENGINE_MODES
+
+    lines = [
+        "operations (--dtype) on a rows x cols array, K <= rows, M <= cols (--k / --m default "
+        "to them):"
+    ]
+    for m in ENGINE_MODES:
+        fmts = (
+            ", ".join(m.formats_s)
+            if m.formats_s == m.formats_m
+            else f"{', '.join(m.formats_s)} x {', '.join(m.formats_m)}"
+        )
+        notes = [f"formats {fmts}"]
+        if len(m.formats_s) > 1:
+            notes.append("--format / --moving-format pick them")
+        if m.products > 1:
+            notes.append(f"K partitions of {m.products} elements")
+        if m.k_multiple > 1:
+            notes.append(f"K a multiple of {m.k_multiple}")
+        if m.m_multiple > 1:
+            notes.append(f"M a multiple of {m.m_multiple}")
+        n = f"N <= {m.max_n}" + (
+            f" ({m.max_n_bf16} into BF16 PSUM)" if m.max_n_bf16 > m.max_n else ""
+        )
+        notes.append(n)
+        if m.beat_interval > 1:
+            notes.append(f"1/{m.beat_interval} rate")
+        lines.append(f"  {m.name:14s} " + "; ".join(notes))
+    ops = [op for op in blocks.TE_MODES if op.startswith("transpose_")]
+    lines.append(
+        f"  {', '.join(ops)}: the stationary [K, M] moved to [M, N] by a 0/1 selection matrix "
+        f"[K, N] (at most one 1 per column); N <= 512"
+    )
+    lines.append(
+        f"MX chain: {', '.join(MX_DTYPES)} (--moving-dtype for the moving side): BF16 [K, 4M] "
+        f"x [K, 4N] quantized by the RTL QuantizeMX, then the MX matmul; --rows a multiple of 32"
+    )
+    lines.append(
+        f"with --psum: {', '.join(blocks.CORE_MODES)}; K a multiple of --rows (K / rows "
+        f"matmuls accumulated in one group, at most 64), M = --cols; a transpose writes raw "
+        f"16-bit words (RAW16) with K = --rows"
+    )
+    lines.append(
+        "--stationary / --moving: .npy files of [K, M] and [K, N] ([K, 2, M] / [K, 2, N] for "
+        "double_row) holding numbers (float, signed integer, bool) each exactly a value of the "
+        "format, an array of the format's own dtype, or its bit patterns: raw bytes (|V1, |V2, "
+        "what np.save writes for an ml_dtypes array) or unsigned integers of the format's width"
+    )
+    return _wrap(lines)
+
+
+def _wrap(lines, width=100):
+    """Epilog lines wrapped to ``width``, continuation lines indented under their text."""
+    import re
+    import textwrap
+
+    out = []
+    for line in lines:
+        # A table row ("  name   text") continues under its text, other lines two spaces in.
+        row = re.match(r"  \S+\s{2,}", line)
+        indent = " " * (row.end() if row else len(line) - len(line.lstrip()) + 2)
+        out.append(textwrap.fill(line, width, subsequent_indent=indent))
+    return "\n".join(out)
+
+
+def _seed_arg(parser):
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help=f"seed of the random stimulus and of the stalls, 0..{MAX_SEED} (default 1)",
+    )
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="ncrtl", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
 
     s = sub.add_parser("list", help="list blocks, their parameters and groups")
     s.set_defaults(func=_cmd_list)
 
-    s = sub.add_parser("verilog", help="write the Verilog of a block")
-    s.add_argument("block")
-    s.add_argument("--param", action="append", metavar="NAME=VALUE")
-    s.add_argument("-o", "--output", default=".", help="output folder (default: .)")
+    s = sub.add_parser(
+        "verilog", help="write the Verilog of a block", epilog=_blocks_epilog(), formatter_class=raw
+    )
+    s.add_argument("block", help="a block name (below; ncrtl list shows their parameters)")
+    s.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a block parameter (repeatable; default: the block's, see ncrtl list)",
+    )
+    s.add_argument(
+        "-o",
+        "--output",
+        default=".",
+        help="output folder, created if missing (default: the current folder)",
+    )
     _shortcuts(s)
     s.set_defaults(func=_cmd_verilog)
 
-    s = sub.add_parser("lint", help="verilator --lint-only -Wall and a Yosys latch check")
-    s.add_argument("block")
-    s.add_argument("--param", action="append", metavar="NAME=VALUE")
+    s = sub.add_parser(
+        "lint",
+        help="verilator --lint-only -Wall and a Yosys latch check",
+        epilog=_blocks_epilog(),
+        formatter_class=raw,
+    )
+    s.add_argument("block", help="a block or a group (below)")
+    s.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a block parameter (repeatable; not with a group)",
+    )
     _shortcuts(s)
     s.set_defaults(func=_cmd_lint)
 
-    s = sub.add_parser("conformance", help="run hardware vs golden and print a summary")
-    s.add_argument("block")
-    s.add_argument("--param", action="append", metavar="NAME=VALUE")
-    s.add_argument(
-        "--count", type=int, default=10000, help="random vectors per unit (default 10000)"
+    s = sub.add_parser(
+        "conformance",
+        help="run hardware vs golden and print a summary",
+        epilog=_blocks_epilog(),
+        formatter_class=raw,
     )
-    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("block", help="a block or a group (below)")
+    s.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a block parameter (repeatable; not with a group)",
+    )
+    s.add_argument(
+        "--count",
+        type=int,
+        default=10000,
+        help="size of the random stimulus, >= 1 (default 10000): random vectors per unit for "
+        "the FP units; each block says what it runs (exhaustive sets and fixed programs "
+        "ignore it) in the first lines of the output",
+    )
+    _seed_arg(s)
     s.add_argument(
         "--stall",
         type=float,
         default=0.2,
-        help="probability of an idle input cycle and of a backpressure cycle (default 0.2)",
+        help="probability of an idle input cycle and of a backpressure cycle, in [0, 1) "
+        "(default 0.2)",
     )
-    s.add_argument("--junit", default="build/conformance.xml", help="JUnit XML report path")
-    s.add_argument("--waves", action="store_true", help="record FST waveforms (same as WAVES=1)")
+    s.add_argument(
+        "--junit",
+        default="build/conformance.xml",
+        help="JUnit XML report path (default build/conformance.xml)",
+    )
+    s.add_argument(
+        "--waves", action="store_true", help="record FST waveforms (same as WAVES=1; default off)"
+    )
     _shortcuts(s)
     s.set_defaults(func=_cmd_conformance)
 
     s = sub.add_parser(
         "sim",
         help="simulate one Tensor Engine matmul (optionally accumulated in "
-        "PSUM) and print its figures",
+        "PSUM) on the RTL, on random data or your matrices, and print its figures",
+        epilog=_dtypes_epilog(),
+        formatter_class=raw,
     )
-    s.add_argument("what", help="matmul")
-    s.add_argument("--rows", type=int, default=128)
-    s.add_argument("--cols", type=int, default=128)
+    s.add_argument("what", help="what to simulate: matmul")
+    s.add_argument(
+        "--rows",
+        type=int,
+        default=128,
+        help="array rows (contraction partitions), 2..128 (default 128, the hardware's)",
+    )
+    s.add_argument(
+        "--cols",
+        type=int,
+        default=128,
+        help="array columns (output partitions), 2..128 (default 128, the hardware's)",
+    )
     s.add_argument(
         "--dtype",
         default="bf16",
         metavar="OPERATION",
-        help=f"a mode's matmul or transpose (default bf16): "
-        f"{', '.join(blocks.TE_MODES)}; with --psum: {', '.join(blocks.CORE_MODES)}; or an MX "
-        f"dtype ({', '.join(MX_DTYPES)}): BF16 inputs quantized by the RTL QuantizeMX, then the "
-        f"MX matmul, with the error against float64 (K partitions: a multiple of 32)",
+        help=f"a mode's matmul or transpose (default bf16): {', '.join(blocks.TE_MODES)}; "
+        f"with --psum: {', '.join(blocks.CORE_MODES)}; or an MX dtype "
+        f"({', '.join(MX_DTYPES)}): the QuantizeMX + MX matmul chain (limits below)",
+    )
+    s.add_argument(
+        "--format",
+        metavar="FORMAT",
+        help="the stationary element format, for modes with several (fp8: fp8_e4m3, "
+        "fp8_e4m3fn, fp8_e5m2, fp8_e3m4; double_row: the first three); default: the mode's "
+        "first",
+    )
+    s.add_argument(
+        "--moving-format",
+        metavar="FORMAT",
+        help="the moving element format (default: --format where the mode allows it)",
     )
     s.add_argument(
         "--moving-dtype",
         metavar="MXDTYPE",
-        help="the moving side's MX dtype (default: --dtype); the sides may differ",
+        help=f"the MX chain's moving dtype, {', '.join(MX_DTYPES)} (default: --dtype)",
     )
     s.add_argument(
         "--scale-rule",
         choices=("trn3", "ocp"),
         default="trn3",
-        help="QuantizeMX scale rule of the MX chain (default trn3)",
+        help="QuantizeMX scale rule of the MX chain: trn3 or ocp (default trn3)",
     )
-    s.add_argument("--k", type=int, default=128)
-    s.add_argument("--m", type=int, default=128)
-    s.add_argument("--n", type=int, default=512)
+    s.add_argument(
+        "--k",
+        type=int,
+        help="contraction partitions K (default: --rows; with --psum a multiple of --rows; "
+        "double_row / MX: partitions of 2 / 4 elements)",
+    )
+    s.add_argument(
+        "--m", type=int, help="stationary free size M, 1..cols (default: --cols; --psum: --cols)"
+    )
+    s.add_argument(
+        "--n",
+        type=int,
+        help="moving free size N, 1..512 (MX into BF16 PSUM: 1..1024; default 512)",
+    )
+    s.add_argument(
+        "--stationary",
+        metavar="S.npy",
+        help="your stationary matrix [K, M] (.npy; formats below) instead of random data; "
+        "K, M and N then come from the matrices",
+    )
+    s.add_argument(
+        "--moving",
+        metavar="X.npy",
+        help="your moving matrix [K, N] (.npy), with --stationary",
+    )
+    s.add_argument(
+        "--out",
+        metavar="R.npy",
+        help="write the RTL's result [M, N] as float32 to this .npy file (default: not written)",
+    )
+    s.add_argument(
+        "--values",
+        choices=("normal", "special"),
+        default="normal",
+        help="random data: normal (finite values over a few binades; default) or special "
+        "(signed zeros, subnormals, infinities and NaNs mixed in)",
+    )
     s.add_argument(
         "--psum",
         choices=("fp32", "bf16"),
         help="write the result into PSUM (Tensor Engine + PSUM): K is split into "
-        "K / rows matmuls accumulated in one group of this dtype",
+        "K / rows matmuls accumulated in one group of this dtype, fp32 or bf16 (default: "
+        "no PSUM)",
     )
     s.add_argument(
         "--rounding",
         choices=("rne", "sr"),
         default="rne",
-        help="BF16 PSUM rounding (with --psum bf16)",
+        help="BF16 PSUM rounding with --psum bf16: rne or sr (default rne)",
     )
-    s.add_argument("--seed", type=int, default=1)
-    s.add_argument("--waves", action="store_true")
+    _seed_arg(s)
+    s.add_argument(
+        "--waves", action="store_true", help="record FST waveforms (same as WAVES=1; default off)"
+    )
     s.set_defaults(func=_cmd_sim)
 
     s = sub.add_parser(
         "timing",
         help="figures of back-to-back nc_matmuls from the timing model alone (no RTL)",
     )
-    s.add_argument("what", help="matmul")
-    s.add_argument("--k", type=int, default=128, help="contraction rows K (default 128)")
-    s.add_argument("--m", type=int, default=128, help="stationary free size M (default 128)")
-    s.add_argument("--n", type=int, default=512, help="moving free size N (default 512)")
+    s.add_argument("what", help="what to time: matmul")
+    s.add_argument(
+        "--k",
+        type=int,
+        help="contraction rows K, 1..tile rows (default: the tile's rows, --rows without "
+        "--tile-size)",
+    )
+    s.add_argument(
+        "--m",
+        type=int,
+        help="stationary free size M, 1..tile columns (default: the tile's columns)",
+    )
+    s.add_argument(
+        "--n", type=int, default=512, help="moving free size N, 1..512 (MX: 1024; default 512)"
+    )
     s.add_argument(
         "--dtype",
         default="bf16",
         metavar="OPERATION",
         help=f"a mode's matmul or transpose (default bf16): {', '.join(blocks.TE_MODES)}",
     )
-    s.add_argument("--repeat", type=int, default=16, help="nc_matmuls back to back (default 16)")
+    s.add_argument(
+        "--repeat", type=int, default=16, help="nc_matmuls back to back, >= 1 (default 16)"
+    )
     s.add_argument(
         "--tile-size",
         metavar="ROWS,COLS",
@@ -468,12 +1059,26 @@ def build_parser():
         "--tiles",
         type=int,
         default=1,
-        help="spread the matmuls over this many different tiles of --tile-size (default 1)",
+        help="spread the matmuls over this many different tiles of --tile-size, 1..the tiles "
+        "of the array (default 1)",
     )
-    s.add_argument("--rows", type=int, default=128, help="array rows (default 128)")
-    s.add_argument("--cols", type=int, default=128, help="array columns (default 128)")
     s.add_argument(
-        "--tile-unit", type=int, default=32, help="the smallest tile (default 32, the hardware's)"
+        "--rows",
+        type=int,
+        default=128,
+        help=f"array rows, 1..{isa.MAX_ARRAY} (default 128, the hardware's)",
+    )
+    s.add_argument(
+        "--cols",
+        type=int,
+        default=128,
+        help=f"array columns, 1..{isa.MAX_ARRAY} (default 128, the hardware's)",
+    )
+    s.add_argument(
+        "--tile-unit",
+        type=int,
+        default=32,
+        help="the smallest tile, >= 1 (default 32, the hardware's)",
     )
     s.add_argument(
         "--rules",
@@ -485,16 +1090,26 @@ def build_parser():
         "RTL with background_transpose (tiles one after another); one-chain: an LS a "
         "column per beat and a 64-cycle MM floor",
     )
-    s.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
+    s.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome / Perfetto trace (JSON) to FILE (default: none)",
+    )
     s.set_defaults(func=_cmd_timing)
 
     s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
-    s.add_argument("--count", type=int, default=200000, help="vectors per unit for throughput")
+    s.add_argument(
+        "--count",
+        type=int,
+        default=200000,
+        help="vectors per FP unit for the throughput (default 200000)",
+    )
     s.add_argument(
         "--only",
         choices=("pe", "fp", "harness", "te", "psum", "dma"),
-        help="run one section: the PE in a C++ loop, the FP units, the testbench against a C++ "
-        "loop, the Tensor Engine, PSUM or the DMA engine's bandwidth",
+        help="run one section: pe (the PE in a C++ loop), fp (the FP units), harness (the "
+        "testbench against a C++ loop), te (the Tensor Engine), psum or dma (the DMA engine's "
+        "bandwidth) (default: all of them)",
     )
     s.add_argument(
         "--pe-cycles",
@@ -512,19 +1127,20 @@ def build_parser():
         "--psum-partitions",
         type=int,
         default=128,
-        help="PSUM partitions to measure, 8 banks x 2 KiB (0 skips it)",
+        help="PSUM partitions to measure, 8 banks x 2 KiB, 0..128 (default 128; 0 skips it)",
     )
     s.add_argument(
         "--psum-count",
         type=int,
         default=1000,
-        help="random Tensor Engine beats of the PSUM program (default 1000)",
+        help="random Tensor Engine beats of the PSUM program, >= 1 (default 1000)",
     )
     s.add_argument(
         "--te-size",
         type=int,
         default=128,
-        help="Tensor Engine array size to measure (0 skips it; 128 takes ~15 minutes)",
+        help="Tensor Engine array size to measure, 2..128 (default 128, about 15 minutes; "
+        "0 skips it)",
     )
     s.add_argument(
         "--pe-modes",
@@ -537,13 +1153,14 @@ def build_parser():
         "--harness-size",
         type=int,
         default=16,
-        help="engine size of the testbench-against-C++-loop measurement (default 16; 0 skips it)",
+        help="engine size of the testbench-against-C++-loop measurement, 2..128 (default 16; "
+        "0 skips it)",
     )
     s.add_argument(
         "--harness-repeat",
         type=int,
         default=40,
-        help="bf16 matmuls (K = M = size, N = 512) it streams back to back (default 40)",
+        help="bf16 matmuls (K = M = size, N = 512) it streams back to back, >= 1 (default 40)",
     )
     s.set_defaults(func=_cmd_bench)
     return p

@@ -1,10 +1,14 @@
 """The ``ncrtl`` command line: Verilog generation, errors on bad input, a small conformance run."""
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from xml.etree import ElementTree
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from ncrtl.cli import main
@@ -90,11 +94,11 @@ def test_verilog_writes_a_module(tmp_path, capsys):
         ),
         (
             ["sim", "matmul", "--dtype", "mx", "--psum", "fp32", "--n", "1024"],
-            "--n 1024 must be in 1..512 (mx into fp32 PSUM)",
+            "--k 128 --m 128 --n 1024: N=1024 must be in 1..512 (mx into fp32 PSUM)",
         ),
         (
             ["sim", "matmul", "--dtype", "bf16", "--psum", "bf16", "--n", "1024"],
-            "--n 1024 must be in 1..512 (bf16 into bf16 PSUM)",
+            "--k 128 --m 128 --n 1024: N=1024 must be in 1..512 (bf16 into bf16 PSUM)",
         ),
         (
             ["verilog", "pe_array", "--param", "pe_modes=bf17"],
@@ -120,6 +124,65 @@ def test_verilog_writes_a_module(tmp_path, capsys):
             "--pe-modes 'fp8' does not serve bf16, the mode of the measured matmul",
         ),
         (["bench", "--only", "pe", "--pe-modes", "x"], "--pe-modes: pe_modes 'x' is neither"),
+        # seeds and stall probabilities are checked before anything is built
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--seed", "-1"],
+            "--seed -1 must be in 0..4294967295 (an unsigned 32-bit seed)",
+        ),
+        (
+            ["conformance", "fp.add", "--count", "10", "--seed", "-1"],
+            "--seed -1 must be in 0..4294967295",
+        ),
+        (["conformance", "fp.add", "--seed", str(1 << 32)], "--seed 4294967296 must be in"),
+        *[
+            (
+                ["conformance", "fp.add", "--stall", v],
+                f"--stall {float(v)} must be a probability in [0, 1): the share of idle input",
+            )
+            for v in ("1.0", "1.5", "-0.5", "nan", "inf")
+        ],
+        # sizes: --k / --m default to --rows / --cols (the message shows what was taken)
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--n", "600"],
+            "--k 8 --m 8 --n 600: N=600 must be in 1..512 (bf16 with an FP32 result)",
+        ),
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--k", "0"],
+            "--k 0 --m 8 --n 512: K=0 must be in 1..8 (rows of the tile)",
+        ),
+        (["sim", "matmul", "--rows", "200"], "--rows 200 must be in 2..128 (the sizes of the RTL"),
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--dtype", "fp8", "--format", "bf16"],
+            "--format 'bf16' is not a stationary format of fp8; allowed: fp8_e4m3, fp8_e4m3fn",
+        ),
+        # the PSUM path: what a transpose writes, what --psum takes
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--psum", "bf16"]
+            + ["--dtype", "transpose_bf16", "--rounding", "sr"],
+            "--rounding sr applies to a BF16 accumulation (--psum bf16), not to a transpose: it "
+            "writes raw 16-bit words (RAW16)",
+        ),
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--psum", "fp32"]
+            + ["--dtype", "transpose_bf16", "--k", "32"],
+            "a transpose into PSUM moves one tile of K = --rows 8 partitions",
+        ),
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--psum", "fp32", "--k", "8000"],
+            "K=8000 is 1000 matmuls of 8 rows; at most 64 accumulate in one run",
+        ),
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--psum", "fp32", "--m", "4"],
+            "--k 8 --m 4 --n 512: M=4 must equal --cols 8 with --psum",
+        ),
+        (
+            ["sim", "matmul", "--rows", "8", "--cols", "8", "--stationary", "S.npy"],
+            "--stationary and --moving go together",
+        ),
+        (
+            ["timing", "matmul", "--rows", "300"],
+            "--rows 300 must be in 1..255 (the instruction's 8-bit K, M and tile fields)",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(argv, message, capsys):
@@ -204,10 +267,357 @@ def test_timing_matmul(tmp_path, capsys):
         (["--repeat", "0"], "repeat=0 must be at least 1"),
         (["--rows", "300"], "--rows 300 must be in 1..255"),
         (["--tile-unit", "0"], "--tile-unit 0 must be at least 1"),
-        (["--trace", "/nonexistent/t.json"], "cannot write --trace /nonexistent/t.json"),
+        (
+            ["--trace", "/nonexistent/t.json"],
+            "--trace /nonexistent/t.json: the folder /nonexistent does not exist",
+        ),
     ],
 )
 def test_timing_matmul_bad_input(argv, message, capsys):
     assert main(["timing", "matmul", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+# -- paths, matrices, help, progress: what a user meets ------------------------------------------
+
+
+def _error(argv, capsys):
+    """Run ``argv``; the exit status must be 2 and stderr one line: return it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_unwritable_paths_are_one_line(tmp_path, capsys):
+    """Every path a command writes is checked before the work starts: a file where a folder is
+    wanted, a folder where a file is wanted, a missing folder, a file in the way."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert "-o " + str(a_file) + " is a file; give a folder" in _error(
+        ["verilog", "fp.add", "-o", str(a_file)], capsys
+    )
+    err = _error(["verilog", "fp.add", "-o", str(a_file / "sub")], capsys)
+    assert f"{a_file} is a file, not a folder" in err
+    err = _error(["sim", "matmul", "--rows", "8", "--cols", "8", "--out", str(tmp_path)], capsys)
+    assert f"--out {tmp_path} is a folder; give a file" in err
+    err = _error(["sim", "matmul", "--out", str(tmp_path / "no" / "r.npy")], capsys)
+    assert f"the folder {tmp_path / 'no'} does not exist" in err
+    err = _error(["conformance", "fp.add", "--junit", str(a_file / "c.xml")], capsys)
+    assert f"--junit {a_file / 'c.xml'}: {a_file} is a file, not a folder" in err
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if not os.access(locked, os.W_OK):  # root may write anywhere
+        err = _error(["verilog", "fp.add", "-o", str(locked)], capsys)
+        assert "the folder is not writable" in err
+
+
+def _save(path, arr):
+    np.save(path, arr)
+    return str(path)
+
+
+def test_own_matrices_that_do_not_fit_are_one_line(tmp_path, capsys):
+    """Matrices are checked before anything is built: values the format cannot hold (the first
+    one named), shapes, K of both sides, --k against the shapes, bit patterns of the wrong
+    width, a transpose's selection matrix, the mx mode's scales."""
+    s8 = _save(tmp_path / "s8.npy", np.ones((8, 8), ml_dtypes.bfloat16))
+    x8 = _save(tmp_path / "x8.npy", np.ones((8, 16)))
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8"]
+    bad = np.ones((8, 16))
+    bad[2, 5] = 0.1
+    err = _error(base + ["--stationary", s8, "--moving", _save(tmp_path / "b.npy", bad)], capsys)
+    assert (
+        "b.npy: element [2, 5] = 0.1 is not exactly representable in bf16 (the nearest bf16 "
+        "value is 0.10009765625)"
+    ) in err
+    err = _error(base + ["--dtype", "fp8", "--stationary", s8, "--moving", x8], capsys)
+    assert "dtype |V2 holds 2-byte bit patterns; fp8_e4m3 takes 1-byte ones" in err
+    s8f = _save(tmp_path / "s8f.npy", np.ones((8, 8)))
+    big = _save(tmp_path / "big.npy", np.full((8, 16), 1000.0))
+    err = _error(base + ["--dtype", "fp8", "--stationary", s8f, "--moving", big], capsys)
+    assert "element [0, 0] = 1000.0 is not exactly representable in fp8_e4m3 (outside" in err
+    inf = _save(tmp_path / "inf.npy", np.full((8, 16), np.inf))
+    argv = base + ["--dtype", "fp8", "--format", "fp8_e4m3fn"]
+    err = _error(argv + ["--stationary", s8f, "--moving", inf], capsys)
+    assert "(fp8_e4m3fn has no infinity)" in err
+    x7 = _save(tmp_path / "x7.npy", np.ones((7, 16)))
+    err = _error(base + ["--stationary", s8, "--moving", x7], capsys)
+    assert "K differs (8 and 7 rows)" in err
+    err = _error(base + ["--stationary", s8, "--moving", x8, "--k", "4"], capsys)
+    assert "--k 4 does not match the matrices' K=8; leave --k out" in err
+    err = _error(base + ["--dtype", "double_row", "--stationary", s8, "--moving", x8], capsys)
+    assert "shapes [8, 8] and [8, 16]; double_row takes [K, 2, M] and [K, 2, N]" in err
+    u32 = _save(tmp_path / "u32.npy", np.ones((8, 16), np.uint32))
+    err = _error(base + ["--stationary", s8, "--moving", u32], capsys)
+    assert "dtype uint32 holds 4-byte bit patterns; bf16 takes 2-byte ones" in err
+    two = _save(tmp_path / "two.npy", 2 * np.eye(8, 16))
+    err = _error(base + ["--dtype", "transpose_bf16", "--stationary", s8, "--moving", two], capsys)
+    assert "moving[0, 0] = 2.0 is neither 0 nor 1 (moving must be a selection matrix)" in err
+    err = _error(base + ["--dtype", "mx", "--stationary", s8, "--moving", x8], capsys)
+    assert "the mx mode takes MX codes and block scales" in err
+    err = _error(base + ["--stationary", str(tmp_path / "none.npy"), "--moving", x8], capsys)
+    assert "none.npy: no such file" in err
+    x9 = _save(tmp_path / "x9.npy", np.ones((9, 16)))
+    s9 = _save(tmp_path / "s9.npy", np.ones((9, 8)))
+    err = _error(base + ["--stationary", s9, "--moving", x9], capsys)
+    assert "(K=9 M=8 N=16): K=9 must be in 1..8 (rows of the tile)" in err
+    err = _error(base + ["--psum", "fp32", "--stationary", s9, "--moving", x9], capsys)
+    assert "K=9 must be a positive multiple of --rows 8 with --psum" in err
+
+
+def test_operand_files_read_numbers_dtypes_and_bit_patterns(tmp_path):
+    """What np.save writes for an ml_dtypes array (raw |V2 bytes) is read as the format's bit
+    patterns; numbers keep their value and sign (-0.0, NaN, Inf), integers too."""
+    from ncrtl.testbench.tensor_engine.operands import OperandError, load_operand, operand_codes
+
+    vals = np.array([[1.0, -0.0], [np.inf, -2.5]])
+    want = np.array([[0x3F80, 0x8000], [0x7F80, 0xC020]], np.uint16)
+    path = _save(tmp_path / "v.npy", vals.astype(ml_dtypes.bfloat16))
+    assert np.load(path).dtype.kind == "V"
+    assert (load_operand(path, "bf16") == want).all()
+    assert (operand_codes(vals, "bf16") == want).all()
+    assert (operand_codes(vals.astype(np.float32), "bf16") == want).all()
+    assert (operand_codes(want, "bf16") == want).all()
+    assert np.isnan(operand_codes(np.array([np.nan]), "bf16").view(ml_dtypes.bfloat16)).all()
+    assert operand_codes(np.array([1, 0, -2]), "fp8_e4m3").tolist() == [0x38, 0, 0xC0]
+    assert operand_codes(np.float32([1.5]), "tf32").tolist() == [0x3FC00000]
+    with pytest.raises(OperandError, match="is NaN, which fp4_e2m1fn cannot encode"):
+        operand_codes(np.array([np.nan]), "fp4_e2m1fn")
+    with pytest.raises(OperandError, match=r"element \[1\] = 0x10 is not a fp4_e2m1fn bit"):
+        operand_codes(np.array([1, 0x10], np.uint8), "fp4_e2m1fn")
+
+
+def test_help_lists_dtypes_limits_and_blocks(capsys):
+    """``sim matmul --help`` lists the operations with their formats and limits, the MX chain,
+    the PSUM path and the matrix files; ``conformance --help`` the blocks and groups; every
+    argument has help naming its default."""
+    with pytest.raises(SystemExit):
+        main(["sim", "--help"])
+    out = capsys.readouterr().out
+    for words in (
+        "double_row     formats fp8_e4m3, fp8_e4m3fn, fp8_e5m2",
+        "K a multiple of 32",
+        "(1024 into BF16 PSUM)",
+        "transpose_bf16",
+        "MX chain: mxfp8_e4m3fn",
+        "at most 64",
+        "--values {normal,special}",
+        "(default: --rows",
+        "0..4294967295 (default 1)",
+        "raw bytes (|V1, |V2",
+    ):
+        assert words in " ".join(out.split()) or words in out, words
+    with pytest.raises(SystemExit):
+        main(["conformance", "--help"])
+    out = capsys.readouterr().out
+    assert "quantize_mx" in out and "groups:" in out and "in [0, 1) (default 0.2)" in out
+    parser = __import__("ncrtl.cli", fromlist=["build_parser"]).build_parser()
+    for action in parser._subparsers._group_actions[0].choices.values():
+        for a in action._actions:
+            if a.dest != "help":
+                assert a.help, f"{action.prog} {a.dest} has no help"
+
+
+def test_timing_sizes_default_to_the_tile(capsys):
+    """``ncrtl timing matmul`` takes K and M from the tile (the array without --tile-size)."""
+    assert main(["timing", "matmul", "--rows", "64", "--cols", "32", "--n", "64"]) == 0
+    assert "K=64 M=32 N=64 on 1 tile(s) of (64, 32)" in capsys.readouterr().out
+    assert main(["timing", "matmul", "--tile-size", "32,128", "--n", "64"]) == 0
+    assert "K=32 M=128 N=64" in capsys.readouterr().out
+
+
+def test_conformance_says_what_each_configuration_runs(monkeypatch, capsys):
+    """The header says what each configuration runs (an exhaustive set and a fixed program say
+    that --count does not apply); each configuration's rows come as soon as it finishes."""
+    from ncrtl import blocks
+    from ncrtl.testbench import conformance
+
+    order = []
+
+    def fake_run_block(block, params, **kw):
+        order.append(block.label(params))
+        units = [{"name": "u", "vectors": 3, "mismatches": 0}]
+        return conformance.BlockResult(block.label(params), True, units, 0.1)
+
+    monkeypatch.setattr(conformance, "run_block", fake_run_block)
+    mul = blocks.get("fp.mul")
+    core = blocks.get("core")
+    runs = [
+        (mul, mul.resolve({"fmt_a": "fp8_e4m3", "fmt_b": "fp8_e5m2"})),
+        (mul, mul.resolve({"fmt_a": "bf16", "fmt_b": "bf16"})),
+        (core, core.resolve({"rows": "8", "cols": "8"})),
+    ]
+    assert conformance.run_conformance(runs, count=77, seed=3, jobs=1) == 0
+    out = capsys.readouterr().out
+    assert "conformance: 3 configuration(s), seed 3, stall 0.2, --count 77" in out
+    assert "every code pair, 65,536 vectors (exhaustive: --count does not apply)" in out
+    assert "the corner cross product and 77 random pairs" in out
+    assert "4 x (LS + MM, N = 64) accumulated in one PSUM group" in out
+    assert "--count does not apply)" in out.split("\n")[3]
+    assert "random vectors each" not in out and out.count("PASS") == 3
+
+
+def test_a_big_uncached_build_is_announced(monkeypatch, capsys):
+    """Before an uncached build of a big engine, sim says that it takes minutes and GiB."""
+    from ncrtl import blocks, cli
+    from ncrtl.testbench import conformance
+
+    monkeypatch.setattr(conformance, "find_build", lambda *a, **k: None)
+    block = blocks.get("pe_array")
+    cli._announce(block, block.resolve({}))
+    err = capsys.readouterr().err
+    assert "the 128 x 128 pe_array build is not cached yet" in err and "11 GiB" in err
+    cli._announce(block, block.resolve({"rows": "8", "cols": "8"}))
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_steps_say_what_they_do():
+    """A long step says what it does, its elapsed time and its end; a short one nothing."""
+    import io
+    import time
+
+    from ncrtl.testbench import progress
+
+    out = io.StringIO()
+    with progress.step("quick", stream=out):
+        pass
+    assert out.getvalue() == ""
+    with progress.step(
+        "Verilator build of x", stream=out, after=0.0, done="built in {seconds:.0f} s"
+    ):
+        time.sleep(0.05)
+    assert out.getvalue().splitlines() == [
+        "Verilator build of x ...",
+        "Verilator build of x: built in 0 s",
+    ]
+
+
+def test_simulation_builds_use_the_lint_waivers():
+    """A simulation build reads the waivers ncrtl lint uses (no warning lint would not report),
+    and they are part of the cache key."""
+    from ncrtl.hdl.verilog import LINT_CONFIG
+    from ncrtl.testbench import sim
+
+    plan = sim._plan("module t(input a); endmodule\n", "t", waves=False)
+    assert str(LINT_CONFIG) in plan.args
+    assert sim._waivers()[1] == LINT_CONFIG.read_text()
+
+
+def test_bench_keeps_the_build_logs(monkeypatch, tmp_path):
+    """The bench's fresh builds are removed after the run, their build logs kept where the
+    build printed them."""
+    from ncrtl.testbench import bench
+
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
+    with bench._fresh_build_dir() as fresh:
+        d = Path(fresh) / "psum_16x8x2048-0123"
+        (d / "src").mkdir(parents=True)
+        (d / "build.log").write_text("log")
+        (d / "src" / "psum.v").write_text("v")
+        (d / "psum_16x8x2048").write_text("binary")
+    assert Path(fresh).parent == tmp_path / "bench"
+    assert [p.relative_to(fresh).as_posix() for p in sorted(Path(fresh).rglob("*"))] == [
+        "psum_16x8x2048-0123",
+        "psum_16x8x2048-0123/build.log",
+    ]
+    assert os.environ["NCRTL_BUILD_DIR"] == str(tmp_path / "sim")
+
+
+def test_sim_headers_say_what_runs(monkeypatch, capsys):
+    """The figures' first line says what ran: double_row's K as elements and partitions with and
+    without --psum, a transpose into PSUM as RAW16 overwrites (not an accumulation)."""
+    from ncrtl.testbench import conformance
+    from ncrtl.testbench.core import simulate as core_sim
+    from ncrtl.testbench.tensor_engine import simulate as te_sim
+
+    def fake_run_block(block, params, **kw):
+        return conformance.BlockResult("x", False, message="not run")
+
+    monkeypatch.setattr(te_sim, "run_block", fake_run_block)
+    monkeypatch.setattr(core_sim, "run_block", fake_run_block)
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8", "--n", "16"]
+    assert main(base + ["--dtype", "double_row"]) == 1
+    assert "matmul double_row K=16 (8 partitions x 2) M=8 N=16" in capsys.readouterr().out
+    assert main(base + ["--dtype", "double_row", "--psum", "fp32", "--k", "16"]) == 1
+    out = capsys.readouterr().out
+    assert "matmul double_row K=32 (16 partitions x 2) M=8 N=16" in out
+    assert "2 matmul(s) of K=16 (8 partitions x 2) accumulated in one fp32 PSUM group" in out
+    assert main(base + ["--dtype", "transpose_bf16", "--psum", "bf16"]) == 1
+    out = capsys.readouterr().out
+    assert "written to PSUM as raw 16-bit words (RAW16, one overwrite" in out
+    assert "accumulated" not in out
+    assert main(base + ["--values", "special", "--dtype", "fp8", "--format", "fp8_e5m2"]) == 1
+    assert "fp8_e5m2 x fp8_e5m2, random special values" in capsys.readouterr().out
+
+
+@pytest.mark.sim
+def test_sim_matmul_on_own_matrices(tmp_path, capsys):
+    """Your matrices through the RTL (a 4 x 4 engine): float64 numbers and raw bf16 bytes in,
+    the float32 result out, bit for bit the golden's; a transpose and FP8 formats; random
+    special values with the largest seed."""
+    from ncrtl.model.tensor_engine.matmul import matmul
+
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal((4, 4)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((4, 6)).astype(ml_dtypes.bfloat16)
+    s[0, 0], x[1, 2] = -0.0, np.inf
+    sp, xp, out = _save(tmp_path / "s.npy", s), tmp_path / "x.npy", tmp_path / "r.out"
+    np.save(xp, x.astype(np.float64))
+    base = ["sim", "matmul", "--rows", "4", "--cols", "4"]
+    assert main(base + ["--stationary", sp, "--moving", str(xp), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "matmul bf16 K=4 M=4 N=6 on a 4x4 array, bf16 x bf16, --stationary" in text
+    assert "result MATCHES the golden model" in text and f"result written to {out}" in text
+    got = np.load(out)
+    want = matmul(s, x, rows=4, cols=4)
+    assert got.dtype == np.float32 and got.shape == (4, 6)
+    assert (got.view(np.uint32) == want.view(np.uint32)).all()
+
+    sel = np.zeros((4, 5))
+    sel[[3, 0, 1], [0, 2, 4]] = 1
+    selp = _save(tmp_path / "sel.npy", sel)
+    argv = base + ["--dtype", "transpose_bf16", "--stationary", sp, "--moving", selp]
+    assert main(argv + ["--out", str(out)]) == 0
+    assert "transpose transpose_bf16 K=4 M=4 N=5" in capsys.readouterr().out
+    moved = np.load(out)
+    assert (moved[:, 0].view(np.uint32) == s[3].astype(np.float32).view(np.uint32)).all()
+    assert (moved[:, 1] == 0).all()
+
+    f8 = _save(tmp_path / "f8.npy", np.array([[0.5, -1.0, 448.0, 0.0]] * 4))
+    argv = base + ["--dtype", "fp8", "--format", "fp8_e4m3fn", "--moving-format", "fp8_e5m2"]
+    assert main(argv + ["--stationary", f8, "--moving", str(xp)]) == 2  # N(0, 1) values
+    err = capsys.readouterr().err
+    assert "is not exactly representable in fp8_e5m2" in err
+    x8 = _save(tmp_path / "x8.npy", np.array([[1.0, -2.0, 0.25, 57344.0, -0.0, 3.0]] * 4))
+    assert main(argv + ["--stationary", f8, "--moving", x8]) == 0
+    assert "fp8_e4m3fn x fp8_e5m2" in capsys.readouterr().out
+
+    argv = base + ["--values", "special", "--seed", "4294967295", "--n", "32"]
+    assert main(argv) == 0
+    assert "random special values" in capsys.readouterr().out
+
+
+@pytest.mark.sim
+def test_sim_matmul_psum_on_own_matrices(tmp_path, capsys):
+    """Your matrices through the matmul path (4 x 4 engine, PSUM): K = 8 as two matmuls
+    accumulated in a BF16 group, the bank's result out as float32, bit for bit the golden's."""
+    from ncrtl.model.core import chunk_flags, nc_matmul
+    from ncrtl.model.psum import Dtype, Geometry, Psum, Rounding, Write
+
+    rng = np.random.default_rng(7)
+    s = rng.standard_normal((8, 4)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((8, 6)).astype(ml_dtypes.bfloat16)
+    sp, xp, out = _save(tmp_path / "s.npy", s), _save(tmp_path / "x.npy", x), tmp_path / "r.npy"
+    argv = ["sim", "matmul", "--rows", "4", "--cols", "4", "--psum", "bf16"]
+    assert main(argv + ["--stationary", sp, "--moving", xp, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 matmul(s) of K=4 accumulated in one bf16 rne PSUM group" in text
+    assert "accumulated result MATCHES the golden model" in text
+    ps = Psum(Geometry(4, 8, 2048))
+    for i in range(2):
+        w = Write(0, 0, 6, Dtype.BF16, Rounding.RNE, chunk_flags(i, 2))
+        nc_matmul(ps, w, s[4 * i : 4 * i + 4], x[4 * i : 4 * i + 4], rows=4)
+    want = ps.read(0, 0, 6, Dtype.BF16).astype(np.float32)
+    assert (np.load(out).view(np.uint32) == want.view(np.uint32)).all()

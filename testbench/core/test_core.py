@@ -9,8 +9,17 @@ scales of its PE rows in its lane words.  The testbench streams the Tensor Engin
 instructions and data and the PSUM write instructions, waits for the group-complete event, reads
 the bank back through the Vector Engine port and compares every word bit for bit with the golden
 PSUM.  Parameters (``NCRTL_PARAMS``): the ``core`` block's (``ncrtl list``).
+
+``ncrtl sim matmul --psum`` adds a job (``NCRTL_CORE_JOB``, JSON): ``fmt_s`` / ``fmt_m`` (format
+indices of the random data, else drawn), ``special`` (random data with signed zeros,
+subnormals, infinities and NaNs), ``data`` (an ``.npz`` of ``stationary`` / ``moving`` encodings
+of the whole contraction, ``[chunks x rows, ...]`` in :func:`tile_shape`, and their format
+indices ``fmt_s`` / ``fmt_m``) and ``out`` (an ``.npy`` path for the bank words read back,
+``[slots, partitions]`` uint32).
 """
 
+import json
+import os
 from dataclasses import dataclass
 
 import cocotb
@@ -37,6 +46,7 @@ from ncrtl.testbench.tensor_engine.program import (
     _values,
     lane_words,
     random_scales,
+    special_values,
     tile_shape,
 )
 
@@ -56,9 +66,11 @@ class Chunk:
     write: Write
 
 
-def chunked_program(params, seed):
+def chunked_program(params, seed, job=None):
     """The :class:`Chunk` list of the block parameters: ``chunks`` matmuls of K = rows, one
-    stationary and one moving format drawn for the program (the mode's formats)."""
+    stationary and one moving format drawn for the program (the mode's formats), or those and
+    the data of ``job`` (see the module docstring)."""
+    job = job or {}
     rows, cols = params["rows"], params["cols"]
     pe_mode, transpose = operation(params["mode"])
     n, chunks, bank = params["n"], params["chunks"], params["bank"]
@@ -67,6 +79,24 @@ def chunked_program(params, seed):
     rng = np.random.default_rng(seed)
     fs = int(rng.integers(0, len(pe_mode.formats_s)))
     fm = fs if transpose else int(rng.integers(0, len(pe_mode.formats_m)))
+    data = np.load(job["data"]) if job.get("data") else None
+    if data is not None:
+        fs, fm = int(data["fmt_s"]), int(data["fmt_m"])
+    elif "fmt_s" in job:
+        fs, fm = int(job["fmt_s"]), int(job["fmt_m"])
+    if job.get("special"):
+        # Zeros and subnormals in a tenth of the elements; infinities and NaNs in about a fifth
+        # of the accumulated values, whatever the contraction's length.
+        nonfinite = 0.1 / (chunks * rows * pe_mode.products)
+
+        def values(fmt, shape):
+            return special_values(rng, fmt, shape, 0.1, nonfinite)
+    else:
+        special = 0.0 if "fmt_s" in job or data is not None else 0.002
+
+        def values(fmt, shape):
+            return _values(rng, fmt, shape, special=special)
+
     # A matmul with a BF16 result says so (MX: N up to 1024).
     fields = dict(fmt_s=fs, fmt_m=fm, transpose=transpose, bf16_out=dtype == Dtype.BF16)
     scales = (
@@ -80,12 +110,16 @@ def chunked_program(params, seed):
         ls = Instruction(Op.LS, pe_mode.code, k=k, m=cols, **fields)
         mm = Instruction(Op.MM, pe_mode.code, k=k, m=cols, n=n, **fields)
         s_fmt, m_fmt = ls.formats
-        st = _values(rng, s_fmt, tile_shape(pe_mode, k, cols), special=0.002)
-        mv = (
-            _selection(rng, k, n, m_fmt)
-            if transpose
-            else _values(rng, m_fmt, tile_shape(pe_mode, k, n), special=0.002)
-        )
+        if data is not None:
+            st = data["stationary"][i * rows : (i + 1) * rows]
+            mv = data["moving"][i * rows : (i + 1) * rows]
+        else:
+            st = values(s_fmt, tile_shape(pe_mode, k, cols))
+            mv = (
+                _selection(rng, k, n, m_fmt)
+                if transpose
+                else values(m_fmt, tile_shape(pe_mode, k, n))
+            )
         flags = 3 if transpose else chunk_flags(i, chunks)
         w = Write(bank=bank, col=0, n=n, dtype=dtype, rounding=rounding, flags=flags)
         prog.append(Chunk(ls, st, scales(cols), mm, mv, scales(n), w))
@@ -197,7 +231,8 @@ class MatmulCoreTB:
 async def test_chunked_matmul(dut):
     """chunks x (LS + MM) accumulated in one PSUM bank, then read back: bit for bit."""
     params, _, seed, stall = tb_settings()
-    prog = chunked_program(params, seed)
+    job = json.loads(os.environ.get("NCRTL_CORE_JOB", "{}"))
+    prog = chunked_program(params, seed, job)
     want, want_done = golden(params, prog)
     tb = MatmulCoreTB(dut, params, stall=stall, seed=seed)
     await tb.reset()
@@ -216,6 +251,8 @@ async def test_chunked_matmul(dut):
     w = prog[-1].write
     slots = w.n if w.dtype == Dtype.FP32 else (w.n + 1) // 2
     got = await tb.read_rows(w.bank, range(slots))
+    if job.get("out"):
+        np.save(job["out"], np.asarray(got).astype(np.uint32))
     ref = want.mem[w.bank, :slots, :]
     name = f"core.psum_{Dtype(w.dtype).name.lower()}"
     decode = (

@@ -22,6 +22,7 @@ __all__ = [
     "parallel_program",
     "background_program",
     "random_scales",
+    "special_values",
     "lane_words",
     "tile_shape",
 ]
@@ -154,6 +155,30 @@ def _values(rng, fmt, shape, special=0.01):
         inf = ((1 << f.exp_bits) - 1) << f.man_bits
         codes = np.where((pick >= 3 * special) & (pick < 3.5 * special), inf, codes)
         codes = np.where((pick >= 3.5 * special) & (pick < 4 * special), inf | 1, codes)
+    return codes.reshape(shape).astype(f.storage_dtype)
+
+
+def special_values(rng, fmt, shape, share=0.1, nonfinite=0.01):
+    """Random encodings of ``fmt`` as :func:`_values` draws them, with special codes mixed in: a
+    fraction ``share`` of signed zeros and random subnormals (both signs), and a fraction
+    ``nonfinite`` of infinities and NaNs with random payloads (those the format has).  A caller
+    sizes ``nonfinite`` to its contraction length so that only some outputs are NaN or Inf."""
+    f = get_format(fmt)
+    codes = _values(rng, fmt, shape, special=0).astype(np.int64).reshape(-1)
+    n = codes.size
+    sign = rng.integers(0, 2, n).astype(np.int64) << (f.bits - 1)
+    man = rng.integers(1, 1 << f.man_bits, n).astype(np.int64)
+    ones = ((1 << f.exp_bits) - 1) << f.man_bits
+    finite = np.where(rng.random(n) < 0.5, sign, sign | man)  # a zero or a subnormal
+    codes = np.where(rng.random(n) < share, finite, codes)
+    kinds = ([sign | ones] if f.has_inf else []) + (
+        [sign | ones | man] if f.special == "ieee" else []
+    )
+    if f.special == "fn":
+        kinds.append(sign | ones | ((1 << f.man_bits) - 1))  # S.1111.111, its only NaN
+    if kinds:
+        which = np.choose(rng.integers(0, len(kinds), n), kinds)
+        codes = np.where(rng.random(n) < nonfinite, which, codes)
     return codes.reshape(shape).astype(f.storage_dtype)
 
 

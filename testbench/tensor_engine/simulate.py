@@ -4,7 +4,9 @@ Builds the engine, runs one LoadStationary + MultiplyMoving through
 ``ncrtl.testbench.tensor_engine.test_sim`` (values checked against the golden, output cycles against
 the timing model) and prints cycles, utilization and the equivalent TFLOPS at 2.4 GHz.
 :func:`sim_matmul_mx` runs the MX chain: BF16 tiles through the RTL QuantizeMX, then the MX
-matmul on the RTL engine, with the error of the result against float64.
+matmul on the RTL engine, with the error of the result against float64.  Both take the user's
+matrices (their encodings, :mod:`ncrtl.testbench.tensor_engine.operands`) instead of random ones
+and write the RTL's result as float32 (:func:`save_result`).
 """
 
 import json
@@ -19,6 +21,10 @@ from ncrtl.testbench.conformance import print_time_split, run_block, streaming_r
 
 __all__ = [
     "sim_matmul",
+    "engine_build",
+    "k_text",
+    "result_values",
+    "save_result",
     "sim_matmul_mx",
     "mx_sources",
     "mx_reference",
@@ -30,15 +36,56 @@ __all__ = [
 CLOCK_HZ = 2.4e9
 
 
-def _run_matmul(*, rows, cols, dtype, k, m, n, seed, waves, player, data=None):
-    """One LS + MM of ``dtype`` through ``test_sim`` (random data, or the arrays ``data`` as
-    ``test_sim`` reads them): ``(BlockResult, the RTL's [M, N] result bits or None)``."""
+def k_text(pe_mode, k):
+    """The contraction of a matmul of ``k`` partitions, as the figures print it: ``K=64`` for one
+    product per PE step, ``K=64 (32 partitions x 2)`` for double_row (and x 4 for MX)."""
+    p = pe_mode.products
+    return f"K={k}" if p == 1 else f"K={k * p} ({k} partitions x {p})"
+
+
+def result_values(bits, dtype, fmt_s=0):
+    """The float32 values of a result as the RTL produced it: FP32 bits of a matmul, or the raw
+    encodings of a transpose's stationary format (index ``fmt_s``) decoded exactly."""
+    from ncrtl.model.fp import decode, get_format
+
+    pe_mode, transpose = operation(dtype)
+    b = np.asarray(bits)
+    if not transpose:
+        return b.astype(np.uint32).view(np.float32)
+    f = get_format(pe_mode.formats_s[fmt_s])
+    if f.container_bits == 32:
+        return b.astype(np.uint32).view(np.float32)
+    return decode(b.astype(f.storage_dtype), f).astype(np.float32)
+
+
+def save_result(path, values):
+    """Write ``values`` (float32) to the ``.npy`` file ``path``; print where."""
+    # Through a file object: np.save given a name would append ".npy" to any other suffix.
+    with open(path, "wb") as f:
+        np.save(f, np.asarray(values, dtype=np.float32), allow_pickle=False)
+    print(f"  result written to {path} (float32 {list(np.shape(values))})")
+
+
+def engine_build(rows, cols, dtype):
+    """``(block, params, player ports)`` of the engine ``ncrtl sim matmul`` builds for an
+    operation ``dtype`` (what :func:`ncrtl.testbench.conformance.find_build` looks up)."""
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
     params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
+    return block, params, player_ports(rows, cols, params["tile_unit"])
+
+
+def _run_matmul(
+    *, rows, cols, dtype, k, m, n, seed, waves, player, data=None, formats=(0, 0), special=False
+):
+    """One LS + MM of ``dtype`` through ``test_sim`` (random data in ``formats``, with special
+    values when ``special``, or the arrays ``data`` as ``test_sim`` reads them):
+    ``(BlockResult, the RTL's [M, N] result bits or None)``."""
+    block, params, ports = engine_build(rows, cols, dtype)
     with tempfile.TemporaryDirectory() as tmp:
         job = {"k": k, "m": m, "n": n, "out": str(Path(tmp) / "out.npy")}
+        job.update(fmt_s=int(formats[0]), fmt_m=int(formats[1]), special=bool(special))
         if data is not None:
             job["data"] = str(Path(tmp) / "data.npz")
             np.savez(job["data"], **data)
@@ -51,7 +98,7 @@ def _run_matmul(*, rows, cols, dtype, k, m, n, seed, waves, player, data=None):
             waves=True if waves else None,
             testbench="ncrtl.testbench.tensor_engine.test_sim",
             extra_env={"NCRTL_MATMUL": json.dumps(job)},
-            player=player_ports(rows, cols, params.get("tile_unit", 32)) if player else None,
+            player=ports if player else None,
             progress=True,
         )
         out = Path(job["out"])
@@ -96,22 +143,65 @@ def _print_figures(res, *, dtype, rows, cols, k, m, n):
         print(f"  {u['name']}: {u['vectors']} compared, {u['mismatches']} mismatches")
 
 
-def sim_matmul(*, rows, cols, dtype, k, m, n, seed=1, waves=False, player=True):
+def sim_matmul(
+    *,
+    rows,
+    cols,
+    dtype,
+    k,
+    m,
+    n,
+    seed=1,
+    waves=False,
+    player=True,
+    formats=(0, 0),
+    special=False,
+    data=None,
+    source="",
+    out=None,
+):
     """Run the matmul and print its figures; return the exit status (0 = matched).
+
     ``player``: the stimulus plays from Verilog stream players (:mod:`ncrtl.testbench.player`),
-    else from the Python drivers."""
-    res, _ = _run_matmul(
-        rows=rows, cols=cols, dtype=dtype, k=k, m=m, n=n, seed=seed, waves=waves, player=player
+    else from the Python drivers.  ``formats``: the stationary and moving format indices of the
+    mode; ``special``: random data with signed zeros, subnormals, infinities and NaNs; ``data``:
+    ``{"stationary": codes, "moving": codes}`` (encodings in :func:`tile_shape` of the formats)
+    instead of random data, ``source`` naming it in the header; ``out``: write the RTL's result
+    there as float32 (:func:`save_result`)."""
+    pe_mode, transpose = operation(dtype)
+    if data is not None:
+        data = dict(data, fmt_s=int(formats[0]), fmt_m=int(formats[1]))
+    fs, fm = pe_mode.formats_s[formats[0]], pe_mode.formats_m[formats[1]]
+    what = source or f"random {'special' if special else 'normal'} values"
+    print(
+        f"{'transpose' if transpose else 'matmul'} {dtype} {k_text(pe_mode, k)} M={m} N={n} on a "
+        f"{rows}x{cols} array, {fs} x {fm}, {what}",
+        flush=True,
+    )
+    res, rtl = _run_matmul(
+        rows=rows,
+        cols=cols,
+        dtype=dtype,
+        k=k,
+        m=m,
+        n=n,
+        seed=seed,
+        waves=waves,
+        player=player,
+        data=data,
+        formats=formats,
+        special=special,
     )
     if not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
         return 1
-    print(f"matmul {dtype} K={k} M={m} N={n} on a {rows}x{cols} array")
     _print_figures(res, dtype=dtype, rows=rows, cols=cols, k=k, m=m, n=n)
     print(
         f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model and the "
         f"timing model"
     )
+    if out is not None and rtl is not None:
+        save_result(out, result_values(rtl, dtype, formats[0]))
     if not res.passed:
         print(res.message)
     return 0 if res.passed else 1
@@ -151,25 +241,58 @@ def relative_errors(result, reference):
 
 
 def sim_matmul_mx(
-    *, rows, cols, dtype, moving_dtype=None, k, m, n, scale_rule="trn3", seed=1, waves=False
+    *,
+    rows,
+    cols,
+    dtype,
+    moving_dtype=None,
+    k,
+    m,
+    n,
+    scale_rule="trn3",
+    seed=1,
+    waves=False,
+    sources=None,
+    source="",
+    special=False,
+    out=None,
 ):
-    """The MX chain on the RTL: two random BF16 tiles quantized by the RTL QuantizeMX, the MX
-    matmul of the RTL's codes and scales on the RTL Tensor Engine; both compared bit for bit with
-    the golden chain (``quantize_mx`` then ``matmul_mx``), and the result's error against a
-    float64 matmul of the BF16 inputs printed.  Returns the exit status (0 = matched)."""
+    """The MX chain on the RTL: two BF16 tiles quantized by the RTL QuantizeMX, the MX matmul of
+    the RTL's codes and scales on the RTL Tensor Engine; both compared bit for bit with the
+    golden chain (``quantize_mx`` then ``matmul_mx``), and the result's error against a float64
+    matmul of the BF16 inputs printed.  The tiles are ``sources`` (``(stationary [K, 4M],
+    moving [K, 4N])`` bfloat16, named by ``source``) or random: BF16 ~ N(0, 1), or with
+    ``special`` values around 1 with signed zeros, subnormals, infinities and NaNs.  ``out``:
+    write the RTL's result there as float32.  Returns the exit status (0 = matched)."""
+    import ml_dtypes
+
     from ncrtl.model.modes import MX_DTYPES, MX_FORMATS
     from ncrtl.model.tensor_engine.matmul import matmul_mx, mx_row_scales
     from ncrtl.model.vector_engine import quantize_mx
+    from ncrtl.testbench.tensor_engine.program import special_values
     from ncrtl.testbench.vector_engine.simulate import quantize_tiles
 
     moving_dtype = moving_dtype or dtype
     fs, fm = MX_DTYPES[dtype], MX_DTYPES[moving_dtype]
     rng = np.random.default_rng(seed)
-    s_src, x_src = mx_sources(rng, k, m, n)
+    if sources is not None:
+        s_src, x_src = sources
+        what = source
+    elif special:
+        nonfinite = 0.1 / (4 * k)
+        s_src, x_src = (
+            special_values(rng, "bf16", (k, 4 * x), 0.1, nonfinite).view(ml_dtypes.bfloat16)
+            for x in (m, n)
+        )
+        what = "random BF16 special values"
+    else:
+        s_src, x_src = mx_sources(rng, k, m, n)
+        what = "random BF16 ~ N(0, 1)"
     print(
-        f"MX matmul {dtype} x {moving_dtype} K={4 * k} (= {k} partitions x 4) M={m} N={n} on a "
-        f"{rows}x{cols} array, inputs BF16 ~ N(0, 1) quantized by the RTL QuantizeMX "
-        f"(scale rule {scale_rule})"
+        f"MX matmul {dtype} x {moving_dtype} K={4 * k} ({k} partitions x 4) M={m} N={n} on a "
+        f"{rows}x{cols} array, {what} quantized by the RTL QuantizeMX (scale rule "
+        f"{scale_rule})",
+        flush=True,
     )
     quantized, qres = quantize_tiles(
         {"stationary": s_src, "moving": x_src},
@@ -221,6 +344,8 @@ def sim_matmul_mx(
     )
     ok = res.passed and chain == 0
     print(f"  result {'MATCHES' if ok else 'DOES NOT MATCH'} the golden chain and the timing model")
+    if out is not None:
+        save_result(out, rtl.view(np.float32))
     if not res.passed:
         print(res.message)
     return 0 if ok else 1

@@ -7,7 +7,9 @@ With ``data`` in ``NCRTL_MATMUL`` (an ``.npz`` path: ``stationary`` / ``moving``
 :func:`tile_shape`, ``fmt_s`` / ``fmt_m`` format indices and, in the MX mode,
 ``stationary_scale`` / ``moving_scale`` uint8 scales of every PE row) the matmul runs on that
 data instead of random data; with ``out`` the result ``[M, N]`` (FP32 bits as uint32, as the RTL
-produced them) is written to that ``.npy`` path.
+produced them; a transpose's raw encodings) is written to that ``.npy`` path.  Random data is in
+the formats ``fmt_s`` / ``fmt_m`` (indices, default 0) and, with ``special`` true, has signed
+zeros, subnormals, infinities and NaNs mixed in (:func:`special_values`).
 """
 
 import json
@@ -22,29 +24,49 @@ from ncrtl.model.tensor_engine.isa import Instruction, Op
 from ncrtl.model.tensor_engine.matmul import mx_row_scales
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.scoreboard import write_counters, write_timings
-from ncrtl.testbench.tensor_engine.program import Program, Step, _selection, _values, tile_shape
+from ncrtl.testbench.tensor_engine.program import (
+    Program,
+    Step,
+    _selection,
+    _values,
+    special_values,
+    tile_shape,
+)
 from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
 
-def matmul_program(rows, cols, op_name, k, m, n, seed, data=None, repeat=1):
+def matmul_program(
+    rows, cols, op_name, k, m, n, seed, data=None, repeat=1, formats=(0, 0), special=False
+):
     """``repeat`` LS + MM pairs of an operation (a mode's matmul or transpose) back to back:
-    random data in the formats of index 0, or the arrays of ``data`` (a mapping, see the module
-    docstring; one pair)."""
+    random data in the formats of indices ``formats`` (``special``: with special values), or
+    the arrays of ``data`` (a mapping, see the module docstring; one pair)."""
     prog = Program(rows, cols)
     rng = np.random.default_rng(seed)
     for _ in range(repeat if data is None else 1):
-        _append_matmul(prog, rng, op_name, k, m, n, data)
+        _append_matmul(prog, rng, op_name, k, m, n, data, formats, special)
     return prog
 
 
-def _append_matmul(prog, rng, op_name, k, m, n, data):
+def _append_matmul(prog, rng, op_name, k, m, n, data, formats=(0, 0), special=False):
     pe_mode, transpose = operation(op_name)
     if data is not None:
         fs, fm = int(data["fmt_s"]), int(data["fmt_m"])
         st, x = data["stationary"], data["moving"]
         ss, xs = (data["stationary_scale"], data["moving_scale"]) if pe_mode.scale else (None, None)
     else:
-        fs = fm = 0
+        fs, fm = formats
+        if special:
+            # Zeros and subnormals in a tenth of the elements; infinities and NaNs in about a
+            # fifth of the output values, whatever K.
+            nonfinite = 0.1 / (k * pe_mode.products)
+
+            def values(fmt, shape):
+                return special_values(rng, fmt, shape, 0.1, nonfinite)
+        else:
+
+            def values(fmt, shape):
+                return _values(rng, fmt, shape, special=0)
 
         def scale(x):
             """MX: SBUF scale tensors near 1.0 in the quadrant layout, as PE rows see them."""
@@ -53,12 +75,12 @@ def _append_matmul(prog, rng, op_name, k, m, n, data):
             sbuf = (127 + rng.integers(-4, 5, (k, x))).astype(np.uint8)
             return mx_row_scales(sbuf, k)
 
-        st = _values(rng, pe_mode.formats_s[fs], tile_shape(pe_mode, k, m), special=0)
+        st = values(pe_mode.formats_s[fs], tile_shape(pe_mode, k, m))
         ss = scale(m)
         x = (
             _selection(rng, k, n, pe_mode.formats_s[fs])
             if transpose
-            else _values(rng, pe_mode.formats_m[fm], tile_shape(pe_mode, k, n), special=0)
+            else values(pe_mode.formats_m[fm], tile_shape(pe_mode, k, n))
         )
         xs = scale(n)
     fields = dict(k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose)
@@ -84,6 +106,8 @@ async def test_sim_matmul(dut):
         seed,
         data,
         repeat=int(shape.get("repeat", 1)),
+        formats=(int(shape.get("fmt_s", 0)), int(shape.get("fmt_m", 0))),
+        special=bool(shape.get("special", False)),
     )
     stimulus = time.perf_counter() - t0
     cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True, t_start=t_start)

@@ -58,6 +58,7 @@ def quantize_tiles(tiles, elem_fmt, *, src_fmt="bf16", scale_rule="trn3", groups
             stall=0.0,
             testbench="ncrtl.testbench.vector_engine.test_quantize_tensor",
             extra_env={"NCRTL_QUANTIZE": json.dumps(job)},
+            progress=True,
         )
         if not out.exists():
             return {}, res
