@@ -473,6 +473,23 @@ def test_a_big_uncached_build_is_announced(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_bare_sim_says_what_it_is_about_to_build(monkeypatch, capsys):
+    """``ncrtl sim matmul`` with no arguments is a 128 x 128 engine: when it is not cached the
+    command says so (minutes, GiB) before it starts; K and M follow the array."""
+    from ncrtl.testbench import conformance
+    from ncrtl.testbench.tensor_engine import simulate as te_sim
+
+    monkeypatch.setattr(conformance, "find_build", lambda *a, **k: None)
+    monkeypatch.setattr(
+        te_sim, "run_block", lambda *a, **k: conformance.BlockResult("x", False, message="no")
+    )
+    assert main(["sim", "matmul"]) == 1
+    captured = capsys.readouterr()
+    assert "note: the 128 x 128 pe_array build is not cached yet" in captured.err
+    assert "4 to 5 minutes" in captured.err and "11 GiB" in captured.err
+    assert "matmul bf16 K=128 M=128 N=512 on a 128x128 array" in captured.out
+
+
 def test_progress_steps_say_what_they_do():
     """A long step says what it does, its elapsed time and its end; a short one nothing."""
     import io
