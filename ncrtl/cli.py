@@ -1150,6 +1150,13 @@ def build_parser():
         "bf16 (the measured matmul); --only pe: each build's operations",
     )
     s.add_argument(
+        "--pgo",
+        action="store_true",
+        help="--only te: measure the profile-guided builds (pe_array --param pgo=1: compiled "
+        "twice with a training run between, about twice the build time) instead of the plain "
+        "ones",
+    )
+    s.add_argument(
         "--harness-size",
         type=int,
         default=16,

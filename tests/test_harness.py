@@ -577,3 +577,21 @@ def test_progress_bar_reads_the_progress_file(tmp_path, monkeypatch):
         time.sleep(0.6)
     assert "1 / 4 vectors" in out.getvalue()
     assert out.getvalue().count("\n") == 1  # not a terminal: one line per LOG_EVERY
+
+
+def test_pgo_parameter_is_a_build_choice_not_hardware():
+    """``pe_array --param pgo=1`` names the same Verilog top (the hardware does not change);
+    only 0 and 1 are accepted; the block trains on its stream run or its conformance
+    program."""
+    from ncrtl import blocks
+
+    block = blocks.get("pe_array")
+    plain = block.resolve({"rows": "8", "cols": "8"})
+    pgo = block.resolve({"rows": "8", "cols": "8", "pgo": "1"})
+    assert pgo["pgo"] == 1 and block.top(**pgo) == block.top(**plain)
+    with pytest.raises(blocks.BlockError, match=r"parameter pgo=2 is not allowed; allowed: 0, 1"):
+        block.resolve({"pgo": "2"})
+    module, env = block.training(pgo, True)
+    assert module.endswith("test_sim") and json.loads(env["NCRTL_MATMUL"])["k"] == 8
+    module, env = block.training(pgo, False)
+    assert module == block.testbench and int(env["NCRTL_COUNT"]) == 4 * pgo["max_n"]
