@@ -53,13 +53,21 @@ def _get(port, width, dst):
     return f"for (int i = 0; i < {_words(width)}; ++i) {dst}[i] = top.{_c(port)}[i];"
 
 
-def loop_cpp(top, ports, *, clock="clk", reset="rst"):
+def loop_cpp(top, ports, *, clock="clk", reset="rst", hooks=None):
     """``main.cpp`` stepping the Verilated ``top`` as the players of ``ports`` would.
 
     Usage of the binary: ``loop FOLDER`` reads ``FOLDER/config`` and ``FOLDER/<source>.in``,
     writes ``FOLDER/<source>.log``, ``<sink>.out`` and ``<strobe>.out``, and prints
     ``<cycles from go to done> <ns>`` (the wall time of those cycles alone).
+
+    ``hooks``: C++ text that steps more models beside ``top`` (the column bands of
+    :mod:`ncrtl.testbench.tensor_engine.band_loop`): ``head`` (includes and declarations),
+    ``setup`` (after ``top`` is made; ``argv[2]`` onwards are the hook's), ``settle`` (after
+    every ``clk = 0`` evaluation of ``top``: its outputs are then the values before the next
+    edge) and ``rise`` (the rising edge, instead of ``top.clk = 1; top.eval();``).
     """
+    hooks = {"head": "", "setup": "", "settle": "", "rise": "", **(hooks or {})}
+    rise = hooks["rise"] or f"top.{clock} = 1; top.eval();"
     src = [p for p in ports if p.kind == "source"]
     snk = [p for p in ports if p.kind == "sink"]
     stb = [p for p in ports if p.kind == "strobe"]
@@ -123,7 +131,7 @@ def loop_cpp(top, ports, *, clock="clk", reset="rst"):
 #include <cstring>
 #include <string>
 #include <vector>
-
+{hooks["head"]}
 // A source player: beats preloaded with their idle cycles; valid and payload registered.
 struct Source {{
   explicit Source(int w) : words(w) {{}}
@@ -197,7 +205,7 @@ struct Sink {{
 {nl.join(decl)}
 
 int main(int argc, char** argv) {{
-  if (argc != 2) {{ std::fprintf(stderr, "usage: %s FOLDER\\n", argv[0]); return 2; }}
+  if (argc < 2) {{ std::fprintf(stderr, "usage: %s FOLDER\\n", argv[0]); return 2; }}
   const std::string dir = argv[1];
   unsigned long long seed_l, threshold_l, expect_l, timeout_l;
   std::FILE* cfg = std::fopen((dir + "/config").c_str(), "r");
@@ -211,10 +219,17 @@ int main(int argc, char** argv) {{
   VerilatedContext ctx;
   V{top} top{{&ctx}};
 {nl.join(init)}
-  top.{reset} = 1; top.{clock} = 0; top.eval();
+{hooks["setup"]}
+  // The clock low and everything settled (then the hook's models read top's outputs); the
+  // rising edge of every model.
+  auto settle = [&]() {{ top.{clock} = 0; top.eval();
+{hooks["settle"]}
+  }};
+  auto rise = [&]() {{ {rise} }};
+  top.{reset} = 1;
   uint64_t cycle = 0;  // rising edges so far (the players' o_cycle)
   for (int i = 0; i < {RESET_EDGES}; ++i) {{
-    top.{clock} = 1; top.eval(); ++cycle; top.{clock} = 0; top.eval();
+    settle(); rise(); ++cycle;
   }}
   top.{reset} = 0;
   const uint64_t start = cycle;
@@ -222,12 +237,12 @@ int main(int argc, char** argv) {{
   bool done = false;
   const auto t0 = std::chrono::steady_clock::now();
   while (!done) {{
-    top.{clock} = 0; top.eval();
+    settle();
     uint64_t received_next = received;
 {nl.join(sample)}
     if (({sent}) && received >= expect_l) ++drain;
     const bool done_next = drain > 8 || cycle - start >= timeout_l;
-    top.{clock} = 1; top.eval(); ++cycle;
+    rise(); ++cycle;
 {nl.join(f"    {p.name}_s.commit();" for p in src)}
 {nl.join(f"    {p.name}_k.ready = {p.name}_k.ready_next;" for p in snk)}
     received = received_next; done = done_next;
@@ -242,9 +257,10 @@ int main(int argc, char** argv) {{
 """
 
 
-def build_loop(verilog_text, top, ports, directory=None, *, extra_args=()):
-    """Verilate ``top`` with ``extra_args`` and link :func:`loop_cpp`; return ``(binary,
-    seconds)``.  ``verilog_text``: the design alone, without its player wrapper.
+def build_loop(verilog_text, top, ports, directory=None, *, extra_args=(), hooks=None):
+    """Verilate ``top`` with ``extra_args`` and link :func:`loop_cpp` (with its ``hooks``);
+    return ``(binary, seconds)``.  ``verilog_text``: the design alone, without its player
+    wrapper.
 
     ``directory`` None: the project's build cache (``<build root>/<top>_loop-<hash>``, the hash
     of the Verilog, the loop, the arguments and the Verilator), so a second call finds the
@@ -253,7 +269,7 @@ def build_loop(verilog_text, top, ports, directory=None, *, extra_args=()):
 
     from ncrtl.testbench.sim import _locked, build_executable, build_root, find_verilator
 
-    main = loop_cpp(top, ports)
+    main = loop_cpp(top, ports, hooks=hooks)
     if directory is None:
         install = find_verilator()
         key = hashlib.sha256()
@@ -276,9 +292,12 @@ def build_loop(verilog_text, top, ports, directory=None, *, extra_args=()):
     return binary, time.perf_counter() - t0
 
 
-def run_loop(binary, folder):
-    """Run the loop on the player files in ``folder``: ``(cycles from go to done, seconds)``."""
-    proc = subprocess.run([str(binary), str(folder)], capture_output=True, text=True)
+def run_loop(binary, folder, *args):
+    """Run the loop on the player files in ``folder`` (``args``: the hooks' arguments):
+    ``(cycles from go to done, seconds)``."""
+    proc = subprocess.run(
+        [str(binary), str(folder), *map(str, args)], capture_output=True, text=True
+    )
     if proc.returncode:
         raise RuntimeError(f"C++ loop failed ({proc.returncode}): {proc.stderr[-2000:]}")
     cycles, ns = proc.stdout.split()

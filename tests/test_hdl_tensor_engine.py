@@ -1529,3 +1529,23 @@ def test_verilog_pe_modes_bf16_lint_clean_latch_free():
     assert synth.ok, synth.log[-4000:]
     small = len(flat_module(PE(pe_modes("bf16")), PE_MODULE))
     assert small < len(flat_module(PE(), PE_MODULE)) / 2
+
+
+def test_band_plan_and_band_arguments():
+    """Bands cut the columns evenly; a band divides a LoadStationary chain or holds whole
+    chains, and its entries say which chain starts at its left edge (none: the left
+    neighbour's chain goes on)."""
+    from ncrtl.hdl.tensor_engine.band import PEBand, band_plan
+
+    assert band_plan(128, 4, 32) == [(0, 32, [0]), (32, 32, [1]), (64, 32, [2]), (96, 32, [3])]
+    assert band_plan(128, 2, 32) == [(0, 64, [0, 1]), (64, 64, [2, 3])]
+    assert band_plan(8, 8, 2)[:3] == [(0, 1, [0]), (1, 1, []), (2, 1, [1])]
+    with pytest.raises(ValueError, match=r"^bands=3 must divide the 128 columns$"):
+        band_plan(128, 3, 32)
+    with pytest.raises(ValueError, match=r"^a band of 24 columns must divide the chain width 32"):
+        band_plan(96, 4, 32)
+    band = PEBand(128, 64, chain_width=32)
+    assert band.entries == 2 and band.block == 8
+    assert len(band.i_ls) == 2 * 128 * 40 and len(band.o_psum) == 64 * 32
+    with pytest.raises(ValueError, match=r"^PEBand cols=48 must be a multiple of the chain width"):
+        PEBand(8, 48, chain_width=32, block=8)

@@ -220,3 +220,49 @@ def test_the_cpp_loop_replays_a_player_run_byte_for_byte(tmp_path):
     assert (played / "result.out").stat().st_size > 0
     for name in outputs:
         assert filecmp.cmp(played / name, files / name, shallow=False), name
+
+
+def _replay(played, ports, folder, run):
+    """Run ``run(folder)`` on a copy of a player run's inputs; the outputs that differ."""
+    import filecmp
+    import shutil
+
+    folder.mkdir()
+    for port in ports:
+        if port.kind == "source":
+            shutil.copy(played / f"{port.name}.in", folder)
+    shutil.copy(played / "config", folder)
+    cycles, seconds = run(folder)
+    assert cycles > 0 and seconds > 0
+    outputs = [f"{q.name}.log" for q in ports if q.kind == "source"]
+    outputs += [f"{q.name}.out" for q in ports if q.kind in ("sink", "strobe")]
+    return [n for n in outputs if not filecmp.cmp(played / n, folder / n, shallow=False)]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(
+    "bands",
+    [pytest.param(8, id="8-bands-chains-cross-the-edges"), pytest.param(2, marks=pytest.mark.slow)],
+)
+def test_column_bands_replay_a_player_run_byte_for_byte(tmp_path, bands):
+    """The engine stepped as column bands on threads (:mod:`ncrtl.testbench.tensor_engine.band_loop`)
+    on the files of a player run with idle cycles and backpressure writes the same transfer
+    logs, output beats and error strobes in the same cycles, on one thread and on two: the band
+    edges are exact one-cycle cuts.  With 8 bands of one column on an array of 4 LoadStationary
+    chains of 2 columns, half the band edges continue a chain and half start one."""
+    from ncrtl.testbench.tensor_engine.band_loop import build_band_loop
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
+    block = blocks.get("pe_array")
+    p = block.resolve({"rows": "8", "cols": "8", "mode": "bf16", "tile_unit": "2"})
+    ports = player_ports(8, 8, 2)
+    res = run_block(
+        block, p, count=200, seed=5, stall=0.25, player=ports, testcase="test_program_stalls"
+    )
+    _check(res)
+    played = Path(res.steps["run_dir"]) / "player"
+    assert (played / "result.out").stat().st_size > 0
+    loop = build_band_loop(8, 8, bands, tile_unit=2)
+    for threads in (1, 2):
+        folder = tmp_path / f"threads{threads}"
+        assert _replay(played, ports, folder, lambda f: loop.run(f, threads)) == []

@@ -126,6 +126,19 @@ def _place_pe(m, name, en, x, tag, ls, lsc, psum, module=PE_MODULE, widths=PE_WI
     return o_x, o_tag, o_ls, o_lsc, o_psum
 
 
+def grid_ports(rows, cols, chains):
+    """The members of an array (or engine) with ``external_grid``: see
+    :class:`SystolicArray`."""
+    return {
+        "o_grid_en": Out(1),
+        "o_grid_x": Out(rows * LANE_WIDTH),
+        "o_grid_tag": Out(rows * _TAG_BITS),
+        "o_grid_ls": Out(chains * rows * LANE_WIDTH),
+        "o_grid_ls_ctl": Out(chains * rows * _LSC_BITS),
+        "i_grid_psum": In(cols * 32),
+    }
+
+
 class PETile(wiring.Component):
     """``size x size`` PEs as ``Instance`` of :data:`PE_MODULE`, wired like the array: moving
     words, tags and the LS chain enter on the left (one lane per row) and leave on the right,
@@ -219,6 +232,11 @@ class SystolicArray(wiring.Component):
         each with its own beat tags and LoadStationary control; a moving injection point at
         the first column of every column group (a column tile's moving data enters there); an
         output tap below every row group (a row tile's results leave there).
+    external_grid : bool
+        The array without its PE grid (serial engine only): what the grid's left edge and
+        LoadStationary chain entries would receive leaves on the ``o_grid_*`` ports and the
+        psums of the grid's bottom row enter on ``i_grid_psum``, for a simulation that steps
+        the grid as column bands (:mod:`ncrtl.hdl.tensor_engine.band`).
 
     Attributes
     ----------
@@ -254,6 +272,11 @@ class SystolicArray(wiring.Component):
     o_psum : Out(row_groups * cols * 32)
         Output vector registers: lane word ``g * cols + c`` is the psum leaving PE column ``c``
         below row group ``g`` (one tap, the bottom, without parallel tiles).
+    o_grid_en, o_grid_x, o_grid_tag, o_grid_ls, o_grid_ls_ctl, i_grid_psum
+        With ``external_grid`` only: the grid's clock enable; row ``r``'s moving word and PE
+        tag entering column 0 (``rows`` lanes); chain ``k``'s LoadStationary word and control
+        entering row ``r`` of its first column (lane ``k * rows + r``); the psum leaving the
+        bottom of column ``c`` (lane ``c``).
     """
 
     @validated_init
@@ -267,12 +290,18 @@ class SystolicArray(wiring.Component):
         block=None,
         parallel_tiles=False,
         modes=None,
+        external_grid=False,
     ):
         check_int(rows, "SystolicArray rows", minimum=1, maximum=255)
         check_int(cols, "SystolicArray cols", minimum=1, maximum=255)
         check_int(tile_granule, "SystolicArray tile_granule", minimum=1)
         check_bool(instance, "SystolicArray instance")
         check_bool(parallel_tiles, "SystolicArray parallel_tiles")
+        check_bool(external_grid, "SystolicArray external_grid")
+        if external_grid and parallel_tiles:
+            raise ValueError(
+                "SystolicArray external_grid is for the serial array, not parallel tiles"
+            )
         if block is None:
             block = default_block(rows, cols, tile_granule) if instance else 1
         check_int(block, "SystolicArray block", minimum=1)
@@ -302,21 +331,24 @@ class SystolicArray(wiring.Component):
         self.row_groups = rows // tile_granule if parallel_tiles else 1
         self.injections = self.chains if parallel_tiles else 1
         RG, J, C = self.row_groups, self.injections, self.chains
-        super().__init__(
-            {
-                "en": In(1, init=1),
-                "i_x": In(J * rows * LANE_WIDTH),
-                "i_tag": In(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
-                "i_ls": In(C * rows * LANE_WIDTH),
-                "i_ls_ctl": In(data.ArrayLayout(LS_CTL_LAYOUT, RG * C)),
-                "o_psum": Out(RG * cols * 32),
-            }
-        )
+        self.external_grid = external_grid
+        members = {
+            "en": In(1, init=1),
+            "i_x": In(J * rows * LANE_WIDTH),
+            "i_tag": In(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
+            "i_ls": In(C * rows * LANE_WIDTH),
+            "i_ls_ctl": In(data.ArrayLayout(LS_CTL_LAYOUT, RG * C)),
+            "o_psum": Out(RG * cols * 32),
+        }
+        if external_grid:
+            members.update(grid_ports(rows, cols, C))
+        super().__init__(members)
 
     def cells(self):
         """The modules the array places with ``Instance`` (:class:`ncrtl.hdl.verilog.Cell`):
-        the PE, and the tile module when the PEs are tiled; none with ``instance=False``."""
-        if not self.instance:
+        the PE, and the tile module when the PEs are tiled; none with ``instance=False`` or
+        ``external_grid``."""
+        if not self.instance or self.external_grid:
             return []
         modes = self.modes
         cells = [Cell(PE_MODULE, lambda: PE(modes))]
@@ -416,7 +448,12 @@ class SystolicArray(wiring.Component):
 
         # ---- the PE grid --------------------------------------------------------------
         inputs = (x_in, tag_in, sel_in, ls_in, lsc_in)
-        taps = self._tiles(m, *inputs) if self.block > 1 else self._grid(m, *inputs)
+        if self.external_grid:
+            taps = self._external(m, *inputs)
+        elif self.block > 1:
+            taps = self._tiles(m, *inputs)
+        else:
+            taps = self._grid(m, *inputs)
 
         # ---- below every tap: de-skew into the output vector register ------------------------
         out = Signal(RG * cols * 32, name="out_vec", reset_less=True)
@@ -429,6 +466,21 @@ class SystolicArray(wiring.Component):
                     m.d.sync += out[lane : lane + 32].eq(late)
         m.d.comb += self.o_psum.eq(out)
         return m
+
+    def _external(self, m, x_in, tag_in, sel_in, ls_in, lsc_in):
+        """No grid: its inputs leave on the ``o_grid_*`` ports, its bottom psums enter on
+        ``i_grid_psum``; return the one tap."""
+        rows, C = self.rows, self.chains
+        m.d.comb += [
+            self.o_grid_en.eq(self.en),
+            self.o_grid_x.eq(Cat(*(x_in[r][0] for r in range(rows)))),
+            self.o_grid_tag.eq(Cat(*(Value.cast(tag_in[r][0]) for r in range(rows)))),
+            self.o_grid_ls.eq(Cat(*(ls_in[k][r] for k in range(C) for r in range(rows)))),
+            self.o_grid_ls_ctl.eq(
+                Cat(*(Value.cast(lsc_in[k][r]) for k in range(C) for r in range(rows)))
+            ),
+        ]
+        return [[self.i_grid_psum[c * 32 : (c + 1) * 32] for c in range(self.cols)]]
 
     def _inject(self, m, moving, r, c, x, tag):
         """The moving word and tag entering PE (r, c): at the first column of a column group

@@ -61,12 +61,15 @@ from ncrtl.hdl.common.stream import vector_layout
 from ncrtl.model.modes import ENGINE_MODES, pe_modes
 from ncrtl.model.tensor_engine.isa import Op
 
-from .array import SystolicArray
+from .array import SystolicArray, grid_ports
 from .control import ERROR_SHAPE, INSTR_LAYOUT, TensorControl
 from .pe import container
 from .plane import TransposePlane
 
 __all__ = ["TensorEngine", "stationary_beats", "lane_groups", "tap_vector_layout"]
+
+#: The ``external_grid`` outputs the engine forwards from its array.
+_GRID_OUT = ("o_grid_en", "o_grid_x", "o_grid_tag", "o_grid_ls", "o_grid_ls_ctl")
 
 
 def stationary_beats(words, ins, rows, cols, tile_unit=32):
@@ -156,6 +159,10 @@ class TensorEngine(wiring.Component):
         The background transpose plane (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a transpose
         runs beside a matmul or another transpose (see the module docstring); not with
         ``parallel_tiles``.
+    external_grid : bool
+        The engine without its PE grid, for a simulation that steps the grid as column bands
+        (:mod:`~ncrtl.hdl.tensor_engine.band`): the array's ``o_grid_*`` / ``i_grid_psum``
+        ports become the engine's (serial engine only).
     modes : sequence of PeMode, str or None
         The modes the PE is built for (``ncrtl.model.modes.pe_modes``: a family such as
         ``"bf16"``, mode names, or PeModes; None: every engine mode, the synthesis design).
@@ -188,8 +195,11 @@ class TensorEngine(wiring.Component):
         parallel_tiles=False,
         background_transpose=False,
         modes=None,
+        external_grid=False,
     ):
         modes = ENGINE_MODES if modes is None else pe_modes(modes)
+        if external_grid and background_transpose:
+            raise ValueError("TensorEngine external_grid is for the serial engine only")
         self.array = SystolicArray(
             rows,
             cols,
@@ -198,6 +208,7 @@ class TensorEngine(wiring.Component):
             block=block,
             parallel_tiles=parallel_tiles,
             modes=modes,
+            external_grid=external_grid,
         )
         self.modes = self.array.modes
         self.control = TensorControl(
@@ -235,6 +246,9 @@ class TensorEngine(wiring.Component):
             members["result"] = Out(stream.Signature(tap_vector_layout(2, cols, 1)))
         else:
             members["result"] = Out(stream.Signature(vector_layout(cols)))
+        if external_grid:
+            members.update(grid_ports(rows, cols, self.array.chains))
+        self.external_grid = external_grid
         super().__init__(members)
 
     def lane_groups(self, ins):
@@ -285,6 +299,9 @@ class TensorEngine(wiring.Component):
             self.o_error.eq(ctl.o_error),
             self.o_error_code.eq(ctl.o_error_code),
         ]
+        if self.external_grid:
+            m.d.comb += [getattr(self, n).eq(getattr(arr, n)) for n in _GRID_OUT]
+            m.d.comb += arr.i_grid_psum.eq(self.i_grid_psum)
         W = 32  # an FP32 result (or a transpose word) per column
         if self.parallel:
             # Per tap g and column group j: its lanes, the first `count` of them kept.
