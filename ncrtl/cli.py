@@ -627,10 +627,23 @@ def _cmd_bench(args):
             served = pe_modes(spec)
         except ValueError as e:
             raise UsageError(f"--pe-modes: {e}") from None
-        if args.only in (None, "te") and args.te_size and get_mode("bf16") not in served:
+        if args.only in (None, "te", "bands") and args.te_size and get_mode("bf16") not in served:
             raise UsageError(
                 f"--pe-modes {spec!r} does not serve bf16, the mode of the measured matmul"
             )
+    if args.only == "bands":
+        from .hdl.tensor_engine.band import band_plan
+        from .model.tensor_engine.timing import chain_width
+
+        if not 2 <= args.te_size <= 128:
+            raise UsageError(f"--only bands needs --te-size in 2..128, got {args.te_size}")
+        try:
+            band_plan(args.te_size, args.bands, chain_width(args.te_size))
+        except ValueError as e:
+            raise UsageError(f"--bands {args.bands}: {e}") from None
+        spec = args.band_threads or "1"
+        if not all(t.strip().isdigit() and int(t) >= 1 for t in spec.split(",")):
+            raise UsageError(f"--band-threads {spec!r} must be thread counts >= 1, comma-separated")
     return run_bench(args)
 
 
@@ -1106,10 +1119,11 @@ def build_parser():
     )
     s.add_argument(
         "--only",
-        choices=("pe", "fp", "harness", "te", "psum", "dma"),
+        choices=("pe", "fp", "harness", "te", "bands", "psum", "dma"),
         help="run one section: pe (the PE in a C++ loop), fp (the FP units), harness (the "
-        "testbench against a C++ loop), te (the Tensor Engine), psum or dma (the DMA engine's "
-        "bandwidth) (default: all of them)",
+        "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
+        "column bands on threads against one model; only when named), psum or dma (the DMA "
+        "engine's bandwidth) (default: all of them but bands)",
     )
     s.add_argument(
         "--pe-cycles",
@@ -1148,6 +1162,19 @@ def build_parser():
         help="PE builds to measure, comma-separated, each in turn: all (default, every mode), "
         "a family (bf16, fp8, fp32, mx) or modes joined by '+'; --only te: each must serve "
         "bf16 (the measured matmul); --only pe: each build's operations",
+    )
+    s.add_argument(
+        "--bands",
+        type=int,
+        default=4,
+        help="--only bands: column bands the grid is cut into (default 4; dividing --te-size, "
+        "each dividing the 32-column LoadStationary chain or holding whole chains)",
+    )
+    s.add_argument(
+        "--band-threads",
+        default=None,
+        help="--only bands: thread counts to measure, comma-separated (default 1, 2, 4, ... "
+        "up to the cores of this machine)",
     )
     s.add_argument(
         "--pgo",

@@ -115,6 +115,14 @@ def run_bench(args):
     if only in (None, "te") and args.te_size:
         for family in _families(getattr(args, "pe_modes", "all")):
             ok &= _bench_tensor_engine(args.te_size, family, pgo=getattr(args, "pgo", False))
+    if only == "bands":
+        for family in _families(getattr(args, "pe_modes", "all")):
+            ok &= _bench_bands(
+                args.te_size,
+                getattr(args, "bands", 4),
+                family,
+                _thread_counts(getattr(args, "band_threads", None)),
+            )
     if only in (None, "dma"):
         ok &= _bench_dma(getattr(args, "dma_partitions", 16))
         ok &= _bench_dma_qos()
@@ -434,6 +442,91 @@ def _bench_harness(size=16, repeat=40, runs=3):
     print(f"  end to end (players): {best.cycles / best.seconds:.0f} cycles/s")
     print_time_split(best)
     return True
+
+
+def _thread_counts(spec):
+    """``--band-threads``: comma-separated thread counts (default 1, 2, 4, ... up to the cores
+    of the machine)."""
+    if spec:
+        return [int(t) for t in str(spec).split(",")]
+    cores, out = os.cpu_count() or 1, [1]
+    while out[-1] * 2 <= cores:
+        out.append(out[-1] * 2)
+    return out
+
+
+def _bench_bands(size, bands, pe_modes="all", threads=(1, 2), repeat=4):
+    """The engine as column bands on threads (:mod:`ncrtl.testbench.tensor_engine.band_loop`)
+    against the one-model C++ loop (Verilator's own threads), both on the files of one
+    testbench run of ``repeat`` bf16 K = M = ``size``, N = 512 matmuls and both checked to
+    reproduce its outputs byte for byte: the scaling with cores."""
+    import filecmp
+    import shutil
+
+    from ncrtl.model.modes import pe_modes as modes_of
+    from ncrtl.testbench.stream_loop import build_loop, run_loop
+    from ncrtl.testbench.tensor_engine.band_loop import build_band_loop
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
+
+    print(
+        f"\ncolumn bands: {size} x {size} engine, PE modes {pe_modes}, {bands} bands, {repeat} "
+        f"bf16 matmuls K = M = {size}, N = 512 (the files of a testbench run); "
+        f"{os.cpu_count()} cores"
+    )
+    res = _te_stream_run(size, repeat=repeat, player=True, pe_modes=pe_modes)
+    if not res.passed:
+        print(f"  testbench run FAILED: {res.message}")
+        return False
+    played = Path(res.steps["run_dir"]) / "player"
+    ports = player_ports(size, size)
+    outputs = [f"{p.name}.log" for p in ports if p.kind == "source"]
+    outputs += [f"{p.name}.out" for p in ports if p.kind in ("sink", "strobe")]
+    block = blocks.get("pe_array")
+    params = _te_params(size, pe_modes, False)
+
+    def replay(run, tmp, name):
+        files = Path(tmp) / name
+        files.mkdir()
+        for f in ["config"] + [f"{p.name}.in" for p in ports if p.kind == "source"]:
+            shutil.copy(played / f, files / f)
+        cycles, seconds = run(files)
+        differ = [n for n in outputs if not filecmp.cmp(played / n, files / n, shallow=False)]
+        return cycles, seconds, differ
+
+    rss0 = _children_maxrss_mib()
+    text, top = block.verilog(params)
+    one, one_s = build_loop(text, top, ports, extra_args=block.build_args(params))
+    t0 = time.perf_counter()
+    loop = build_band_loop(size, size, bands, modes=modes_of(pe_modes))
+    band_s = time.perf_counter() - t0
+    print(
+        f"  builds: one model {one_s:.0f} s; bands {band_s:.0f} s (Verilog "
+        f"{loop.parts['verilog']:.0f} s, the band {loop.parts['band']:.0f} s, the engine and "
+        f"the loop {loop.parts['loop']:.0f} s); peak build process "
+        f"{max(_children_maxrss_mib(), rss0):.0f} MiB (0 s: cached)"
+    )
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        cycles, seconds, differ = replay(lambda f: run_loop(one, f), tmp, "one")
+        base = cycles / seconds
+        ok &= not differ
+        print(
+            f"  one model, {block.threads(**params)} Verilator thread(s): {base:8.1f} cycles/s"
+            + (f"  DIFFERS: {', '.join(differ)}" if differ else "")
+        )
+        for t in threads:
+            cycles, seconds, differ = replay(lambda f, t=t: loop.run(f, t), tmp, f"bands{t}")
+            ok &= not differ
+            print(
+                f"  {bands} bands on {t:2d} thread(s):   {cycles / seconds:8.1f} cycles/s = "
+                f"{cycles / seconds / base:.2f} x one model"
+                + (f"  DIFFERS: {', '.join(differ)}" if differ else "")
+            )
+    print(
+        f"  {res.vectors} output values, every output beat and cycle identical: "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
+    return ok
 
 
 #: Documented fixed cost of one DMA transfer (seeds README: about 1.3 us).
