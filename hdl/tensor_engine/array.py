@@ -139,6 +139,35 @@ def grid_ports(rows, cols, chains):
     }
 
 
+def place_tile(m, instance, name, prefix, module, en, inputs, widths, size):
+    """Place one ``size x size`` tile instance ``instance`` of ``module`` (a :class:`PETile` of
+    cells with the port ``widths``); ``inputs``: its ``(x, tag, ls, ls_ctl, psum)`` values.
+    Returns its outputs ``{"x", "tag", "ls", "lsc", "psum"}``, signals named
+    ``<prefix><key>_<name>``."""
+    o = {
+        k: Signal(size * w, name=f"{prefix}{k}_{name}")
+        for k, w in zip(("x", "tag", "ls", "lsc", "psum"), widths)
+    }
+    x, tag, ls, lsc, psum = inputs
+    m.submodules[instance] = Instance(
+        module,
+        i_clk=ClockSignal(),
+        i_rst=ResetSignal(),
+        i_en=en,
+        i_i_x=x,
+        i_i_tag=tag,
+        i_i_ls=ls,
+        i_i_ls_ctl=lsc,
+        i_i_psum=psum,
+        o_o_x=o["x"],
+        o_o_tag=o["tag"],
+        o_o_ls=o["ls"],
+        o_o_ls_ctl=o["lsc"],
+        o_o_psum=o["psum"],
+    )
+    return o
+
+
 class PETile(wiring.Component):
     """``size x size`` PEs as ``Instance`` of :data:`PE_MODULE`, wired like the array: moving
     words, tags and the LS chain enter on the left (one lane per row) and leave on the right,
@@ -543,25 +572,15 @@ class SystolicArray(wiring.Component):
                     ls = Cat(*(ls_in[c0 // G][r] for r in rs))
                     lsc = [lsc_in[c0 // G][r] for r in rs]
                 name = f"{tr}_{tc}"
-                o = {
-                    k: Signal(B * w, name=f"t{k}_{name}")
-                    for k, w in (("x", W), ("tag", T), ("ls", W), ("lsc", L), ("psum", 32))
-                }
-                m.submodules[f"tile_{name}"] = Instance(
-                    TILE_MODULE,
-                    i_clk=ClockSignal(),
-                    i_rst=ResetSignal(),
-                    i_en=self.en,
-                    i_i_x=Cat(*xs),
-                    i_i_tag=Cat(*(Value.cast(t) for t in tags)),
-                    i_i_ls=ls,
-                    i_i_ls_ctl=Cat(*(Value.cast(v) for v in lsc)),
-                    i_i_psum=psum_above[tc],
-                    o_o_x=o["x"],
-                    o_o_tag=o["tag"],
-                    o_o_ls=o["ls"],
-                    o_o_ls_ctl=o["lsc"],
-                    o_o_psum=o["psum"],
+                inputs = (
+                    Cat(*xs),
+                    Cat(*(Value.cast(t) for t in tags)),
+                    ls,
+                    Cat(*(Value.cast(v) for v in lsc)),
+                    psum_above[tc],
+                )
+                o = place_tile(
+                    m, f"tile_{name}", name, "t", TILE_MODULE, self.en, inputs, PE_WIDTHS, B
                 )
                 xs = [o["x"][i * W : (i + 1) * W] for i in range(B)]
                 tags = [o["tag"][i * T : (i + 1) * T] for i in range(B)]

@@ -15,14 +15,14 @@ ports are what the grid's left edge and chain entries receive, its ``i_grid_psum
 leaves the grid's bottom row.
 """
 
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, ResetSignal, Signal
+from amaranth.hdl import Cat, Const, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.hdl.verilog import Cell
 
-from .array import PE_WIDTHS, TILE_MODULE, PETile, default_block
+from .array import PE_WIDTHS, TILE_MODULE, PETile, default_block, place_tile
 from .pe import PE, build_modes
 
 __all__ = ["PEBand", "BAND_MODULE", "band_plan"]
@@ -156,25 +156,10 @@ class PEBand(wiring.Component):
                     e = c0 // self.chain_width
                     ls = self.i_ls[(e * rows + tr * B) * S : (e * rows + (tr + 1) * B) * S]
                     lsc = self.i_ls_ctl[(e * rows + tr * B) * L : (e * rows + (tr + 1) * B) * L]
-                o = {
-                    k: Signal(B * w, name=f"t{k}_{tr}_{tc}")
-                    for k, w in (("x", W), ("tag", T), ("ls", S), ("lsc", L), ("psum", P))
-                }
-                m.submodules[f"tile_{tr}_{tc}"] = Instance(
-                    TILE_MODULE,
-                    i_clk=ClockSignal(),
-                    i_rst=ResetSignal(),
-                    i_en=self.en,
-                    i_i_x=x,
-                    i_i_tag=tag,
-                    i_i_ls=ls,
-                    i_i_ls_ctl=lsc,
-                    i_i_psum=psum_above[tc],
-                    o_o_x=o["x"],
-                    o_o_tag=o["tag"],
-                    o_o_ls=o["ls"],
-                    o_o_ls_ctl=o["lsc"],
-                    o_o_psum=o["psum"],
+                name = f"{tr}_{tc}"
+                inputs = (x, tag, ls, lsc, psum_above[tc])
+                o = place_tile(
+                    m, f"tile_{name}", name, "t", TILE_MODULE, self.en, inputs, PE_WIDTHS, B
                 )
                 x, tag, ls, lsc, psum_above[tc] = o["x"], o["tag"], o["ls"], o["lsc"], o["psum"]
             m.d.comb += [

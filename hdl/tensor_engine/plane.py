@@ -27,13 +27,10 @@ results leave ``latency`` cycles after their beats.
 
 from amaranth.hdl import (
     Cat,
-    ClockSignal,
     Const,
     EnableInserter,
-    Instance,
     Module,
     Mux,
-    ResetSignal,
     Signal,
 )
 from amaranth.lib import data, wiring
@@ -44,7 +41,7 @@ from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
-from .array import PETile, _place_pe, default_block
+from .array import PETile, _place_pe, default_block, place_tile
 from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, registers, stationary_chain
 
 __all__ = ["TransposePlane", "TransposePE", "WORD_WIDTH", "TPE_MODULE", "TPE_TILE_MODULE"]
@@ -274,25 +271,9 @@ class TransposePlane(wiring.Component):
                     pairs = [self._chain_in(ls_in, ctl_chain, r, c0 // G) for r in rs]
                     ls, lsc = Cat(*(w for w, _ in pairs)), Cat(*(c for _, c in pairs))
                 name = f"t{tr}_{tc}"
-                o = {
-                    k: Signal(B * w, name=f"tp{k}_{name}")
-                    for k, w in zip(("x", "tag", "ls", "lsc", "psum"), TPE_WIDTHS)
-                }
-                m.submodules[f"ttile_{name}"] = Instance(
-                    TPE_TILE_MODULE,
-                    i_clk=ClockSignal(),
-                    i_rst=ResetSignal(),
-                    i_en=self.en,
-                    i_i_x=xs,
-                    i_i_tag=tags,
-                    i_i_ls=ls,
-                    i_i_ls_ctl=lsc,
-                    i_i_psum=above[tc],
-                    o_o_x=o["x"],
-                    o_o_tag=o["tag"],
-                    o_o_ls=o["ls"],
-                    o_o_ls_ctl=o["lsc"],
-                    o_o_psum=o["psum"],
+                inputs = (xs, tags, ls, lsc, above[tc])
+                o = place_tile(
+                    m, f"ttile_{name}", name, "tp", TPE_TILE_MODULE, self.en, inputs, TPE_WIDTHS, B
                 )
                 xs, tags, ls, lsc, above[tc] = o["x"], o["tag"], o["ls"], o["lsc"], o["psum"]
         return [above[c // B][(c % B) * W : (c % B + 1) * W] for c in range(self.cols)]
