@@ -845,6 +845,22 @@ def _seed_arg(parser):
     )
 
 
+def _block_args(parser, groups=True):
+    """The ``block`` argument (a block, or a group too) and its ``--param``s."""
+    if groups:
+        parser.add_argument("block", help="a block or a group (below)")
+        more = "not with a group"
+    else:
+        parser.add_argument("block", help="a block name (below; ncrtl list shows their parameters)")
+        more = "default: the block's, see ncrtl list"
+    parser.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help=f"a block parameter (repeatable; {more})",
+    )
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="ncrtl", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -856,13 +872,7 @@ def build_parser():
     s = sub.add_parser(
         "verilog", help="write the Verilog of a block", epilog=_blocks_epilog(), formatter_class=raw
     )
-    s.add_argument("block", help="a block name (below; ncrtl list shows their parameters)")
-    s.add_argument(
-        "--param",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a block parameter (repeatable; default: the block's, see ncrtl list)",
-    )
+    _block_args(s, groups=False)
     s.add_argument(
         "-o",
         "--output",
@@ -878,13 +888,7 @@ def build_parser():
         epilog=_blocks_epilog(),
         formatter_class=raw,
     )
-    s.add_argument("block", help="a block or a group (below)")
-    s.add_argument(
-        "--param",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a block parameter (repeatable; not with a group)",
-    )
+    _block_args(s)
     _shortcuts(s)
     s.set_defaults(func=_cmd_lint)
 
@@ -894,13 +898,7 @@ def build_parser():
         epilog=_blocks_epilog(),
         formatter_class=raw,
     )
-    s.add_argument("block", help="a block or a group (below)")
-    s.add_argument(
-        "--param",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a block parameter (repeatable; not with a group)",
-    )
+    _block_args(s)
     s.add_argument(
         "--count",
         type=int,
