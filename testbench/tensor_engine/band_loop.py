@@ -212,12 +212,12 @@ def band_hooks(rows, cols, plan):
 
 
 class BandBuild:
-    """A built band loop: ``binary`` and the build's seconds and parts (``verilog``: seconds
-    of Verilog generation, ``band``: the band library's compile, ``loop``: the engine and the
-    loop)."""
+    """A built band loop: ``binary`` and the seconds of the build's parts (``verilog``: the
+    Verilog generation, ``band``: the band library's compile, ``loop``: the engine and the
+    loop; 0 where cached)."""
 
-    def __init__(self, binary, seconds):
-        self.binary, self.seconds = binary, seconds
+    def __init__(self, binary, parts):
+        self.binary, self.parts = binary, dict(parts)
 
     def run(self, folder, threads=1):
         """Run on the player files in ``folder`` with ``threads`` threads: ``(cycles,
@@ -301,6 +301,4 @@ def build_band_loop(rows, cols, bands, *, tile_unit=32, modes=None, directory=No
         extra_args=args,
         hooks=band_hooks(rows, cols, plan),
     )
-    build = BandBuild(binary, time.perf_counter() - t0)
-    build.parts = {"verilog": verilog, "band": t1 - t0 - verilog, "loop": loop_s}
-    return build
+    return BandBuild(binary, {"verilog": verilog, "band": t1 - t0 - verilog, "loop": loop_s})
