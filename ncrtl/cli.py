@@ -387,18 +387,15 @@ def _cmd_sim(args):
     formats = _formats(args, pe_mode, transpose)
     own = _own_data(args)
     data = None
-    if own is not None:
-        if pe_mode.scale:
-            raise UsageError(
-                "--stationary / --moving with --dtype mx: the mx mode takes MX codes and block "
-                f"scales; give BF16 matrices with an MX dtype ({', '.join(MX_DTYPES)}) to run "
-                "them through QuantizeMX and the MX matmul"
-            )
-        k, m, n = _shapes(args, own, pe_mode)
-        what = f"{_source(args)} (K={k} M={m} N={n})"
-    else:
-        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
-        what = f"--k {k} --m {m} --n {n}"
+    k, m, n, what = _sizes(
+        args,
+        own,
+        pe_mode,
+        rows,
+        cols,
+        f"; give BF16 matrices with an MX dtype ({', '.join(MX_DTYPES)}) to run them through "
+        "QuantizeMX and the MX matmul",
+    )
     _check_pair(pe_mode, transpose, k, m, n, rows, cols, what)
     if own is not None:
         data = _codes(args, own, pe_mode, formats)
@@ -411,14 +408,37 @@ def _cmd_sim(args):
         k=k,
         m=m,
         n=n,
-        seed=args.seed,
-        waves=args.waves,
-        formats=formats,
-        special=args.values == "special",
-        data=data,
-        source=_source(args) if own is not None else "",
-        out=args.out,
+        **_run_options(args, formats, data, own),
     )
+
+
+def _sizes(args, own, pe_mode, rows, cols, mx_hint):
+    """``(k, m, n, what)`` of a run: the shapes of the user's matrices ``own`` (none for the mx
+    mode, whose block scales they cannot carry: ``mx_hint`` says what to do instead), or the
+    size options with their defaults; ``what`` names them in messages."""
+    if own is None:
+        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
+        return k, m, n, f"--k {k} --m {m} --n {n}"
+    if pe_mode.scale:
+        raise UsageError(
+            "--stationary / --moving with --dtype mx: the mx mode takes MX codes and block "
+            "scales" + mx_hint
+        )
+    k, m, n = _shapes(args, own, pe_mode)
+    return k, m, n, f"{_source(args)} (K={k} M={m} N={n})"
+
+
+def _run_options(args, formats, data, own):
+    """The options every RTL run of ``ncrtl sim`` takes from the command line."""
+    return {
+        "seed": args.seed,
+        "waves": args.waves,
+        "formats": formats,
+        "special": args.values == "special",
+        "data": data,
+        "source": _source(args) if own is not None else "",
+        "out": args.out,
+    }
 
 
 def _sim_psum(args):
@@ -444,18 +464,15 @@ def _sim_psum(args):
         )
     formats = _formats(args, pe_mode, transpose)
     own = _own_data(args)
-    if own is not None:
-        if pe_mode.scale:
-            raise UsageError(
-                "--stationary / --moving with --dtype mx: the mx mode takes MX codes and block "
-                "scales, which the PSUM path draws at random; run your BF16 matrices with an MX "
-                f"dtype ({', '.join(MX_DTYPES)}) without --psum"
-            )
-        k, m, n = _shapes(args, own, pe_mode)
-        what = f"{_source(args)} (K={k} M={m} N={n})"
-    else:
-        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
-        what = f"--k {k} --m {m} --n {n}"
+    k, m, n, what = _sizes(
+        args,
+        own,
+        pe_mode,
+        rows,
+        cols,
+        ", which the PSUM path draws at random; run your BF16 matrices with an MX dtype "
+        f"({', '.join(MX_DTYPES)}) without --psum",
+    )
     if transpose and k != rows:
         raise UsageError(
             f"{what}: a transpose into PSUM moves one tile of K = --rows {rows} partitions (each "
@@ -505,13 +522,7 @@ def _sim_psum(args):
         n=n,
         psum=args.psum,
         rounding=args.rounding,
-        seed=args.seed,
-        waves=args.waves,
-        formats=formats,
-        special=args.values == "special",
-        data=data,
-        source=_source(args) if own is not None else "",
-        out=args.out,
+        **_run_options(args, formats, data, own),
     )
 
 

@@ -109,16 +109,7 @@ def run_block(
         )
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "summary.json"
-        env = {
-            "NCRTL_PARAMS": json.dumps(params),
-            "NCRTL_COUNT": str(count),
-            "NCRTL_SEED": str(seed),
-            "NCRTL_STALL": str(stall),
-            "NCRTL_SUMMARY": str(summary),
-            "NCRTL_LABEL": label,
-            "NCRTL_BLOCK": block.name,
-            **(extra_env or {}),
-        }
+        env = _testbench_env(block, params, count, seed, stall, summary, extra_env)
         if progress:
             env[ENV] = str(Path(tmp) / "progress.json")
         log = Path("build") / "conformance" / f"{block.top(**params)}.log"
@@ -296,6 +287,20 @@ def build_block(block, params, *, waves=None, player=None, progress=False):
     return built, steps
 
 
+def _testbench_env(block, params, count, seed, stall, summary, extra=None):
+    """The environment a block's cocotb testbench reads (``NCRTL_*``), then ``extra``."""
+    return {
+        "NCRTL_PARAMS": json.dumps(params),
+        "NCRTL_COUNT": str(count),
+        "NCRTL_SEED": str(seed),
+        "NCRTL_STALL": str(stall),
+        "NCRTL_SUMMARY": str(summary),
+        "NCRTL_LABEL": block.label(params),
+        "NCRTL_BLOCK": block.name,
+        **(extra or {}),
+    }
+
+
 def _training(block, params, player):
     """``profile(build)`` of a profile-guided build of ``block``: its ``training`` run on the
     instrumented model (seed 1, no stalls unless the testbench adds its own); a failing run
@@ -308,16 +313,7 @@ def _training(block, params, player):
 
     def train(built):
         with tempfile.TemporaryDirectory() as tmp:
-            env = {
-                "NCRTL_PARAMS": json.dumps(params),
-                "NCRTL_COUNT": "1",
-                "NCRTL_SEED": "1",
-                "NCRTL_STALL": "0.0",
-                "NCRTL_SUMMARY": str(Path(tmp) / "summary.json"),
-                "NCRTL_LABEL": block.label(params),
-                "NCRTL_BLOCK": block.name,
-                **extra,
-            }
+            env = _testbench_env(block, params, 1, 1, 0.0, Path(tmp) / "summary.json", extra)
             res = built.run(
                 test_module,
                 env=env,
