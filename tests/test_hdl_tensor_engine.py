@@ -14,6 +14,7 @@
 """
 
 import re
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -36,7 +37,7 @@ from ncrtl.hdl.tensor_engine.pe import (
 )
 from ncrtl.hdl.tensor_engine.top import TensorEngine, stationary_beats
 from ncrtl.hdl.verilog import convert, flat_module
-from ncrtl.model.fp import encode, fp32_dot_add, get_format
+from ncrtl.model.fp import encode, fp32_dot_add, from_bits, get_format
 from ncrtl.model.modes import (
     ENGINE_MODES,
     get_mode,
@@ -234,6 +235,104 @@ def test_pe_every_mode():
     for p in (0x7F800001, 0x80000000, 0x3F800000):
         beats.append(dict(s=0x3F800000, x=0x7FC00000, psum=p, tag=dict(valid=0)))
         want.append(p)
+    got = run_pe(beats)
+    bad = np.nonzero(got != np.array(want))[0]
+    assert not len(bad), [(int(i), beats[i], hex(got[i]), hex(want[i])) for i in bad[:6]]
+
+
+def _e5m2_split_cases(rng, lanes, n):
+    """``n`` e5m2 operand rows of ``lanes`` products whose exact sums need every bit of the
+    67-bit window (huge and subnormal products side by side), and the exact sums."""
+    f = get_format("fp8_e5m2")
+    big = np.arange(0x70, 0x7C)  # 2**13 .. 57344
+    tiny = np.array([0x01, 0x02, 0x03, 0x04, 0x81, 0x82, 0x83])  # subnormals, the least normal
+    pools = (big, big | 0x80, tiny, random_codes(rng, "fp8_e5m2", 64, special_rate=0))
+    a = np.empty((n, lanes), dtype=np.int64)
+    b = np.empty((n, lanes), dtype=np.int64)
+    for k in range(n):
+        for j in range(lanes):
+            pool = pools[(k + j) % 4 if k % 3 else (j % 2) * 2]
+            a[k, j], b[k, j] = rng.choice(pool), rng.choice(pool)
+    av = from_bits(a.astype(f.storage_dtype), f).astype(np.float64)
+    bv = from_bits(b.astype(f.storage_dtype), f).astype(np.float64)
+    exact = [sum(Fraction(x) * Fraction(y) for x, y in zip(ar, br)) for ar, br in zip(av, bv)]
+    return a, b, exact
+
+
+def _split_psums(rng, exact, se):
+    """FP32 psums at the bounds of the split sum's proof (``hdl/fp/split_sum.py``) for exact
+    sums ``exact`` scaled by ``2**se``: minus the sum's FP32 rounding +- ulps and minus its
+    largest part (the psum cancels the top, the 2**-32 bits decide), around the far-above bound
+    (2**(35 + se)), with bits below the window (2**(-33 + se)), subnormal, signed zeros,
+    Inf and NaN."""
+    out = []
+    for k, s in enumerate(exact):
+        v = float(s * Fraction(2) ** int(se[k]))
+        near = np.float32(-v).view(np.uint32).astype(np.int64) if np.isfinite(np.float32(v)) else 0
+        choice = k % 8
+        if choice == 0:
+            p = (near + rng.integers(-2, 3)) & 0xFFFFFFFF
+        elif choice == 1:
+            top = np.float32(float(-s.numerator // s.denominator if s else 0) * 2.0 ** int(se[k]))
+            p = int(top.view(np.uint32))
+        elif choice == 2:
+            e = 35 + int(se[k]) + rng.integers(-2, 2)
+            p = int(
+                np.float32(rng.choice([-1, 1]) * 2.0**e * (1 + rng.integers(0, 3) / 8)).view(
+                    np.uint32
+                )
+            )
+        elif choice == 3:
+            e = -33 + int(se[k]) - rng.integers(-4, 12)
+            p = int(np.float32(rng.choice([-1, 1]) * 2.0**e * (1 + rng.random())).view(np.uint32))
+        elif choice == 4:
+            p = int(rng.integers(1, 1 << 23)) | int(rng.integers(0, 2)) << 31
+        else:
+            p = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000][k % 5]
+        out.append(int(p) & 0xFFFFFFFF)
+    return np.array(out, dtype=np.int64)
+
+
+def test_pe_split_sum_bounds():
+    """The e5m2 sums wider than 64 bits, kept in two limbs with the psum folded in
+    (``hdl/fp/split_sum.py``): double_row and MX beats at every bound of the proof, bit for
+    bit against the contract (``fp32_dot_add``, itself proven against exact arithmetic)."""
+    rng = np.random.default_rng(29)
+    beats, want = [], []
+    e5 = "fp8_e5m2"
+    n = 96
+    a, b, exact = _e5m2_split_cases(rng, 2, n)
+    psum = _split_psums(rng, exact, np.zeros(n, dtype=np.int64))
+    want += list(golden_dot_add(psum, a, b, e5, e5))
+    i = FP8_FORMATS.index(e5)
+    for k in range(n):
+        beats.append(
+            dict(
+                s=int(a[k, 0] | a[k, 1] << 8),
+                x=int(b[k, 0] | b[k, 1] << 8),
+                psum=int(psum[k]),
+                tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=i),
+            )
+        )
+    # MX: scales that put the sum at the FP32 subnormal boundary, under it, at 1.0 and high.
+    mx = get_mode("mx")
+    a, b, exact = _e5m2_split_cases(rng, 4, 4 * n)
+    total = rng.choice([0, 60, 98, 100, 127 + 127, 300, 400, 508], 4 * n)
+    es = np.minimum(total // 2, 254)
+    ex = total - es
+    se = es + ex - 254
+    psum = _split_psums(rng, exact, se)
+    want += list(golden_dot_add(psum, a, b, e5, e5, se, np.zeros(4 * n, dtype=bool)))
+    i = mx.formats_s.index(e5)
+    for k in range(4 * n):
+        beats.append(
+            dict(
+                s=int(sum(int(a[k, t]) << (8 * t) for t in range(4)) | int(es[k]) << 32),
+                x=int(sum(int(b[k, t]) << (8 * t) for t in range(4)) | int(ex[k]) << 32),
+                psum=int(psum[k]),
+                tag=dict(mode=Mode.MX, fmt_s=i, fmt_m=i),
+            )
+        )
     got = run_pe(beats)
     bad = np.nonzero(got != np.array(want))[0]
     assert not len(bad), [(int(i), beats[i], hex(got[i]), hex(want[i])) for i in bad[:6]]

@@ -27,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 from ncrtl.hdl.fp.add_round import AddRound
 from ncrtl.hdl.fp.exact import ExactLayout, fixed_point_window, product_sum, resize_exact
 from ncrtl.hdl.fp.mul import ExactMul, product_layout
+from ncrtl.hdl.fp.split_sum import WORD, fold_psum, split_plan, split_product_sum
 from ncrtl.hdl.fp.unpack import Unpack
 from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import ENGINE_MODES, operand_formats
@@ -320,6 +321,9 @@ class PE(wiring.Component):
         self.lanes = max(m.products for m in self.modes)
         self.scaled = any(m.scale for m in self.modes)
         self.transposes = any(m.transposes for m in self.modes)
+        #: The split product sum's plan (:func:`~ncrtl.hdl.fp.split_sum.split_plan`) where the
+        #: exact sum needs words of more than 64 bits; set by ``elaborate``.
+        self.split = None
         super().__init__(PE_SIGNATURE)
 
     @staticmethod
@@ -409,13 +413,28 @@ class PE(wiring.Component):
         """Stage 2: operand B of the psum adder: the exact sum of the lanes (a fused beat),
         times the block scales (a scaled beat: an exponent shift), or lane 0's product."""
         p0 = r1["p0"]
+        split = None
         if self.lanes == 1:
             b = p0
         else:
             narrow = [get_format(f) for f in self.narrow]
             window = fixed_point_window(narrow, narrow, self.lanes)
             narrow0 = resize_exact(m, p0, product_layout(narrow, narrow), name="s2_p0_narrow")
-            total = product_sum(m, [narrow0, *r1["lanes"]], window, name="s2_sum")
+            terms = [narrow0, *r1["lanes"]]
+        if self.lanes > 1 and window.total + 3 > WORD:
+            # The exact sum would need words wider than 64 bits (e5m2 products): two limbs,
+            # and the psum folded in at stage 3 (hdl/fp/split_sum.py).
+            self.split = split_plan(window, out_min=p0.shape().sig_width)
+            s = split_product_sum(m, terms, self.split, name="s2_sum")
+            split = {k: reg(f"r2_sum_{k}", v) for k, v in s.items()}
+            split.update(
+                fused=reg("r2_fused", r1["fused"]),
+                scale_exp=reg("r2_scale_exp", r1["scale_exp"]),
+                scale_nan=reg("r2_scale_nan", r1["scale_nan"]),
+            )
+            b = p0
+        elif self.lanes > 1:
+            total = product_sum(m, terms, window, name="s2_sum")
             lsb = window.lsb
             scaled = ExactLayout(
                 total.shape().sig_width,
@@ -430,6 +449,7 @@ class PE(wiring.Component):
             ]
         return dict(
             b=reg("r2_b", b),
+            split=split,
             valid=reg("r2_valid", r1["valid"]),
             first=reg("r2_first", r1["first"]),
             tr=reg("r2_transpose", r1["tr"]),
@@ -442,8 +462,26 @@ class PE(wiring.Component):
         psum_eff = Signal(32, name="psum_eff")
         m.d.comb += psum_eff.eq(Mux(r2["first"], 0, self.i_psum))
         m.submodules.unpack_psum = up = Unpack(["fp32"])
-        m.submodules.add = add = AddRound(up.layout, r2["b"].shape(), pipelined=False)
-        m.d.comb += [up.i_bits.eq(psum_eff), add.i_a.eq(up.o_value), add.i_b.eq(r2["b"])]
+        a, b = up.o_value, r2["b"]
+        split = r2["split"]
+        if split is not None:
+            a, folded = fold_psum(
+                m,
+                split,
+                up.o_value,
+                split["scale_exp"],
+                split["scale_nan"],
+                split["fused"],
+                self.split,
+                name="s3_fold",
+            )
+            b = Signal(folded.shape().union(b.shape()), name="s3_b")
+            for f in ("sign", "exp", "sig", "zero", "inf", "nan"):
+                m.d.comb += getattr(b, f).eq(
+                    Mux(split["fused"], getattr(folded, f), getattr(r2["b"], f))
+                )
+        m.submodules.add = add = AddRound(up.layout, b.shape(), pipelined=False)
+        m.d.comb += [up.i_bits.eq(psum_eff), add.i_a.eq(a), add.i_b.eq(b)]
         psum_next = Signal(32, name="psum_next")
         with m.If(~r2["valid"]):
             m.d.comb += psum_next.eq(self.i_psum)
