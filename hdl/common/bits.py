@@ -7,7 +7,20 @@ Verilog stays readable and each node is computed once (no duplicated expression 
 
 from amaranth.hdl import Cat, Const, Mux, Shape, Signal, unsigned
 
-__all__ = ["bits_for_range", "clamp", "count_leading_zeros", "shift_right_sticky", "equals"]
+__all__ = [
+    "bits_for_range",
+    "clamp",
+    "count_leading_zeros",
+    "shift_left",
+    "shift_right_sticky",
+    "equals",
+]
+
+#: Bits of the widest word a simulator evaluates as one machine word (Verilator's ``QData``).
+WORD = 64
+
+#: Low bits of a :func:`shift_left` amount shifted as a variable (the rest selects constants).
+_SHL_FINE = 3
 
 
 def bits_for_range(lo, hi):
@@ -72,6 +85,36 @@ def count_leading_zeros(m, value, *, name):
     return out
 
 
+def shift_left(m, value, amount, *, name):
+    """``value << amount`` cut to ``len(value)`` bits, as a signal, without a wider word.
+
+    Amaranth widens a left shift by a signal to ``len(value) + 2**len(amount) - 1`` bits, and a
+    simulator evaluates every word above 64 bits as an array (the rounding adder's normalizing
+    shifts were 111 to 115-bit words).  Here the low bits of ``amount`` shift a word of
+    ``len(value) + 7`` bits and the high bits select one of the constant shifts by multiples of
+    8; a value too wide for that keeps the plain shift.  ``amount`` must be unsigned.
+    """
+    n = len(value)
+    if amount.shape().signed:
+        raise TypeError(f"Shift amount must be unsigned, not {amount.shape()!r}")
+    out = Signal(n, name=name)
+    fine = 1 << _SHL_FINE
+    if n + fine - 1 > WORD or len(amount) <= _SHL_FINE:
+        m.d.comb += out.eq(value << amount)
+        return out
+    low = Signal(n, name=f"{name}_fine")
+    m.d.comb += low.eq(value << amount[:_SHL_FINE])
+    with m.Switch(amount[_SHL_FINE:]):
+        for k in range(1, -(-n // fine)):
+            with m.Case(k):
+                m.d.comb += out.eq(Cat(Const(0, fine * k), low[: n - fine * k]))
+        with m.Case(0):
+            m.d.comb += out.eq(low)
+        with m.Default():  # shifted past the word
+            m.d.comb += out.eq(0)
+    return out
+
+
 def shift_right_sticky(m, value, amount, *, name):
     """Logical right shift of ``value`` by ``amount`` with a sticky flag.
 
@@ -84,12 +127,15 @@ def shift_right_sticky(m, value, amount, *, name):
         raise TypeError(f"Shift amount must be unsigned, not {amount.shape()!r}")
     shifted = Signal(n, name=f"{name}_shr")
     sticky = Signal(name=f"{name}_sticky")
-    # The mask of the bits that leave the word: ones below bit `amount`.
-    keep_mask = Signal(n, name=f"{name}_keep")
+    # The mask of the bits that leave the word, ones below bit `amount`: an all-ones word
+    # shifted right by the bits that stay (a left shift would widen by 2**len(amount) bits).
+    stay = Signal(range(n + 1), name=f"{name}_stay")
+    lost_mask = Signal(n, name=f"{name}_lost")
     m.d.comb += [
         shifted.eq(value >> amount),
-        keep_mask.eq(Const((1 << n) - 1, unsigned(n)) << amount),
-        sticky.eq((value & ~keep_mask).any()),
+        stay.eq(Mux(amount >= n, 0, n - amount)),
+        lost_mask.eq(Const((1 << n) - 1, unsigned(n)) >> stay),
+        sticky.eq((value & lost_mask).any()),
     ]
     return shifted, sticky
 

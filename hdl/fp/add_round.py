@@ -4,7 +4,13 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ncrtl.hdl.common.bits import bits_for_range, clamp, count_leading_zeros, shift_right_sticky
+from ncrtl.hdl.common.bits import (
+    bits_for_range,
+    clamp,
+    count_leading_zeros,
+    shift_left,
+    shift_right_sticky,
+)
 from ncrtl.hdl.common.params import check_bool, validated_init
 from ncrtl.model.fp.codec import QNAN
 from ncrtl.model.fp.formats import get_format
@@ -144,8 +150,7 @@ class AddRound(wiring.Component):
             wide = Signal(W, name=f"s1_{op}_wide")
             m.d.comb += wide.eq(sig << (W - width))
             lz = count_leading_zeros(m, wide, name=f"s1_{op}_lzc")
-            shifted = Signal(W, name=f"s1_{op}_norm")
-            m.d.comb += shifted.eq(wide << lz)
+            shifted = shift_left(m, wide, lz, name=f"s1_{op}_norm")
             top = Signal(top_shape, name=f"s1_{op}_top")
             m.d.comb += top.eq(exp + (width - 1) - lz)
             norm[op] = dict(
@@ -210,8 +215,7 @@ class AddRound(wiring.Component):
         r3_inf_sign = stage("r3_inf_sign", r2_inf_sign)
 
         # ---- stage 4: normalize, round once, pack, specials ----------------------------------
-        normed = Signal(N + 1, name="s4_norm")
-        m.d.comb += normed.eq(r3_sum << r3_lz)
+        normed = shift_left(m, r3_sum, r3_lz, name="s4_norm")
         # Bit N of the sum has exponent x_top + 1.
         e_top = Signal(bits_for_range(self._top_lo - N, self._top_hi + 1), name="s4_e_top")
         m.d.comb += e_top.eq(r3_top + 1 - r3_lz)
