@@ -19,6 +19,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
+from ncrtl.hdl.common.bits import shift_left, shift_right_sticky
 from ncrtl.hdl.common.stream import StreamLanes
 from ncrtl.hdl.fp.add import Fp32Add
 from ncrtl.hdl.fp.add_round import AddRound
@@ -26,6 +27,7 @@ from ncrtl.hdl.fp.convert import Bf16Rounding, Fp32ToBf16, Fp32ToFp16
 from ncrtl.hdl.fp.dot_add import FusedDotAdd
 from ncrtl.hdl.fp.exact import ExactLayout, fixed_point_window
 from ncrtl.hdl.fp.mul import ExactMul
+from ncrtl.hdl.fp.split_sum import split_plan
 from ncrtl.hdl.fp.unpack import Unpack
 from ncrtl.hdl.fp.xorwow import Xorwow, pack_state
 from ncrtl.hdl.verilog import convert
@@ -379,6 +381,51 @@ def test_fixed_point_windows_of_the_pe_modes():
         dut = FusedDotAdd.for_mode(mode)
         dut._MustUse__silence = True  # constructed only, never elaborated
         assert dut.latency == (5 if mode.products == 1 else 6)
+
+
+def test_split_plans_of_the_pe_modes():
+    """The split sum's plan for the windows wider than 64-bit words (hdl/fp/split_sum.py):
+    the all-mode PE's (lane 0's 48-bit FP32 product), the fp8 and mx families' (an FP8
+    product), and a window two limbs cannot hold."""
+    f = [get_format(x) for x in MX]
+    plan = split_plan(fixed_point_window(f, f, 4), out_min=48)
+    assert (plan.lsb, plan.lo, plan.hi, plan.out, plan.wide) == (-33, 35, 35, 48, 35)
+    assert (plan.width, plan.cut, plan.top) == (70, 21, 68)
+    # The bounds the proof needs: 2 out >= width + 24, out >= 27, 26 <= wide < out.
+    for window in (fixed_point_window(f, f, 4), fixed_point_window(f[:2], f[:2], 2)):
+        p = split_plan(window, out_min=10)
+        assert 2 * p.out >= p.width + 24 and p.out >= 27 and 26 <= p.wide < p.out
+        assert max(p.lo, p.hi) + 24 <= 64 and 0 < p.cut < p.lo
+    with pytest.raises(ValueError, match="does not split"):
+        split_plan(fixed_point_window([get_format("fp16")], [get_format("fp32")], 4), out_min=48)
+
+
+def test_shift_left_and_right_sticky_without_wide_words():
+    """``bits.shift_left`` (a left shift cut to its word) and ``shift_right_sticky`` against
+    Python for every amount, on words that take the stepped path and the plain one."""
+    rng = np.random.default_rng(5)
+    m = Module()
+    cases = []
+    for n, amt_bits in ((48, 6), (52, 6), (60, 3), (13, 5)):
+        value, amount = Signal(n), Signal(amt_bits)
+        shl = shift_left(m, value, amount, name=f"shl{n}")
+        shr, sticky = shift_right_sticky(m, value, amount, name=f"shr{n}")
+        cases.append((n, amt_bits, value, amount, shl, shr, sticky))
+
+    async def bench(ctx):
+        for n, amt_bits, value, amount, shl, shr, sticky in cases:
+            values = [0, 1, (1 << n) - 1, *(int(v) for v in rng.integers(0, 1 << n, 12))]
+            for v in values:
+                for a in range(1 << amt_bits):
+                    ctx.set(value, v)
+                    ctx.set(amount, a)
+                    assert ctx.get(shl) == (v << a) & ((1 << n) - 1), (n, v, a)
+                    assert ctx.get(shr) == v >> a, (n, v, a)
+                    assert ctx.get(sticky) == int(v & ((1 << min(a, n)) - 1) != 0), (n, v, a)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 # -- Unpack -------------------------------------------------------------------------------------
