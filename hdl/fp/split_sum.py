@@ -34,21 +34,20 @@ is in, or which multiple it equals; ``RO_k`` keeps both for ``r - 1 >= k + 1``, 
   was cut only if it has bits below unit 0, then ``|A| < 2**P <= 2**(wide - 2)`` and ``|V| >=
   2**(wide - 1)`` rounds at ``r >= wide - P >= 2``.
 
-Rounding positions only get coarser for subnormal results, so every bound above holds there too.
+Rounding positions only get coarser for subnormal results, so every bound above holds there too;
+and a subnormal psum far above puts the whole window below ``2**-126``, so the cut's bit lies
+below ``2**-151``, under the psum's LSB (``2**-149``).
 """
 
 from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-from ncrtl.hdl.common.bits import bits_for_range, clamp
+from ncrtl.hdl.common.bits import WORD, bits_for_range, clamp
 
 from .exact import ExactLayout
 
 __all__ = ["SplitPlan", "split_plan", "split_product_sum", "fold_psum"]
-
-#: Most bits of any word this module makes (a Verilator word).
-WORD = 64
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ from amaranth.hdl import EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import WORD
 from ncrtl.hdl.fp.add_round import AddRound
 from ncrtl.hdl.fp.exact import ExactLayout, fixed_point_window, product_sum, resize_exact
 from ncrtl.hdl.fp.mul import ExactMul, product_layout
-from ncrtl.hdl.fp.split_sum import WORD, fold_psum, split_plan, split_product_sum
+from ncrtl.hdl.fp.split_sum import fold_psum, split_plan, split_product_sum
 from ncrtl.hdl.fp.unpack import Unpack
 from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import ENGINE_MODES, operand_formats
