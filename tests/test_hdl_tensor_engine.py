@@ -165,6 +165,26 @@ def _pe_case(rng, beats, want, mode, fa, fb, fs, fm, n):
         )
 
 
+def fused_beats(a, b, psum, mode, fmt_s, fmt_m, es=None, ex=None):
+    """One PE beat per row of the operand codes ``a`` / ``b`` (``[n, lanes]``; lane ``j`` in bits
+    ``[8j, 8j + 8)`` of the word, the E8M0 scales ``es`` / ``ex`` in bits ``[32, 40)``)."""
+
+    def word(row, scale):
+        return int(sum(int(v) << (8 * t) for t, v in enumerate(row)) | int(scale) << 32)
+
+    none = np.zeros(len(a), dtype=np.int64)
+    es, ex = none if es is None else es, none if ex is None else ex
+    return [
+        dict(
+            s=word(a[k], es[k]),
+            x=word(b[k], ex[k]),
+            psum=int(psum[k]),
+            tag=dict(mode=mode, fmt_s=fmt_s, fmt_m=fmt_m),
+        )
+        for k in range(len(a))
+    ]
+
+
 def test_pe_every_mode():
     rng = np.random.default_rng(11)
     beats, want = [], []
@@ -192,15 +212,7 @@ def test_pe_every_mode():
             cancel = ((s ^ 0x80000000) + rng.integers(-2, 3, n)) & 0xFFFFFFFF
             psum = np.where(rng.random(n) < 0.4, cancel, psum)
             want += list(golden_dot_add(psum, a, b, fa, fb))
-            for k in range(n):
-                beats.append(
-                    dict(
-                        s=int(a[k, 0] | a[k, 1] << 8),
-                        x=int(b[k, 0] | b[k, 1] << 8),
-                        psum=int(psum[k]),
-                        tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=j),
-                    )
-                )
+            beats += fused_beats(a, b, psum, Mode.DOUBLE_ROW, i, j)
     # MX: four products fused and scaled by 2**(Es + Ex - 254) (scales in bits [32, 40) of the
     # lane words; 0xFF is NaN), every element format pair, scale extremes on both sides.
     mx = get_mode("mx")
@@ -221,16 +233,7 @@ def test_pe_every_mode():
             cancel = ((s0 ^ 0x80000000) + rng.integers(-2, 3, n)) & 0xFFFFFFFF
             psum = np.where(rng.random(n) < 0.4, cancel, psum)
             want += list(golden_dot_add(psum, a, b, fa, fb, se, nan))
-            for k in range(n):
-                word = lambda v, e: int(sum(int(v[t]) << (8 * t) for t in range(4)) | int(e) << 32)  # noqa
-                beats.append(
-                    dict(
-                        s=word(a[k], es[k]),
-                        x=word(b[k], ex[k]),
-                        psum=int(psum[k]),
-                        tag=dict(mode=Mode.MX, fmt_s=i, fmt_m=j),
-                    )
-                )
+            beats += fused_beats(a, b, psum, Mode.MX, i, j, es, ex)
     # Bubbles and rows outside the tile pass the psum through untouched (NaN payload too).
     for p in (0x7F800001, 0x80000000, 0x3F800000):
         beats.append(dict(s=0x3F800000, x=0x7FC00000, psum=p, tag=dict(valid=0)))
@@ -305,15 +308,7 @@ def test_pe_split_sum_bounds():
     psum = _split_psums(rng, exact, np.zeros(n, dtype=np.int64))
     want += list(golden_dot_add(psum, a, b, e5, e5))
     i = FP8_FORMATS.index(e5)
-    for k in range(n):
-        beats.append(
-            dict(
-                s=int(a[k, 0] | a[k, 1] << 8),
-                x=int(b[k, 0] | b[k, 1] << 8),
-                psum=int(psum[k]),
-                tag=dict(mode=Mode.DOUBLE_ROW, fmt_s=i, fmt_m=i),
-            )
-        )
+    beats += fused_beats(a, b, psum, Mode.DOUBLE_ROW, i, i)
     # MX: scales that put the sum at the FP32 subnormal boundary, under it, at 1.0 and high.
     mx = get_mode("mx")
     a, b, exact = _e5m2_split_cases(rng, 4, 4 * n)
@@ -324,15 +319,7 @@ def test_pe_split_sum_bounds():
     psum = _split_psums(rng, exact, se)
     want += list(golden_dot_add(psum, a, b, e5, e5, se, np.zeros(4 * n, dtype=bool)))
     i = mx.formats_s.index(e5)
-    for k in range(4 * n):
-        beats.append(
-            dict(
-                s=int(sum(int(a[k, t]) << (8 * t) for t in range(4)) | int(es[k]) << 32),
-                x=int(sum(int(b[k, t]) << (8 * t) for t in range(4)) | int(ex[k]) << 32),
-                psum=int(psum[k]),
-                tag=dict(mode=Mode.MX, fmt_s=i, fmt_m=i),
-            )
-        )
+    beats += fused_beats(a, b, psum, Mode.MX, i, i, es, ex)
     got = run_pe(beats)
     bad = np.nonzero(got != np.array(want))[0]
     assert not len(bad), [(int(i), beats[i], hex(got[i]), hex(want[i])) for i in bad[:6]]
