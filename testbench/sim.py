@@ -800,11 +800,15 @@ def _plan(design, top, *, waves=None, extra_args=(), pgo=False) -> _Plan:
     waiver_path, waiver_text = _waivers()
     args = (*_BASE_ARGS, waiver_path, *wave_args, *extra_args)
     vlt = _control_file("\n".join(text for _, text in files), top)
+    # A Verilator control file given by path (the Tensor Engine's hierarchical blocks) counts
+    # by its content: editing it must rebuild.
+    controls = [Path(a).read_text() for a in extra_args if a.endswith(".vlt") and Path(a).is_file()]
     key = hashlib.sha256()
     for part in (
         *[f"{n}\0{t}" for n, t in files],
         vlt,
         waiver_text,
+        *controls,
         *args,
         *includes,
         verilator.version,
@@ -867,8 +871,9 @@ def build(
 
     Notes
     -----
-    The cache key is ``sha256(verilog + control file + args + Verilator version and make
-    overrides + cocotb version)[:16]``.  A
+    The cache key is ``sha256(verilog + control files (the generated one, and the content of
+    every ``.vlt`` in ``extra_args``) + args + Verilator version and make overrides + cocotb
+    version)[:16]``.  A
     complete build has a ``.ncrtl-build-ok`` marker; builds hold an ``flock`` on
     ``<build_root>/<name>.lock`` so concurrent workers asking for the same build wait for one
     compile instead of racing.

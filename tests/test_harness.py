@@ -196,7 +196,7 @@ def test_profile_guided_build_fails_with_its_training(tmp_path, monkeypatch):
     assert not list((tmp_path / "sim").glob("*/.ncrtl-build-ok"))
 
 
-def test_cache_key():
+def test_cache_key(tmp_path):
     from ncrtl.testbench.selftest.dut import StreamIncrement
 
     base = sim._plan(StreamIncrement(), TOP, waves=False)
@@ -210,6 +210,12 @@ def test_cache_key():
     ]
     assert len({base.name, *(p.name for p in others)}) == 5
     assert "--trace-fst" in others[1].args and "--trace-fst" not in base.args
+    # A control file passed by path counts by its content, not its name.
+    control = tmp_path / "blocks.vlt"
+    control.write_text("`verilator_config\n")
+    first = sim._plan(StreamIncrement(), TOP, waves=False, extra_args=[str(control)]).name
+    control.write_text('`verilator_config\ninline -module "x"\n')
+    assert sim._plan(StreamIncrement(), TOP, waves=False, extra_args=[str(control)]).name != first
 
 
 @pytest.mark.sim
