@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-from ncrtl.hdl.common.bits import WORD, bits_for_range, clamp
+from ncrtl.hdl.common.bits import WORD, bits_for_range, clamp, shift_right_sticky
 
 from .exact import ExactLayout
 
@@ -126,18 +126,6 @@ def _place(m, sig, shift, width, offset, *, name):
     return out
 
 
-def _low_bits_set(m, value, count, *, name):
-    """Is any of the low ``count`` bits of ``value`` set (``count`` an unsigned signal clamped to
-    ``len(value)``)?  The mask is an all-ones word shifted right, so nothing widens."""
-    n = len(value)
-    keep = Signal(range(n + 1), name=f"{name}_keep")
-    mask = Signal(n, name=f"{name}_mask")
-    m.d.comb += [keep.eq(n - count), mask.eq(Const((1 << n) - 1, n) >> keep)]
-    out = Signal(name=name)
-    m.d.comb += out.eq((value & mask).any())
-    return out
-
-
 def split_product_sum(m, terms, plan, *, name):
     """The exact two's complement sum of the finite ``terms`` (views of
     :class:`~ncrtl.hdl.fp.exact.ExactLayout`, every finite value in the plan's window) as two
@@ -213,9 +201,9 @@ def fold_psum(m, s, a, scale_exp, scale_nan, fused, plan, *, name):
     m.d.comb += into.eq(fused & wide & ~far)
     a_lo = _place(m, a.sig, unit, lo_w, 0, name=f"{name}_a_lo")
     a_hi = _place(m, a.sig, unit, hi_w, lo_w, name=f"{name}_a_hi")
-    lost = _low_bits_set(
-        m, a.sig, clamp(m, -unit, 0, p, name=f"{name}_a_cut"), name=f"{name}_a_jam"
-    )
+    # a's bits below unit 0: the sticky of shifting it right by -unit.
+    cut = clamp(m, -unit, 0, p, name=f"{name}_a_cut")
+    _, lost = shift_right_sticky(m, a.sig, cut, name=f"{name}_a_jam")
     neg = into & a.sign
     add_lo = Signal(lo_w, name=f"{name}_add_lo")
     add_hi = Signal(hi_w, name=f"{name}_add_hi")
