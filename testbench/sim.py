@@ -57,6 +57,7 @@ __all__ = [
     "build_root",
     "build",
     "build_executable",
+    "compile_env",
     "Build",
     "RunResult",
 ]
@@ -429,6 +430,35 @@ def build_root() -> Path:
     return Path(cache).resolve() / "ncrtl" / "sim"
 
 
+def compile_env(install: VerilatorInstall, root: Path | None = None) -> dict[str, str]:
+    """The environment of a Verilator compile: ``install``'s, with the runtime-object cache
+    (:mod:`ncrtl.testbench.objcache`) under ``root`` (:func:`build_root` by default) as make's
+    ``OBJCACHE``.  The cache changes no object, so it is not part of any build's key.
+
+    ``$NCRTL_OBJCACHE`` names another cache folder; ``NCRTL_OBJCACHE=off`` compiles everything."""
+    env = dict(install.env)
+    chosen = os.environ.get("NCRTL_OBJCACHE", "")
+    if chosen.strip().lower() in ("0", "off", "no", "false"):
+        return env
+    cache = Path(chosen).resolve() if chosen else (root or build_root()) / "objcache"
+    wrapper = cache / "cc"
+    if " " in str(wrapper) or " " in sys.executable:
+        return env  # make cannot take a command with spaces from MAKEFLAGS
+    text = f'#!/bin/sh\nexec "{sys.executable}" -S -E "{Path(__file__).with_name("objcache.py")}" "$@"\n'
+    try:
+        if not wrapper.is_file() or wrapper.read_text() != text:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = cache / f"cc.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, wrapper)
+    except OSError:
+        return env  # a read-only build root: compile everything
+    env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} OBJCACHE={wrapper}".strip()
+    env["NCRTL_OBJCACHE"] = str(cache)
+    return env
+
+
 def build_executable(directory, top, sources, output, *, extra_args=()):
     """Verilate ``sources`` (Verilog and C++ files, a ``main`` among them) into the stand-alone
     program ``directory/obj/<output>``, without cocotb: the C++ loops the benchmarks measure
@@ -440,6 +470,7 @@ def build_executable(directory, top, sources, output, *, extra_args=()):
     BuildError
         Verilator or the compiler failed (the tail of its output in the message).
     """
+    refuse_tools(f"Verilator build of {output}")
     directory = Path(directory)
     install = find_verilator()
     cmd = [
@@ -459,7 +490,7 @@ def build_executable(directory, top, sources, output, *, extra_args=()):
         output,
         *(str(p) for p in sources),
     ]
-    env = {**os.environ, **install.env}
+    env = {**os.environ, **compile_env(install)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=directory)
     if proc.returncode:
         raise BuildError(f"{top}: {output} build failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
@@ -484,6 +515,21 @@ def _locked(path: Path, *, blocking: bool = True):
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+class ToolsOff(RuntimeError):
+    """A Verilator build, lint or Yosys run asked for while ``NCRTL_NO_BUILD`` is set."""
+
+
+def refuse_tools(what: str) -> None:
+    """Raise :class:`ToolsOff` naming ``what`` when ``NCRTL_NO_BUILD`` is set: ``make
+    test-quick`` runs no Verilator or Yosys, and a test that needs one is marked ``sim`` or
+    ``synth`` (tests/conftest.py) so that the quick suite leaves it out."""
+    if _env_flag("NCRTL_NO_BUILD"):
+        raise ToolsOff(
+            f"{what}: NCRTL_NO_BUILD is set (make test-quick runs no Verilator or Yosys); "
+            f"a test that needs it is marked sim or synth"
+        )
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -880,6 +926,7 @@ def build(
     """
     t0 = time.monotonic()
     plan = _plan(design, top, waves=waves, extra_args=extra_args, pgo=profile is not None)
+    refuse_tools(f"Verilator build of {top}")
     name, files, includes, args, vlt = plan.name, plan.files, plan.includes, plan.args, plan.vlt
     waves, verilator, root = plan.waves, plan.verilator, plan.root
     directory = root / name
@@ -905,7 +952,7 @@ def build(
 
         runner = _runner_class()()
         runner.ncrtl_executable = str(verilator.executable)
-        runner.ncrtl_build_env = verilator.env
+        runner.ncrtl_build_env = compile_env(verilator, root)
         runner.ncrtl_waves = waves
         log = directory / "build.log"
         said = (

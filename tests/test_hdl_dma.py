@@ -563,6 +563,7 @@ def _timing(word_bytes, latency, overhead=3):
     )
 
 
+@pytest.mark.long
 def test_engine_timing_matches_the_model_cycle_for_cycle():
     """Long transfers of every kind (copies both ways and within the SBUF, tiled and element
     DMA transposes of 2- and 4-byte elements from the device memory and the SBUF, FP32 and BF16
@@ -661,6 +662,7 @@ def test_address_generator_transposed_walks():
         assert np.array_equal(have, want), (side, have[:6], want[:6])
 
 
+@pytest.mark.synth
 def test_verilog_lint_clean():
     """The engine with its SBUF: lint-clean under ``verilator --lint-only -Wall`` (the
     project's waivers); its synthesis in the slow suite."""
@@ -674,6 +676,7 @@ def test_verilog_lint_clean():
     lint_verilog(convert(DmaSystem(8, outstanding=4, instance=True, **small), top), top).check()
 
 
+@pytest.mark.synth
 @pytest.mark.slow
 def test_synthesis_latch_free():
     """The engine with its SBUF, synthesized by Yosys without a latch (about two minutes)."""

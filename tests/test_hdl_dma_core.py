@@ -142,6 +142,7 @@ def test_core_engines_against_the_golden(engines, seed, stall):
     assert stats["together"] > 20
 
 
+@pytest.mark.synth
 def test_core_verilog_lint_clean():
     """Lint-clean under ``verilator --lint-only -Wall`` with two engines; the engines' and the
     SBUF's synthesis are checked on their own."""

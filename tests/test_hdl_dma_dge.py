@@ -147,6 +147,7 @@ def _small_dge():
     )
 
 
+@pytest.mark.synth
 def test_dge_verilog_lint_clean():
     """Lint-clean under ``verilator --lint-only -Wall``; synthesis in the slow suite (the
     descriptor check's and the cut's multipliers take Yosys minutes)."""
@@ -156,6 +157,7 @@ def test_dge_verilog_lint_clean():
     lint_verilog(convert(_small_dge(), "dge"), "dge").check()
 
 
+@pytest.mark.synth
 @pytest.mark.slow
 def test_dge_synthesis_latch_free():
     """Yosys without a latch, on narrow fields (the descriptor check's and the cut's

@@ -48,6 +48,7 @@ def test_port_arbiter_rtl_matches_the_golden_every_cycle(seed):
     sim.run()
 
 
+@pytest.mark.synth
 def test_port_arbiter_verilog_lint_clean_and_latch_free():
     from ncrtl.hdl.dma.qos import PortArbiter as Rtl
     from ncrtl.hdl.verilog import convert

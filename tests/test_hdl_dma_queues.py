@@ -172,6 +172,7 @@ def test_queues_bit_for_bit_in_order_with_the_arbiters(policy, seed, stall, shar
         assert checked["ar"] > 20 and checked["sbuf"] > 20 and checked["contended"] > 20
 
 
+@pytest.mark.synth
 @pytest.mark.parametrize("policy", ["round_robin", "priority"])
 def test_verilog_lint_clean(policy):
     """Lint-clean under ``verilator --lint-only -Wall`` (the project's waivers); its
@@ -193,6 +194,7 @@ def test_verilog_lint_clean(policy):
     lint_verilog(convert(dut, top), top).check()
 
 
+@pytest.mark.synth
 @pytest.mark.slow
 def test_synthesis_latch_free():
     from ncrtl.hdl.verilog import convert

@@ -7,6 +7,7 @@ import pytest
 from ncrtl.testbench.dma.program import sbuf_engine_requests, sbuf_requests
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("ports", "seed"), [(3, 1), (4, 2)])
 def test_multi_port_sbuf_cycle_for_cycle(ports, seed):
     """Every DMA port and the engine port with random requests (reads, writes, FP32 / BF16
@@ -138,6 +139,7 @@ def test_multi_port_sbuf_cycle_for_cycle(ports, seed):
     assert stats["together"] > n // 4
 
 
+@pytest.mark.synth
 def test_multi_port_sbuf_verilog_lint_clean():
     from ncrtl.hdl.dma.sbuf import MultiPortSbuf
     from ncrtl.hdl.verilog import convert

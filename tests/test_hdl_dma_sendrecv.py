@@ -107,6 +107,7 @@ def _run(seed, stall, n_pairs=15, broken=0.3):
     return codes
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("seed", "stall"),
     [(0, 0.0), (1, 0.3), pytest.param(2, 0.5, marks=pytest.mark.slow)],
@@ -122,6 +123,7 @@ def test_two_cores_exchange_like_the_golden(seed, stall):
     assert Code.NONE in seen and len(seen) >= 3, seen
 
 
+@pytest.mark.synth
 def test_sendrecv_verilog_lint_clean():
     from ncrtl.hdl.verilog import convert
     from ncrtl.testbench.lint import lint_verilog

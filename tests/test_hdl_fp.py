@@ -694,6 +694,7 @@ DOT_ADD_CONFIGS = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode", list(DOT_ADD_CONFIGS))
 def test_dot_add_corners_and_random(mode):
     fa, fb, k, scale, n = DOT_ADD_CONFIGS[mode]
@@ -1244,7 +1245,7 @@ LINT_UNITS = {
 }
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 @pytest.mark.parametrize("name", list(LINT_UNITS))
 def test_verilog_lint_clean_and_latch_free(name):
     top = StreamLanes(LINT_UNITS[name], 2)
@@ -1255,7 +1256,7 @@ def test_verilog_lint_clean_and_latch_free(name):
     assert synth.ok, synth.log[-4000:]
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_checks_catch_problems():
     # A width truncation is not waived.
     bad = "module t(input [7:0] a, output [3:0] y);\n  assign y = a;\nendmodule\n"

@@ -402,6 +402,7 @@ def test_random_program_small(geometry):
 # -- Verilog ------------------------------------------------------------------------------------
 
 
+@pytest.mark.synth
 def test_verilog_small_lint_and_synth():
     """4 x 4 x 64 B lint-clean; 2 x 2 x 16 B (the same logic, fewer copies) synthesizes without
     a latch."""
@@ -414,6 +415,7 @@ def test_verilog_small_lint_and_synth():
     synth_check(convert(Psum(2, 2, 16, instance=True), top, synthesis=True), top).check()
 
 
+@pytest.mark.synth
 @pytest.mark.parametrize(
     "geometry", [(1, 1, 8), (3, 16, 8), (8, 8, 128)], ids=lambda g: "x".join(map(str, g))
 )
@@ -431,6 +433,7 @@ def test_synth_view_blackboxes_big_banks():
     assert "blackbox" not in small and "module psum_bank_128x16(" in small
 
 
+@pytest.mark.synth
 @pytest.mark.slow
 def test_verilog_full_size():
     """128 x 8 x 2 KiB: one slot module, one bank module, lint-clean."""

@@ -247,7 +247,7 @@ def test_cells_and_payloads():
 # -- generated Verilog: lint and synthesis ------------------------------------------------------
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_verilog_lint_clean_and_latch_free():
     """One group: every lane is the one lane module, so more groups add copies, not kinds."""
     groups = 1

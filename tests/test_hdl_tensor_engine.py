@@ -185,6 +185,7 @@ def fused_beats(a, b, psum, mode, fmt_s, fmt_m, es=None, ex=None):
     ]
 
 
+@pytest.mark.long
 def test_pe_every_mode():
     rng = np.random.default_rng(11)
     beats, want = [], []
@@ -421,6 +422,7 @@ class _DecodeUnit(wiring.Component):
 # -- the array alone ----------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_array_ls_mm_bf16_chain():
     """LS (columns M-1 first) then MM on a 4x4 array; the MM's first beat shares the cycle with
     the last LS beat.  Results against the psum chain computed with fp32_dot_add."""
@@ -877,6 +879,7 @@ def engine4_runs():
 ENGINE4_OPERATIONS = [op for op in operations() if not operation(op)[0].scale]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ENGINE4_OPERATIONS)
 def test_engine_program_values_and_timing(engine4_runs, name):
     te, program, expected, ev = engine4_runs[name]
@@ -912,6 +915,7 @@ def test_transpose_selection_error(engine4_runs):
     assert got == [[0x3F80, 0x4000], [0, 0], [0, 0], [0x4040, 0x4080], [0x3F80, 0x4000]]
 
 
+@pytest.mark.long
 def test_engine_mx():
     """The MX mode on a 4 x 4 engine of tile_unit 2 (K a multiple of 2, M even): every format
     pair, per-row E8M0 scales with extremes and NaN, the scaled fused sum against
@@ -947,6 +951,7 @@ def test_engine_mx():
     ]
 
 
+@pytest.mark.long
 def test_engine_stalls_and_backpressure():
     te = TensorEngine(3, 5, instance=False)
     rng = np.random.default_rng(5)
@@ -958,6 +963,7 @@ def test_engine_stalls_and_backpressure():
         check_engine_run(te, program, expected, ev, timed=False)
 
 
+@pytest.mark.long
 def test_row_and_column_tiles():
     """Tiling on a 4x4 engine with tile_unit=1 (tile sizes 1 and 2, ``isa.check(tile_unit=1)``
     scales the rules alike): row tiles cut the psum chain at the tile's first row, column tiles
@@ -1097,7 +1103,7 @@ def test_hardware_check_equals_isa_check():
 # -- Verilog ------------------------------------------------------------------------------------
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
     text = convert(TensorEngine(4, 4), "te_4x4")
     assert re.findall(rf"^module \\?{PE_MODULE}\b.*", text, re.M) == [
@@ -1118,7 +1124,7 @@ def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
     assert re.search(rf"\b16 +{PE_MODULE}\b", synth.log) or "yosys" != synth.tool
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_verilog_chains_lint_clean_latch_free():
     """An 8 x 8 engine of tile_unit 2: 4 LoadStationary chains, their lags and the row skew in
     memories; lint-clean, and latch-free around PE black boxes."""
@@ -1141,6 +1147,7 @@ def test_verilog_128x128_one_pe_module():
     assert len(re.findall(rf"^\s*{TILE_MODULE} ", text, re.M)) == 256
 
 
+@pytest.mark.long
 def test_engine_chains_and_back_to_back_cost():
     """An 8 x 8 engine of tile_unit 2 has 4 LoadStationary chains of 2 columns: an 8-column LS
     takes 2 beats, and a run of nc_matmuls (LS M = 8 + MM N = 3) costs ``max(min(64, M), N) =
@@ -1278,6 +1285,7 @@ def parallel4():
     return te, dict(zip(cases, zip(cases.values(), events)))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name",
     [
@@ -1314,6 +1322,7 @@ def test_parallel_tiles_overlap(parallel4):
         assert any(shared), name
 
 
+@pytest.mark.long
 def test_parallel_tiles_8x8_modes_and_rules():
     """An 8 x 8 engine with parallel tiles of tile_unit 2 (groups of 2 x 2 PEs, chains of 2
     columns): MX on 4 row tiles, double_row on 2 row tiles of 4, bf16 on column tiles of 2 and
@@ -1357,6 +1366,7 @@ def test_parallel_tiles_8x8_modes_and_rules():
     assert len(events[3]["out"][(3, 3)]) == 6  # the last tile's MM ran after the errors
 
 
+@pytest.mark.long
 def test_parallel_tiles_stalls_and_backpressure():
     """Random stalls on every instruction, stationary and moving stream and backpressure on
     the result stream: 4 row tiles and 4 column tiles side by side lose and repeat nothing
@@ -1375,7 +1385,7 @@ def test_parallel_tiles_stalls_and_backpressure():
         check_parallel_run(te, program, ev, timed=False)
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_verilog_parallel_tiles_lint_clean_latch_free():
     """An 8 x 8 engine with parallel tiles (tile_unit 2: 4 slots, 4 row groups, 4 injection
     points, 4 output taps of 4 column groups): lint-clean, and latch-free around PE black
@@ -1397,6 +1407,7 @@ def _step(rng, ins, rows=8, cols=8, tile_unit=2):
     return ins, tile_beats(ins, x, rows), (x, None)
 
 
+@pytest.mark.long
 def test_parallel_tiles_load_into_different_banks():
     """Two column tiles load in the same cycle, each into its own bank (the right tile's
     earlier LS took bank 0 there, so its next one writes bank 1 while the left tile's writes
@@ -1480,6 +1491,7 @@ def background4():
     return te, {name: (prog, ev) for (name, prog), ev in zip(runs.items(), events)}
 
 
+@pytest.mark.long
 def test_background_plane_values_and_timing(background4):
     """Matmuls and transposes on both planes run exactly as ``timing.simulate(rules=
     HDL_BACKGROUND)`` schedules them (every issue, beat, output and error cycle), each MM's
@@ -1500,6 +1512,7 @@ def test_background_plane_values_and_timing(background4):
     assert any(both), "no two transposes streamed at once"
 
 
+@pytest.mark.long
 def test_background_plane_payloads_and_errors(background4):
     """Transposes of NaN payloads, -0 and TF32's low bits come out raw on both planes; illegal
     instructions get the serial engine's codes; a non-selection beat on plane 1 flags
@@ -1520,6 +1533,7 @@ def test_background_plane_payloads_and_errors(background4):
     assert got == [[0x3F80, 0x4000], [0, 0], [0, 0], [0x4040, 0x4080], [0x3F80, 0x4000]]
 
 
+@pytest.mark.long
 def test_background_plane_stalls_and_backpressure():
     """Random stalls on every stream and backpressure on the result: both planes lose and
     repeat nothing (values bit for bit, in order, the errors the model's)."""
@@ -1534,6 +1548,7 @@ def test_background_plane_stalls_and_backpressure():
         check_parallel_run(te, program, ev, timed=False)
 
 
+@pytest.mark.long
 def test_background_plane_8x8():
     """An 8 x 8 engine (tile_unit 2: chains of 2 columns) with the background plane: every
     transpose container and MX, fp32 and double_row matmuls between them, values and
@@ -1547,7 +1562,7 @@ def test_background_plane_8x8():
     assert {r.plane for r in sched.records if r.accepted} == {0, 1}
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_verilog_background_plane_lint_clean_latch_free():
     """An 8 x 8 engine with the background plane: lint-clean, latch-free around PE black
     boxes."""
@@ -1604,17 +1619,23 @@ def test_pe_modes_family_values_timing_and_other_modes_rejected(family):
     assert codes.count(Error.MODE) >= 2
 
 
-@pytest.mark.sim
+@pytest.mark.synth
 def test_verilog_pe_modes_bf16_lint_clean_latch_free():
-    """A 4 x 4 engine with a bf16-family PE: lint-clean, latch-free, and its PE module smaller
-    than the all-mode one."""
+    """A 4 x 4 engine with a bf16-family PE: lint-clean, latch-free (the PE on its own, then the
+    top around PE black boxes, as for the all-mode engine), and its PE module smaller than the
+    all-mode one."""
     text = convert(TensorEngine(4, 4, modes="bf16"), "te_bf16_4x4")
     lint = lint_verilog(text, "te_bf16_4x4")
     assert lint.ok, lint.log[:4000]
-    synth = synth_check(text, "te_bf16_4x4")
+    pe = flat_module(PE(pe_modes("bf16")), PE_MODULE)
+    assert text.startswith(pe)
+    synth = synth_check(pe, PE_MODULE)
     assert synth.ok, synth.log[-4000:]
-    small = len(flat_module(PE(pe_modes("bf16")), PE_MODULE))
-    assert small < len(flat_module(PE(), PE_MODULE)) / 2
+    boxed = convert(TensorEngine(4, 4, modes="bf16"), "te_bf16_4x4", blackbox=[PE_MODULE])
+    synth = synth_check(boxed, "te_bf16_4x4")
+    assert synth.ok, synth.log[-4000:]
+    assert re.search(rf"\b16 +{PE_MODULE}\b", synth.log)
+    assert len(pe) < len(flat_module(PE(), PE_MODULE)) / 2
 
 
 def test_band_plan_and_band_arguments():
@@ -1637,6 +1658,7 @@ def test_band_plan_and_band_arguments():
         PEBand(8, 48, chain_width=32, block=8)
 
 
+@pytest.mark.synth
 def test_verilog_band_and_gridless_engine_lint_clean_latch_free():
     """The two designs of the column-band simulation, a band of an 8 x 8 grid and the engine
     without its grid: lint-clean and latch-free like every generated design."""

@@ -267,7 +267,7 @@ def build_band_loop(rows, cols, bands, *, tile_unit=32, modes=None, directory=No
     """Build the band loop of a ``rows x cols`` engine (its PE built for ``modes``) cut into
     ``bands`` column bands: a :class:`BandBuild` (cached under the build root by the hash of
     the Verilog, the loop and the tools: a second call finds it)."""
-    from ncrtl.testbench.sim import _locked, build_root, find_verilator
+    from ncrtl.testbench.sim import _locked, build_root, compile_env, find_verilator
     from ncrtl.testbench.stream_loop import build_loop
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
@@ -284,7 +284,7 @@ def build_band_loop(rows, cols, bands, *, tile_unit=32, modes=None, directory=No
             key.update(part.encode() + b"\0")
         directory = build_root() / f"te_band_{rows}x{cols // bands}-{key.hexdigest()[:16]}"
     directory = Path(directory)
-    env = {**os.environ, **install.env}
+    env = {**os.environ, **compile_env(install)}
     with _locked(directory.with_name(directory.name + ".lock")):
         done = directory / "built"
         if done.is_file():

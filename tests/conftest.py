@@ -1,0 +1,97 @@
+"""The suites (docs/testing.md) and the order tests run in.
+
+Markers
+-------
+``sim``
+    Builds a Verilator model (or runs one) through :mod:`ncrtl.testbench.sim`.
+``synth``
+    Runs Verilator's linter or Yosys on generated Verilog, without building a model.
+``long``
+    An Amaranth-simulator test of more than about 10 s (a whole engine stepped in Python): in
+    ``make test``, not in ``make test-quick``.
+``slow``
+    Full-size or repeated runs: ``make test-slow`` only.
+
+``make test-quick`` deselects all four and sets ``NCRTL_NO_BUILD=1``, under which any Verilator
+build, lint or Yosys run raises: a test that needs one and lacks its marker fails there instead
+of slowing the quick loop down.
+
+Order
+-----
+pytest-xdist hands tests to its workers in collection order.  Tests are sorted longest first by
+the times in ``tests/durations.json`` (a test not listed counts as 20 s when marked ``sim``,
+else as 0.5 s), so the long builds start at once on every worker and the short tests fill the
+gaps at the end.  ``pytest --record-durations tests/durations.json`` rewrites the table from a
+run (setup, call and teardown of each test).
+
+Synthesis
+---------
+The default suite's Yosys checks stop after the coarse synthesis (``NCRTL_SYNTH=coarse``, see
+:func:`ncrtl.testbench.lint.synth_check`); ``make test-slow`` and ``ncrtl lint`` run the whole
+flow.
+"""
+
+import json
+import os
+from pathlib import Path
+
+DURATIONS = Path(__file__).with_name("durations.json")
+
+os.environ.setdefault("NCRTL_SYNTH", "coarse")
+
+#: Seconds of each test of this run, when ``--record-durations`` asks for them.
+_seconds: dict[str, float] | None = None
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        default=None,
+        help="write each test's seconds (setup + call + teardown) to PATH as JSON",
+    )
+
+
+def pytest_configure(config):
+    for line in (
+        "sim: builds and runs a Verilator simulation through cocotb",
+        "synth: Verilator lint or Yosys synthesis of generated Verilog (no model build)",
+        "long: an Amaranth-simulator test of more than about 10 s (not in make test-quick)",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+def _estimate(item, table):
+    if item.nodeid in table:
+        return table[item.nodeid]
+    return 20.0 if item.get_closest_marker("sim") else 0.5
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        table = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        table = {}
+    # sorted() is stable: equal estimates keep their collection order (the same on every worker).
+    items[:] = sorted(items, key=lambda item: -_estimate(item, table))
+
+
+def pytest_sessionstart(session):
+    global _seconds
+    if session.config.getoption("--record-durations"):
+        _seconds = {}
+
+
+def pytest_runtest_logreport(report):
+    # Runs in the controller under xdist too (the workers forward their reports).
+    if _seconds is not None:
+        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--record-durations")
+    if not path or _seconds is None or hasattr(session.config, "workerinput"):
+        return
+    Path(path).write_text(
+        json.dumps({k: round(v, 2) for k, v in sorted(_seconds.items())}, indent=0) + "\n"
+    )
