@@ -27,9 +27,9 @@ test: style
 test-quick: install
 	NCRTL_NO_BUILD=1 $(BIN)/pytest -n $(JOBS) -m 'not slow and not sim and not synth and not long' tests
 
-# Full-size and repeated runs, with the whole Yosys flow.
+# Full-size and repeated runs, and every lint and synthesis test with the whole Yosys flow.
 test-slow: install
-	NCRTL_SYNTH=full $(BIN)/pytest -n $(JOBS) -m slow tests
+	NCRTL_SYNTH=full $(BIN)/pytest -n $(JOBS) -m 'slow or synth' tests
 
 bench: install
 	$(BIN)/ncrtl bench

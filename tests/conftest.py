@@ -18,8 +18,9 @@ of slowing the quick loop down.
 
 Order
 -----
-pytest-xdist hands tests to its workers in collection order.  Tests are sorted longest first by
-the times in ``tests/durations.json`` (a test not listed counts as 20 s when marked ``sim``,
+pytest-xdist hands tests to its workers in collection order, two at a time
+(``--maxschedchunk 2`` unless given).  Tests are sorted longest first by the times in
+``tests/durations.json`` (a test not listed counts as 20 s when marked ``sim``,
 else as 0.5 s), so the long builds start at once on every worker and the short tests fill the
 gaps at the end.  ``pytest --record-durations tests/durations.json`` rewrites the table from a
 run (setup, call and teardown of each test).
@@ -59,6 +60,11 @@ def pytest_configure(config):
         "long: an Amaranth-simulator test of more than about 10 s (not in make test-quick)",
     ):
         config.addinivalue_line("markers", line)
+    # xdist's load scheduling first hands each worker a quarter of its share in one run of
+    # consecutive tests: sorted longest first, one worker would get every long build.  Two at
+    # a time, the next test goes to whichever worker is free (longest processing time first).
+    if getattr(config.option, "maxschedchunk", "absent") is None:
+        config.option.maxschedchunk = 2
 
 
 def _estimate(item, table):

@@ -1151,9 +1151,11 @@ def test_verilog_128x128_one_pe_module():
 def test_engine_chains_and_back_to_back_cost():
     """An 8 x 8 engine of tile_unit 2 has 4 LoadStationary chains of 2 columns: an 8-column LS
     takes 2 beats, and a run of nc_matmuls (LS M = 8 + MM N = 3) costs ``max(min(64, M), N) =
-    8`` cycles each (a single chain and a 64-slot floor would give 64), values bit for bit."""
+    8`` cycles each (a single chain and a 64-slot floor would give 64), values bit for bit.
+    (A bf16-family PE: the chains and the issue cost are the control's, the same for every PE,
+    at a third of the simulation time.)"""
     R = 8
-    te = TensorEngine(R, R, instance=False, tile_unit=2)
+    te = TensorEngine(R, R, instance=False, tile_unit=2, modes="bf16")
     rng = np.random.default_rng(41)
     program, expected = [], []
     for _ in range(6):
@@ -1411,8 +1413,10 @@ def _step(rng, ins, rows=8, cols=8, tile_unit=2):
 def test_parallel_tiles_load_into_different_banks():
     """Two column tiles load in the same cycle, each into its own bank (the right tile's
     earlier LS took bank 0 there, so its next one writes bank 1 while the left tile's writes
-    bank 0): every chain's words go to the bank of the LS that loads that chain."""
-    te = TensorEngine(8, 8, instance=False, tile_unit=2, parallel_tiles=True)
+    bank 0): every chain's words go to the bank of the LS that loads that chain.  (A
+    bf16-family PE: the banks are the control's, the same for every PE, at a third of the
+    simulation time.)"""
+    te = TensorEngine(8, 8, instance=False, tile_unit=2, parallel_tiles=True, modes="bf16")
     rng = np.random.default_rng(80)
     right = dict(tile_col=4, tile_cols=4)
     left = dict(tile_col=0, tile_cols=4)
@@ -1636,6 +1640,17 @@ def test_verilog_pe_modes_bf16_lint_clean_latch_free():
     assert synth.ok, synth.log[-4000:]
     assert re.search(rf"\b16 +{PE_MODULE}\b", synth.log)
     assert len(pe) < len(flat_module(PE(), PE_MODULE)) / 2
+
+
+@pytest.mark.slow
+@pytest.mark.synth
+def test_verilog_pe_modes_bf16_whole_engine_latch_free():
+    """The 4 x 4 bf16-family engine synthesized whole, its 16 PEs flattened into the top (about
+    four minutes with the whole flow; ``make test`` synthesizes the PE and the top around PE
+    black boxes)."""
+    text = convert(TensorEngine(4, 4, modes="bf16"), "te_bf16_4x4")
+    synth = synth_check(text, "te_bf16_4x4")
+    assert synth.ok, synth.log[-4000:]
 
 
 def test_band_plan_and_band_arguments():
