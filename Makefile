@@ -19,8 +19,11 @@ style: install
 	$(BIN)/ruff check .
 
 # The default suite (docs/testing.md): every block built and simulated at a small geometry.
+# It prints its 15 slowest tests and writes every test's seconds to build/test-durations.json
+# (copy it over tests/durations.json to refresh the order tests are handed out in).
 test: style
-	$(BIN)/pytest -n $(JOBS) tests
+	@mkdir -p build
+	$(BIN)/pytest -n $(JOBS) --durations=15 --record-durations build/test-durations.json tests
 
 # The edit-and-test loop: golden models, Amaranth-simulator unit tests, CLI argument checks;
 # no Verilator build, lint or Yosys run (NCRTL_NO_BUILD makes one fail the test that asked).

@@ -139,21 +139,6 @@ def _mk_variable(mk_text: str, name: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
-#: The optimisation of the generated model's C++ (make's ``OPT_FAST``) for each
-#: ``$NCRTL_OPT_FAST`` (default ``O1``).
-OPT_FAST = {"O0": "-O0", "O1": "-O1", "O2": "-O2"}
-
-
-def opt_fast() -> str:
-    """``OPT_FAST`` of the builds: ``-O1`` (the project's trade-off between compile time and
-    model speed), or what ``$NCRTL_OPT_FAST`` names (``O0``, ``O1``, ``O2``).  Part of every
-    build's key through ``MAKEFLAGS``."""
-    name = os.environ.get("NCRTL_OPT_FAST", "").strip() or "O1"
-    if name not in OPT_FAST:
-        raise ValueError(f"NCRTL_OPT_FAST must be one of {', '.join(OPT_FAST)}, not {name!r}")
-    return OPT_FAST[name]
-
-
 def _make_overrides(root: Path) -> str:
     """Make command-line overrides that repair the wheel's ``verilated.mk``.
 
@@ -164,7 +149,7 @@ def _make_overrides(root: Path) -> str:
     assignments in ``verilated.mk``.  ``OPT_FAST=-O1`` (instead of ``-Os``) is the project's
     trade-off between compile time and model speed for the generated code.
     """
-    overrides = ["CFG_CXXFLAGS_PCH_I=-include", f"OPT_FAST={opt_fast()}"]
+    overrides = ["CFG_CXXFLAGS_PCH_I=-include", "OPT_FAST=-O1"]
     mk = root / "include" / "verilated.mk"
     try:
         text = mk.read_text()
@@ -236,7 +221,7 @@ def find_verilator() -> VerilatorInstall:
             return VerilatorInstall(
                 executable=Path(on_path),
                 version=out.strip(),
-                env={"MAKEFLAGS": f"OPT_FAST={opt_fast()}"},
+                env={"MAKEFLAGS": "OPT_FAST=-O1"},
             )
         raise VerilatorNotFound(
             f"verilator on PATH ({on_path}) reports {out.strip()!r}; need >= "

@@ -37,13 +37,18 @@ def _id(p):
     )
 
 
-#: ``make test`` runs every mode on a 4 x 4 array and each way of building the array once:
-#: tiles of 8 x 8 PEs (2 x 2 of them at 16 x 16, which holds the one tile of 8 x 8), tiles of
-#: 2 x 2 PEs (``block=2``); the other small configurations (every mode at 8 x 8, the all-mode
-#: 16 x 16, more 16 x 16 modes, PEs placed one by one) run in the slow suite.
-FAST_IDS = {"16x16-bf16-pe_modes=bf16", "8x8-fp8-b2"}
-SMALL = [p for p in ALL_SMALL if p["rows"] == 4 or _id(p) in FAST_IDS]
-MORE_SMALL = [p for p in ALL_SMALL if p not in SMALL]
+#: ``make test`` runs every mode on a 4 x 4 array of 2 x 2 tiles of 2 x 2 PEs (below) and the
+#: tile of 8 x 8 PEs, 2 x 2 of them at 16 x 16 (which holds the one tile of 8 x 8); the other
+#: small configurations (every mode at 8 x 8, 8 x 8 in tiles of 2 x 2, the all-mode 16 x 16,
+#: more 16 x 16 modes, PEs placed one by one) run in the slow suite.
+FAST_IDS = {"16x16-bf16-pe_modes=bf16"}
+#: The 4 x 4 arrays of ``make test`` are built of tiles of 2 x 2 PEs (``block=2``: Verilator
+#: compiles one tile model, a quarter of the group's one tile of 4 x 4 PEs; 26 s to build
+#: against about 10 s); the group's own 4 x 4 builds run in the slow suite.
+SMALL = [{**p, "block": 2} for p in ALL_SMALL if p["rows"] == 4] + [
+    p for p in ALL_SMALL if _id(p) in FAST_IDS
+]
+MORE_SMALL = [p for p in ALL_SMALL if _id(p) not in FAST_IDS]
 
 
 def _check(res):
@@ -76,17 +81,26 @@ def test_more_small_array_programs(params):
 #: Parallel tiles (tile_unit 2 on 8 x 8: 4 row groups x 4 column groups): the conformance
 #: program interleaves the tiles of one tiling of the mode; values, errors (TILE_BUSY from the
 #: timing model) and every output and error cycle against ``timing.HDL_PARALLEL``.
+#: ``make test`` runs the bf16 program on an engine with the bf16-family PE (the tiles' paths
+#: and control are the same for every PE; the modes on the all-mode PE in the slow suite and,
+#: in the Amaranth simulator, test_hdl_tensor_engine's test_parallel_tiles_8x8_modes_and_rules).
 PARALLEL = [
     {"rows": 8, "cols": 8, "mode": m, "tile_unit": 2, "parallel_tiles": 1}
     for m in ("bf16", "mx", "fp32", "transpose_fp8", "double_row")
 ]
+PARALLEL_FAST = [{**PARALLEL[0], "pe_modes": "bf16"}]
+
+
+def _family_id(p):
+    return f"-pe_modes={p['pe_modes']}" if "pe_modes" in p else ""
 
 
 @pytest.mark.sim
 @pytest.mark.parametrize(
     "params",
-    [pytest.param(p, marks=[] if p["mode"] == "bf16" else [pytest.mark.slow]) for p in PARALLEL],
-    ids=lambda p: f"8x8-{p['mode']}-parallel",
+    [pytest.param(p) for p in PARALLEL_FAST]
+    + [pytest.param(p, marks=[pytest.mark.slow]) for p in PARALLEL],
+    ids=lambda p: f"8x8-{p['mode']}-parallel{_family_id(p)}",
 )
 def test_parallel_tiles_programs(params):
     """Tiles side by side on the Verilog: random stalls in one test, exact timing in the
@@ -101,13 +115,18 @@ BACKGROUND = [
     {"rows": 8, "cols": 8, "mode": m, "tile_unit": 2, "background_transpose": 1}
     for m in ("bf16", "transpose_fp32", "fp8", "transpose_fp16")
 ]
+#: ``make test``: the bf16 matmuls and transposes on the bf16-family PE (the plane and its
+#: control are the same for every PE; the all-mode engine in the slow suite and in the Amaranth
+#: simulator, test_hdl_tensor_engine's test_background_plane_8x8).
+BACKGROUND_FAST = [{**BACKGROUND[0], "pe_modes": "bf16"}]
 
 
 @pytest.mark.sim
 @pytest.mark.parametrize(
     "params",
-    [pytest.param(p, marks=[] if p["mode"] == "bf16" else [pytest.mark.slow]) for p in BACKGROUND],
-    ids=lambda p: f"8x8-{p['mode']}-background",
+    [pytest.param(p) for p in BACKGROUND_FAST]
+    + [pytest.param(p, marks=[pytest.mark.slow]) for p in BACKGROUND],
+    ids=lambda p: f"8x8-{p['mode']}-background{_family_id(p)}",
 )
 def test_background_plane_programs(params):
     """Matmuls and transposes on both planes on the Verilog: random stalls in one test, exact
@@ -125,11 +144,13 @@ PE_MODES = [
 ]
 
 
+#: All in the slow suite: ``make test`` runs the bf16 family at 16 x 16
+#: (test_small_array_programs[16x16-bf16-pe_modes=bf16]), the parallel tiles and the background
+#: plane with it.
 @pytest.mark.sim
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    "params",
-    [pytest.param(p, marks=[] if i == 0 else [pytest.mark.slow]) for i, p in enumerate(PE_MODES)],
-    ids=lambda p: f"8x8-{p['mode']}-pe_modes={p['pe_modes']}",
+    "params", PE_MODES, ids=lambda p: f"8x8-{p['mode']}-pe_modes={p['pe_modes']}"
 )
 def test_pe_modes_programs(params):
     """An engine whose PE serves one mode family, on the Verilog."""
