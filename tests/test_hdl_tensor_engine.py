@@ -891,6 +891,7 @@ def test_engine_program_values_and_timing(engine4_runs, name):
         assert np.diff(ev["stat"][: program[0][0].m]).tolist() == [ii] * (program[0][0].m - 1)
 
 
+@pytest.mark.long
 def test_illegal_instructions_then_engine_works(engine4_runs):
     te, program, expected, ev = engine4_runs["illegal"]
     codes = [c for _, c in ev["err"]]
@@ -899,12 +900,14 @@ def test_illegal_instructions_then_engine_works(engine4_runs):
     check_engine_run(te, program, expected, ev, timed=True)
 
 
+@pytest.mark.long
 def test_transpose_nan_payloads(engine4_runs):
     te, program, expected, ev = engine4_runs["transpose_payloads"]
     check_engine_run(te, program, expected, ev, timed=True)
     assert expected[0][0][0, 0] == 0x7F81 and expected[2][0][1, 0] == 0xFFC01FFF
 
 
+@pytest.mark.long
 def test_transpose_selection_error(engine4_runs):
     """A moving beat that is not a selection column flags Error.SELECTION once (the cycle after
     the beat) and gives a zero vector; the other vectors are unaffected."""
@@ -1311,6 +1314,7 @@ def test_parallel_tiles_values_and_timing(parallel4, name):
     assert mms, "no MM ran"
 
 
+@pytest.mark.long
 def test_parallel_tiles_overlap(parallel4):
     """The tiles in flight at once: in the runs of 4 row tiles and of 4 column tiles, MMs of
     different tiles have moving beats in the same cycles."""
