@@ -22,8 +22,10 @@ pytest-xdist hands tests to its workers in collection order, two at a time
 (``--maxschedchunk 2`` unless given).  Tests are sorted longest first by the times in
 ``tests/durations.json`` (a test not listed counts as 20 s when marked ``sim``,
 else as 0.5 s), so the long builds start at once on every worker and the short tests fill the
-gaps at the end.  ``pytest --record-durations tests/durations.json`` rewrites the table from a
-run (setup, call and teardown of each test).
+gaps at the end.  The tests that share a module-scoped fixture of their module stay together,
+ordered by their summed time, so that the fixture runs once (pytest tears a module fixture down
+when the next test comes from another module).  ``pytest --record-durations
+tests/durations.json`` rewrites the table from a run (setup, call and teardown of each test).
 
 Synthesis
 ---------
@@ -36,9 +38,14 @@ import json
 import os
 from pathlib import Path
 
+from ncrtl.testbench.sim import build_root
+
 DURATIONS = Path(__file__).with_name("durations.json")
 
 os.environ.setdefault("NCRTL_SYNTH", "coarse")
+# One runtime-object cache for every build of the session, also those in a test's own build
+# folder (the profile-guided builds, the installed wheel's conformance run).
+os.environ.setdefault("NCRTL_OBJCACHE", str(build_root() / "objcache"))
 
 #: Seconds of each test of this run, when ``--record-durations`` asks for them.
 _seconds: dict[str, float] | None = None
@@ -78,8 +85,32 @@ def pytest_collection_modifyitems(config, items):
         table = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):
         table = {}
+    # Tests sharing a module-scoped fixture of their module (an Amaranth simulation run once
+    # for many tests) stay together, as one unit of their summed time: pytest tears a module
+    # fixture down when the next test is from another module, so interleaved they would run
+    # the fixture's simulation once per test.
+    units = {}
+    for item in items:
+        units.setdefault(_shared_fixture(item) or item.nodeid, []).append(item)
     # sorted() is stable: equal estimates keep their collection order (the same on every worker).
-    items[:] = sorted(items, key=lambda item: -_estimate(item, table))
+    ordered = sorted(units.values(), key=lambda unit: -sum(_estimate(i, table) for i in unit))
+    items[:] = [item for unit in ordered for item in unit]
+
+
+def _shared_fixture(item):
+    """``module:fixture`` of the first module- or class-scoped fixture defined in the test's
+    own module that the test uses, or None."""
+    infos = getattr(item, "_fixtureinfo", None)
+    module = getattr(item, "module", None)
+    if infos is None or module is None:
+        return None
+    for name in sorted(infos.name2fixturedefs):
+        last = infos.name2fixturedefs[name][-1]
+        if last.scope in ("module", "class") and (
+            getattr(last.func, "__module__", None) == module.__name__
+        ):
+            return f"{module.__name__}:{name}"
+    return None
 
 
 def pytest_sessionstart(session):
