@@ -18,13 +18,15 @@ of slowing the quick loop down.
 
 Order
 -----
-pytest-xdist hands tests to its workers in collection order, two at a time
-(``--maxschedchunk 2`` unless given).  Tests are sorted longest first by the times in
-``tests/durations.json`` (a test not listed counts as 20 s when marked ``sim``,
-else as 0.5 s), so the long builds start at once on every worker and the short tests fill the
-gaps at the end.  The tests that share a module-scoped fixture of their module stay together,
-ordered by their summed time, so that the fixture runs once (pytest tears a module fixture down
-when the next test comes from another module).  ``pytest --record-durations
+Tests are sorted longest first by the times in ``tests/durations.json`` (a test not listed
+counts as 20 s when marked ``sim``, else as 0.5 s), so the long builds start at once on every
+worker and the short tests fill the gaps at the end.  The tests that share a module-scoped
+fixture of their module (an Amaranth simulation run once for many tests) form one unit of their
+summed time, marked ``xdist_group`` with the fixture's name: with ``-n`` the run uses
+pytest-xdist's ``loadgroup`` distribution (unless ``--dist`` names another), which gives a
+group to one worker, so the fixture runs once, and hands the units out in this order, the
+next to whichever worker is nearly done (``--no-loadscope-reorder``: xdist would otherwise
+reorder the units by their number of tests).  ``pytest --record-durations
 tests/durations.json`` rewrites the table from a run (setup, call and teardown of each test).
 
 Synthesis
@@ -67,17 +69,31 @@ def pytest_configure(config):
         "long: an Amaranth-simulator test of more than about 10 s (not in make test-quick)",
     ):
         config.addinivalue_line("markers", line)
-    # xdist's load scheduling first hands each worker a quarter of its share in one run of
-    # consecutive tests: sorted longest first, one worker would get every long build.  Two at
-    # a time, the next test goes to whichever worker is free (longest processing time first).
-    if getattr(config.option, "maxschedchunk", "absent") is None:
-        config.option.maxschedchunk = 2
+    # ``-n`` alone means xdist's ``load``, which sends the tests of one shared fixture to
+    # different workers (each runs the fixture's simulation again) and first hands each worker
+    # a quarter of its share in one run of consecutive tests (sorted longest first, one worker
+    # would get every long build).  ``loadgroup`` keeps a group on one worker and hands the
+    # units out one at a time in our order (longest processing time first).
+    if _dist_named(config):
+        return
+    if getattr(config.option, "dist", None) == "load":
+        config.option.dist = "loadgroup"
+        config.option.loadscopereorder = False
+
+
+def _dist_named(config):
+    return any(str(a).split("=")[0] == "--dist" for a in config.invocation_params.args)
 
 
 def _estimate(item, table):
     if item.nodeid in table:
         return table[item.nodeid]
     return 20.0 if item.get_closest_marker("sim") else 0.5
+
+
+#: How a node id names its xdist group: ``loadgroup`` schedules by the text after the last
+#: ``@`` (what xdist's own ``xdist_group`` marker appends).
+GROUP = "@"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -95,6 +111,29 @@ def pytest_collection_modifyitems(config, items):
     # sorted() is stable: equal estimates keep their collection order (the same on every worker).
     ordered = sorted(units.values(), key=lambda unit: -sum(_estimate(i, table) for i in unit))
     items[:] = [item for unit in ordered for item in unit]
+    # A worker of a loadgroup run (it parses the command line again, without -n's effect):
+    # each shared-fixture unit goes to one worker.
+    if hasattr(config, "workerinput") and not _dist_named(config):
+        for unit in ordered:
+            shared = _shared_fixture(unit[0])
+            if shared is not None:
+                for item in unit:
+                    _tag(item, shared.replace(":", "."))
+
+
+def _tag(item, group):
+    """Append ``@group`` to the item's node id, as xdist's ``xdist_group`` marker does (its own
+    tagging writes ``_nodeid``, which pytest 9.2's nodes no longer read)."""
+    nodeid = f"{item.nodeid}{GROUP}{group}"
+    if hasattr(item, "_id"):
+        item._id = type(item._id).parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+def _untagged(nodeid):
+    head, sep, group = nodeid.rpartition(GROUP)
+    return head if sep and "::" not in group and "]" not in group else nodeid
 
 
 def _shared_fixture(item):
@@ -122,7 +161,8 @@ def pytest_sessionstart(session):
 def pytest_runtest_logreport(report):
     # Runs in the controller under xdist too (the workers forward their reports).
     if _seconds is not None:
-        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+        nodeid = _untagged(report.nodeid)
+        _seconds[nodeid] = _seconds.get(nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session):

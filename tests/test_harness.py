@@ -156,12 +156,20 @@ def test_build_cache_hit(selftest_build):
 
 @pytest.mark.sim
 def test_profile_guided_build(tmp_path, monkeypatch):
-    """A profile-guided build: the training run gets the instrumented model (before the build
-    is marked complete) and writes the profile; the model is compiled again with it, under its
-    own cache key, and runs; the next build of the same design is a cache hit, not trained."""
+    """A profile-guided build: a training that fails fails the build (nothing marked
+    complete); the training run gets the instrumented model (before the build is marked
+    complete) and writes the profile; the model is compiled again with it, under its own cache
+    key, and runs; the next build of the same design is a cache hit, not trained."""
     from ncrtl.testbench.selftest.dut import StreamIncrement
 
     monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
+
+    def diverge(b):
+        raise sim.BuildError("the training diverged")
+
+    with pytest.raises(sim.BuildError, match="the training diverged"):
+        sim.build(StreamIncrement(), TOP, waves=False, profile=diverge)
+    assert not list((tmp_path / "sim").glob("*/.ncrtl-build-ok"))
     trained = []
 
     def train(b):
@@ -180,20 +188,6 @@ def test_profile_guided_build(tmp_path, monkeypatch):
     b.run(SELFTEST, testcase="test_full_throughput").check()
     again = sim.build(StreamIncrement(), TOP, waves=False, profile=train)
     assert again.cached and again.directory == b.directory and len(trained) == 1
-
-
-@pytest.mark.sim
-def test_profile_guided_build_fails_with_its_training(tmp_path, monkeypatch):
-    from ncrtl.testbench.selftest.dut import StreamIncrement
-
-    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
-
-    def train(b):
-        raise sim.BuildError("the training diverged")
-
-    with pytest.raises(sim.BuildError, match="the training diverged"):
-        sim.build(StreamIncrement(), TOP, waves=False, profile=train)
-    assert not list((tmp_path / "sim").glob("*/.ncrtl-build-ok"))
 
 
 def test_cache_key(tmp_path):

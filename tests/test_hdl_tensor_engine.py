@@ -1130,12 +1130,20 @@ def test_verilog_4x4_lint_clean_latch_free_one_pe_module():
 @pytest.mark.synth
 def test_verilog_chains_lint_clean_latch_free():
     """An 8 x 8 engine of tile_unit 2: 4 LoadStationary chains, their lags and the row skew in
-    memories; lint-clean, and latch-free around PE black boxes."""
-    text = convert(TensorEngine(8, 8, tile_unit=2), "te_8x8")
-    lint = lint_verilog(text, "te_8x8")
+    memories; lint-clean and latch-free around PE black boxes (the PE module is the 4 x 4
+    engine's, linted and synthesized by :func:`test_verilog_4x4_lint_clean_latch_free_one_pe_module`)."""
+    _lint_and_synth_around_the_pe(TensorEngine(8, 8, tile_unit=2), "te_8x8")
+
+
+def _lint_and_synth_around_the_pe(te, top):
+    """``te``'s Verilog with the PE as a black box of the same ports: Verilator lint (every
+    port connection checked against the PE's declared widths) and the latch-free synthesis.
+    The PE itself (the same module in every engine of one mode set) is checked once."""
+    assert te.array.modes == TensorEngine(4, 4).array.modes  # the PE the 4 x 4 test checks
+    boxed = convert(te, top, blackbox=[PE_MODULE])
+    lint = lint_verilog(boxed, top)
     assert lint.ok, lint.log[:4000]
-    boxed = convert(TensorEngine(8, 8, tile_unit=2), "te_8x8", blackbox=[PE_MODULE])
-    synth = synth_check(boxed, "te_8x8")
+    synth = synth_check(boxed, top)
     assert synth.ok, synth.log[-4000:]
 
 
@@ -1396,12 +1404,9 @@ def test_verilog_parallel_tiles_lint_clean_latch_free():
     """An 8 x 8 engine with parallel tiles (tile_unit 2: 4 slots, 4 row groups, 4 injection
     points, 4 output taps of 4 column groups): lint-clean, and latch-free around PE black
     boxes."""
-    te = lambda: TensorEngine(8, 8, tile_unit=2, parallel_tiles=True)  # noqa: E731
-    text = convert(te(), "te_par_8x8")
-    lint = lint_verilog(text, "te_par_8x8")
-    assert lint.ok, lint.log[:4000]
-    synth = synth_check(convert(te(), "te_par_8x8", blackbox=[PE_MODULE]), "te_par_8x8")
-    assert synth.ok, synth.log[-4000:]
+    _lint_and_synth_around_the_pe(
+        TensorEngine(8, 8, tile_unit=2, parallel_tiles=True), "te_par_8x8"
+    )
 
 
 def _step(rng, ins, rows=8, cols=8, tile_unit=2):
@@ -1572,14 +1577,11 @@ def test_background_plane_8x8():
 
 @pytest.mark.synth
 def test_verilog_background_plane_lint_clean_latch_free():
-    """An 8 x 8 engine with the background plane: lint-clean, latch-free around PE black
-    boxes."""
-    te = lambda: TensorEngine(8, 8, tile_unit=2, background_transpose=True)  # noqa: E731
-    text = convert(te(), "te_bg_8x8")
-    lint = lint_verilog(text, "te_bg_8x8")
-    assert lint.ok, lint.log[:4000]
-    synth = synth_check(convert(te(), "te_bg_8x8", blackbox=[PE_MODULE]), "te_bg_8x8")
-    assert synth.ok, synth.log[-4000:]
+    """An 8 x 8 engine with the background plane (its own cells included): lint-clean,
+    latch-free around PE black boxes."""
+    _lint_and_synth_around_the_pe(
+        TensorEngine(8, 8, tile_unit=2, background_transpose=True), "te_bg_8x8"
+    )
 
 
 def test_background_plane_not_with_parallel_tiles():
