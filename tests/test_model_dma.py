@@ -132,6 +132,94 @@ def test_access_pattern_rules():
         ap_view(np.zeros((4, 3), np.uint16), AccessPattern([[1, 1]], dtype=np.float32))
 
 
+def test_an_sbuf_access_stays_in_its_partition_row_at_both_levels():
+    """One rule, stated in ``ap_indices``: the NKI-level golden (``ap_view``, ``dma_copy``,
+    ``dma_transpose``, ``dma_add`` with an SBUF side) and the descriptor-level ``check`` refuse a
+    pattern whose free address runs past its partition row, and take the same pattern where
+    it stays inside (and in the device memory, where there are no partitions)."""
+    t = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    row_msg = "view index \\[0, 32\\] leaves its partition row of 32 elements"
+    for pat, off in (([[32, 2], [1, 33]], 0), ([[32, 2], [1, 4]], 30), ([[32, 2], [-1, 2]], 32)):
+        ap = AccessPattern(pat, off)
+        with pytest.raises(ValueError, match="leaves its partition row of 32 elements"):
+            ap_view(t, ap, partition_rule=True)
+        with pytest.raises(ValueError, match="leaves its partition row"):
+            dma_copy(np.zeros(ap.size, np.float32), [[1, ap.size]], t, ap, src_sbuf=True)
+        with pytest.raises(ValueError, match="leaves its partition row"):
+            dma_copy(t, ap, np.zeros(ap.size, np.float32), [[1, ap.size]], dst_sbuf=True)
+        with pytest.raises(ValueError, match="leaves its partition row"):
+            dma_add(t, ap, np.zeros(ap.size, np.float32), [[1, ap.size]])
+        ap_view(t, ap)  # the device memory has no partitions: the flat view is fine
+        side = Side(Space.SBUF, 0, row=32, extent=16 * 32, pattern=pat, offset=off)
+        hbm = Side(Space.HBM, 0, row=ap.size, extent=ap.size, pattern=[[1, ap.size]])
+        err, msg = check(Descriptor(Op.COPY, side, hbm), GEO)
+        assert err == Error.BOUNDS and "leaves its partition row of 32 elements" in msg, msg
+        err, msg = check(Descriptor(Op.COPY, hbm, side), GEO)
+        assert err == Error.BOUNDS and "leaves its partition row" in msg, msg
+    with pytest.raises(ValueError, match=row_msg):
+        ap_view(t, AccessPattern([[32, 2], [1, 33]]), partition_rule=True)
+    with pytest.raises(ValueError, match="leaves its partition row"):
+        dma_transpose(
+            np.zeros((33, 2), np.float32),
+            [[2, 33], [1, 2]],
+            t,
+            [[32, 2], [1, 33]],
+            src_sbuf=True,
+        )
+    # inside every row: the same elements at both levels
+    ap = AccessPattern([[32, 2], [1, 4]], 28)
+    assert ap_view(t, ap, partition_rule=True).tolist() == [[28, 29, 30, 31], [60, 61, 62, 63]]
+    side = Side(Space.SBUF, 0, row=32, extent=16 * 32, pattern=[[32, 2], [1, 4]], offset=28)
+    hbm = Side(Space.HBM, 0, row=8, extent=8, pattern=[[1, 8]])
+    assert check(Descriptor(Op.COPY, side, hbm), GEO) is None
+    # a vector offset picks the partitions; the free address still stays in each row
+    ap = AccessPattern([[32, 2], [1, 3]], 30, vector_offset=[4, 1])
+    with pytest.raises(ValueError, match="view index \\[0, 2\\] leaves its partition row"):
+        ap_view(t, ap, partition_rule=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        ({"pattern": [[1.5, 2]]}, "pattern entry 0 step must be an integer, not 1.5"),
+        ({"pattern": [[2.0, 2]]}, "pattern entry 0 step must be an integer, not 2.0"),
+        ({"pattern": [["2", 2]]}, "pattern entry 0 step must be an integer, not '2'"),
+        ({"pattern": [[1, None]]}, "pattern entry 0 num must be an integer, not None"),
+        ({"pattern": [[1, True]]}, "pattern entry 0 num must be an integer, not True"),
+        ({"pattern": [[1, 4], [1, 2, 3]]}, "pattern entry 1 .* is not a \\[step, num\\] pair"),
+        ({"pattern": "[[1, 2]]"}, "pattern must be a list of \\[step, num\\] pairs"),
+        ({"pattern": None}, "pattern must be a list of \\[step, num\\] pairs"),
+        ({"pattern": [[1, 10**12]]}, "addresses 1000000000000 elements; a view has at most"),
+        ({"pattern": [[0, 2**13]] * 4}, "a view has at most 67108864"),
+        ({"pattern": [[1, 2]], "offset": 0.5}, "offset must be an integer, not 0.5"),
+        ({"pattern": [[1, 2]], "offset": None}, "offset must be an integer, not None"),
+        ({"pattern": [[1, 2]], "scalar_offset": "3"}, "scalar_offset must be an integer"),
+        ({"pattern": [[1, 2]], "vector_offset": [0.5, 1]}, "vector_offset must hold integers"),
+        ({"pattern": [[1, 2]], "indirect_dim": 1.0}, "indirect_dim must be an integer"),
+        ({"pattern": [[1, 2]], "indirect_dim": -1, "scalar_offset": 0}, "indirect_dim must be"),
+    ],
+)
+def test_access_pattern_fields_are_checked_before_any_index(kwargs, text):
+    """Every field's type and range, one ValueError naming the field and the rule, before any
+    index is built (a num of 10^12 is refused at once, not after filling the memory)."""
+    with pytest.raises(ValueError, match=text):
+        AccessPattern(**kwargs)
+
+
+def test_access_pattern_magnitudes_and_numpy_integers():
+    t = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match="addresses elements 0 to 10000000000000000000000000"):
+        ap_indices(t.shape, AccessPattern([[10**25, 2]]))
+    with pytest.raises(ValueError, match="outside the tensor's 32 elements"):
+        ap_indices(t.shape, AccessPattern([[1, 2]], scalar_offset=10**30))
+    ap = AccessPattern([[np.int64(8), np.int32(2)], [np.uint8(1), 3]], np.int16(1))
+    assert ap.pattern == ((8, 2), (1, 3)) and type(ap.offset) is int
+    with pytest.raises(ValueError, match="Side pattern entry 1 step must be an integer, not 1.5"):
+        Side(Space.HBM, 0, row=8, extent=32, pattern=[[8, 4], [1.5, 8]])
+    with pytest.raises(ValueError, match="Side offset must be an integer"):
+        Side(Space.HBM, 0, row=8, extent=32, pattern=[[8, 4]], offset=1.0)
+
+
 def test_ap_write_keeps_the_last_visit():
     t = np.zeros(8, np.int32)
     out = ap_write(t, AccessPattern([[0, 3], [1, 2]], 1), np.arange(6, dtype=np.int32))

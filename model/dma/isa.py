@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ncrtl.model.dma.access import MAX_DIMS, AccessPattern, ap_indices
+from ncrtl.model.dma.access import MAX_DIMS, AccessPattern, ap_indices, integer
 
 __all__ = [
     "Space",
@@ -141,7 +141,21 @@ class Side:
 
     def __post_init__(self):
         object.__setattr__(self, "space", Space(self.space))
-        object.__setattr__(self, "pattern", tuple(tuple(int(v) for v in e) for e in self.pattern))
+        # Integers only (a float step is no step); the ranges are check()'s statuses.
+        for name in ("base", "row", "extent", "esize", "offset", "partition"):
+            object.__setattr__(self, name, integer(getattr(self, name), f"Side {name}"))
+        pattern = []
+        for d, entry in enumerate(self.pattern):
+            if isinstance(entry, (str, bytes)) or len(entry) != 2:
+                raise ValueError(f"Side pattern entry {d} ({entry!r}) is not a [step, num] pair")
+            step, num = entry
+            pattern.append(
+                (
+                    integer(step, f"Side pattern entry {d} step"),
+                    integer(num, f"Side pattern entry {d} num"),
+                )
+            )
+        object.__setattr__(self, "pattern", tuple(pattern))
 
     @property
     def shape(self):
@@ -260,35 +274,16 @@ def side_addresses(side, dynamic=None):
         # NKI's stride of a scalar offset is prod(shape[indirect_dim+1:]) of the base tensor,
         # carried by the descriptor: fold it in as an offset.
         ap = AccessPattern(side.pattern, side.offset + int(dynamic) * side.indirect.stride)
-    # The partition rule is check()'s (PARTITION_STEP); here the partition of every element is
-    # checked against its outer index instead, which also holds for a single-row pattern.
-    idx = ap_indices((side.extent // side.row, side.row), ap)
-    if side.space == Space.HBM:
+    # An SBUF side: the partition rules of the NKI-level golden (``ap_indices``'s
+    # ``partition_rule``: a contiguous partition step, every free address inside its row).
+    sbuf = side.space == Space.SBUF
+    idx = ap_indices((side.extent // side.row, side.row), ap, partition_rule=sbuf)
+    if not sbuf:
         return side.base + idx * side.esize
-    # SBUF: the partition comes from the outer loop, the byte from the free loops; a free
-    # address that leaves the row would be another partition's element in the flattened view,
-    # which the hardware's per-partition access cannot reach.
+    # The partition comes from the outer loop, the byte from the free loops.
     part = idx // side.row
     free = idx - part * side.row
-    lead = np.arange(side.pattern[0][1]).reshape((-1,) + (1,) * (len(side.pattern) - 1))
-    if side.indirect is not None and side.indirect.kind == "vector":
-        lead = np.asarray(dynamic, dtype=np.int64).reshape(lead.shape)
-    start = (
-        side.offset + (int(dynamic) * side.indirect.stride if _scalar(side) else 0)
-    ) // side.row
-    want = np.broadcast_to(start + lead, idx.shape)
-    if (part != want).any():
-        first = tuple(int(i) for i in np.argwhere(part != want)[0])
-        raise ValueError(
-            f"SBUF pattern {list(map(list, side.pattern))} with offset {side.offset}: the free "
-            f"address of view index {list(first)} leaves its partition row of {side.row} "
-            f"elements"
-        )
     return side.partition + part, side.base + free * side.esize
-
-
-def _scalar(side):
-    return side.indirect is not None and side.indirect.kind == "scalar"
 
 
 def check(desc, geo, sbuf=None):
