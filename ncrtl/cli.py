@@ -9,15 +9,14 @@ built.
 
 import argparse
 import math
-import os
 import sys
 import time
-from pathlib import Path
 
 from . import blocks
 from .model.modes import MX_DTYPES, MX_FORMATS, operation
 from .model.tensor_engine import isa
 from .model.tensor_engine.isa import Instruction, Mode, Op
+from .testbench.outputs import OutputError, check_output, write_output
 
 __all__ = ["main"]
 
@@ -50,30 +49,6 @@ def _check_stall(stall):
             f"--stall {stall} must be a probability in [0, 1): the share of idle input cycles "
             f"and of backpressure cycles (1 would never move a beat)"
         )
-
-
-def _check_writable(path, flag, *, folder=False, create=True):
-    """A path a command will write (a file, or with ``folder`` a folder it may create; with
-    ``create`` the command also creates the missing folders above it): one line naming
-    ``flag`` and the reason when it cannot be, checked before the work starts."""
-    p = Path(path)
-    kind = "folder" if folder else "file"
-    if p.exists():
-        if folder != p.is_dir():
-            what = "a folder" if p.is_dir() else "a file"
-            raise UsageError(f"{flag} {path} is {what}; give a {kind}")
-        if not os.access(p, os.W_OK):
-            raise UsageError(f"{flag} {path}: the {kind} is not writable")
-        return
-    parent = p.parent
-    if not create and not parent.exists():
-        raise UsageError(f"{flag} {path}: the folder {parent} does not exist")
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: the folder {parent} is not writable")
 
 
 def _parse_params(items, args=None):
@@ -110,17 +85,12 @@ def _cmd_verilog(args):
 
     block = blocks.get(args.block)
     params = block.resolve(_parse_params(args.param, args))
-    out = Path(args.output)
-    _check_writable(out, "-o", folder=True)
+    out = check_output(args.output, "-o", folder=True)
     t0 = time.perf_counter()
     with progress.step(f"Verilog generation of {block.top(**params)}"):
         text, top = block.verilog(params)
     path = out / f"{top}.v"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    write_output(out, "-o", lambda folder: path.write_text(text), folder=True)
     print(
         f"wrote {path} ({len(text.splitlines())} lines, top module {top}) "
         f"in {time.perf_counter() - t0:.2f} s"
@@ -173,7 +143,7 @@ def _cmd_conformance(args):
     _check_seed(args.seed)
     _check_stall(args.stall)
     if args.junit:
-        _check_writable(args.junit, "--junit")
+        check_output(args.junit, "--junit")
     return run_conformance(
         runs,
         count=args.count,
@@ -203,11 +173,28 @@ def _load(path, flag):
     import numpy as np
 
     try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        if magic[:2] == b"PK":
+            raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
+        if magic != b"\x93NUMPY":
+            raise UsageError(
+                f"{flag} {path}: not a .npy file (it does not begin with the .npy header; a "
+                f"text or other file named .npy?): save the array with np.save"
+            )
         arr = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise UsageError(f"{flag} {path}: no such file") from None
-    except (OSError, ValueError, EOFError) as exc:
-        raise UsageError(f"{flag} {path}: not a .npy array ({exc})") from None
+    except IsADirectoryError:
+        raise UsageError(f"{flag} {path}: a folder, not a .npy file") from None
+    except ValueError as exc:
+        if "pickle" in str(exc):
+            raise UsageError(
+                f"{flag} {path}: a .npy of Python objects; give an array of numbers"
+            ) from None
+        raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
+    except (OSError, EOFError) as exc:
+        raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
     if not isinstance(arr, np.ndarray):
         raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
     return arr
@@ -362,7 +349,7 @@ def _cmd_sim(args):
         raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
     _check_seed(args.seed)
     if args.out is not None:
-        _check_writable(args.out, "--out", create=False)
+        check_output(args.out, "--out")
     if args.dtype in MX_DTYPES:
         return _sim_mx(args)
     if args.moving_dtype is not None:
@@ -677,7 +664,7 @@ def _cmd_timing(args):
                 f"and tile fields)"
             )
     if args.trace:
-        _check_writable(args.trace, "--trace", create=False)
+        check_output(args.trace, "--trace")
     if args.tile_unit < 1:
         raise UsageError(f"--tile-unit {args.tile_unit} must be at least 1")
     tile = None
@@ -753,11 +740,13 @@ def _write_trace(args, sched, timing):
     import json
 
     if args.trace:
-        try:
-            with open(args.trace, "w") as f:
-                json.dump(timing.chrome_trace(sched), f)
-        except OSError as exc:
-            raise UsageError(f"cannot write --trace {args.trace}: {exc.strerror}") from None
+        trace = timing.chrome_trace(sched)
+
+        def write(path):
+            with open(path, "w") as f:
+                json.dump(trace, f)
+
+        write_output(args.trace, "--trace", write)
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
     return 0
 
@@ -1214,7 +1203,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, blocks.BlockError) as exc:
+    except (UsageError, blocks.BlockError, OutputError) as exc:
         print(f"ncrtl: error: {exc}", file=sys.stderr)
         return 2
 

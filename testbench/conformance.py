@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
 
+from ncrtl.testbench.outputs import write_output
+
 __all__ = [
     "run_block",
     "build_block",
@@ -349,8 +351,11 @@ def _junit(results, path):
             ElementTree.SubElement(
                 case, "failure", message=f"{r.mismatches} mismatches"
             ).text = text
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    write_output(
+        path,
+        "--junit",
+        lambda p: ElementTree.ElementTree(suite).write(p, encoding="utf-8", xml_declaration=True),
+    )
 
 
 def run_conformance(

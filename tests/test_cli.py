@@ -1,5 +1,6 @@
 """The ``ncrtl`` command line: Verilog generation, errors on bad input, a small conformance run."""
 
+import json
 import os
 import re
 import subprocess
@@ -268,8 +269,8 @@ def test_timing_matmul(tmp_path, capsys):
         (["--rows", "300"], "--rows 300 must be in 1..255"),
         (["--tile-unit", "0"], "--tile-unit 0 must be at least 1"),
         (
-            ["--trace", "/nonexistent/t.json"],
-            "--trace /nonexistent/t.json: the folder /nonexistent does not exist",
+            ["--trace", "/proc/ncrtl/t.json"],
+            "--trace /proc/ncrtl/t.json: cannot write in /proc:",
         ),
     ],
 )
@@ -291,8 +292,10 @@ def _error(argv, capsys):
 
 
 def test_unwritable_paths_are_one_line(tmp_path, capsys):
-    """Every path a command writes is checked before the work starts: a file where a folder is
-    wanted, a folder where a file is wanted, a missing folder, a file in the way."""
+    """Every path a command writes is checked before the work starts, by what the write would
+    do (a file created and removed where it goes; root may write anywhere by its permission
+    bits, not in /proc): a file where a folder is wanted, a folder where a file is wanted, a
+    file in the way, a folder that takes no files."""
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     assert "-o " + str(a_file) + " is a file; give a folder" in _error(
@@ -302,20 +305,96 @@ def test_unwritable_paths_are_one_line(tmp_path, capsys):
     assert f"{a_file} is a file, not a folder" in err
     err = _error(["sim", "matmul", "--rows", "8", "--cols", "8", "--out", str(tmp_path)], capsys)
     assert f"--out {tmp_path} is a folder; give a file" in err
-    err = _error(["sim", "matmul", "--out", str(tmp_path / "no" / "r.npy")], capsys)
-    assert f"the folder {tmp_path / 'no'} does not exist" in err
     err = _error(["conformance", "fp.add", "--junit", str(a_file / "c.xml")], capsys)
     assert f"--junit {a_file / 'c.xml'}: {a_file} is a file, not a folder" in err
+    for argv, flag, path in (
+        (["sim", "matmul", "--rows", "8", "--cols", "8", "--out"], "--out", "/proc/x.npy"),
+        (["conformance", "dma", "--junit"], "--junit", "/proc/j.xml"),
+        (["verilog", "fp.add", "-o"], "-o", "/proc/ncrtl/x"),
+        (["timing", "matmul", "--trace"], "--trace", "/proc/t.json"),
+    ):
+        err = _error([*argv, path], capsys)
+        assert f"{flag} {path}: cannot write in /proc: " in err, err
+    assert not (tmp_path / "build").exists()
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     if not os.access(locked, os.W_OK):  # root may write anywhere
         err = _error(["verilog", "fp.add", "-o", str(locked)], capsys)
-        assert "the folder is not writable" in err
+        assert f"cannot write in {locked}" in err
+
+
+def test_missing_output_folders_are_created_for_every_output(tmp_path, capsys):
+    """One rule for every output path: the folders missing above it are created when it is
+    written (not before: a refused run leaves none)."""
+    trace = tmp_path / "a" / "b" / "t.json"
+    assert main(["timing", "matmul", "--trace", str(trace)]) == 0
+    assert json.loads(trace.read_text())
+    out = tmp_path / "c" / "d"
+    assert main(["verilog", "fp.add", "-o", str(out)]) == 0
+    assert list(out.glob("*.v"))
+    assert main(["timing", "matmul", "--k", "200", "--trace", str(tmp_path / "e" / "t.json")]) == 2
+    assert not (tmp_path / "e").exists()
+    capsys.readouterr()
+
+
+def test_a_write_that_fails_at_the_end_is_one_line_and_keeps_the_results(
+    tmp_path, capsys, monkeypatch
+):
+    """The output is checked before the work; should the write still fail at the end (here
+    the check is skipped so that it does), the run says so in one line, exit 2, and what it
+    printed stays printed."""
+    import ncrtl.cli as cli
+    from ncrtl.testbench.outputs import OutputError, check_output, write_output
+
+    monkeypatch.setattr(cli, "check_output", lambda path, flag, **kw: path)
+    assert main(["timing", "matmul", "--trace", "/proc/t.json"]) == 2
+    cap = capsys.readouterr()
+    assert "cycles" in cap.out
+    assert cap.err.startswith("ncrtl: error: cannot write --trace /proc/t.json: ")
+    assert cap.err.count("\n") == 1
+    with pytest.raises(OutputError, match="cannot write --out .*: No space left on device"):
+
+        def full(path):
+            raise OSError(28, "No space left on device")
+
+        write_output(tmp_path / "r.npy", "--out", full)
+    with pytest.raises(OutputError, match="--out: an empty path"):
+        check_output("", "--out")
+    existing = tmp_path / "r.npy"
+    existing.write_bytes(b"keep")
+    check_output(existing, "--out")  # an existing file is checked without being changed
+    assert existing.read_bytes() == b"keep"
+    assert not list(tmp_path.glob(".ncrtl-probe-*"))
 
 
 def _save(path, arr):
     np.save(path, arr)
     return str(path)
+
+
+def test_matrix_files_that_are_not_arrays_say_what_they_are(tmp_path, capsys):
+    """A text file named .npy, an .npz archive, a .npy of Python objects, a folder, a missing
+    file: one line saying what the file is, never numpy's advice to load pickles."""
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8", "--moving"]
+    x8 = _save(tmp_path / "x8.npy", np.ones((8, 16)))
+    text = tmp_path / "text.npy"
+    text.write_text("1 2 3\n")
+    npz = tmp_path / "two.npy"
+    with open(npz, "wb") as f:
+        np.savez(f, a=np.ones(2))
+    objects = tmp_path / "obj.npy"
+    np.save(objects, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    cases = [
+        (text, "not a .npy file (it does not begin with the .npy header"),
+        (npz, "an .npz archive; give one array saved with np.save"),
+        (objects, "a .npy of Python objects; give an array of numbers"),
+        (tmp_path, "a folder, not a .npy file"),
+        (tmp_path / "none.npy", "no such file"),
+    ]
+    for path, message in cases:
+        err = _error([*base, x8, "--stationary", str(path)], capsys)
+        assert f"--stationary {path}: {message}" in err, err
+        assert "allow_pickle" not in err
 
 
 def test_own_matrices_that_do_not_fit_are_one_line(tmp_path, capsys):

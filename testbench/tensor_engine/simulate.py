@@ -60,9 +60,16 @@ def result_values(bits, dtype, fmt_s=0):
 
 def save_result(path, values):
     """Write ``values`` (float32) to the ``.npy`` file ``path``; print where."""
-    # Through a file object: np.save given a name would append ".npy" to any other suffix.
-    with open(path, "wb") as f:
-        np.save(f, np.asarray(values, dtype=np.float32), allow_pickle=False)
+    from ncrtl.testbench.outputs import write_output
+
+    arr = np.asarray(values, dtype=np.float32)
+
+    def write(p):
+        # Through a file object: np.save given a name would append ".npy" to any other suffix.
+        with open(p, "wb") as f:
+            np.save(f, arr, allow_pickle=False)
+
+    write_output(path, "--out", write)
     print(f"  result written to {path} (float32 {list(np.shape(values))})")
 
 
