@@ -23,6 +23,8 @@ __all__ = [
     "OPERAND_FORMATS",
     "TE_MODES",
     "CORE_MODES",
+    "SENDRECV_SLOT",
+    "sendrecv_pairs",
 ]
 
 
@@ -105,6 +107,15 @@ class Block:
         ``training(params, player) -> (test_module, env)``: the run a profile-guided build
         (parameter ``pgo=1``) trains on, its cocotb module and the environment beside the
         usual ``NCRTL_*`` (``player``: the build has stream players); None: no such build.
+    check : callable or None
+        ``check(**params)``: raises :class:`BlockError` for a combination of parameters the
+        design cannot be built with (each value already in its range); :meth:`resolve` calls
+        it, so a combination is refused before anything is generated.
+    program_check : callable or None
+        ``program_check(**params)``: raises :class:`BlockError` for a design its conformance
+        program cannot run on (an MX program on an array smaller than its K granule, an SBUF
+        too small for the program's regions); :meth:`check_program`, called by every run
+        (``ncrtl conformance``, ``ncrtl sim``, the Python API) before it generates anything.
     """
 
     name: str
@@ -117,6 +128,8 @@ class Block:
     threads: object = None
     stimulus: object = None
     training: object = None
+    check: object = None
+    program_check: object = None
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -134,7 +147,15 @@ class Block:
         out = {}
         for p in self.params:
             out[p.name] = p.convert(self.name, user[p.name]) if p.name in user else p.default
+        if self.check is not None:
+            self.check(**out)
         return out
+
+    def check_program(self, params):
+        """Raise :class:`BlockError` when the block's conformance program cannot run on the
+        design of ``params`` (:attr:`program_check`)."""
+        if self.program_check is not None:
+            self.program_check(**params)
 
     def describe(self, params, count):
         """What a conformance run with ``--count count`` streams through the block, in words:
@@ -396,6 +417,51 @@ def _te_modes(mode, spec):
     return modes
 
 
+def _check_te(
+    rows,
+    cols,
+    mode,
+    max_n,
+    block,
+    tile_unit=32,
+    parallel_tiles=0,
+    background_transpose=0,
+    pe_modes="all",
+    pgo=0,
+):
+    """The combinations a ``pe_array`` cannot run (:attr:`Block.check`)."""
+    _check_engine("pe_array", rows, cols, block, tile_unit)
+    if parallel_tiles and (rows % tile_unit or cols % tile_unit):
+        raise BlockError(
+            f"pe_array: parameter parallel_tiles=1 needs rows={rows} and cols={cols} to be "
+            f"multiples of tile_unit={tile_unit} (whole PE groups)"
+        )
+    _te_modes(mode, pe_modes)
+    if parallel_tiles and background_transpose:
+        raise BlockError(
+            "pe_array: parameters parallel_tiles=1 and background_transpose=1 cannot be "
+            "combined: the background plane is built for the serial engine"
+        )
+
+
+def _check_te_program(rows, cols, mode, tile_unit=32, **_):
+    """The engines a ``pe_array`` conformance program of ``mode`` cannot run on."""
+    pe_mode, _ = operation(mode)
+    step = pe_mode.k_step(tile_unit)
+    if step > rows:
+        fits = next(t for t in (32, 16, 8, 4, 2, 1) if pe_mode.k_step(t) <= rows)
+        raise BlockError(
+            f"pe_array: mode={mode} takes K in multiples of {step} partitions at "
+            f"tile_unit={tile_unit}, more than rows={rows}: none of its instructions fits "
+            f"(tile_unit={fits} or less does)"
+        )
+    if pe_mode.m_multiple > cols:
+        raise BlockError(
+            f"pe_array: mode={mode} takes M in multiples of {pe_mode.m_multiple}, more than "
+            f"cols={cols}"
+        )
+
+
 def _make_te(
     rows,
     cols,
@@ -411,18 +477,9 @@ def _make_te(
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
 
-    _check_engine("pe_array", rows, cols, block, tile_unit)
-    if parallel_tiles and (rows % tile_unit or cols % tile_unit):
-        raise BlockError(
-            f"pe_array: parameter parallel_tiles=1 needs rows={rows} and cols={cols} to be "
-            f"multiples of tile_unit={tile_unit} (whole PE groups)"
-        )
-    modes = _te_modes(mode, pe_modes)
-    if parallel_tiles and background_transpose:
-        raise BlockError(
-            "pe_array: parameters parallel_tiles=1 and background_transpose=1 cannot be "
-            "combined: the background plane is built for the serial engine"
-        )
+    _check_te(
+        rows, cols, mode, max_n, block, tile_unit, parallel_tiles, background_transpose, pe_modes
+    )
     return TensorEngine(
         rows,
         cols,
@@ -430,7 +487,7 @@ def _make_te(
         block=block or default_block(rows, cols, tile_unit),
         parallel_tiles=bool(parallel_tiles),
         background_transpose=bool(background_transpose),
-        modes=modes,
+        modes=_te_modes(mode, pe_modes),
     )
 
 
@@ -576,6 +633,8 @@ register(
         threads=_big_array_threads,
         stimulus=_te_stimulus,
         training=_te_training,
+        check=_check_te,
+        program_check=_check_te_program,
     )
 )
 
@@ -639,6 +698,26 @@ def dma_widths(hbm_bytes, partitions, **_):
     return Widths(max(8, (hbm_bytes - 1).bit_length()), 16, max(1, (partitions - 1).bit_length()))
 
 
+#: The smallest memories the DMA conformance programs (``ncrtl.testbench.dma.program``: up to
+#: 8-row tiles, rows of up to 64 bytes, a region of the device memory and of every partition
+#: per queue, 256 bytes of dynamic offsets at the top of the device memory) run in.
+DMA_PROGRAM_MINIMUM = {"partitions": 8, "partition_bytes": 128, "hbm_bytes": 2048}
+
+
+def _check_dma_program(block):
+    def check(**params):
+        for name, least in DMA_PROGRAM_MINIMUM.items():
+            if params[name] < least:
+                raise BlockError(
+                    f"{block}: the conformance program needs {name} >= {least} (got "
+                    f"{params[name]}): its random descriptors use tiles of up to 8 partitions "
+                    f"of 64-byte rows, a region per queue and 256 bytes of dynamic offsets; "
+                    f"the design itself builds (ncrtl verilog)"
+                )
+
+    return check
+
+
 #: The SBUF geometry parameters of the DMA blocks (``dma``, ``dma_queues``, ``sendrecv``).
 _SBUF_PARAMS = (
     Param("partitions", int, 128, "SBUF partitions", minimum=1, maximum=128),
@@ -660,9 +739,10 @@ _DMA_PARAMS = (
         "hbm_bytes",
         int,
         1 << 20,
-        "device memory bytes behind the AXI4 port",
+        "device memory bytes behind the AXI4 port (at most 256 MiB: the testbench and the "
+        "golden hold it in host memory, several copies)",
         minimum=64,
-        maximum=1 << 40,
+        maximum=1 << 28,
     ),
     Param(
         "overhead",
@@ -704,6 +784,10 @@ register(
             f"dma_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma",
+        check=lambda partition_bytes, word_bytes, **_: _check_words(
+            "dma", partition_bytes, word_bytes
+        ),
+        program_check=_check_dma_program("dma"),
         stimulus=lambda count, **_: (
             f"{max(1, min(count, 400))} random descriptors (--count, at most 400)"
         ),
@@ -753,6 +837,10 @@ register(
             f"dma_queues_{policy}_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma_queues",
+        check=lambda partition_bytes, word_bytes, **_: _check_words(
+            "dma_queues", partition_bytes, word_bytes
+        ),
+        program_check=_check_dma_program("dma_queues"),
         stimulus=lambda count, **_: (
             f"about {max(1, min(count, 400))} random descriptors over the 16 queues (--count, at "
             f"most 400)"
@@ -768,12 +856,47 @@ def _sendrecv_stimulus(count, pipes, depth, **_):
     )
 
 
-def _make_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth):
-    from ncrtl.hdl.dma.top import SendRecvPair
+#: Bytes per partition of one destination slot of the sendrecv conformance program: its
+#: sources lie in the lower half of each SBUF, each pair's destination in its own slot of the
+#: upper half (so the result does not depend on the order the pairs run in).
+SENDRECV_SLOT = 16
 
+
+def sendrecv_pairs(partition_bytes, pipes, depth):
+    """Most sendrecv pairs the conformance program holds: one pipe slot is kept for the
+    unpaired sendrecv that closes it, and the upper half of a partition holds a slot for every
+    pair and one more."""
+    return min(pipes * depth - 1, partition_bytes // 2 // SENDRECV_SLOT - 1)
+
+
+def _check_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth):
+    """The combinations a ``sendrecv`` cannot be built with (:attr:`Block.check`)."""
     _check_words("sendrecv", partition_bytes, word_bytes)
     if pipes & (pipes - 1):
         raise BlockError(f"sendrecv: parameter pipes={pipes} must be a power of two")
+
+
+def _check_sendrecv_program(partition_bytes, pipes, depth, **_):
+    """The ``sendrecv`` designs its conformance program cannot run on (:func:`sendrecv_pairs`
+    < 1)."""
+    if partition_bytes < 4 * SENDRECV_SLOT:
+        raise BlockError(
+            f"sendrecv: the conformance program needs room for one pair: partition_bytes="
+            f"{partition_bytes} must be at least {4 * SENDRECV_SLOT} (sources in the lower "
+            f"half, {SENDRECV_SLOT}-byte destination slots in the upper, one for the pair and "
+            f"one more)"
+        )
+    if pipes * depth < 2:
+        raise BlockError(
+            f"sendrecv: the conformance program needs pipes x depth = {pipes * depth} to be at "
+            f"least 2 (a pair and the unpaired sendrecv that closes the program)"
+        )
+
+
+def _make_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth):
+    from ncrtl.hdl.dma.top import SendRecvPair
+
+    _check_sendrecv(word_bytes, partitions, partition_bytes, pipes, depth)
     return SendRecvPair(
         word_bytes,
         partitions=partitions,
@@ -801,6 +924,8 @@ register(
         ),
         "ncrtl.testbench.dma.test_sendrecv",
         stimulus=_sendrecv_stimulus,
+        check=_check_sendrecv,
+        program_check=_check_sendrecv_program,
     )
 )
 
@@ -810,12 +935,10 @@ register(
 CORE_MODES = operations(max_transpose_bits=16)
 
 
-def _make_core(
+def _check_core(
     rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
 ):
-    from ncrtl.hdl.core.top import MatmulCore
-    from ncrtl.hdl.tensor_engine.array import default_block
-
+    """The combinations a ``core`` cannot run (:attr:`Block.check`)."""
     _check_engine("core", rows, cols, block, tile_unit)
     if bank >= banks:
         raise BlockError(
@@ -844,6 +967,17 @@ def _make_core(
         )
     if rounding == "sr" and psum != "bf16":
         raise BlockError("core: parameter rounding=sr needs psum=bf16")
+
+
+def _make_core(
+    rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
+):
+    from ncrtl.hdl.core.top import MatmulCore
+    from ncrtl.hdl.tensor_engine.array import default_block
+
+    _check_core(
+        rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit
+    )
     return MatmulCore(
         rows,
         cols,
@@ -920,6 +1054,7 @@ register(
         "ncrtl.testbench.core.test_core",
         sim_args=_TE_SIM_ARGS,
         threads=_big_array_threads,
+        check=_check_core,
         stimulus=lambda count, chunks, n, **_: (
             f"one random chunked matmul: {chunks} x (LS + MM, N = {n}) accumulated in one PSUM "
             f"group and read back (its size is the block's chunks and n: --count does not apply)"

@@ -52,17 +52,21 @@ def _check_stall(stall):
 
 
 def _parse_params(items, args=None):
-    params = {}
+    params, given = {}, {}
     # Shortcut flags (--rows 8 is --param rows=8).
     for flag in ("rows", "cols", "mode"):
         value = getattr(args, flag, None) if args is not None else None
         if value is not None:
-            params[flag] = str(value)
+            params[flag], given[flag] = str(value), f"--{flag} {value}"
     for item in items or ():
         if "=" not in item:
             raise UsageError(f"--param {item!r} is not of the form name=value")
-        k, v = item.split("=", 1)
-        params[k.strip()] = v.strip()
+        k, v = (part.strip() for part in item.split("=", 1))
+        if k in params:
+            raise UsageError(
+                f"--param {k}={v}: {k} is already given by {given[k]}; give each parameter once"
+            )
+        params[k], given[k] = v, f"--param {k}={v}"
     return params
 
 
@@ -608,6 +612,13 @@ def _sim_mx(args):
 def _cmd_bench(args):
     from ncrtl.testbench.bench import run_bench
 
+    for flag, value, least in (("--count", args.count, 1), ("--pe-cycles", args.pe_cycles, 1)):
+        if not least <= value <= 10**8:
+            raise UsageError(f"{flag} {value} must be in {least}..{10**8}")
+    if not (args.te_size == 0 or 2 <= args.te_size <= 128):
+        raise UsageError(f"--te-size {args.te_size} must be 0 (skip) or in 2..128")
+    if args.bands < 1:
+        raise UsageError(f"--bands {args.bands} must be at least 1")
     if not 0 <= args.psum_partitions <= 128:
         raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
     if not 1 <= args.dma_partitions <= 128:
@@ -699,7 +710,19 @@ def _cmd_timing(args):
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    sched = timing.simulate(prog, args.rows, args.cols, tile_unit=args.tile_unit, rules=rules)
+    from .testbench import progress
+
+    with progress.step(f"timing model: {len(prog):,} instructions") as state:
+
+        def counted():
+            for i, ins in enumerate(prog):
+                if i % 8192 == 0:
+                    state["detail"] = f"{i:,} / {len(prog):,} instructions"
+                yield ins
+
+        sched = timing.simulate(
+            counted(), args.rows, args.cols, tile_unit=args.tile_unit, rules=rules
+        )
     bad = next((r for r in sched.records if not r.accepted), None)
     if bad is not None:
         raise UsageError(
@@ -740,13 +763,18 @@ def _write_trace(args, sched, timing):
     import json
 
     if args.trace:
-        trace = timing.chrome_trace(sched)
+        from .testbench import progress
 
         def write(path):
+            # Event by event: a long run's trace is never held whole.
             with open(path, "w") as f:
-                json.dump(trace, f)
+                f.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
+                for i, event in enumerate(timing.chrome_trace_events(sched)):
+                    f.write((",\n" if i else "") + json.dumps(event))
+                f.write("\n]}\n")
 
-        write_output(args.trace, "--trace", write)
+        with progress.step(f"writing the trace {args.trace}"):
+            write_output(args.trace, "--trace", write)
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
     return 0
 

@@ -101,6 +101,7 @@ def run_block(
     time for the others)."""
     from ncrtl.testbench.progress import ENV, ProgressBar
 
+    block.check_program(params)  # before anything is generated
     label = block.label(params)
     t0 = time.perf_counter()
     try:
@@ -364,6 +365,8 @@ def run_conformance(
     """Run every ``(block, params)`` in ``runs``; print what each runs, then its rows of the table
     as soon as it finishes, then the totals; return the exit status.  ``progress``: say on
     stderr what the builds and the simulations are doing (:func:`run_block`)."""
+    for b, p in runs:  # every configuration before the first build
+        b.check_program(p)
     jobs = jobs or min(len(runs), os.cpu_count() or 1)
     labels = [b.label(p) for b, p in runs]
     print(

@@ -184,8 +184,9 @@ def step(text, *, stream=None, done="done in {seconds:.1f} s", after=None):
     says nothing): ``text ...``, then its elapsed time (redrawn in place on a terminal once a
     second; a new line every :data:`STEP_LOG_EVERY` seconds in a log or while other steps run
     beside it), and at the end ``text: <done>`` (``done`` formatted with ``seconds``; the
-    context's value may replace it: ``with step(...) as s: s["done"] = ...``).  A step that
-    raises ends with ``text: failed after N s``.
+    context's value may replace it: ``with step(...) as s: s["done"] = ...``; ``s["detail"]``
+    set while it runs, such as ``"12,000 / 40,000 instructions"``, follows the elapsed time).
+    A step that raises ends with ``text: failed after N s``.
     """
     stream = stream or sys.stderr
     after = SHOW_AFTER if after is None else after
@@ -193,6 +194,9 @@ def step(text, *, stream=None, done="done in {seconds:.1f} s", after=None):
     state = {"done": done, "shown": False, "drawn": 0}
     t0 = time.perf_counter()
     stop = threading.Event()
+
+    def detail():
+        return f"  {state['detail']}" if state.get("detail") else ""
 
     def show():
         if not state["shown"]:
@@ -211,13 +215,13 @@ def step(text, *, stream=None, done="done in {seconds:.1f} s", after=None):
                 continue
             with _lock:
                 if tty and _active == [state]:
-                    line = f"{text} ... {now - t0:.0f} s"
+                    line = f"{text} ... {now - t0:.0f} s{detail()}"
                     stream.write("\r" + line)
                     stream.flush()
                     state["drawn"] = len(line)
                     continue
             if now - last_log >= STEP_LOG_EVERY:
-                say(f"{text} ... {now - t0:.0f} s", stream)
+                say(f"{text} ... {now - t0:.0f} s{detail()}", stream)
                 last_log = now
 
     if after <= 0:

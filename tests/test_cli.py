@@ -265,7 +265,8 @@ def test_timing_matmul(tmp_path, capsys):
         (["--tile-size", "64,64"], "TILE: tile_size (64, 64) tiles rows and columns at once"),
         (["--tile-size", "32,128", "--tiles", "5"], "tiles=5 must be in 1..4"),
         (["--k", "200"], "K_RANGE: K=200 must be in 1..128"),
-        (["--repeat", "0"], "repeat=0 must be at least 1"),
+        (["--repeat", "0"], "repeat=0 must be in 1..1000000"),
+        (["--repeat", "1000001"], "repeat=1000001 must be in 1..1000000: the schedule keeps"),
         (["--rows", "300"], "--rows 300 must be in 1..255"),
         (["--tile-unit", "0"], "--tile-unit 0 must be at least 1"),
         (
@@ -321,6 +322,58 @@ def test_unwritable_paths_are_one_line(tmp_path, capsys):
     if not os.access(locked, os.W_OK):  # root may write anywhere
         err = _error(["verilog", "fp.add", "-o", str(locked)], capsys)
         assert f"cannot write in {locked}" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["conformance", "pe_array", "--rows", "8", "--cols", "8", "--mode", "mx"],
+            "pe_array: mode=mx takes K in multiples of 32 partitions at tile_unit=32, more "
+            "than rows=8: none of its instructions fits (tile_unit=8 or less does)",
+        ),
+        (
+            ["conformance", "sendrecv", "--param", "partitions=1", "--param", "word_bytes=4"]
+            + ["--param", "partition_bytes=4"],
+            "sendrecv: the conformance program needs room for one pair: partition_bytes=4 "
+            "must be at least 64",
+        ),
+        (
+            ["conformance", "sendrecv", "--param", "pipes=1", "--param", "depth=1"],
+            "needs pipes x depth = 1 to be at least 2",
+        ),
+        (
+            ["conformance", "dma", "--param", f"hbm_bytes={1 << 40}"],
+            "dma: parameter hbm_bytes=1099511627776 is above the maximum 268435456",
+        ),
+        (
+            ["conformance", "dma_queues", "--param", "partitions=2"],
+            "dma_queues: the conformance program needs partitions >= 8 (got 2)",
+        ),
+        (
+            ["verilog", "fp.add", "--param", "lanes=2", "--param", "lanes=4"],
+            "--param lanes=4: lanes is already given by --param lanes=2; give each parameter once",
+        ),
+        (
+            ["lint", "pe_array", "--rows", "4", "--param", "rows=8"],
+            "--param rows=8: rows is already given by --rows 4",
+        ),
+        (["bench", "--count", "0"], "--count 0 must be in 1..100000000"),
+        (["bench", "--count", "-1"], "--count -1 must be in 1..100000000"),
+        (["bench", "--te-size", "1"], "--te-size 1 must be 0 (skip) or in 2..128"),
+    ],
+)
+def test_combinations_that_cannot_run_are_refused_before_any_build(
+    argv, message, capsys, monkeypatch, tmp_path
+):
+    """A parameter set the design or its conformance program can never run, a duplicated
+    parameter, a bench that would never end: one line, exit 2, before anything is generated or
+    built (``NCRTL_NO_BUILD`` makes any build attempt fail the test instead)."""
+    monkeypatch.setenv("NCRTL_NO_BUILD", "1")
+    monkeypatch.chdir(tmp_path)
+    err = _error(argv, capsys)
+    assert message in err, err
+    assert not list(tmp_path.iterdir())
 
 
 def test_missing_output_folders_are_created_for_every_output(tmp_path, capsys):

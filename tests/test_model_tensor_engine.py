@@ -846,7 +846,7 @@ def test_ls_hidden_behind_mm(mode, m, n):
 def test_fill_and_drain_equal_latency():
     sched = simulate_one_chain([LS(128), MM(512)])
     ls, mm = sched.records
-    assert ls.issue == 0 and ls.beats == tuple(range(128))
+    assert ls.issue == 0 and tuple(ls.beats) == tuple(range(128))
     assert mm.issue == 127  # first moving beat with the last stationary beat
     assert mm.outputs[0] - mm.beats[0] == latency(128, 128)
     assert mm.outputs[-1] - mm.beats[-1] == latency(128, 128)
@@ -867,8 +867,8 @@ def test_issue_rules():
     assert r[5].issue == r[3].beats[-1] + 1 == 123  # bank 0: after the MM's last beat
     # fp32: one beat every 4 cycles, loader busy M * 4.
     r = simulate_one_chain([LS(3, Mode.FP32), MM(2, 3, Mode.FP32), LS(3, Mode.FP32)]).records
-    assert r[0].beats == (0, 4, 8) and r[1].issue == 8 and r[1].beats == (8, 12)
-    assert r[2].issue == 12 and r[2].beats == (12, 16, 20)
+    assert tuple(r[0].beats) == (0, 4, 8) and r[1].issue == 8 and tuple(r[1].beats) == (8, 12)
+    assert r[2].issue == 12 and tuple(r[2].beats) == (12, 16, 20)
     # An LS of one column: the MM still issues the cycle after it (one issue per cycle).
     r = simulate_one_chain([LS(1), MM(1, 1)]).records
     assert (r[0].issue, r[1].issue) == (0, 1)
@@ -899,7 +899,12 @@ def test_rejected_instructions():
         Error.NONE,
         Error.MODE,
     ]
-    assert r[0].issue == 0 and r[0].error_cycle == 1 and r[0].beats == () and r[0].outputs == ()
+    assert (
+        r[0].issue == 0
+        and r[0].error_cycle == 1
+        and tuple(r[0].beats) == ()
+        and tuple(r[0].outputs) == ()
+    )
     assert r[1].issue == 1 and r[1].bank == 0
     # Rejected instructions do not wait for resources: the loader is still busy until cycle 9.
     assert [x.issue for x in r[2:5]] == [2, 3, 4]
@@ -1140,10 +1145,10 @@ def test_fast_load_stationary():
     tile = LS(64, tile_col=64, tile_cols=64).whole(128, 128)
     assert timing.ls_beats(tile, 128, 4) == 32 and timing.ls_beats(tile, 128, 1) == 64
     r = simulate([LS(128), MM(512)]).records
-    assert r[0].beats == tuple(range(32)) and r[1].issue == 31
+    assert tuple(r[0].beats) == tuple(range(32)) and r[1].issue == 31
     # fp32: a beat every 4 cycles
     r = simulate([LS(128, Mode.FP32), MM(4, mode=Mode.FP32)]).records
-    assert r[0].beats == tuple(range(0, 128, 4)) and r[1].issue == 124
+    assert tuple(r[0].beats) == tuple(range(0, 128, 4)) and r[1].issue == 124
 
 
 def _tiled(tiles, k, m, n=512, repeat=8, rules=timing.DOCUMENTED):

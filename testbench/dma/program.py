@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ncrtl import blocks
 from ncrtl.model.dma import AddDtype, Descriptor, Geometry, Indirect, Op, Side, Space
 from ncrtl.model.dma.sbuf import Access
 from ncrtl.model.dma.sendrecv import GPSIMD_PARTITIONS, SendRecv, Tile
@@ -31,7 +32,9 @@ __all__ = [
 ]
 
 #: Bytes per partition of each destination slot of :func:`sendrecv_program` by default.
-SENDRECV_SLOT = 16
+#: Bytes per partition of a destination slot of the sendrecv program (the registry states
+#: the program's capacity, ``ncrtl.blocks.sendrecv_pairs``).
+SENDRECV_SLOT = blocks.SENDRECV_SLOT
 
 #: The bytes per SBUF partition a queue's region of :func:`queue_program` needs: the widest
 #: row :func:`random_copy` draws (14 elements of 4 bytes), rounded up.

@@ -17,10 +17,11 @@ from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
+from ncrtl import blocks
 from ncrtl.hdl.dma.sendrecv import encode_sendrecv, sendrecv_layout, sendrecv_status_layout
 from ncrtl.model.dma.sendrecv import PENDING, exchange
 from ncrtl.testbench.conformance import tb_settings
-from ncrtl.testbench.dma.program import SENDRECV_SLOT, sendrecv_program
+from ncrtl.testbench.dma.program import sendrecv_program
 from ncrtl.testbench.dma.sbuf import SbufEnginePort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
@@ -93,9 +94,7 @@ class SendRecvTB:
 
 def _pairs_for(params, count):
     """As many pairs as ``count`` asks, within what the pipes and the SBUF hold."""
-    cap = min(
-        params["pipes"] * params["depth"] - 1, params["partition_bytes"] // 2 // SENDRECV_SLOT - 1
-    )
+    cap = blocks.sendrecv_pairs(params["partition_bytes"], params["pipes"], params["depth"])
     return max(1, min(count, cap))
 
 
