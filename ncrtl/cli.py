@@ -118,13 +118,18 @@ def _expand(name, param_items, args=None):
 
 
 def _cmd_lint(args):
+    from ncrtl.testbench import progress
     from ncrtl.testbench.lint import lint_verilog, synth_check
 
     failed = 0
     for block, params in _expand(args.block, args.param, args):
-        text, top = block.verilog(params)
-        lint = lint_verilog(text, top)
-        synth = synth_check(block.verilog(params, synthesis=True)[0], top)
+        top = block.top(**params)
+        with progress.step(f"Verilog generation of {top}"):
+            text, top = block.verilog(params)
+        with progress.step(f"Verilator lint of {top}"):
+            lint = lint_verilog(text, top)
+        with progress.step(f"Yosys synthesis of {top}"):
+            synth = synth_check(block.verilog(params, synthesis=True)[0], top)
         ok = lint.ok and synth.ok
         failed += not ok
         print(
@@ -707,6 +712,7 @@ def _cmd_timing(args):
             tiles=args.tiles,
             rows=args.rows,
             cols=args.cols,
+            bf16_out=args.bf16_out,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -1078,7 +1084,16 @@ def build_parser():
         help="stationary free size M, 1..tile columns (default: the tile's columns)",
     )
     s.add_argument(
-        "--n", type=int, default=512, help="moving free size N, 1..512 (MX: 1024; default 512)"
+        "--n",
+        type=int,
+        default=512,
+        help="moving free size N, 1..512 (MX with --bf16-out: 1..1024; default 512)",
+    )
+    s.add_argument(
+        "--bf16-out",
+        action="store_true",
+        help="the matmuls accumulate into a BF16 PSUM tile (NKI: the destination's dtype), "
+        "which lets MX take N up to 1024 (default: FP32)",
     )
     s.add_argument(
         "--dtype",

@@ -775,10 +775,15 @@ def _bench_dma_core(partitions=32, size=1024, esize=2, engines=(1, 2, 4), word_b
     print(head)
     base = None
     differ = 0
+    from ncrtl.testbench import progress
+
     for e in engines:
         ins = [core_instruction(geo, k, size, esize) for k in CORE_KINDS]
         try:
-            cyc, turns = core_cycles(e, ins, geo, word_bytes=word_bytes)
+            with progress.step(
+                f"Amaranth simulation of {e} DMA engine(s), {len(ins)} instructions"
+            ):
+                cyc, turns = core_cycles(e, ins, geo, word_bytes=word_bytes)
         except AssertionError as exc:
             print(f"  FAILED: {exc}")
             return False

@@ -115,8 +115,6 @@ def run_block(
         env = _testbench_env(block, params, count, seed, stall, summary, extra_env)
         if progress:
             env[ENV] = str(Path(tmp) / "progress.json")
-        log = Path("build") / "conformance" / f"{block.top(**params)}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
         t_sim = time.perf_counter()
         steps["simulate_start_unix"] = time.time()  # the testbench's clock readings compare to it
         bar = (
@@ -131,7 +129,7 @@ def run_block(
                 env=env,
                 seed=seed,
                 results=Path(tmp) / "results.xml",
-                log=log,
+                log=True,  # <build>/runs/<testbench>/sim.log: beside the build it ran
             )
         steps["simulate"] = time.perf_counter() - t_sim
         steps["run_dir"] = str(res.run_dir)
@@ -156,7 +154,7 @@ def run_block(
     else:
         msg = res.message or "no scoreboard summary was written: the run checked nothing"
     if msg:
-        msg += f"\n(log: {log})"
+        msg += f"\n(log: {res.run_dir / 'sim.log'})"
     if res.waves:
         print(f"waves: {res.waves}", file=sys.stderr)
     return BlockResult(

@@ -665,8 +665,9 @@ class Build:
             Where cocotb writes its JUnit XML; ``<run_dir>/results.xml`` by default.
         seed : int, optional
             ``COCOTB_RANDOM_SEED`` for the run.
-        log : path-like, optional
-            Write the simulator's output to this file instead of the terminal.
+        log : path-like or True, optional
+            Write the simulator's output to this file instead of the terminal; ``True``: to
+            ``sim.log`` in the run's directory (beside the build it ran, named by it).
 
         Returns
         -------
@@ -732,7 +733,13 @@ class Build:
                 test_dir=run_dir,
                 results_xml=str(results_xml),
                 timescale=_SIM_TIMESCALE,
-                log_file=Path(log).resolve() if log is not None else None,
+                log_file=(
+                    run_dir / "sim.log"
+                    if log is True
+                    else Path(log).resolve()
+                    if log is not None
+                    else None
+                ),
             )
         except SystemExit as e:
             # The runner calls sys.exit() when the simulator fails (and, under pytest, when a

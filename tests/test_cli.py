@@ -268,6 +268,8 @@ def test_timing_matmul(tmp_path, capsys):
         (["--repeat", "0"], "repeat=0 must be in 1..1000000"),
         (["--repeat", "1000001"], "repeat=1000001 must be in 1..1000000: the schedule keeps"),
         (["--rows", "300"], "--rows 300 must be in 1..255"),
+        (["--dtype", "mx", "--n", "1024"], "N=1024 must be in 1..512 (mx with an FP32 result"),
+        (["--n", "1024", "--bf16-out"], "N=1024 must be in 1..512 (bf16 with a BF16 result)"),
         (["--tile-unit", "0"], "--tile-unit 0 must be at least 1"),
         (
             ["--trace", "/proc/ncrtl/t.json"],
@@ -374,6 +376,34 @@ def test_combinations_that_cannot_run_are_refused_before_any_build(
     err = _error(argv, capsys)
     assert message in err, err
     assert not list(tmp_path.iterdir())
+
+
+def test_timing_mx_with_a_bf16_result_takes_n_1024(capsys):
+    """What ``ncrtl timing matmul --help`` promises: MX matmuls into a BF16 PSUM tile take N up
+    to 1024, one beat a cycle."""
+    argv = ["timing", "matmul", "--dtype", "mx", "--n", "1024", "--bf16-out", "--repeat", "4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "N=1024" in out and "steady state: 1024.0 cycles per matmul" in out
+
+
+def test_long_steps_say_what_they_do(capsys, monkeypatch):
+    """Every step that can take more than two seconds says so on stderr (here every step, the
+    threshold at 0): lint's generation, Verilator and Yosys runs, the timing model's run with
+    its instructions done."""
+    from ncrtl.testbench import lint, progress
+
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
+    ok = lint.CheckResult(True, "", "stub", "fp_add")
+    monkeypatch.setattr(lint, "lint_verilog", lambda text, top, **kw: ok)
+    monkeypatch.setattr(lint, "synth_check", lambda text, top, **kw: ok)
+    assert main(["lint", "fp.add"]) == 0
+    err = capsys.readouterr().err
+    for step in ("Verilog generation of", "Verilator lint of", "Yosys synthesis of"):
+        assert f"{step} fp_add ..." in err and f"{step} fp_add: done in" in err, err
+    assert main(["timing", "matmul", "--repeat", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "timing model: 6 instructions ..." in err and "timing model: 6 instructions: done" in err
 
 
 def test_missing_output_folders_are_created_for_every_output(tmp_path, capsys):

@@ -413,24 +413,33 @@ def test_run_block_with_an_empty_scoreboard_fails(monkeypatch, tmp_path):
     from ncrtl import blocks
     from ncrtl.testbench import conformance
 
+    run_dir = tmp_path / "sim" / "fp_add-0123" / "runs" / "ncrtl.testbench.fp.test_add"
+    asked = {}
+
     class FakeBuild:
         seconds = 0.0
         cached = False
-        directory = tmp_path
+        directory = tmp_path / "sim" / "fp_add-0123"
         top = "fp_add"
         waves = False
 
-        def run(self, module, *, env, results, **kw):
+        def run(self, module, *, env, results, log=None, **kw):
+            asked["log"] = log
             Scoreboard("fp.add").write_json(env["NCRTL_SUMMARY"])
-            return sim.RunResult(True, Path(results), 1, 0, (), 0, tmp_path, None)
+            return sim.RunResult(True, Path(results), 1, 0, (), 0, run_dir, None)
 
     monkeypatch.setattr(sim, "build", lambda *a, **k: FakeBuild())
     monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     block = blocks.get("fp.add")
     res = conformance.run_block(block, block.resolve({}), count=10, seed=1)
     assert not res.passed and res.vectors == 0
     assert "fp.add compared no vectors" in res.message
+    # The log is the run's, beside the build it ran; nothing lands in the working folder.
+    assert asked["log"] is True and f"(log: {run_dir / 'sim.log'})" in res.message
+    assert not list(work.iterdir())
 
 
 def test_scoreboard_multi_lane_inputs_and_objects():

@@ -623,11 +623,14 @@ def tile_positions(rows, cols, tile_rows, tile_cols):
     return [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
 
 
-def matmul_program(k, m, n, operation="bf16", *, repeat=1, tile=None, tiles=1, rows=128, cols=128):
+def matmul_program(
+    k, m, n, operation="bf16", *, repeat=1, tile=None, tiles=1, rows=128, cols=128, bf16_out=False
+):
     """``repeat`` nc_matmuls as NKI issues them (each its LoadStationary then its
     MultiplyMoving), matmul ``i`` on tile ``i % tiles`` of size ``tile`` (``(tile_rows,
     tile_cols)``, None: the whole array; :func:`tile_positions` order).  ``operation`` names
-    a mode's matmul or transpose (:func:`ncrtl.model.modes.operations`)."""
+    a mode's matmul or transpose (:func:`ncrtl.model.modes.operations`); ``bf16_out``: the
+    MMs accumulate into a BF16 PSUM tile (MX then takes N up to 1024)."""
     from ncrtl.model.modes import operation as operation_of
 
     pe_mode, transpose = operation_of(operation)
@@ -656,7 +659,10 @@ def matmul_program(k, m, n, operation="bf16", *, repeat=1, tile=None, tiles=1, r
             mode=Mode(pe_mode.code), k=k, m=m, transpose=transpose, tile_row=r0, tile_col=c0
         )
         pairs.append(
-            (Instruction(Op.LS, **common, **sized), Instruction(Op.MM, n=n, **common, **sized))
+            (
+                Instruction(Op.LS, **common, **sized),
+                Instruction(Op.MM, n=n, bf16_out=bf16_out, **common, **sized),
+            )
         )
     prog = []
     for i in range(repeat):
