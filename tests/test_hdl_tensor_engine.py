@@ -519,7 +519,9 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
     ``mov`` (beat cycles), ``out`` (``(cycle, [lane words], last)``; with parallel tiles a
     dict of such lists per ``(tap, column group)``, split from the ``result`` handshakes),
     ``err`` (``(cycle, code)``).  Cycle 0 is
-    the first cycle the program's first instruction is presented.
+    the first cycle the program's first instruction is presented.  ``stall`` and
+    ``backpressure`` are probabilities, or one per program (a fixture's runs with and without
+    stalls share one simulation).
     """
     rows, cols = te.rows, te.cols
     rng = np.random.default_rng(seed)
@@ -550,8 +552,11 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                 (stat if ins.op == Op.LS else mov)[i].extend([b[lanes_of] for b in beats])
         return words, stat, mov
 
+    per = lambda v: list(v) if isinstance(v, (list, tuple)) else [v] * len(programs)  # noqa: E731
+    stalls, pressures = per(stall), per(backpressure)
+
     async def bench(ctx):
-        for program in programs:
+        for program, stall, backpressure in zip(programs, stalls, pressures):
             ctx.set(cd.rst, 1)
             await ctx.tick()
             ctx.set(cd.rst, 0)
@@ -1294,7 +1299,22 @@ def parallel4():
             rng, 4, 4, "fp16", ((0, 0, 1, 1), (2, 1, 0, 0), (0, 0, 3, 1)), tile_unit=1
         ),
     }
-    events = run_engine(te, [[(i, b) for i, b, _ in p] for p in cases.values()])
+    # The runs of test_parallel_tiles_stalls_and_backpressure, in the same simulation.
+    rng = np.random.default_rng(79)
+    cases["stalled row tiles bf16"] = tile_sequences(
+        rng, 4, 4, "bf16", ROW_TILES_4, tile_unit=1, pairs=3
+    )
+    cases["stalled column tiles fp8"] = tile_sequences(
+        rng, 4, 4, "fp8", COL_TILES_4, tile_unit=1, pairs=3
+    )
+    stalled = [0.3 if name.startswith("stalled") else 0.0 for name in cases]
+    events = run_engine(
+        te,
+        [[(i, b) for i, b, _ in p] for p in cases.values()],
+        stall=stalled,
+        backpressure=stalled,
+        seed=2,
+    )
     return te, dict(zip(cases, zip(cases.values(), events)))
 
 
@@ -1337,39 +1357,43 @@ def test_parallel_tiles_overlap(parallel4):
 
 
 @pytest.mark.long
-def test_parallel_tiles_8x8_modes_and_rules():
-    """An 8 x 8 engine with parallel tiles of tile_unit 2 (groups of 2 x 2 PEs, chains of 2
-    columns): MX on 4 row tiles, double_row on 2 row tiles of 4, bf16 on column tiles of 2 and
-    4 side by side, values and timing; then the illegal combinations (double_row or MX on a
-    column tile, a tile overlapping a tile in flight) get their codes and the engine goes on."""
-    te = TensorEngine(8, 8, instance=False, tile_unit=2, parallel_tiles=True)
-    assert (te.slots, te.row_groups, te.col_groups) == (4, 4, 4)
+@pytest.mark.parametrize("R", [4, pytest.param(8, marks=pytest.mark.slow)])
+def test_parallel_tiles_modes_and_rules(R):
+    """An R x R engine with parallel tiles of tile_unit 2 (groups of 2 x 2 PEs, chains of 2
+    columns): MX on R / 2 row tiles, double_row on 2 row tiles of R / 2, bf16 on column tiles
+    of 2 (and of 4 at R = 8) side by side, values and timing; then the illegal combinations
+    (double_row or MX on a column tile, a tile overlapping a tile in flight) get their codes
+    and the engine goes on.  R = 4 in make test, 8 in the slow suite (4 row groups: the same
+    rules with more tiles in flight)."""
+    g = R // 2
+    te = TensorEngine(R, R, instance=False, tile_unit=2, parallel_tiles=True)
+    assert (te.slots, te.row_groups, te.col_groups) == (g, g, g)
     rng = np.random.default_rng(78)
-    mx = tile_sequences(
-        rng, 8, 8, "mx", ((0, 2, 0, 0), (2, 2, 0, 0), (4, 2, 0, 0), (6, 2, 0, 0)), tile_unit=2
-    )
-    dr = tile_sequences(rng, 8, 8, "double_row", ((0, 4, 0, 0), (4, 4, 0, 0)), tile_unit=2)
-    cols = tile_sequences(
-        rng, 8, 8, "bf16", ((0, 0, 0, 2), (0, 0, 2, 2), (0, 0, 4, 4)), tile_unit=2
-    )
-    ls = Instruction(Op.LS, Mode.BF16, k=8, m=2, tile_col=4, tile_cols=2)
-    mm = Instruction(Op.MM, Mode.BF16, k=8, m=2, n=6, tile_col=4, tile_cols=2)
-    s, x = _codes(rng, "bf16", (8, 2)), _codes(rng, "bf16", (8, 6))
+    mx = tile_sequences(rng, R, R, "mx", tuple((2 * i, 2, 0, 0) for i in range(g)), tile_unit=2)
+    dr = tile_sequences(rng, R, R, "double_row", ((0, g, 0, 0), (g, g, 0, 0)), tile_unit=2)
+    col_tiles = ((0, 0, 0, 2), (0, 0, 2, 2)) + (((0, 0, 4, 4),) if R == 8 else ())
+    cols = tile_sequences(rng, R, R, "bf16", col_tiles, tile_unit=2)
+    # a column tile of 2 in flight while the illegal instructions come
+    ls = Instruction(Op.LS, Mode.BF16, k=R, m=2, tile_col=R // 2, tile_cols=2)
+    mm = Instruction(Op.MM, Mode.BF16, k=R, m=2, n=6, tile_col=ls.tile_col, tile_cols=2)
+    s, x = _codes(rng, "bf16", (R, 2)), _codes(rng, "bf16", (R, 6))
     legal = [
-        (ls, tile_beats(ls, s, 8, cols=8, tile_unit=2), (s, None)),
-        (mm, tile_beats(mm, x, 8), (x, None)),
+        (ls, tile_beats(ls, s, R, cols=R, tile_unit=2), (s, None)),
+        (mm, tile_beats(mm, x, R), (x, None)),
     ]
+    other = 2 if R == 8 else 0  # a column tile not in flight
     illegal = [
-        (Instruction(Op.LS, Mode.DOUBLE_ROW, k=8, m=2, tile_col=2, tile_cols=2), [], None),
-        (Instruction(Op.LS, Mode.MX, k=8, m=2, tile_col=2, tile_cols=2), [], None),
-        (Instruction(Op.LS, Mode.BF16, k=8, m=8), [], None),  # the whole array: busy
-        (Instruction(Op.LS, Mode.BF16, k=2, m=2, tile_row=4, tile_rows=2), [], None),  # busy
+        (Instruction(Op.LS, Mode.DOUBLE_ROW, k=R, m=2, tile_col=other, tile_cols=2), [], None),
+        (Instruction(Op.LS, Mode.MX, k=R, m=2, tile_col=other, tile_cols=2), [], None),
+        (Instruction(Op.LS, Mode.BF16, k=R, m=R), [], None),  # the whole array: busy
+        (Instruction(Op.LS, Mode.BF16, k=2, m=2, tile_row=g, tile_rows=2), [], None),  # busy
     ]
-    ls6, mm6 = replace_ins(ls, tile_col=6), replace_ins(mm, tile_col=6)
+    ls_l = replace_ins(ls, tile_col=R - 2 if R == 8 else 0)  # then one more column tile
+    mm_l = replace_ins(mm, tile_col=ls_l.tile_col)
     rules = legal + illegal
     rules += [
-        (ls6, tile_beats(ls6, s, 8, cols=8, tile_unit=2), (s, None)),
-        (mm6, tile_beats(mm6, x, 8), (x, None)),
+        (ls_l, tile_beats(ls_l, s, R, cols=R, tile_unit=2), (s, None)),
+        (mm_l, tile_beats(mm_l, x, R), (x, None)),
     ]
     runs = [mx, dr, cols, rules]
     events = run_engine(te, [[(i, b) for i, b, _ in p] for p in runs])
@@ -1377,25 +1401,19 @@ def test_parallel_tiles_8x8_modes_and_rules():
         check_parallel_run(te, program, ev)
     codes = [c for _, c in events[3]["err"]]
     assert codes == [Error.MODE_COMBO, Error.TILE, Error.TILE_BUSY, Error.TILE_BUSY]
-    assert len(events[3]["out"][(3, 3)]) == 6  # the last tile's MM ran after the errors
+    # the last tile's MM ran after the errors
+    assert len(events[3]["out"][(g - 1, ls_l.tile_col // 2)]) == 6
 
 
 @pytest.mark.long
-def test_parallel_tiles_stalls_and_backpressure():
+def test_parallel_tiles_stalls_and_backpressure(parallel4):
     """Random stalls on every instruction, stationary and moving stream and backpressure on
     the result stream: 4 row tiles and 4 column tiles side by side lose and repeat nothing
     (values bit for bit; no tile ever waits on a different one, so the errors are the
     model's)."""
-    te = TensorEngine(4, 4, instance=False, tile_unit=1, parallel_tiles=True)
-    rng = np.random.default_rng(79)
-    runs = [
-        tile_sequences(rng, 4, 4, "bf16", ROW_TILES_4, tile_unit=1, pairs=3),
-        tile_sequences(rng, 4, 4, "fp8", COL_TILES_4, tile_unit=1, pairs=3),
-    ]
-    events = run_engine(
-        te, [[(i, b) for i, b, _ in p] for p in runs], stall=0.3, backpressure=0.3, seed=2
-    )
-    for program, ev in zip(runs, events):
+    te, runs = parallel4
+    for name in ("stalled row tiles bf16", "stalled column tiles fp8"):
+        program, ev = runs[name]
         check_parallel_run(te, program, ev, timed=False)
 
 
@@ -1500,7 +1518,19 @@ def background4():
     ill, _, _ = _illegal_program(np.random.default_rng(9), 4, 1)
     runs["illegal"] = [(ins, beats, None) for ins, beats in ill]
     runs["selection"] = [(ins, beats, None) for ins, beats in _selection_error_program(4, 1)]
-    events = run_engine(te, [[(i, b) for i, b, _ in p] for p in runs.values()])
+    # The runs of test_background_plane_stalls_and_backpressure, in the same simulation.
+    rng = np.random.default_rng(84)
+    names = ("bf16", "fp32", *TRANSPOSES)
+    for run in "ab":
+        runs[f"stalled {run}"] = background_steps(rng, 4, 4, names, 14, tile_unit=1, tile_share=0.8)
+    stalled = [0.3 if name.startswith("stalled") else 0.0 for name in runs]
+    events = run_engine(
+        te,
+        [[(i, b) for i, b, _ in p] for p in runs.values()],
+        stall=stalled,
+        backpressure=stalled,
+        seed=3,
+    )
     return te, {name: (prog, ev) for (name, prog), ev in zip(runs.items(), events)}
 
 
@@ -1547,32 +1577,30 @@ def test_background_plane_payloads_and_errors(background4):
 
 
 @pytest.mark.long
-def test_background_plane_stalls_and_backpressure():
+def test_background_plane_stalls_and_backpressure(background4):
     """Random stalls on every stream and backpressure on the result: both planes lose and
     repeat nothing (values bit for bit, in order, the errors the model's)."""
-    te = TensorEngine(4, 4, instance=False, tile_unit=1, background_transpose=True)
-    rng = np.random.default_rng(84)
-    names = ("bf16", "fp32", *TRANSPOSES)
-    runs = [background_steps(rng, 4, 4, names, 14, tile_unit=1, tile_share=0.8) for _ in "ab"]
-    events = run_engine(
-        te, [[(i, b) for i, b, _ in p] for p in runs], stall=0.3, backpressure=0.3, seed=3
-    )
-    for program, ev in zip(runs, events):
+    te, runs = background4
+    for name in ("stalled a", "stalled b"):
+        program, ev = runs[name]
         check_parallel_run(te, program, ev, timed=False)
 
 
 @pytest.mark.long
-def test_background_plane_8x8():
-    """An 8 x 8 engine (tile_unit 2: chains of 2 columns) with the background plane: every
+@pytest.mark.parametrize("R", [4, pytest.param(8, marks=pytest.mark.slow)])
+def test_background_plane_tile_unit_2(R):
+    """An R x R engine (tile_unit 2: chains of 2 columns) with the background plane: every
     transpose container and MX, fp32 and double_row matmuls between them, values and
-    timing."""
-    te = TensorEngine(8, 8, instance=False, tile_unit=2, background_transpose=True)
-    rng = np.random.default_rng(85)
+    timing.  R = 4 in make test, 8 in the slow suite."""
+    te = TensorEngine(R, R, instance=False, tile_unit=2, background_transpose=True)
+    rng = np.random.default_rng(85 if R == 4 else 86)  # seeds whose programs hold every kind
     names = ("mx", "fp32", "double_row", "bf16", *TRANSPOSES)
-    program = background_steps(rng, 8, 8, names, 14, tile_unit=2, max_n=10)
+    program = background_steps(rng, R, R, names, 14, tile_unit=2, max_n=10)
     (ev,) = run_engine(te, [[(i, b) for i, b, _ in program]])
     sched = check_parallel_run(te, program, ev)
+    accepted = [r.instruction for r in sched.records if r.accepted]
     assert {r.plane for r in sched.records if r.accepted} == {0, 1}
+    assert {i.mode for i in accepted if not i.transpose} >= {Mode.MX, Mode.FP32, Mode.DOUBLE_ROW}
 
 
 @pytest.mark.synth
