@@ -83,7 +83,7 @@ def test_more_small_array_programs(params):
 #: timing model) and every output and error cycle against ``timing.HDL_PARALLEL``.
 #: ``make test`` runs the bf16 program on an engine with the bf16-family PE (the tiles' paths
 #: and control are the same for every PE; the modes on the all-mode PE in the slow suite and,
-#: in the Amaranth simulator, test_hdl_tensor_engine's test_parallel_tiles_8x8_modes_and_rules).
+#: in the Amaranth simulator, test_hdl_tensor_engine's test_parallel_tiles_modes_and_rules).
 PARALLEL = [
     {"rows": 8, "cols": 8, "mode": m, "tile_unit": 2, "parallel_tiles": 1}
     for m in ("bf16", "mx", "fp32", "transpose_fp8", "double_row")
@@ -117,7 +117,7 @@ BACKGROUND = [
 ]
 #: ``make test``: the bf16 matmuls and transposes on the bf16-family PE (the plane and its
 #: control are the same for every PE; the all-mode engine in the slow suite and in the Amaranth
-#: simulator, test_hdl_tensor_engine's test_background_plane_8x8).
+#: simulator, test_hdl_tensor_engine's test_background_plane_tile_unit_2).
 BACKGROUND_FAST = [{**BACKGROUND[0], "pe_modes": "bf16"}]
 
 
