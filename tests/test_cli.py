@@ -364,6 +364,18 @@ def test_unwritable_paths_are_one_line(tmp_path, capsys):
         (["bench", "--count", "-1"], "--count -1 must be in 1..100000000"),
         (["bench", "--te-size", "1"], "--te-size 1 must be 0 (skip) or in 2..128"),
     ],
+    ids=[
+        "mx-under-its-granule",
+        "sendrecv-no-room",
+        "sendrecv-no-pipe-slot",
+        "hbm-too-big",
+        "dma-program-partitions",
+        "param-twice",
+        "param-and-shortcut",
+        "bench-count-0",
+        "bench-count-negative",
+        "bench-te-size",
+    ],
 )
 def test_combinations_that_cannot_run_are_refused_before_any_build(
     argv, message, capsys, monkeypatch, tmp_path
