@@ -5,7 +5,9 @@ from setuptools import find_packages, setup
 
 FOLDERS = ("model", "hdl", "testbench")
 
-packages = ["ncrtl"] + [f"ncrtl.{p}" for p in find_packages(include=[f"{f}*" for f in FOLDERS])]
+# ncrtl itself and its subpackages (the command line, ncrtl.cli), then the source folders.
+packages = ["ncrtl"] + [f"ncrtl.{p}" for p in find_packages("ncrtl")]
+packages += [f"ncrtl.{p}" for p in find_packages(include=[f"{f}*" for f in FOLDERS])]
 setup(
     packages=packages,
     package_dir={"ncrtl": "ncrtl", **{f"ncrtl.{f}": f for f in FOLDERS}},

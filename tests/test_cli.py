@@ -438,10 +438,10 @@ def test_a_write_that_fails_at_the_end_is_one_line_and_keeps_the_results(
     """The output is checked before the work; should the write still fail at the end (here
     the check is skipped so that it does), the run says so in one line, exit 2, and what it
     printed stays printed."""
-    import ncrtl.cli as cli
+    import ncrtl.cli.timing as cli_timing
     from ncrtl.testbench.outputs import OutputError, check_output, write_output
 
-    monkeypatch.setattr(cli, "check_output", lambda path, flag, **kw: path)
+    monkeypatch.setattr(cli_timing, "check_output", lambda path, flag, **kw: path)
     assert main(["timing", "matmul", "--trace", "/proc/t.json"]) == 2
     cap = capsys.readouterr()
     assert "cycles" in cap.out
@@ -635,15 +635,16 @@ def test_conformance_says_what_each_configuration_runs(monkeypatch, capsys):
 
 def test_a_big_uncached_build_is_announced(monkeypatch, capsys):
     """Before an uncached build of a big engine, sim says that it takes minutes and GiB."""
-    from ncrtl import blocks, cli
+    from ncrtl import blocks
+    from ncrtl.cli import sim
     from ncrtl.testbench import conformance
 
     monkeypatch.setattr(conformance, "find_build", lambda *a, **k: None)
     block = blocks.get("pe_array")
-    cli._announce(block, block.resolve({}))
+    sim._announce(block, block.resolve({}))
     err = capsys.readouterr().err
     assert "the 128 x 128 pe_array build is not cached yet" in err and "11 GiB" in err
-    cli._announce(block, block.resolve({"rows": "8", "cols": "8"}))
+    sim._announce(block, block.resolve({"rows": "8", "cols": "8"}))
     assert capsys.readouterr().err == ""
 
 

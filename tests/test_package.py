@@ -76,7 +76,8 @@ def test_wheel_contents(wheel):
     assert "ncrtl/hdl/lint.vlt" in names
     assert "ncrtl/hdl/tensor_engine/verilator.vlt" in names
     for module in (
-        "ncrtl/cli.py",
+        "ncrtl/cli/__init__.py",
+        "ncrtl/cli/sim.py",
         "ncrtl/blocks.py",
         "ncrtl/model/fp/ops.py",
         "ncrtl/hdl/verilog.py",

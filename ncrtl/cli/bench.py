@@ -1,0 +1,141 @@
+"""``ncrtl bench``: generation, build and simulation speed."""
+
+from .common import UsageError
+
+
+def _cmd_bench(args):
+    from ncrtl.testbench.bench import run_bench
+
+    for flag, value, least in (("--count", args.count, 1), ("--pe-cycles", args.pe_cycles, 1)):
+        if not least <= value <= 10**8:
+            raise UsageError(f"{flag} {value} must be in {least}..{10**8}")
+    if not (args.te_size == 0 or 2 <= args.te_size <= 128):
+        raise UsageError(f"--te-size {args.te_size} must be 0 (skip) or in 2..128")
+    if args.bands < 1:
+        raise UsageError(f"--bands {args.bands} must be at least 1")
+    if not 0 <= args.psum_partitions <= 128:
+        raise UsageError(f"--psum-partitions {args.psum_partitions} must be in 0..128")
+    if not 1 <= args.dma_partitions <= 128:
+        raise UsageError(f"--dma-partitions {args.dma_partitions} must be in 1..128")
+    if not 0 <= args.harness_size <= 128 or args.harness_size == 1:
+        raise UsageError(f"--harness-size {args.harness_size} must be 0 or in 2..128")
+    if args.harness_repeat < 1:
+        raise UsageError(f"--harness-repeat must be >= 1, got {args.harness_repeat}")
+    if args.psum_count < 1:
+        raise UsageError(f"--psum-count must be >= 1, got {args.psum_count}")
+    from ncrtl.model.modes import get_mode, pe_modes
+
+    for spec in args.pe_modes.split(","):
+        try:
+            served = pe_modes(spec)
+        except ValueError as e:
+            raise UsageError(f"--pe-modes: {e}") from None
+        if args.only in (None, "te", "bands") and args.te_size and get_mode("bf16") not in served:
+            raise UsageError(
+                f"--pe-modes {spec!r} does not serve bf16, the mode of the measured matmul"
+            )
+    if args.only == "bands":
+        from ..hdl.tensor_engine.band import band_plan
+        from ..model.tensor_engine.timing import chain_width
+
+        if not 2 <= args.te_size <= 128:
+            raise UsageError(f"--only bands needs --te-size in 2..128, got {args.te_size}")
+        try:
+            band_plan(args.te_size, args.bands, chain_width(args.te_size))
+        except ValueError as e:
+            raise UsageError(f"--bands {args.bands}: {e}") from None
+        spec = args.band_threads or "1"
+        if not all(t.strip().isdigit() and int(t) >= 1 for t in spec.split(",")):
+            raise UsageError(f"--band-threads {spec!r} must be thread counts >= 1, comma-separated")
+    return run_bench(args)
+
+
+def add_parser(sub, raw):
+    """The ``bench`` subcommand's arguments."""
+    s = sub.add_parser("bench", help="benchmarks: generation, build and simulation speed")
+    s.add_argument(
+        "--count",
+        type=int,
+        default=200000,
+        help="vectors per FP unit for the throughput (default 200000)",
+    )
+    s.add_argument(
+        "--only",
+        choices=("pe", "fp", "harness", "te", "bands", "psum", "dma"),
+        help="run one section: pe (the PE in a C++ loop), fp (the FP units), harness (the "
+        "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
+        "column bands on threads against one model; only when named), psum or dma (the DMA "
+        "engine's bandwidth) (default: all of them but bands)",
+    )
+    s.add_argument(
+        "--pe-cycles",
+        type=int,
+        default=20000,
+        help="tile cycles per operation of the PE measurement (default 20000)",
+    )
+    s.add_argument(
+        "--dma-partitions",
+        type=int,
+        default=16,
+        help="SBUF partitions of the DMA bandwidth measurement, 1..128 (default 16)",
+    )
+    s.add_argument(
+        "--psum-partitions",
+        type=int,
+        default=128,
+        help="PSUM partitions to measure, 8 banks x 2 KiB, 0..128 (default 128; 0 skips it)",
+    )
+    s.add_argument(
+        "--psum-count",
+        type=int,
+        default=1000,
+        help="random Tensor Engine beats of the PSUM program, >= 1 (default 1000)",
+    )
+    s.add_argument(
+        "--te-size",
+        type=int,
+        default=128,
+        help="Tensor Engine array size to measure, 2..128 (default 128, about 15 minutes; "
+        "0 skips it)",
+    )
+    s.add_argument(
+        "--pe-modes",
+        default="all",
+        help="PE builds to measure, comma-separated, each in turn: all (default, every mode), "
+        "a family (bf16, fp8, fp32, mx) or modes joined by '+'; --only te: each must serve "
+        "bf16 (the measured matmul); --only pe: each build's operations",
+    )
+    s.add_argument(
+        "--bands",
+        type=int,
+        default=4,
+        help="--only bands: column bands the grid is cut into (default 4; dividing --te-size, "
+        "each dividing the 32-column LoadStationary chain or holding whole chains)",
+    )
+    s.add_argument(
+        "--band-threads",
+        default=None,
+        help="--only bands: thread counts to measure, comma-separated (default 1, 2, 4, ... "
+        "up to the cores of this machine)",
+    )
+    s.add_argument(
+        "--pgo",
+        action="store_true",
+        help="--only te: measure the profile-guided builds (pe_array --param pgo=1: compiled "
+        "twice with a training run between, about twice the build time) instead of the plain "
+        "ones",
+    )
+    s.add_argument(
+        "--harness-size",
+        type=int,
+        default=16,
+        help="engine size of the testbench-against-C++-loop measurement, 2..128 (default 16; "
+        "0 skips it)",
+    )
+    s.add_argument(
+        "--harness-repeat",
+        type=int,
+        default=40,
+        help="bf16 matmuls (K = M = size, N = 512) it streams back to back, >= 1 (default 40)",
+    )
+    s.set_defaults(func=_cmd_bench)

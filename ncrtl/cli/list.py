@@ -1,0 +1,23 @@
+"""``ncrtl list``: the blocks, their parameters and groups."""
+
+from .. import blocks
+
+
+def _cmd_list(args):
+    for b in blocks.all_blocks():
+        print(f"{b.name:14s} {b.summary}")
+        for p in b.params:
+            choices = f" (one of: {', '.join(map(str, p.choices))})" if p.choices else ""
+            print(
+                f"{'':16s}--param {p.name}=<{p.kind.__name__}>  default {p.default!r}{choices}: {p.help}"
+            )
+    for g, members in blocks.GROUPS.items():
+        names = sorted({b for b, _ in members})
+        print(f"{g:14s} group of {len(members)} configurations of {', '.join(names)}")
+    return 0
+
+
+def add_parser(sub, raw):
+    """The ``list`` subcommand's arguments."""
+    s = sub.add_parser("list", help="list blocks, their parameters and groups")
+    s.set_defaults(func=_cmd_list)

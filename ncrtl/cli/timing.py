@@ -1,0 +1,218 @@
+"""``ncrtl timing matmul``: the Tensor Engine's timing model alone."""
+
+from .. import blocks
+from ..model.tensor_engine import isa
+from ..model.tensor_engine.isa import Op
+from ..testbench.outputs import check_output, write_output
+from .common import UsageError
+
+
+def _cmd_timing(args):
+    """``ncrtl timing matmul``: figures of R nc_matmuls from the timing model alone."""
+    from ..model.modes import operations
+    from ..model.tensor_engine import timing
+
+    if args.what != "matmul":
+        raise UsageError(f"timing {args.what!r} is not a timing command; allowed: matmul")
+    if args.dtype not in operations():
+        raise UsageError(
+            f"--dtype {args.dtype!r} is not allowed; allowed: {', '.join(operations())}"
+        )
+    for name in ("rows", "cols"):
+        value = getattr(args, name)
+        if not 1 <= value <= isa.MAX_ARRAY:
+            raise UsageError(
+                f"--{name} {value} must be in 1..{isa.MAX_ARRAY} (the instruction's 8-bit K, M "
+                f"and tile fields)"
+            )
+    if args.trace:
+        check_output(args.trace, "--trace")
+    if args.tile_unit < 1:
+        raise UsageError(f"--tile-unit {args.tile_unit} must be at least 1")
+    tile = None
+    if args.tile_size is not None:
+        try:
+            tile = tuple(int(v) for v in args.tile_size.split(","))
+        except ValueError:
+            tile = ()
+        if len(tile) != 2:
+            raise UsageError(f"--tile-size {args.tile_size!r} must be ROWS,COLS (two integers)")
+    # K and M default to the tile's size: a full tile, whatever the array.
+    k = args.k if args.k is not None else (tile or (args.rows, args.cols))[0]
+    m = args.m if args.m is not None else (tile or (args.rows, args.cols))[1]
+    rules = {
+        "documented": timing.DOCUMENTED,
+        "hdl": timing.HDL_SERIAL,
+        "hdl-parallel": timing.HDL_PARALLEL,
+        "hdl-background": timing.HDL_BACKGROUND,
+        "one-chain": timing.ONE_CHAIN,
+    }[args.rules]
+    try:
+        prog = timing.matmul_program(
+            k,
+            m,
+            args.n,
+            args.dtype,
+            repeat=args.repeat,
+            tile=tile,
+            tiles=args.tiles,
+            rows=args.rows,
+            cols=args.cols,
+            bf16_out=args.bf16_out,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    from ..testbench import progress
+
+    with progress.step(f"timing model: {len(prog):,} instructions") as state:
+
+        def counted():
+            for i, ins in enumerate(prog):
+                if i % 8192 == 0:
+                    state["detail"] = f"{i:,} / {len(prog):,} instructions"
+                yield ins
+
+        sched = timing.simulate(
+            counted(), args.rows, args.cols, tile_unit=args.tile_unit, rules=rules
+        )
+    bad = next((r for r in sched.records if not r.accepted), None)
+    if bad is not None:
+        raise UsageError(
+            f"instruction {bad.index} ({bad.instruction.op.name}) is rejected: "
+            f"{bad.error.name}: {bad.message}"
+        )
+    mms = [r for r in sched.records if r.instruction.op == Op.MM]
+    print(
+        f"{args.repeat} x nc_matmul {args.dtype} K={k} M={m} N={args.n} on "
+        f"{args.tiles} tile(s) of {tile or (args.rows, args.cols)}, {args.rows} x {args.cols} "
+        f"array, {args.rules} rules"
+    )
+    print(f"total: {sched.total_cycles} cycles")
+    print(f"steady state: {timing.steady_cycles(sched):.1f} cycles per matmul")
+    print(f"first output: cycle {mms[0].outputs[0]}, last output: cycle {mms[-1].outputs[-1]}")
+    start, stop = sched.mm_window()
+    clock = timing.CLOCK_HZ
+    if prog[0].transpose:
+        moved = args.repeat * m * args.n  # N output vectors of M lanes each
+        print(
+            f"transposed: {moved / (stop - start):.1f} elements per cycle (first MM to the last "
+            f"MM's end); a transpose does no multiply-accumulates (no utilization or TFLOPS)"
+        )
+        return _write_trace(args, sched, timing)
+    print(
+        f"utilization: {sched.utilization(start, stop):.3f} (first MM to the last MM's end), "
+        f"{sched.utilization():.3f} (whole run)"
+    )
+    print(
+        f"TFLOPS at {clock / 1e9:.1f} GHz: {sched.tflops(start, stop):.1f} (first MM to the "
+        f"last MM's end), {sched.tflops():.1f} (whole run); peak "
+        f"{timing.peak_tflops(args.rows, args.cols, prog[0].mode):.1f}"
+    )
+    return _write_trace(args, sched, timing)
+
+
+def _write_trace(args, sched, timing):
+    import json
+
+    if args.trace:
+        from ..testbench import progress
+
+        def write(path):
+            # Event by event: a long run's trace is never held whole.
+            with open(path, "w") as f:
+                f.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
+                for i, event in enumerate(timing.chrome_trace_events(sched)):
+                    f.write((",\n" if i else "") + json.dumps(event))
+                f.write("\n]}\n")
+
+        with progress.step(f"writing the trace {args.trace}"):
+            write_output(args.trace, "--trace", write)
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+def add_parser(sub, raw):
+    """The ``timing`` subcommand's arguments."""
+    s = sub.add_parser(
+        "timing",
+        help="figures of back-to-back nc_matmuls from the timing model alone (no RTL)",
+    )
+    s.add_argument("what", help="what to time: matmul")
+    s.add_argument(
+        "--k",
+        type=int,
+        help="contraction rows K, 1..tile rows (default: the tile's rows, --rows without "
+        "--tile-size)",
+    )
+    s.add_argument(
+        "--m",
+        type=int,
+        help="stationary free size M, 1..tile columns (default: the tile's columns)",
+    )
+    s.add_argument(
+        "--n",
+        type=int,
+        default=512,
+        help="moving free size N, 1..512 (MX with --bf16-out: 1..1024; default 512)",
+    )
+    s.add_argument(
+        "--bf16-out",
+        action="store_true",
+        help="the matmuls accumulate into a BF16 PSUM tile (NKI: the destination's dtype), "
+        "which lets MX take N up to 1024 (default: FP32)",
+    )
+    s.add_argument(
+        "--dtype",
+        default="bf16",
+        metavar="OPERATION",
+        help=f"a mode's matmul or transpose (default bf16): {', '.join(blocks.TE_MODES)}",
+    )
+    s.add_argument(
+        "--repeat", type=int, default=16, help="nc_matmuls back to back, >= 1 (default 16)"
+    )
+    s.add_argument(
+        "--tile-size",
+        metavar="ROWS,COLS",
+        help="tile of each matmul (default: the whole array), e.g. 32,128 for row tiles",
+    )
+    s.add_argument(
+        "--tiles",
+        type=int,
+        default=1,
+        help="spread the matmuls over this many different tiles of --tile-size, 1..the tiles "
+        "of the array (default 1)",
+    )
+    s.add_argument(
+        "--rows",
+        type=int,
+        default=128,
+        help=f"array rows, 1..{isa.MAX_ARRAY} (default 128, the hardware's)",
+    )
+    s.add_argument(
+        "--cols",
+        type=int,
+        default=128,
+        help=f"array columns, 1..{isa.MAX_ARRAY} (default 128, the hardware's)",
+    )
+    s.add_argument(
+        "--tile-unit",
+        type=int,
+        default=32,
+        help="the smallest tile, >= 1 (default 32, the hardware's)",
+    )
+    s.add_argument(
+        "--rules",
+        choices=("documented", "hdl", "hdl-parallel", "hdl-background", "one-chain"),
+        default="documented",
+        help="documented: the vendor's timing (default); hdl: the RTL's default engine (tiles "
+        "one after another, no background transpose); hdl-parallel: the RTL with "
+        "parallel_tiles (tiles side by side, no background transpose); hdl-background: the "
+        "RTL with background_transpose (tiles one after another); one-chain: an LS a "
+        "column per beat and a 64-cycle MM floor",
+    )
+    s.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome / Perfetto trace (JSON) to FILE (default: none)",
+    )
+    s.set_defaults(func=_cmd_timing)
