@@ -6,6 +6,7 @@ docs/tensor_engine.md, and :func:`timing.simulate` against an independent cycle-
 the same conventions.
 """
 
+import importlib
 import time
 import zlib
 
@@ -13,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from ncrtl.model.fp import decode as fp_decode
 from ncrtl.model.fp import from_bits, get_format, to_bits
 from ncrtl.model.tensor_engine import (
     P_PREFIX,
@@ -159,6 +161,74 @@ def test_matmul_matches_exact_chain(fs, fm, specials):
     got = matmul(s, x, rows=8, cols=4, **kw(fs, fm))
     assert got.dtype == np.float32 and got.shape == (m, n)
     assert_bits_equal(result_bits(got), reference(s, x, fs, fm))
+
+
+SHORT_PAIRS = [(a, b) for a, b in PAIRS if (a, b) != ("fp32", "fp32")]
+
+#: The golden matmul's module (the package exports the function under the same name).
+MATMUL = importlib.import_module("ncrtl.model.tensor_engine.matmul")
+
+
+def _gap_operands(rng, fmt, shape):
+    """Operands for the fast chain's proof: random significands at exponents spread over the
+    format's normal range (at most +-60, so that the products stay finite and a chain holds
+    huge and tiny products side by side), some subnormals and signed zeros, a few specials."""
+    f = get_format(fmt)
+    prec = f.man_bits - f.ignored_low_bits
+    lo = max(1 - f.bias, -60)
+    hi = min((2**f.exp_bits - 2) - f.bias if f.special != "fn" else 2**f.exp_bits - 1 - f.bias, 60)
+    frac = rng.integers(0, 1 << prec, size=shape) / (1 << prec)
+    vals = (1 + frac) * 2.0 ** rng.integers(lo, hi + 1, size=shape)
+    vals *= rng.choice([-1.0, 1.0], size=shape)
+    bits = to_bits(vals.astype(np.float32).astype(DTYPES[fmt]), "fp32" if fmt == "tf32" else fmt)
+    bits = bits.astype(np.uint64)
+    corner = np.array(special_codes(fmt), dtype=np.uint64)
+    take = rng.random(shape) < 0.004
+    bits = np.where(take, corner[rng.integers(0, len(corner), size=shape)], bits)
+    return from_bits(bits.astype(f.storage_dtype), "fp32" if fmt == "tf32" else fmt)
+
+
+def _inexact_additions(s, x, fs, fm):
+    """How many float64 additions of the fast chain on ``s``, ``x`` were not exact (TwoSum's
+    error term nonzero): the proof's second case."""
+    sv, xv = fp_decode(s, fs), fp_decode(x, fm)
+    p, count = np.zeros((s.shape[1], x.shape[1]), np.float32), 0
+    with np.errstate(all="ignore"):
+        for i in range(s.shape[0]):
+            q = np.multiply.outer(sv[i], xv[i])
+            t = q + p
+            b = t - p
+            err = (p - (t - b)) + (q - b)
+            count += int((np.isfinite(t) & (err != 0)).sum())
+            p = t.astype(np.float32)
+    return count
+
+
+@pytest.mark.parametrize("fs,fm", SHORT_PAIRS)
+def test_short_product_chains_equal_the_exact_path(fs, fm, monkeypatch):
+    """The float64 chain of the modes whose products have at most 24 significand bits
+    (``matmul._chain_float64``, its proof in the docstring) equals the exact TwoSum chain bit
+    for bit on adversarial operands: long chains over the whole exponent range (huge and
+    subnormal products next to each other), products that cancel the psum to the last bit
+    (the moving vector's second half negates its first half, in reverse order), specials; and a
+    sample of it against the rational reference."""
+    rng = np.random.default_rng(zlib.crc32(f"short {fs} {fm}".encode()))
+    k, m, n = 48, 6, 10
+    s = _gap_operands(rng, fs, (k, m))
+    x = _gap_operands(rng, fm, (k, n))
+    half = operands(rng, fm, (k // 2, n), 0.0, raw=0.5)
+    x[:, : n // 2] = np.concatenate([half, -half[::-1]])[:, : n // 2]
+    s[k // 2 :] = s[: k // 2][::-1]  # the same stationary rows: the products cancel exactly
+    fast = matmul(s, x, rows=64, cols=8, **kw(fs, fm))
+    if get_format(fs).exp_bits + get_format(fm).exp_bits >= 10:  # a product range over 53 bits
+        assert _inexact_additions(s, x, fs, fm) > 0, "no step of the proof's second case"
+    monkeypatch.setattr(MATMUL, "_short_products", lambda a, b: False)
+    exact = matmul(s, x, rows=64, cols=8, **kw(fs, fm))
+    assert_bits_equal(result_bits(fast), result_bits(exact))
+    monkeypatch.undo()
+    s12, x12 = s[:12, :2], x[:12, 3:8]
+    got = matmul(s12, x12, rows=64, cols=8, **kw(fs, fm))
+    assert_bits_equal(result_bits(got), reference(s12, x12, fs, fm))
 
 
 @pytest.mark.parametrize("fs", FP8_FORMATS[:3])

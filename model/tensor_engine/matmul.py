@@ -388,6 +388,8 @@ def matmul(
     else:
         s_k = lambda i: s[i][:, None, None]  # [M, 1, 1]
         x_k = lambda i: x[i][None, :, None]  # [1, N, 1]
+    if width == 1 and _short_products(fs, fm):
+        return _chain_float64(decode(s, fs), decode(x, fm))
     # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
     p = np.zeros((m, n), dtype=np.float32)
@@ -400,6 +402,62 @@ def matmul(
             a_format=fs,
             b_format=fm,
         )
+    return p
+
+
+#: Most significand bits of a product for which one float64 addition, then the float64 ->
+#: float32 conversion, is the correctly rounded ``round_fp32(psum + product)``
+#: (:func:`_chain_float64`, where the bound is proved).
+SHORT_PRODUCT_BITS = 24
+
+
+def _precision(fmt):
+    f = get_format(fmt)
+    return f.man_bits + 1 - f.ignored_low_bits
+
+
+def _short_products(fs, fm):
+    """The products of ``fs x fm`` operands have at most :data:`SHORT_PRODUCT_BITS` significand
+    bits: bf16 16, fp16 and tf32 22, the fp8 pairs 8 at most (fp32 and fp32 x tf32 do not)."""
+    return _precision(fs) + _precision(fm) <= SHORT_PRODUCT_BITS
+
+
+def _chain_float64(sv, xv):
+    """The psum chains of a one-product mode with short products (:func:`_short_products`),
+    ``sv [K, M]`` and ``xv [K, N]`` the operands' exact values (float64).  Step ``k`` is
+    computed as one float64 multiplication, one float64 addition and the float64 -> float32
+    conversion (round to nearest even, subnormals and overflow included).  That equals the
+    contract's ``round_fp32(p + q)``, ``p`` the float32 psum and ``q = s * x``:
+
+    * ``q`` is exact in float64 (at most 24 significand bits; exponents far inside float64's
+      range).  Write ``span`` for the bits from a value's leading to its last nonzero bit:
+      ``span(p) <= 24``, ``span(q) <= 24``.
+    * If the operands' bits overlap, or a gap of ``g`` bits separates them with
+      ``span(H) + g + span(L) <= 52`` (``H`` the operand with the higher leading bit, ``L`` the
+      other), the sum needs at most 53 bits, carry included: the addition is exact and the
+      conversion is the one rounding.
+    * Otherwise ``g + span(H) >= 53 - span(L) >= 29``, so ``|L| < 2**(lead(H) - 28)``, less
+      than a sixteenth of the float32 spacing at ``H`` (at least ``2**(lead(H) - 24)``, below a
+      power of two too).  ``H`` is a float32 value: ``p`` is; ``q`` has at most 24 bits, and
+      when it is in the subnormal range its last bit lies above the leading bit of the nonzero
+      float32 ``p`` below it, so on the grid ``2**-149``; above the largest float32 it is at
+      least ``2**128`` and both results are infinite.  So ``round_fp32(H + L) = H``; the float64
+      sum lies between ``H`` and ``H + L`` and converts to ``H`` as well.  A zero operand
+      makes the sum exact.
+
+    Signed zeros, infinities and NaN follow IEEE (``+0 + -0 = +0``, ``Inf * 0`` and ``Inf - Inf``
+    are NaN); a NaN result is the canonical quiet NaN, as :func:`fp32_dot_add` gives it.
+    ``tests/test_model_tensor_engine.py`` checks this path bit for bit against the exact one on
+    adversarial operands of every short format pair."""
+    p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(sv.shape[0]):
+            q = np.multiply.outer(sv[i], xv[i])
+            q += p
+            p = q.astype(np.float32)
+    nan = np.isnan(p)
+    if nan.any():
+        p[nan] = np.uint32(0x7FC00000).view(np.float32)
     return p
 
 
