@@ -6,7 +6,6 @@ docs/tensor_engine.md, and :func:`timing.simulate` against an independent cycle-
 the same conventions.
 """
 
-import importlib
 import time
 import zlib
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from ncrtl.model.fp import decode as fp_decode
-from ncrtl.model.fp import from_bits, get_format, to_bits
+from ncrtl.model.fp import fp32_dot_add, from_bits, get_format, to_bits
 from ncrtl.model.tensor_engine import (
     P_PREFIX,
     InstructionError,
@@ -163,10 +162,15 @@ def test_matmul_matches_exact_chain(fs, fm, specials):
     assert_bits_equal(result_bits(got), reference(s, x, fs, fm))
 
 
-SHORT_PAIRS = [(a, b) for a, b in PAIRS if (a, b) != ("fp32", "fp32")]
-
-#: The golden matmul's module (the package exports the function under the same name).
-MATMUL = importlib.import_module("ncrtl.model.tensor_engine.matmul")
+def _dot_add_chain(s, x, fs, fm):
+    """The chains by ``fp32_dot_add``, one step per row: the golden's general road."""
+    p = np.zeros((s.shape[1], x.shape[1]), dtype=np.float32)
+    shape = (s.shape[1], x.shape[1], 1)
+    for i in range(s.shape[0]):
+        a = np.broadcast_to(s[i][:, None, None], shape)
+        b = np.broadcast_to(x[i][None, :, None], shape)
+        p = fp32_dot_add(p, a, b, a_format=fs, b_format=fm)
+    return p
 
 
 def _gap_operands(rng, fmt, shape):
@@ -204,14 +208,15 @@ def _inexact_additions(s, x, fs, fm):
     return count
 
 
-@pytest.mark.parametrize("fs,fm", SHORT_PAIRS)
-def test_short_product_chains_equal_the_exact_path(fs, fm, monkeypatch):
-    """The float64 chain of the modes whose products have at most 24 significand bits
-    (``matmul._chain_float64``, its proof in the docstring) equals the exact TwoSum chain bit
-    for bit on adversarial operands: long chains over the whole exponent range (huge and
-    subnormal products next to each other), products that cancel the psum to the last bit
-    (the moving vector's second half negates its first half, in reverse order), specials; and a
-    sample of it against the rational reference."""
+@pytest.mark.parametrize("fs,fm", PAIRS)
+def test_one_product_chains_equal_the_general_road(fs, fm):
+    """``matmul`` chains one-product modes in float64 (products of at most 24 significand bits,
+    ``matmul._chain_float64``, its proof in the docstring) or by TwoSum and one rounding
+    (fp32, ``matmul._chain_two_sum``); both equal ``fp32_dot_add`` step by step, bit for bit,
+    on adversarial operands: long chains over the whole exponent range (huge and subnormal
+    products side by side: the data reaches the float64 additions that are not exact),
+    products that cancel the psum to the last bit (the moving vector's second half negates its
+    first half, in reverse order), specials; and a sample against the rational reference."""
     rng = np.random.default_rng(zlib.crc32(f"short {fs} {fm}".encode()))
     k, m, n = 48, 6, 10
     s = _gap_operands(rng, fs, (k, m))
@@ -219,16 +224,25 @@ def test_short_product_chains_equal_the_exact_path(fs, fm, monkeypatch):
     half = operands(rng, fm, (k // 2, n), 0.0, raw=0.5)
     x[:, : n // 2] = np.concatenate([half, -half[::-1]])[:, : n // 2]
     s[k // 2 :] = s[: k // 2][::-1]  # the same stationary rows: the products cancel exactly
-    fast = matmul(s, x, rows=64, cols=8, **kw(fs, fm))
     if get_format(fs).exp_bits + get_format(fm).exp_bits >= 10:  # a product range over 53 bits
-        assert _inexact_additions(s, x, fs, fm) > 0, "no step of the proof's second case"
-    monkeypatch.setattr(MATMUL, "_short_products", lambda a, b: False)
-    exact = matmul(s, x, rows=64, cols=8, **kw(fs, fm))
-    assert_bits_equal(result_bits(fast), result_bits(exact))
-    monkeypatch.undo()
+        assert _inexact_additions(s, x, fs, fm) > 0, "no inexact float64 addition"
+    got = matmul(s, x, rows=64, cols=8, **kw(fs, fm))
+    assert_bits_equal(result_bits(got), result_bits(_dot_add_chain(s, x, fs, fm)))
     s12, x12 = s[:12, :2], x[:12, 3:8]
     got = matmul(s12, x12, rows=64, cols=8, **kw(fs, fm))
     assert_bits_equal(result_bits(got), reference(s12, x12, fs, fm))
+
+
+def test_fp32_chain_breaks_a_tie_by_its_residual():
+    """FP32 psum 1 + 2**-23 plus the product 2**-24 (1 - 2**-46): the float64 sum is the
+    midpoint 1 + 3 * 2**-24 (the -2**-70 is below float64's last place) and converts to the
+    even neighbour 1 + 2**-22; the exact sum is below the midpoint, so the contract's rounding
+    gives 1 + 2**-23, which the TwoSum residual decides."""
+    s = np.array([[1 + 2.0**-23], [2.0**-24 * (1 - 2.0**-23)]], dtype=np.float32)
+    x = np.array([[1.0], [1 + 2.0**-23]], dtype=np.float32)
+    got = matmul(s, x, rows=8, cols=8)
+    assert got[0, 0] == np.float32(1 + 2.0**-23)
+    assert_bits_equal(result_bits(got), reference(s, x, "fp32", "fp32"))
 
 
 @pytest.mark.parametrize("fs", FP8_FORMATS[:3])

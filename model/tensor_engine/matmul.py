@@ -23,7 +23,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from ncrtl.model.fp import Format, decode, format_of_dtype, fp32_dot_add, get_format, to_bits
+from ncrtl.model.fp import (
+    Format,
+    decode,
+    format_of_dtype,
+    fp32_dot_add,
+    get_format,
+    round_to_format,
+    to_bits,
+    two_sum,
+)
 from ncrtl.model.modes import ENGINE_MODES, get_mode, mode_by_code, operand_formats
 
 from .isa import Error, Instruction, Mode, Op, check, check_array
@@ -388,8 +397,9 @@ def matmul(
     else:
         s_k = lambda i: s[i][:, None, None]  # [M, 1, 1]
         x_k = lambda i: x[i][None, :, None]  # [1, N, 1]
-    if width == 1 and _short_products(fs, fm):
-        return _chain_float64(decode(s, fs), decode(x, fm))
+    if width == 1:
+        chain = _chain_float64 if _short_products(fs, fm) else _chain_two_sum
+        return chain(decode(s, fs), decode(x, fm))
     # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
     p = np.zeros((m, n), dtype=np.float32)
@@ -455,6 +465,36 @@ def _chain_float64(sv, xv):
             q = np.multiply.outer(sv[i], xv[i])
             q += p
             p = q.astype(np.float32)
+    nan = np.isnan(p)
+    if nan.any():
+        p[nan] = np.uint32(0x7FC00000).view(np.float32)
+    return p
+
+
+def _chain_two_sum(sv, xv):
+    """The psum chains of a one-product mode with long products (fp32: 48 significand bits,
+    exact in float64): step ``k`` is TwoSum of the float32 psum and the product, an exact
+    float64 pair ``t + e``, rounded once to FP32 with the sign of ``e`` deciding a tie
+    (:func:`ncrtl.model.fp.round_to_format`, the rounding of :func:`fp32_dot_add`).  Two terms
+    never leave more than one error term, so this is ``fp32_dot_add``'s exact path without its
+    per-call checks and general term loop.  IEEE addition gives the signed zeros (``+0 + -0 =
+    +0``); a non-finite sum has no residual."""
+    p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
+    half = np.uint64(1 << 28)  # the low 29 float64 bits of an FP32 midpoint: 1000...0
+    low = np.uint64((1 << 29) - 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(sv.shape[0]):
+            t, e = two_sum(p.astype(np.float64), np.multiply.outer(sv[i], xv[i]))
+            p = t.astype(np.float32)
+            # The conversion is the rounding of t + e unless a residual meets an FP32 midpoint
+            # or the subnormal range (round_to_format's own test; NaN residuals compare false).
+            tie = ((e > 0) | (e < 0)) & (
+                ((t.view(np.uint64) & low) == half) | (np.abs(t) < 2.0**-126)
+            )
+            if tie.any():
+                p[tie] = round_to_format(t[tie], "fp32", np.sign(e[tie]).astype(np.int64)).view(
+                    np.float32
+                )
     nan = np.isnan(p)
     if nan.any():
         p[nan] = np.uint32(0x7FC00000).view(np.float32)
