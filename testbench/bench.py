@@ -110,6 +110,8 @@ def run_bench(args):
             ok &= _bench_pe(getattr(args, "pe_cycles", 20000), pe_modes=family)
     if only in (None, "fp"):
         ok &= _bench_fp(args)
+    if only in (None, "golden"):
+        ok &= _bench_golden()
     if only in (None, "harness") and getattr(args, "harness_size", 16):
         ok &= _bench_harness(args.harness_size, getattr(args, "harness_repeat", 40))
     if only in (None, "te") and args.te_size:
@@ -131,6 +133,48 @@ def run_bench(args):
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
     return 0 if ok else 1
+
+
+def _bench_golden(k=128, m=128, n=512, runs=3):
+    """Seconds of one bit-exact golden ``nc_matmul`` (``ncrtl.model.tensor_engine.matmul``) of
+    ``K x M x N`` per mode on random normal operands, the best of ``runs``, against the
+    general road (``fp32_dot_add`` one row at a time) that every mode took before."""
+    import ml_dtypes
+
+    from ncrtl.model.fp import fp32_dot_add
+    from ncrtl.model.tensor_engine.matmul import matmul
+
+    rng = np.random.default_rng(1)
+    print(f"\ngolden nc_matmul, K={k} M={m} N={n}, one core (best of {runs})")
+    print(f"{'mode':>12s}{'seconds':>10s}{'fp32_dot_add':>14s}{'speed-up':>10s}")
+    modes = (
+        ("fp32", np.float32, {}),
+        ("tf32", np.float32, {"stationary_format": "tf32", "moving_format": "tf32"}),
+        ("bf16", ml_dtypes.bfloat16, {}),
+        ("fp16", np.float16, {}),
+        ("fp8_e4m3", ml_dtypes.float8_e4m3, {}),
+    )
+    for name, dtype, fmt in modes:
+        s = rng.standard_normal((k, m)).astype(dtype)
+        x = rng.standard_normal((k, n)).astype(dtype)
+        best = general = float("inf")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            got = matmul(s, x, **fmt)
+            best = min(best, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        p = np.zeros((m, n), dtype=np.float32)
+        a_fmt, b_fmt = fmt.get("stationary_format"), fmt.get("moving_format")
+        for i in range(k):
+            a = np.broadcast_to(s[i][:, None, None], (m, n, 1))
+            b = np.broadcast_to(x[i][None, :, None], (m, n, 1))
+            p = fp32_dot_add(p, a, b, a_format=a_fmt, b_format=b_fmt)
+        general = time.perf_counter() - t0
+        if not np.array_equal(got.view(np.uint32), p.view(np.uint32)):
+            print(f"  FAILED: {name}: the golden differs from fp32_dot_add")
+            return False
+        print(f"{name:>12s}{best:10.4f}{general:14.3f}{general / best:9.0f}x")
+    return True
 
 
 def _bench_pe(cycles, size=8, runs=5, pe_modes="all"):

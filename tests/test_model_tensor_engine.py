@@ -1431,3 +1431,13 @@ def test_documented_schedule_invariants(seed):
             last_ls[key] = r
         else:
             assert r.beats[0] >= last_ls[key].beats[-1]
+
+
+def test_bench_golden_section_checks_what_it_times(capsys):
+    """``ncrtl bench --only golden`` times each road and refuses to print a figure for a golden
+    that differs from ``fp32_dot_add`` (a small shape here)."""
+    from ncrtl.testbench.bench import _bench_golden
+
+    assert _bench_golden(k=8, m=4, n=16, runs=1)
+    out = capsys.readouterr().out
+    assert all(f"{mode:>12s}" in out for mode in ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3"))

@@ -61,8 +61,9 @@ def add_parser(sub, raw):
     )
     s.add_argument(
         "--only",
-        choices=("pe", "fp", "harness", "te", "bands", "psum", "dma"),
-        help="run one section: pe (the PE in a C++ loop), fp (the FP units), harness (the "
+        choices=("pe", "fp", "golden", "harness", "te", "bands", "psum", "dma"),
+        help="run one section: pe (the PE in a C++ loop), fp (the FP units), golden (the "
+        "bit-exact golden matmul per mode), harness (the "
         "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
         "column bands on threads against one model; only when named), psum or dma (the DMA "
         "engine's bandwidth) (default: all of them but bands)",
