@@ -148,15 +148,18 @@ def _bench_golden(k=128, m=128, n=512, runs=3):
     print(f"\ngolden nc_matmul, K={k} M={m} N={n}, one core (best of {runs})")
     print(f"{'mode':>12s}{'seconds':>10s}{'fp32_dot_add':>14s}{'speed-up':>10s}")
     modes = (
-        ("fp32", np.float32, {}),
-        ("tf32", np.float32, {"stationary_format": "tf32", "moving_format": "tf32"}),
-        ("bf16", ml_dtypes.bfloat16, {}),
-        ("fp16", np.float16, {}),
-        ("fp8_e4m3", ml_dtypes.float8_e4m3, {}),
+        ("fp32", np.float32, 1, {}),
+        ("tf32", np.float32, 1, {"stationary_format": "tf32", "moving_format": "tf32"}),
+        ("bf16", ml_dtypes.bfloat16, 1, {}),
+        ("fp16", np.float16, 1, {}),
+        ("fp8_e4m3", ml_dtypes.float8_e4m3, 1, {}),
+        ("double_row", ml_dtypes.float8_e4m3, 2, {"perf_mode": "double_row"}),
     )
-    for name, dtype, fmt in modes:
-        s = rng.standard_normal((k, m)).astype(dtype)
-        x = rng.standard_normal((k, n)).astype(dtype)
+    for name, dtype, w, fmt in modes:
+        s = rng.standard_normal((k, w, m)).astype(dtype)
+        x = rng.standard_normal((k, w, n)).astype(dtype)
+        if w == 1:
+            s, x = s[:, 0], x[:, 0]
         best = general = float("inf")
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -165,9 +168,10 @@ def _bench_golden(k=128, m=128, n=512, runs=3):
         t0 = time.perf_counter()
         p = np.zeros((m, n), dtype=np.float32)
         a_fmt, b_fmt = fmt.get("stationary_format"), fmt.get("moving_format")
+        s3, x3 = s.reshape(k, w, m), x.reshape(k, w, n)
         for i in range(k):
-            a = np.broadcast_to(s[i][:, None, None], (m, n, 1))
-            b = np.broadcast_to(x[i][None, :, None], (m, n, 1))
+            a = np.broadcast_to(s3[i].T[:, None, :], (m, n, w))
+            b = np.broadcast_to(x3[i].T[None, :, :], (m, n, w))
             p = fp32_dot_add(p, a, b, a_format=a_fmt, b_format=b_fmt)
         general = time.perf_counter() - t0
         if not np.array_equal(got.view(np.uint32), p.view(np.uint32)):

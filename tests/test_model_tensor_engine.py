@@ -163,12 +163,15 @@ def test_matmul_matches_exact_chain(fs, fm, specials):
 
 
 def _dot_add_chain(s, x, fs, fm):
-    """The chains by ``fp32_dot_add``, one step per row: the golden's general road."""
-    p = np.zeros((s.shape[1], x.shape[1]), dtype=np.float32)
-    shape = (s.shape[1], x.shape[1], 1)
-    for i in range(s.shape[0]):
-        a = np.broadcast_to(s[i][:, None, None], shape)
-        b = np.broadcast_to(x[i][None, :, None], shape)
+    """The chains by ``fp32_dot_add``, one step per row (``[K, M]`` and ``[K, N]``, or
+    double-row ``[K, 2, M]`` and ``[K, 2, N]``): the golden's general road."""
+    s3 = s if s.ndim == 3 else s[:, None, :]
+    x3 = x if x.ndim == 3 else x[:, None, :]
+    m, n, w = s3.shape[2], x3.shape[2], s3.shape[1]
+    p = np.zeros((m, n), dtype=np.float32)
+    for i in range(s3.shape[0]):
+        a = np.broadcast_to(s3[i].T[:, None, :], (m, n, w))
+        b = np.broadcast_to(x3[i].T[None, :, :], (m, n, w))
         p = fp32_dot_add(p, a, b, a_format=fs, b_format=fm)
     return p
 
@@ -231,6 +234,46 @@ def test_one_product_chains_equal_the_general_road(fs, fm):
     s12, x12 = s[:12, :2], x[:12, 3:8]
     got = matmul(s12, x12, rows=64, cols=8, **kw(fs, fm))
     assert_bits_equal(result_bits(got), reference(s12, x12, fs, fm))
+
+
+@pytest.mark.parametrize("fs", FP8_FORMATS[:3])
+@pytest.mark.parametrize("fm", FP8_FORMATS[:3])
+def test_double_row_chain_equals_the_general_road(fs, fm):
+    """The double-row chain (``matmul._chain_double_row``: TwoSum of the two products, then of
+    the psum and their sum, one rounding) equals ``fp32_dot_add`` step by step, bit for bit:
+    operands over the whole exponent range, rows whose two products cancel or lie far apart
+    (e5m2: the largest product beside the smallest, where the products' sum is not exact in
+    float64 and the step takes the general road), specials."""
+    rng = np.random.default_rng(zlib.crc32(f"double road {fs} {fm}".encode()))
+    k, m, n = 40, 5, 7
+    s = _gap_operands(rng, fs, (k, 2, m))
+    x = _gap_operands(rng, fm, (k, 2, n))
+    s[1::4, 1] = -s[1::4, 0]  # the row's two products cancel where the moving halves agree
+    x[1::4, 1] = x[1::4, 0]
+    if (fs, fm) == ("fp8_e5m2", "fp8_e5m2"):
+        f = get_format(fs)
+        big, tiny = f.max_finite, 2.0 ** (1 - f.bias - f.man_bits)
+        s[2::5, 0], x[2::5, 0] = big, big
+        s[2::5, 1], x[2::5, 1] = tiny, tiny
+        q1 = fp_decode(s[:, 0], fs)[:, :, None] * fp_decode(x[:, 0], fm)[:, None, :]
+        q2 = fp_decode(s[:, 1], fs)[:, :, None] * fp_decode(x[:, 1], fm)[:, None, :]
+        with np.errstate(invalid="ignore"):
+            assert (q1 + q2 - q1 != q2)[np.isfinite(q1 + q2)].any(), "no inexact product sum"
+    got = matmul(s, x, perf_mode="double_row", rows=64, cols=8)
+    assert_bits_equal(result_bits(got), result_bits(_dot_add_chain(s, x, fs, fm)))
+
+
+def test_double_row_breaks_a_tie_by_its_residual():
+    """e5m2 rows: psum 2**21 + 2**-2, then the products 2**-3 and -2**-32: the float64 sum is
+    the FP32 midpoint 2**21 + 3 * 2**-3 (the -2**-32 is a float64 tie, rounded to even) and
+    converts to the even neighbour 2**21 + 2**-1; the exact sum is below the midpoint, so one
+    rounding gives 2**21 + 2**-2, which the residual decides."""
+    e5 = ml_dtypes.float8_e5m2
+    s = np.array([[[2.0**10], [2.0**-1]], [[2.0**-1], [-(2.0**-16)]]], dtype=e5)  # [2, 2, 1]
+    x = np.array([[[2.0**11], [2.0**-1]], [[2.0**-2], [2.0**-16]]], dtype=e5)
+    got = matmul(s, x, perf_mode="double_row", rows=8, cols=8)
+    assert got[0, 0] == np.float32(2.0**21 + 2.0**-2)
+    assert_bits_equal(result_bits(got), reference(s, x, "fp8_e5m2", "fp8_e5m2", True))
 
 
 def test_fp32_chain_breaks_a_tie_by_its_residual():
@@ -1440,4 +1483,5 @@ def test_bench_golden_section_checks_what_it_times(capsys):
 
     assert _bench_golden(k=8, m=4, n=16, runs=1)
     out = capsys.readouterr().out
-    assert all(f"{mode:>12s}" in out for mode in ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3"))
+    modes = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "double_row")
+    assert all(f"{mode:>12s}" in out for mode in modes)

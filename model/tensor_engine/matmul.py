@@ -400,6 +400,8 @@ def matmul(
     if width == 1:
         chain = _chain_float64 if _short_products(fs, fm) else _chain_two_sum
         return chain(decode(s, fs), decode(x, fm))
+    if width == 2:
+        return _chain_double_row(s, x, fs, fm)
     # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
     p = np.zeros((m, n), dtype=np.float32)
@@ -480,25 +482,74 @@ def _chain_two_sum(sv, xv):
     per-call checks and general term loop.  IEEE addition gives the signed zeros (``+0 + -0 =
     +0``); a non-finite sum has no residual."""
     p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
-    half = np.uint64(1 << 28)  # the low 29 float64 bits of an FP32 midpoint: 1000...0
-    low = np.uint64((1 << 29) - 1)
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(sv.shape[0]):
             t, e = two_sum(p.astype(np.float64), np.multiply.outer(sv[i], xv[i]))
-            p = t.astype(np.float32)
-            # The conversion is the rounding of t + e unless a residual meets an FP32 midpoint
-            # or the subnormal range (round_to_format's own test; NaN residuals compare false).
-            tie = ((e > 0) | (e < 0)) & (
-                ((t.view(np.uint64) & low) == half) | (np.abs(t) < 2.0**-126)
-            )
-            if tie.any():
-                p[tie] = round_to_format(t[tie], "fp32", np.sign(e[tie]).astype(np.int64)).view(
-                    np.float32
-                )
+            p = _round_residual(t, e)
+    return _canonical_nan(p)
+
+
+def _round_residual(t, e):
+    """FP32 rounding of the exact pair ``t + e`` (float64, ``|e|`` under half an ulp of ``t``):
+    the conversion of ``t``, except where a nonzero residual meets an FP32 midpoint or the
+    subnormal range (``round_to_format``'s own test), which ``round_to_format`` decides by the
+    residual's sign.  NaN residuals (non-finite sums) compare false and keep the conversion."""
+    half = np.uint64(1 << 28)  # the low 29 float64 bits of an FP32 midpoint: 1000...0
+    low = np.uint64((1 << 29) - 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = t.astype(np.float32)
+        tie = ((e > 0) | (e < 0)) & (((t.view(np.uint64) & low) == half) | (np.abs(t) < 2.0**-126))
+    if tie.any():
+        p[tie] = round_to_format(t[tie], "fp32", np.sign(e[tie]).astype(np.int64)).view(np.float32)
+    return p
+
+
+def _canonical_nan(p):
     nan = np.isnan(p)
     if nan.any():
         p[nan] = np.uint32(0x7FC00000).view(np.float32)
     return p
+
+
+def _product_pairs_sum_exactly(fs, fm):
+    """Two finite products of ``fs x fm`` operands always sum exactly in float64: from the
+    smallest subnormal product's last bit to the largest product's leading bit, a carry
+    included, there are at most 53 bits (e4m3 pairs: 2**-18 .. 2**17; not e5m2 x e5m2,
+    2**-32 .. 2**31)."""
+    a, b = get_format(fs), get_format(fm)
+    low = (1 - a.bias - a.man_bits) + (1 - b.bias - b.man_bits)  # the least product's bit
+    high = int(np.floor(np.log2(a.max_finite))) + int(np.floor(np.log2(b.max_finite))) + 1
+    return high - low + 2 <= 53
+
+
+def _chain_double_row(s, x, fs, fm):
+    """The psum chains of the double-row mode: step ``k`` adds two FP8 products with one
+    rounding.  The two products' sum (plain float64 where it is always exact,
+    :func:`_product_pairs_sum_exactly`, else TwoSum), then TwoSum of the psum and that sum:
+    where the first is exact (always, but for e5m2 products more than about 45 binades apart)
+    the step is the exact pair ``t + e`` rounded once (:func:`_round_residual`); the other
+    elements take :func:`fp32_dot_add`, which handles two error terms."""
+    sv, xv = decode(s, fs), decode(x, fm)
+    p = np.zeros((sv.shape[2], xv.shape[2]), dtype=np.float32)
+    exact_pairs = _product_pairs_sum_exactly(fs, fm)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(sv.shape[0]):
+            q1 = np.multiply.outer(sv[i, 0], xv[i, 0])
+            q2 = np.multiply.outer(sv[i, 1], xv[i, 1])
+            if exact_pairs:
+                s1, e1 = q1 + q2, None
+            else:
+                s1, e1 = two_sum(q1, q2)
+            t, e = two_sum(p.astype(np.float64), s1)
+            step = _round_residual(t, e)
+            hard = None if e1 is None else (e1 > 0) | (e1 < 0)
+            if hard is not None and hard.any():
+                mi, ni = np.nonzero(hard)
+                step[hard] = fp32_dot_add(
+                    p[hard], s[i][:, mi].T, x[i][:, ni].T, a_format=fs, b_format=fm
+                )
+            p = step
+    return _canonical_nan(p)
 
 
 def _transpose(s, fs, x, fm):
