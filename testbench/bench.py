@@ -178,6 +178,38 @@ def _bench_golden(k=128, m=128, n=512, runs=3):
             print(f"  FAILED: {name}: the golden differs from fp32_dot_add")
             return False
         print(f"{name:>12s}{best:10.4f}{general:14.3f}{general / best:9.0f}x")
+    return _bench_golden_mx(rng, k, m, n, runs)
+
+
+def _bench_golden_mx(rng, k, m, n, runs):
+    """The MX row of :func:`_bench_golden`: e4m3fn elements, per-row scales around 2**0."""
+    import ml_dtypes
+
+    from ncrtl.model.fp import fp32_dot_add
+    from ncrtl.model.tensor_engine.matmul import matmul_mx_rows
+
+    e4 = ml_dtypes.float8_e4m3fn
+    s = rng.standard_normal((k, m, 4)).astype(e4)
+    x = rng.standard_normal((k, n, 4)).astype(e4)
+    ss = rng.integers(120, 135, (k, m)).astype(np.uint8)
+    xs = rng.integers(120, 135, (k, n)).astype(np.uint8)
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        got = matmul_mx_rows(s, x, ss, xs, rows=k, cols=m)
+        best = min(best, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    p = np.zeros((m, n), dtype=np.float32)
+    for i in range(k):
+        exp = (ss[i][:, None].astype(np.int32) - 127) + (xs[i][None, :].astype(np.int32) - 127)
+        a = np.broadcast_to(s[i][:, None, :], (m, n, 4))
+        b = np.broadcast_to(x[i][None, :, :], (m, n, 4))
+        p = fp32_dot_add(p, a, b, scale_exp=exp)
+    general = time.perf_counter() - t0
+    if not np.array_equal(got.view(np.uint32), p.view(np.uint32)):
+        print("  FAILED: mx: the golden differs from fp32_dot_add")
+        return False
+    print(f"{'mx':>12s}{best:10.4f}{general:14.3f}{general / best:9.0f}x")
     return True
 
 

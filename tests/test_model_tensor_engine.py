@@ -375,6 +375,53 @@ def test_mx_matches_exact_chain(fs, fm):
     assert_bits_equal(result_bits(got), mx_reference(s, x, ss, xs, fs, fm))
 
 
+@pytest.mark.parametrize("fs", MX_FORMATS)
+@pytest.mark.parametrize("fm", MX_FORMATS)
+def test_mx_chain_equals_the_general_road(fs, fm):
+    """The MX chain (``matmul._chain_mx``: the four products' exact sum, the scale, TwoSum with
+    the psum, one rounding; e5m2 x e5m2 keeps ``fp32_dot_add``) equals ``fp32_dot_add`` row by
+    row, bit for bit: elements over the whole exponent range with specials, rows whose
+    products cancel, scales from 2**-127 to 2**127 with their extremes and NaN."""
+    rng = np.random.default_rng(zlib.crc32(f"mx road {fs} {fm}".encode()))
+    k, m, n = 48, 4, 6
+    s = _gap_operands(rng, fs, (k, m, 4))
+    x = _gap_operands(rng, fm, (k, n, 4))
+    s[1::3, :, 1] = -s[1::3, :, 0]  # products that cancel where the moving elements agree
+    x[1::3, :, 1] = x[1::3, :, 0]
+    ss = mx_scales(rng, (k, m)).astype(np.uint8)
+    xs = mx_scales(rng, (k, n)).astype(np.uint8)
+    ss[5, 0], xs[5, 0], ss[9, 1], xs[9, 1], ss[13, 2] = 0, 0, 254, 254, 255
+    got = matmul_mx_rows(s, x, ss, xs, rows=64, cols=8, tile_unit=2)
+    p = np.zeros((m, n), dtype=np.float32)
+    for i in range(k):
+        nan = (ss[i][:, None] == 0xFF) | (xs[i][None, :] == 0xFF)
+        exp = (ss[i][:, None].astype(np.int32) - 127) + (xs[i][None, :].astype(np.int32) - 127)
+        p = fp32_dot_add(
+            p,
+            np.broadcast_to(s[i][:, None, :], (m, n, 4)),
+            np.broadcast_to(x[i][None, :, :], (m, n, 4)),
+            scale_exp=np.where(nan, 0, exp),
+            scale_nan=nan,
+        )
+    assert_bits_equal(result_bits(got), result_bits(p))
+
+
+def test_mx_breaks_a_tie_by_its_residual():
+    """Row 0 (scale 2**21): 1 x 1 + 2**-14 x 2**-9, so the psum is 2**21 + 2**-2; row 1
+    (scale 2**-7): 2**2 x 2**2 - 2**-16 x 2**-9, so 2**-3 - 2**-32 more.  The float64 sum is the
+    FP32 midpoint 2**21 + 3 * 2**-3 and converts to the even 2**21 + 2**-1; the exact sum is
+    below it, one rounding gives 2**21 + 2**-2: the residual decides."""
+    s = np.zeros((2, 2, 4), dtype=ml_dtypes.float8_e5m2)  # M = 2 (MX takes even M)
+    x = np.zeros((2, 1, 4), dtype=ml_dtypes.float8_e4m3fn)
+    s[0, 0, :2], x[0, 0, :2] = [1.0, 2.0**-14], [1.0, 2.0**-9]
+    s[1, 0, :2], x[1, 0, :2] = [4.0, -(2.0**-16)], [4.0, 2.0**-9]
+    ss = np.array([[127 + 21, 127], [127 - 7, 127]], dtype=np.uint8)
+    xs = np.array([[127], [127]], dtype=np.uint8)
+    got = matmul_mx_rows(s, x, ss, xs, rows=8, cols=8, tile_unit=2)
+    assert got[0, 0] == np.float32(2.0**21 + 2.0**-2)
+    assert_bits_equal(result_bits(got), mx_reference(s, x, ss, xs, "fp8_e5m2", "fp8_e4m3fn"))
+
+
 def test_mx_one_rounding_per_row_and_scale_range():
     """Row p scales the exact 4-product sum, then rounds once: 1 + 2**-24 + 2**-26 (e5m2
     products under the scale 2**0) rounds up; a tiny scale 2**-254 sends the sum below FP32's
@@ -1481,7 +1528,7 @@ def test_bench_golden_section_checks_what_it_times(capsys):
     that differs from ``fp32_dot_add`` (a small shape here)."""
     from ncrtl.testbench.bench import _bench_golden
 
-    assert _bench_golden(k=8, m=4, n=16, runs=1)
+    assert _bench_golden(k=32, m=4, n=16, runs=1)
     out = capsys.readouterr().out
-    modes = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "double_row")
+    modes = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "double_row", "mx")
     assert all(f"{mode:>12s}" in out for mode in modes)

@@ -511,27 +511,49 @@ def _canonical_nan(p):
     return p
 
 
-def _product_pairs_sum_exactly(fs, fm):
-    """Two finite products of ``fs x fm`` operands always sum exactly in float64: from the
-    smallest subnormal product's last bit to the largest product's leading bit, a carry
-    included, there are at most 53 bits (e4m3 pairs: 2**-18 .. 2**17; not e5m2 x e5m2,
-    2**-32 .. 2**31)."""
+def _products_sum_exactly(fs, fm, terms=2):
+    """``terms`` finite products of ``fs x fm`` operands always sum exactly in float64, in any
+    order: from the smallest subnormal product's last bit to the largest product's leading bit,
+    with the carries of ``terms`` addends, there are at most 53 bits (e4m3 pairs: 2**-18 ..
+    2**17; not e5m2 x e5m2, 2**-32 .. 2**31)."""
     a, b = get_format(fs), get_format(fm)
     low = (1 - a.bias - a.man_bits) + (1 - b.bias - b.man_bits)  # the least product's bit
     high = int(np.floor(np.log2(a.max_finite))) + int(np.floor(np.log2(b.max_finite))) + 1
-    return high - low + 2 <= 53
+    return high - low + 1 + int(np.ceil(np.log2(terms))) <= 53
+
+
+def _chain_mx(sv, xv, ss, xs):
+    """The psum chains of the MX mode when its four products always sum exactly in float64
+    (:func:`_products_sum_exactly`: every element pair but e5m2 x e5m2): step ``k`` is the
+    products' sum (exact, so in any order), scaled by ``2**(Es + Ex - 254)`` (exact: a power of
+    two far inside float64's range), TwoSum with the psum and one rounding
+    (:func:`_round_residual`); a NaN scale (0xFF) makes the step NaN.  ``sv [K, M, 4]``,
+    ``xv [K, N, 4]``: the elements' exact values; ``ss [K, M]``, ``xs [K, N]``: the E8M0
+    scales of each PE row."""
+    p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(sv.shape[0]):
+            q = np.multiply.outer(sv[i, :, 0], xv[i, :, 0])
+            for j in range(1, sv.shape[2]):
+                q += np.multiply.outer(sv[i, :, j], xv[i, :, j])
+            exp = (ss[i][:, None] - 127) + (xs[i][None, :] - 127)
+            q = np.ldexp(q, exp)
+            q[(ss[i][:, None] == 0xFF) | (xs[i][None, :] == 0xFF)] = np.nan
+            t, e = two_sum(p.astype(np.float64), q)
+            p = _round_residual(t, e)
+    return _canonical_nan(p)
 
 
 def _chain_double_row(s, x, fs, fm):
     """The psum chains of the double-row mode: step ``k`` adds two FP8 products with one
     rounding.  The two products' sum (plain float64 where it is always exact,
-    :func:`_product_pairs_sum_exactly`, else TwoSum), then TwoSum of the psum and that sum:
+    :func:`_products_sum_exactly`, else TwoSum), then TwoSum of the psum and that sum:
     where the first is exact (always, but for e5m2 products more than about 45 binades apart)
     the step is the exact pair ``t + e`` rounded once (:func:`_round_residual`); the other
     elements take :func:`fp32_dot_add`, which handles two error terms."""
     sv, xv = decode(s, fs), decode(x, fm)
     p = np.zeros((sv.shape[2], xv.shape[2]), dtype=np.float32)
-    exact_pairs = _product_pairs_sum_exactly(fs, fm)
+    exact_pairs = _products_sum_exactly(fs, fm)
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(sv.shape[0]):
             q1 = np.multiply.outer(sv[i, 0], xv[i, 0])
@@ -677,6 +699,8 @@ def matmul_mx_rows(
     )
     ss = np.asarray(stationary_scale).astype(np.int32)
     xs = np.asarray(moving_scale).astype(np.int32)
+    if _products_sum_exactly(fs.name, fm.name, MX_MODE.products):
+        return _chain_mx(decode(s, fs), decode(x, fm), ss, xs)
     p = np.zeros((m, n), dtype=np.float32)
     shape = (m, n, MX_MODE.products)
     for i in range(k):
