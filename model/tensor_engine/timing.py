@@ -485,17 +485,24 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
             memo_whole[ins] = ins.whole(rows, cols)
         return memo_whole[ins]
 
+    memo_groups, memo_region = {}, {}
+    whole_array = ((0, 0),)
+
     def groups(ins):
         """The PE groups of the tile of ``ins`` (one group for the array when tiles do not run
-        in parallel)."""
+        in parallel), once per distinct instruction."""
         if not par:
-            return [(0, 0)]
-        rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
-        cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
-        return [(r, c) for r in rg for c in cg]
+            return whole_array
+        if ins not in memo_groups:
+            rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
+            cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
+            memo_groups[ins] = tuple((r, c) for r in rg for c in cg)
+        return memo_groups[ins]
 
     def region(ins):
-        return (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
+        if ins not in memo_region:
+            memo_region[ins] = (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
+        return memo_region[ins]
 
     def latest_ls(ins):
         """``(plane, record, intact)`` of the latest accepted LS on the first PE group of the
