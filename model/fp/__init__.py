@@ -7,6 +7,7 @@ from .codec import (
     decode_fields,
     encode,
     from_bits,
+    round_fp32_pair,
     round_to_format,
     to_bits,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "decode_fields",
     "encode",
     "from_bits",
+    "round_fp32_pair",
     "round_to_format",
     "to_bits",
     "FORMATS",

@@ -20,6 +20,7 @@ __all__ = [
     "decode_fields",
     "encode",
     "round_to_format",
+    "round_fp32_pair",
     "bits_to_float",
     "QNAN",
 ]
@@ -199,6 +200,33 @@ _FAST_MIN = 64
 _BELOW_FP32 = _F64_MAN - 23
 
 
+def _needs_residual(s, nonzero):
+    """Where the float64 -> float32 conversion of ``s`` is not the rounding of ``s + eps``
+    (``eps`` a residual under half a float64 ulp, nonzero where ``nonzero``): ``s`` exactly
+    halfway between two FP32 neighbours (its low 29 significand bits ``1000...0``), or in
+    FP32's subnormal range."""
+    low = s.view(np.uint64) & np.uint64((1 << _BELOW_FP32) - 1)
+    return nonzero & ((low == np.uint64(1 << (_BELOW_FP32 - 1))) | (np.abs(s) < 2.0**-126))
+
+
+def round_fp32_pair(t, e):
+    """FP32 rounding of the exact sum ``t + e`` of a float64 pair from TwoSum (``|e|`` at most
+    half an ulp of ``t``), as float32 values: :func:`round_to_format`'s rounding to FP32 with
+    the residual ``e`` itself instead of its sign (a NaN ``e``, from a non-finite ``t``, counts
+    as none).  NaN gives the canonical quiet NaN."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = t.astype(np.float32)
+        slow = _needs_residual(t, (e > 0) | (e < 0))
+    if slow.any():
+        out[slow] = _round(t[slow], _fmt("fp32"), np.sign(e[slow]).astype(np.int64)).view(
+            np.float32
+        )
+    nan = np.isnan(out)
+    if nan.any():
+        out[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
+    return out
+
+
 def _round_fp32(s, residual_sign):
     """:func:`round_to_format` to FP32, the accumulator's rounding, done by the FPU.
 
@@ -215,11 +243,7 @@ def _round_fp32(s, residual_sign):
     if residual_sign is None:
         return out
     d = np.broadcast_to(np.asarray(residual_sign, dtype=np.int64), s.shape)
-    raw = s.view(np.uint64)
-    low = raw & np.uint64((1 << _BELOW_FP32) - 1)
-    slow = (d != 0) & (
-        (low == np.uint64(1 << (_BELOW_FP32 - 1))) | (np.abs(s) < np.float64(2.0**-126))
-    )
+    slow = _needs_residual(s, d != 0)
     if slow.any():
         out = out.copy()
         out[slow] = _round(s[slow], _fmt("fp32"), d[slow])

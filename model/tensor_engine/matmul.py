@@ -24,12 +24,13 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.fp import (
+    QNAN,
     Format,
     decode,
     format_of_dtype,
     fp32_dot_add,
     get_format,
-    round_to_format,
+    round_fp32_pair,
     to_bits,
     two_sum,
 )
@@ -390,31 +391,12 @@ def matmul(
     )
     if is_transpose:
         return _transpose(s, fs, x, fm)
-    width = mode_by_code(mode).products
-    if width > 1:
-        s_k = lambda i: s[i].T[:, None, :]  # [M, 1, products]
-        x_k = lambda i: x[i].T[None, :, :]  # [1, N, products]
-    else:
-        s_k = lambda i: s[i][:, None, None]  # [M, 1, 1]
-        x_k = lambda i: x[i][None, :, None]  # [1, N, 1]
-    if width == 1:
-        chain = _chain_float64 if _short_products(fs, fm) else _chain_two_sum
-        return chain(decode(s, fs), decode(x, fm))
-    if width == 2:
-        return _chain_double_row(s, x, fs, fm)
     # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
-    p = np.zeros((m, n), dtype=np.float32)
-    shape = (m, n, width)
-    for i in range(k):
-        p = fp32_dot_add(
-            p,
-            np.broadcast_to(s_k(i), shape),
-            np.broadcast_to(x_k(i), shape),
-            a_format=fs,
-            b_format=fm,
-        )
-    return p
+    if mode_by_code(mode).products == 1:
+        chain = _chain_float64 if _short_products(fs, fm) else _chain_two_sum
+        return chain(decode(s, fs), decode(x, fm))
+    return _chain_double_row(s, x, fs, fm)  # the other mode nc_matmul takes (MX: matmul_mx)
 
 
 #: Most significand bits of a product for which one float64 addition, then the float64 ->
@@ -469,15 +451,15 @@ def _chain_float64(sv, xv):
             p = q.astype(np.float32)
     nan = np.isnan(p)
     if nan.any():
-        p[nan] = np.uint32(0x7FC00000).view(np.float32)
+        p[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
     return p
 
 
 def _chain_two_sum(sv, xv):
     """The psum chains of a one-product mode with long products (fp32: 48 significand bits,
     exact in float64): step ``k`` is TwoSum of the float32 psum and the product, an exact
-    float64 pair ``t + e``, rounded once to FP32 with the sign of ``e`` deciding a tie
-    (:func:`ncrtl.model.fp.round_to_format`, the rounding of :func:`fp32_dot_add`).  Two terms
+    float64 pair ``t + e``, rounded once to FP32 with ``e`` deciding a tie
+    (:func:`ncrtl.model.fp.round_fp32_pair`, the rounding of :func:`fp32_dot_add`).  Two terms
     never leave more than one error term, so this is ``fp32_dot_add``'s exact path without its
     per-call checks and general term loop.  IEEE addition gives the signed zeros (``+0 + -0 =
     +0``); a non-finite sum has no residual."""
@@ -485,29 +467,7 @@ def _chain_two_sum(sv, xv):
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(sv.shape[0]):
             t, e = two_sum(p.astype(np.float64), np.multiply.outer(sv[i], xv[i]))
-            p = _round_residual(t, e)
-    return _canonical_nan(p)
-
-
-def _round_residual(t, e):
-    """FP32 rounding of the exact pair ``t + e`` (float64, ``|e|`` under half an ulp of ``t``):
-    the conversion of ``t``, except where a nonzero residual meets an FP32 midpoint or the
-    subnormal range (``round_to_format``'s own test), which ``round_to_format`` decides by the
-    residual's sign.  NaN residuals (non-finite sums) compare false and keep the conversion."""
-    half = np.uint64(1 << 28)  # the low 29 float64 bits of an FP32 midpoint: 1000...0
-    low = np.uint64((1 << 29) - 1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        p = t.astype(np.float32)
-        tie = ((e > 0) | (e < 0)) & (((t.view(np.uint64) & low) == half) | (np.abs(t) < 2.0**-126))
-    if tie.any():
-        p[tie] = round_to_format(t[tie], "fp32", np.sign(e[tie]).astype(np.int64)).view(np.float32)
-    return p
-
-
-def _canonical_nan(p):
-    nan = np.isnan(p)
-    if nan.any():
-        p[nan] = np.uint32(0x7FC00000).view(np.float32)
+            p = round_fp32_pair(t, e)
     return p
 
 
@@ -527,7 +487,7 @@ def _chain_mx(sv, xv, ss, xs):
     (:func:`_products_sum_exactly`: every element pair but e5m2 x e5m2): step ``k`` is the
     products' sum (exact, so in any order), scaled by ``2**(Es + Ex - 254)`` (exact: a power of
     two far inside float64's range), TwoSum with the psum and one rounding
-    (:func:`_round_residual`); a NaN scale (0xFF) makes the step NaN.  ``sv [K, M, 4]``,
+    (:func:`ncrtl.model.fp.round_fp32_pair`); a NaN scale (0xFF) makes the step NaN.  ``sv [K, M, 4]``,
     ``xv [K, N, 4]``: the elements' exact values; ``ss [K, M]``, ``xs [K, N]``: the E8M0
     scales of each PE row."""
     p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
@@ -540,8 +500,8 @@ def _chain_mx(sv, xv, ss, xs):
             q = np.ldexp(q, exp)
             q[(ss[i][:, None] == 0xFF) | (xs[i][None, :] == 0xFF)] = np.nan
             t, e = two_sum(p.astype(np.float64), q)
-            p = _round_residual(t, e)
-    return _canonical_nan(p)
+            p = round_fp32_pair(t, e)
+    return p
 
 
 def _chain_double_row(s, x, fs, fm):
@@ -549,7 +509,7 @@ def _chain_double_row(s, x, fs, fm):
     rounding.  The two products' sum (plain float64 where it is always exact,
     :func:`_products_sum_exactly`, else TwoSum), then TwoSum of the psum and that sum:
     where the first is exact (always, but for e5m2 products more than about 45 binades apart)
-    the step is the exact pair ``t + e`` rounded once (:func:`_round_residual`); the other
+    the step is the exact pair ``t + e`` rounded once (:func:`ncrtl.model.fp.round_fp32_pair`); the other
     elements take :func:`fp32_dot_add`, which handles two error terms."""
     sv, xv = decode(s, fs), decode(x, fm)
     p = np.zeros((sv.shape[2], xv.shape[2]), dtype=np.float32)
@@ -563,7 +523,7 @@ def _chain_double_row(s, x, fs, fm):
             else:
                 s1, e1 = two_sum(q1, q2)
             t, e = two_sum(p.astype(np.float64), s1)
-            step = _round_residual(t, e)
+            step = round_fp32_pair(t, e)
             hard = None if e1 is None else (e1 > 0) | (e1 < 0)
             if hard is not None and hard.any():
                 mi, ni = np.nonzero(hard)
@@ -571,7 +531,7 @@ def _chain_double_row(s, x, fs, fm):
                     p[hard], s[i][:, mi].T, x[i][:, ni].T, a_format=fs, b_format=fm
                 )
             p = step
-    return _canonical_nan(p)
+    return p
 
 
 def _transpose(s, fs, x, fm):
