@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ncrtl.model.fp import decode as fp_decode
-from ncrtl.model.fp import fp32_dot_add, from_bits, get_format, to_bits
+from ncrtl.model.fp import fp32_dot_add, from_bits, get_format, to_bits, two_sum
 from ncrtl.model.tensor_engine import (
     P_PREFIX,
     InstructionError,
@@ -203,9 +203,7 @@ def _inexact_additions(s, x, fs, fm):
     with np.errstate(all="ignore"):
         for i in range(s.shape[0]):
             q = np.multiply.outer(sv[i], xv[i])
-            t = q + p
-            b = t - p
-            err = (p - (t - b)) + (q - b)
+            t, err = two_sum(p.astype(np.float64), q)
             count += int((np.isfinite(t) & (err != 0)).sum())
             p = t.astype(np.float32)
     return count

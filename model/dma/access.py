@@ -46,6 +46,7 @@ __all__ = [
     "MAX_DIMS",
     "MAX_VIEW_ELEMENTS",
     "check_pattern",
+    "pattern_bounds",
     "ap_indices",
     "ap_view",
     "ap_write",
@@ -266,21 +267,29 @@ def ap_indices(shape, ap, *, partition_rule=False):
     return idx
 
 
+def pattern_bounds(pattern, first=0):
+    """``(lo, hi)``: the smallest and largest of ``sum(i_d * step_d)`` over the pattern's
+    dimensions from ``first`` on (the corners of the loop nest), in exact integers."""
+    lo = sum(min(0, s * (n - 1)) for s, n in pattern[first:])
+    hi = sum(max(0, s * (n - 1)) for s, n in pattern[first:])
+    return lo, hi
+
+
 def _check_magnitude(shape, ap, total, row):
     """Refuse, from the pattern's corners in exact integers, a pattern whose addresses leave
     the tensor by more than a 64-bit index holds (a step of 10^30): the index arrays of
     :func:`ap_indices` could not even be formed."""
-    terms = list(ap.pattern)
     lo = hi = int(ap.offset)
+    first = 0
     if ap.vector_offset is not None:
         lo += min(ap.vector_offset) * row
         hi += max(ap.vector_offset) * row
-        terms = terms[1:]
+        first = 1
     if ap.scalar_offset is not None and 0 <= ap.indirect_dim < max(len(shape), 1):
         extra = ap.scalar_offset * int(np.prod(shape[ap.indirect_dim + 1 :]))
         lo, hi = lo + extra, hi + extra
-    lo += sum(min(0, s * (n - 1)) for s, n in terms)
-    hi += sum(max(0, s * (n - 1)) for s, n in terms)
+    corner_lo, corner_hi = pattern_bounds(ap.pattern, first)
+    lo, hi = lo + corner_lo, hi + corner_hi
     if max(abs(lo), abs(hi)) >= 1 << 62:
         raise ValueError(
             f"access pattern {list(map(list, ap.pattern))} with offset {ap.offset} addresses "

@@ -18,20 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ncrtl.model.dma.access import pattern_bounds
 from ncrtl.model.dma.isa import Space, side_addresses
 
 __all__ = ["runs", "pattern_bounds", "command_fields", "DIMS"]
 
 #: Pattern entries of the hardware: the partition (or outermost) dimension and 4 free ones.
 DIMS = 5
-
-
-def pattern_bounds(pattern, first=0):
-    """``(lo, hi)``: the smallest and largest of ``sum(i_d * step_d)`` over the pattern's
-    dimensions from ``first`` on (the corners of the loop nest)."""
-    lo = sum(min(0, s * (n - 1)) for s, n in pattern[first:])
-    hi = sum(max(0, s * (n - 1)) for s, n in pattern[first:])
-    return lo, hi
 
 
 def runs(side, word_bytes, dynamic=None, *, transpose=False, tiled=None):
