@@ -40,6 +40,8 @@ from .isa import Error, Instruction, Mode, Op, check, check_array
 
 __all__ = [
     "matmul",
+    "instructions",
+    "mx_instructions",
     "matmul_mx",
     "matmul_mx_rows",
     "mx_row_scales",
@@ -290,6 +292,69 @@ def _validate(
         tile_unit,
     )
     return s, fs, x, fm, mode, (k, m, n)
+
+
+def instructions(
+    stationary,
+    moving,
+    *,
+    perf_mode=None,
+    is_transpose=False,
+    tile_position=None,
+    tile_size=None,
+    rows=128,
+    cols=128,
+    stationary_format=None,
+    moving_format=None,
+    tile_unit=32,
+):
+    """The LoadStationary and MultiplyMoving of one :func:`matmul` call, every rule of
+    :func:`matmul` checked but nothing computed: the operands need only their shapes and
+    dtypes (``np.broadcast_to`` of one element will do).  What a kernel's Tensor Engine
+    stream carries; raises :class:`InstructionError` as :func:`matmul` does."""
+    _, fs, _, fm, _, (k, m, n) = _validate(
+        stationary,
+        moving,
+        perf_mode,
+        is_transpose,
+        tile_position,
+        tile_size,
+        rows,
+        cols,
+        stationary_format,
+        moving_format,
+        tile_unit,
+    )
+    mode, fmt_s, fmt_m = mode_of(fs, fm, perf_mode)
+    return _instructions(mode, fmt_s, fmt_m, k, m, n, bool(is_transpose), tile_position, tile_size)
+
+
+def mx_instructions(
+    stationary,
+    moving,
+    *,
+    tile_position=None,
+    tile_size=None,
+    rows=128,
+    cols=128,
+    tile_unit=32,
+    psum_dtype="fp32",
+):
+    """The LoadStationary and MultiplyMoving of one :func:`matmul_mx_rows` call (operands
+    ``[K, M, 4]`` / ``[K, N, 4]`` of MX element dtypes), its rules checked, nothing
+    computed."""
+    bf16_out = _psum_dtype(psum_dtype)
+    s, fs = _mx_operand(stationary, "stationary")
+    x, fm = _mx_operand(moving, "moving")
+    _array_size(rows, cols, tile_unit)
+    fmt_s, fmt_m = MX_MODE.formats_s.index(fs.name), MX_MODE.formats_m.index(fm.name)
+    op = (Mode(MX_MODE.code), fmt_s, fmt_m, False)
+    mn = (s.shape[1], x.shape[1])
+    _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit, bf16_out=bf16_out)
+    mode, fmt_s, fmt_m, transpose = op
+    return _instructions(
+        mode, fmt_s, fmt_m, s.shape[0], *mn, transpose, tile_position, tile_size, bf16_out
+    )
 
 
 def _array_size(rows, cols, tile_unit):

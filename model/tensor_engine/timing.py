@@ -75,6 +75,7 @@ __all__ = [
     "CLOCK_HZ",
     "latency",
     "simulate",
+    "Sequencer",
     "Record",
     "Schedule",
     "macs_per_beat",
@@ -462,82 +463,115 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
     -------
     Schedule
     """
-    if not isinstance(rules, Rules):
-        raise TypeError(f"rules must be a Rules, not {rules!r}")
-    lat = latency(rows, cols)
-    unit = max(1, tile_unit)
-    par = rules.parallel_tiles
-    planes = [_Plane(), _Plane()]
-    records = []
-    prev_issue = -1
-    # A long program repeats a few instructions (matmul_program shares them): their rule
-    # checks and whole-array forms are pure, computed once per distinct instruction.
-    memo_check, memo_whole = {}, {}
+    engine = Sequencer(rows, cols, tile_unit=tile_unit, rules=rules, modes=modes)
+    for raw in program:
+        engine.issue(raw)
+    return engine.schedule()
 
-    def checked(ins, ls):
+
+class Sequencer:
+    """The Tensor Engine's issue logic as a process: :meth:`issue` takes the next instruction
+    of the stream and gives its :class:`Record` at once.
+
+    :func:`simulate` issues a whole program from cycle 0; the whole-core timing model
+    (:mod:`ncrtl.model.kernel.timing`) issues each instruction when its semaphore waits are
+    met, by passing ``earliest``: rule 2 then reads ``t_i >= max(t_{i-1} + 1, earliest)``.  A
+    stream issued with every ``earliest`` 0 is :func:`simulate`'s program, cycle for cycle.
+    """
+
+    def __init__(self, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None):
+        if not isinstance(rules, Rules):
+            raise TypeError(f"rules must be a Rules, not {rules!r}")
+        self.rows, self.cols, self.tile_unit, self.rules, self.modes = (
+            rows,
+            cols,
+            tile_unit,
+            rules,
+            modes,
+        )
+        self.lat = latency(rows, cols)
+        self.unit = max(1, tile_unit)
+        self.planes = [_Plane(), _Plane()]
+        self.records = []
+        self.prev_issue = -1
+        # A long program repeats a few instructions (matmul_program shares them): their rule
+        # checks and whole-array forms are pure, computed once per distinct instruction.
+        self._memo_check, self._memo_whole = {}, {}
+        self._memo_groups, self._memo_region = {}, {}
+
+    def schedule(self):
+        """The records so far as a :class:`Schedule`."""
+        return Schedule(self.rows, self.cols, tuple(self.records))
+
+    def _checked(self, ins, ls):
         key = (ins, ls)
-        if key not in memo_check:
-            memo_check[key] = check(ins, rows, cols, ls, tile_unit=tile_unit, modes=modes)
-        return memo_check[key]
+        if key not in self._memo_check:
+            self._memo_check[key] = check(
+                ins, self.rows, self.cols, ls, tile_unit=self.tile_unit, modes=self.modes
+            )
+        return self._memo_check[key]
 
-    def whole_of(ins):
-        if ins not in memo_whole:
-            memo_whole[ins] = ins.whole(rows, cols)
-        return memo_whole[ins]
+    def _whole_of(self, ins):
+        if ins not in self._memo_whole:
+            self._memo_whole[ins] = ins.whole(self.rows, self.cols)
+        return self._memo_whole[ins]
 
-    memo_groups, memo_region = {}, {}
-    whole_array = ((0, 0),)
-
-    def groups(ins):
+    def _groups(self, ins):
         """The PE groups of the tile of ``ins`` (one group for the array when tiles do not run
         in parallel), once per distinct instruction."""
-        if not par:
-            return whole_array
-        if ins not in memo_groups:
+        if not self.rules.parallel_tiles:
+            return ((0, 0),)
+        if ins not in self._memo_groups:
+            unit = self.unit
             rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
             cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
-            memo_groups[ins] = tuple((r, c) for r in rg for c in cg)
-        return memo_groups[ins]
+            self._memo_groups[ins] = tuple((r, c) for r in rg for c in cg)
+        return self._memo_groups[ins]
 
-    def region(ins):
-        if ins not in memo_region:
-            memo_region[ins] = (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
-        return memo_region[ins]
+    def _region(self, ins):
+        if ins not in self._memo_region:
+            self._memo_region[ins] = (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
+        return self._memo_region[ins]
 
-    def latest_ls(ins):
+    def _latest_ls(self, ins):
         """``(plane, record, intact)`` of the latest accepted LS on the first PE group of the
         tile of ``ins``, in either plane (None: none), ``intact`` when every group of the tile
         still holds it."""
         best = None
-        for p, plane in enumerate(planes):
-            held = [plane.last_ls.get(g) for g in groups(ins)]
+        for p, plane in enumerate(self.planes):
+            held = [plane.last_ls.get(g) for g in self._groups(ins)]
             if held[0] is not None and (best is None or held[0][0].index > best[1].index):
                 intact = all(h is not None and h[0] is held[0][0] for h in held)
                 best = (p, held[0][0], intact)
         return best
 
-    def overlapped(plane, ins, t):
+    def _overlapped(self, plane, ins, t):
         """An instruction on a different, overlapping tile has beats in or after cycle t."""
-        return par and any(
-            plane.busy.get(g, (None, -1))[1] >= t and plane.busy[g][0] != region(ins)
-            for g in groups(ins)
+        return self.rules.parallel_tiles and any(
+            plane.busy.get(g, (None, -1))[1] >= t and plane.busy[g][0] != self._region(ins)
+            for g in self._groups(ins)
         )
 
-    for index, raw in enumerate(program):
+    def issue(self, raw, earliest=0):
+        """Issue the next instruction (an :class:`Instruction` or its word) no earlier than
+        cycle ``earliest``; returns its :class:`Record` (also kept for :meth:`schedule`)."""
+        rules, cols, planes = self.rules, self.cols, self.planes
+        index = len(self.records)
         ins = raw if isinstance(raw, Instruction) else decode(int(raw))
-        t0 = prev_issue + 1
-        whole = whole_of(ins)
+        t0 = max(self.prev_issue + 1, earliest)
+        whole = self._whole_of(ins)
+        groups = self._groups
         plane_id = 0
         # the shape rules first (an MM checked against itself passes the stationary rules)
-        bad = checked(ins, ins if ins.op == Op.MM else None)
-        best = latest_ls(whole)
+        bad = self._checked(ins, ins if ins.op == Op.MM else None)
+        best = self._latest_ls(whole)
         if bad is None and ins.op == Op.MM:
             # its LoadStationary: the latest on its tile, in either plane
             if best is None:
-                bad = checked(ins, None)
+                bad = self._checked(ins, None)
             else:
                 plane_id, ls, intact = best
-                bad = checked(ins, ls.instruction)
+                bad = self._checked(ins, ls.instruction)
                 if bad is None and not intact:
                     bad = (
                         Error.MODE_MISMATCH,
@@ -548,51 +582,52 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
             plane_id = 0
             if rules.background_transpose:
                 plane_id = ls_plane(ins, best[0] if best else None)
-        if bad is None and overlapped(planes[plane_id], whole, t0):
+        if bad is None and self._overlapped(planes[plane_id], whole, t0):
             bad = (
                 Error.TILE_BUSY,
                 f"tile (rows {whole.tile_row}+{whole.tile_rows}, columns "
                 f"{whole.tile_col}+{whole.tile_cols}) overlaps a different tile whose "
                 f"instructions still have beats to come",
             )
-        if bad is None:
-            ii = ins.beat_interval
-            p = plane_id
-            plane = planes[p]
-            seq = max(plane.seq_free.get(g, 0) for g in groups(whole))
-            if ins.op == Op.LS:
-                bank = plane.next_bank.get(groups(whole)[0], 0)
-                t = max(
-                    [t0]
-                    + [plane.loader_free.get(g, 0) for g in groups(whole)]
-                    + [plane.last_read.get((g, bank), -1) + 1 for g in groups(whole)]
-                )
-            else:
-                t = max(t0, plane.last_ls[groups(whole)[0]][2], seq)
         if bad is not None:
-            records.append(Record(index, ins, t0, bad[0], bad[1], error_cycle=t0 + ERROR_DELAY))
-            prev_issue = t0
-            continue
+            rec = Record(index, ins, t0, bad[0], bad[1], error_cycle=t0 + ERROR_DELAY)
+            self.records.append(rec)
+            self.prev_issue = t0
+            return rec
+        ii = ins.beat_interval
+        p = plane_id
+        plane = planes[p]
         mine = groups(whole)
         if ins.op == Op.LS:
-            n_beats = ls_beats(whole, cols, rules.ls_chains, tile_unit)
+            bank = plane.next_bank.get(mine[0], 0)
+            t = max(
+                [t0]
+                + [plane.loader_free.get(g, 0) for g in mine]
+                + [plane.last_read.get((g, bank), -1) + 1 for g in mine]
+            )
+            n_beats = ls_beats(whole, cols, rules.ls_chains, self.tile_unit)
             beats = range(t, t + n_beats * ii, ii)
             free = t + n_beats * ii
-            bank = plane.next_bank.get(mine[0], 0)
             rec = Record(index, ins, t, bank=bank, beats=beats, plane=p, busy_until=free)
             for g in mine:
                 plane.loader_free[g] = free
                 plane.next_bank[g] = bank ^ 1
                 plane.last_ls[g] = (rec, bank, beats[-1])
-                plane.busy[g] = (region(whole), beats[-1])
+                plane.busy[g] = (self._region(whole), beats[-1])
         else:
+            seq = max(plane.seq_free.get(g, 0) for g in mine)
+            t = max(t0, plane.last_ls[mine[0]][2], seq)
             beats = range(t, t + ins.n * ii, ii)
             free = t + max(ins.n, rules.floor(whole)) * ii
-            out_lat = (whole.tile_row + whole.tile_rows + cols + P_PREFIX + 1) if par else lat
+            out_lat = (
+                (whole.tile_row + whole.tile_rows + cols + P_PREFIX + 1)
+                if rules.parallel_tiles
+                else self.lat
+            )
             for g in mine:
                 plane.seq_free[g] = free
                 plane.last_read[(g, plane.last_ls[g][1])] = beats[-1]
-                plane.busy[g] = (region(whole), beats[-1])
+                plane.busy[g] = (self._region(whole), beats[-1])
             rec = Record(
                 index,
                 ins,
@@ -603,9 +638,9 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
                 plane=p,
                 busy_until=free,
             )
-        records.append(rec)
-        prev_issue = t
-    return Schedule(rows, cols, tuple(records))
+        self.records.append(rec)
+        self.prev_issue = t
+        return rec
 
 
 def _count_in(cycles, start, stop):

@@ -1,0 +1,655 @@
+"""The golden run of a kernel's streams: every instruction on the project's goldens, over one
+shared state (SBUF, PSUM, device memory), in any order the semaphores allow.
+
+:func:`run` executes a :class:`~ncrtl.model.kernel.stream.Program` on a :class:`CoreState`:
+repeatedly the next instruction of some stream whose waits are met (``order`` picks which:
+``"program"``, the earliest in program order; ``"reverse"``, the latest, as far from program
+order as the semaphores allow; ``"random"``), until every stream is done.  Streams whose
+semaphores leave them all waiting are reported with each waiting instruction.
+
+No numeric rule is restated here; each operation calls the block's golden:
+
+* ``dma_copy`` / ``dma_transpose``: :func:`ncrtl.model.dma.dma_copy`,
+  :func:`~ncrtl.model.dma.dma_transpose` (bytes moved unchanged, the access-pattern and
+  partition rules of :mod:`ncrtl.model.dma.access`);
+* ``matmul`` (``nc_matmul``, ``nc_transpose`` on the Tensor Engine): the Tensor Engine golden
+  (:func:`ncrtl.model.tensor_engine.matmul_bits`) and PSUM's read-add-write
+  (:meth:`ncrtl.model.psum.Psum.write`: FP32, BF16 with RNE or SR, raw transposes);
+  ``matmul_mx``: :func:`ncrtl.model.tensor_engine.matmul_mx_rows` with the scales of
+  :func:`~ncrtl.model.tensor_engine.mx_row_scales`;
+* ``quantize_mx``: :func:`ncrtl.model.vector_engine.quantize_mx`;
+* conversions to a narrower float (``tensor_copy``, ``memset``, the results of arithmetic):
+  one rounding to nearest even (:func:`ncrtl.model.fp.encode`);
+* Vector / Scalar / GpSimd arithmetic (``tensor_tensor``, ``tensor_scalar``, ``activation``),
+  which has no RTL here: float32 numpy, then that rounding (docs/kernels.md).
+
+Reading SBUF, PSUM or device memory that nothing wrote is an error (:class:`KernelError`), or
+a warning with ``uninitialized="warn"``.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+
+from ncrtl.model.dma import engine as dma_golden
+from ncrtl.model.dma.engine import AddDtype, add_elements
+from ncrtl.model.fp import encode, from_bits, get_format
+from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.psum import Dtype, Flag, Geometry, Psum, Rounding, Write
+from ncrtl.model.tensor_engine import matmul_bits, matmul_mx_rows, mx_row_scales, result_bits
+from ncrtl.model.vector_engine import quantize_mx
+
+__all__ = ["CoreState", "KernelError", "run", "ALU_OPS", "ACTIVATIONS", "convert"]
+
+
+class KernelError(ValueError):
+    """A rule broken while running the streams: the message names the instruction, its
+    kernel line and the rule."""
+
+
+def _f32(fn):
+    return lambda *a: fn(*a).astype(np.float32)
+
+
+#: Vector-engine ALU operations (float32 numpy), by NKI name.
+ALU_OPS = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": _f32(np.equal),
+    "not_equal": _f32(np.not_equal),
+    "greater": _f32(np.greater),
+    "greater_equal": _f32(np.greater_equal),
+    "less": _f32(np.less),
+    "less_equal": _f32(np.less_equal),
+    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+    "power": np.power,
+}
+
+#: Unary operations of ``tensor_scalar`` (operand ignored) and ``activation`` functions.
+ACTIVATIONS = {
+    "copy": lambda x: x,
+    "exp": np.exp,
+    "relu": lambda x: np.maximum(x, np.float32(0)),
+    "tanh": np.tanh,
+    "sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "silu": lambda x: x / (np.float32(1) + np.exp(-x)),
+    "square": np.square,
+    "abs": np.abs,
+    "sign": np.sign,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: np.float32(1) / np.sqrt(x),
+    "reciprocal": lambda x: np.float32(1) / x,
+    "log": np.log,
+    "softplus": lambda x: np.log1p(np.exp(x)),
+}
+
+
+def convert(values, dtype):
+    """Values (any float or int array) as ``dtype`` (a kernel dtype name): floats rounded once
+    to nearest even (:func:`ncrtl.model.fp.encode`), integers rounded to nearest even and
+    clipped to the type's range."""
+    d = dtype_of(dtype)
+    v = np.asarray(values)
+    if d.packed != 1:
+        raise KernelError(f"values cannot be converted to the packed type {d.name}")
+    if d.fmt is None:
+        if d.storage == np.bool_:
+            return v != 0
+        info = np.iinfo(d.storage)
+        return np.clip(np.rint(v.astype(np.float64)), info.min, info.max).astype(d.storage)
+    if d.name == "float32" and v.dtype == np.float32:
+        return v.copy()
+    return from_bits(encode(v.astype(np.float64), get_format(d.fmt)), d.fmt).astype(d.storage)
+
+
+class CoreState:
+    """The memories of one NeuronCore as the streams see them.
+
+    ``sbuf``: uint8 ``[partitions, SBUF bytes per partition]``; ``psum``: a
+    :class:`ncrtl.model.psum.Psum` (its memory read and written through :meth:`psum_bytes` by
+    the engines); ``hbm``: the device memory, uint8, each device tensor at its base.  Every
+    memory has a mask of the bytes written so far."""
+
+    def __init__(self, program, inputs, *, seed=0, uninitialized="error"):
+        if uninitialized not in ("error", "warn"):
+            raise ValueError(f"uninitialized must be 'error' or 'warn', not {uninitialized!r}")
+        self.program = program
+        self.uninitialized = uninitialized
+        core = program.core
+        p = core.partitions
+        self.sbuf = np.zeros((p, core.sbuf_partition_bytes), np.uint8)
+        self.sbuf_written = np.zeros(self.sbuf.shape, bool)
+        self.psum = Psum(Geometry(p, core.psum_banks, core.psum_bank_bytes), seed)
+        self.psum_written = np.zeros((p, core.psum_partition_bytes), bool)
+        hbm = [t for t in program.tensors.values() if t.space == "hbm"]
+        size = max((t.base + t.nbytes for t in hbm), default=0)
+        self.hbm = np.zeros(size, np.uint8)
+        self.hbm_written = np.zeros(size, bool)
+        if len(inputs) != len(program.inputs):
+            raise KernelError(
+                f"the kernel takes {len(program.inputs)} device tensors "
+                f"({', '.join(program.inputs)}), got {len(inputs)} arrays"
+            )
+        for name, arr in zip(program.inputs, inputs):
+            t = program.tensors[name]
+            a = np.ascontiguousarray(arr)
+            if a.nbytes != t.nbytes:
+                raise KernelError(
+                    f"input {name}: {a.nbytes} bytes given for a {list(t.shape)} {t.dtype} tensor"
+                )
+            self.hbm[t.base : t.base + t.nbytes] = a.reshape(-1).view(np.uint8)
+            self.hbm_written[t.base : t.base + t.nbytes] = True
+
+    # -- memories as arrays ----------------------------------------------------------------
+
+    def psum_bytes(self):
+        """PSUM as uint8 ``[partitions, banks * bank bytes]`` (a copy)."""
+        m = self.psum.mem  # [banks, rows, partitions] uint32
+        return np.ascontiguousarray(m.transpose(2, 0, 1)).view(np.uint8).reshape(m.shape[2], -1)
+
+    def _store_psum(self, b):
+        m = self.psum.mem
+        words = np.ascontiguousarray(b).view(np.uint32).reshape(m.shape[2], m.shape[0], m.shape[1])
+        m[...] = words.transpose(1, 2, 0)
+
+    def _memory(self, space):
+        if space == "sbuf":
+            return self.sbuf, self.sbuf_written
+        if space == "psum":
+            return self.psum_bytes(), self.psum_written
+        return self.hbm, self.hbm_written
+
+    def _positions(self, ref):
+        """Per view element its byte positions: ``(partitions, bytes)`` index arrays of shape
+        ``view_shape + (itemsize,)`` (device memory: partitions all 0)."""
+        idx = ref.indices()
+        isz = ref.element.itemsize
+        k = np.arange(isz)
+        if ref.space == "hbm":
+            return None, ref.base + idx[..., None] * isz + k
+        row = int(np.prod(ref.tensor_shape()[1:]))
+        part, within = np.divmod(idx, row)
+        return part[..., None] + 0 * k, ref.base + within[..., None] * isz + k
+
+    def read(self, ref, ins=None):
+        """The view's elements, shape ``view_shape``, as its storage dtype."""
+        mem, written = self._memory(ref.space)
+        part, byte = self._positions(ref)
+        sel = byte if part is None else (part, byte)
+        if not written[sel].all():
+            missing = np.argwhere(~written[sel].all(axis=-1))[0]
+            msg = (
+                f"{_where(ins)}reads {ref.space.upper()} tensor {ref.tensor} at view index "
+                f"{list(int(i) for i in missing)}, which nothing wrote"
+            )
+            if self.uninitialized == "error":
+                raise KernelError(msg)
+            warnings.warn(msg, stacklevel=2)
+        data = mem[sel]
+        return np.ascontiguousarray(data).view(ref.element.storage).reshape(ref.view_shape)
+
+    def write(self, ref, values):
+        """Write ``values`` (``view_shape`` or as many elements) through the view; where it
+        visits an element twice the later write stays."""
+        v = np.ascontiguousarray(np.asarray(values).astype(ref.element.storage, copy=False))
+        if v.size != ref.size:
+            raise KernelError(f"{v.size} values for a view of {ref.size} elements ({ref})")
+        part, byte = self._positions(ref)
+        isz = ref.element.itemsize
+        flat_b = byte.reshape(-1, isz)
+        key = (
+            flat_b[:, 0] if part is None else part.reshape(-1, isz)[:, 0] * (1 << 40) + flat_b[:, 0]
+        )
+        _, last = np.unique(key[::-1], return_index=True)
+        keep = key.size - 1 - last
+        data = v.reshape(-1).view(np.uint8).reshape(-1, isz)[keep]
+        mem, written = self._memory(ref.space)
+        if part is None:
+            mem[flat_b[keep]] = data
+            written[flat_b[keep]] = True
+        else:
+            pk = part.reshape(-1, isz)[keep]
+            mem[pk, flat_b[keep]] = data
+            written[pk, flat_b[keep]] = True
+            if ref.space == "psum":
+                self._store_psum(mem)
+
+    def tensor(self, name):
+        """A device tensor's current value (a copy), by name."""
+        t = self.program.tensors[name]
+        d = dtype_of(t.dtype)
+        return self.hbm[t.base : t.base + t.nbytes].copy().view(d.storage).reshape(t.shape)
+
+
+def _where(ins):
+    if ins is None:
+        return ""
+    return f"{ins.line}: {ins.call or ins.op} ({ins.label}) "
+
+
+# -- the operations ---------------------------------------------------------------------------
+
+
+def _dma_copy(st, ins):
+    (dst,), (src,) = ins.dsts, ins.srcs
+    vals = st.read(src, ins)
+    if src.view_dtype != dst.view_dtype:
+        # A DMA with a dtype conversion: src -> float32 -> dst (functional, docs/kernels.md).
+        if not (src.element.is_float or src.element.fmt is None) or dst.element.packed != 1:
+            raise KernelError(
+                f"{_where(ins)}copies {src.view_dtype} into {dst.view_dtype}: only unpacked "
+                f"types convert"
+            )
+        st.write(dst, convert(vals.astype(np.float32), dst.view_dtype))
+        return
+    if ins.args.get("rmw") == "add":
+        kinds = {"float32": AddDtype.FP32, "bfloat16": AddDtype.BF16}
+        kind = kinds.get(dst.view_dtype)
+        if kind is None or src.view_dtype != dst.view_dtype:
+            raise KernelError(
+                f"{_where(ins)}read-add-write needs float32 or bfloat16 on both sides, got "
+                f"{src.view_dtype} and {dst.view_dtype}"
+            )
+        cur = st.read(dst, ins)
+        isz = vals.dtype.itemsize
+        out = add_elements(
+            cur.reshape(-1).view(np.uint8).reshape(-1, isz),
+            vals.reshape(-1).view(np.uint8).reshape(-1, isz),
+            kind,
+        )
+        st.write(dst, out.reshape(-1).view(dst.element.storage))
+        return
+    # The DMA golden's copy on the two views (bytes unchanged, later visits stay).
+    out = dma_golden.dma_copy(
+        np.zeros(dst.size, vals.dtype),
+        _flat_ap(dst.size),
+        vals.reshape(-1),
+        _flat_ap(vals.size),
+    )
+    st.write(dst, out)
+
+
+def _flat_ap(n):
+    from ncrtl.model.dma.access import AccessPattern
+
+    return AccessPattern(((1, n),))
+
+
+def _dma_transpose(st, ins):
+    (dst,), (src,) = ins.dsts, ins.srcs
+    vals = st.read(src, ins)
+    if vals.ndim != 2:
+        vals = vals.reshape(vals.shape[0], -1)
+    out = dma_golden.dma_transpose(
+        np.zeros(vals.shape[::-1], vals.dtype),
+        _ap2(vals.shape[::-1]),
+        vals,
+        _ap2(vals.shape),
+    )
+    if dst.size != out.size:
+        raise KernelError(f"{_where(ins)}transposes {vals.shape} into a view of {dst.view_shape}")
+    st.write(dst, out)
+
+
+def _ap2(shape):
+    from ncrtl.model.dma.access import AccessPattern
+
+    return AccessPattern(((shape[1], shape[0]), (1, shape[1])))
+
+
+def _psum_target(st, ins, dst, m, n):
+    """``(bank, col, first partition)`` of a matmul's PSUM destination ``[M, N]``."""
+    core = st.program.core
+    row = int(np.prod(dst.tensor_shape()[1:]))
+    p0, within = divmod(dst.offset, row)
+    isz = dst.element.itemsize
+    pat = dst.pattern
+    ok = (
+        len(pat) >= 2
+        and pat[0] == (row, m)
+        and int(np.prod([num for _, num in pat[1:]])) == n
+        and _contiguous(pat[1:])
+    )
+    if not ok:
+        raise KernelError(
+            f"{_where(ins)}writes PSUM through {dst}: a matmul's destination is [M={m} "
+            f"partitions, N={n} contiguous elements]"
+        )
+    byte = dst.base + within * isz
+    bank, off = divmod(byte, core.psum_bank_bytes)
+    if off + n * isz > core.psum_bank_bytes:
+        raise KernelError(
+            f"{_where(ins)}writes PSUM bytes {byte}..{byte + n * isz - 1} of each partition: a "
+            f"matmul's result stays inside one {core.psum_bank_bytes}-byte bank"
+        )
+    return bank, off // isz, p0
+
+
+def _contiguous(pat):
+    step = 1
+    for s, num in reversed(pat):
+        if num > 1 and s != step:
+            return False
+        step *= num
+    return True
+
+
+def _psum_write(st, ins, dst, bits, psum_dtype):
+    """Apply ``bits`` ``[M, N]`` through PSUM's read-add-write at ``dst``'s bank and column,
+    on the lanes of ``dst``'s partitions only."""
+    m, n = bits.shape
+    bank, col, p0 = _psum_target(st, ins, dst, m, n)
+    acc = bool(ins.args.get("accumulate"))
+    flags = (Flag.FIRST_ACCUMULATE if acc else Flag.FIRST) | Flag.LAST
+    rounding = Rounding.SR if ins.args.get("rounding") == "sr" else Rounding.RNE
+    cols = st.psum.geometry.partitions
+    if p0 + m > cols:
+        raise KernelError(f"{_where(ins)}writes partitions {p0}..{p0 + m - 1} of {cols}")
+    beats = np.zeros((n, cols), np.uint32)
+    beats[:, p0 : p0 + m] = np.asarray(bits).astype(np.uint32).T
+    before = st.psum.mem[bank].copy()
+    try:
+        st.psum.write(Write(bank, col, n, psum_dtype, rounding, int(flags)), beats)
+    except ValueError as e:
+        raise KernelError(f"{_where(ins)}PSUM: {e}") from None
+    lanes = np.ones(cols, bool)
+    lanes[p0 : p0 + m] = False
+    st.psum.mem[bank][:, lanes] = before[:, lanes]  # only the tile's columns reach PSUM
+    isz = 4 if psum_dtype == Dtype.FP32 else 2
+    base = bank * st.program.core.psum_bank_bytes + col * isz
+    st.psum_written[p0 : p0 + m, base : base + n * isz] = True
+
+
+def _te_operand(st, ref, ins):
+    v = st.read(ref, ins)
+    fmt = "tf32" if ref.view_dtype == "tfloat32" else None
+    return v, fmt
+
+
+def _matmul(st, ins):
+    (dst,), (stat, mov) = ins.dsts, ins.srcs
+    core = st.program.core
+    s, fs = _te_operand(st, stat, ins)
+    x, fm = _te_operand(st, mov, ins)
+    a = ins.args
+    try:
+        bits = matmul_bits(
+            s,
+            x,
+            perf_mode=a.get("perf_mode"),
+            is_transpose=bool(a.get("is_transpose")),
+            tile_position=a.get("tile_position"),
+            tile_size=a.get("tile_size"),
+            rows=core.rows,
+            cols=core.cols,
+            stationary_format=fs,
+            moving_format=fm,
+        )
+    except ValueError as e:
+        raise KernelError(f"{_where(ins)}{e}") from None
+    if a.get("is_transpose"):
+        kind = Dtype.RAW16 if bits.dtype == np.uint16 else Dtype.FP32
+    else:
+        kind = Dtype.BF16 if dst.view_dtype == "bfloat16" else Dtype.FP32
+    _psum_write(st, ins, dst, bits, kind)
+
+
+def _unpack_x4(v, dtype):
+    """A packed ``_x4`` array ``[..., F]`` as ``[..., F, 4]`` elements of its format."""
+    d = dtype_of(dtype)
+    fmt = get_format(d.fmt)
+    if d.itemsize == 4:
+        codes = np.ascontiguousarray(v).view(np.uint8).reshape(v.shape + (4,))
+    else:  # four 4-bit codes in 16 bits, element j in bits [4j, 4j + 4)
+        w = np.asarray(v).astype(np.uint16)[..., None]
+        codes = ((w >> (4 * np.arange(4, dtype=np.uint16))) & 0xF).astype(np.uint8)
+    return from_bits(codes, fmt)
+
+
+def _pack_x4(elements, dtype):
+    d = dtype_of(dtype)
+    from ncrtl.model.fp import to_bits
+
+    codes = to_bits(elements, get_format(d.fmt)).astype(np.uint32)
+    if d.itemsize == 4:
+        return (
+            np.ascontiguousarray(codes.astype(np.uint8)).view(np.uint32).reshape(codes.shape[:-1])
+        )
+    shift = 4 * np.arange(4, dtype=np.uint32)
+    return (codes << shift).sum(axis=-1).astype(np.uint16)
+
+
+def _matmul_mx(st, ins):
+    (dst,), (stat, mov, s_scale, m_scale) = ins.dsts, ins.srcs
+    core = st.program.core
+    s = _unpack_x4(st.read(stat, ins), stat.view_dtype)
+    x = _unpack_x4(st.read(mov, ins), mov.view_dtype)
+    k = s.shape[0]
+    a = ins.args
+    try:
+        ss = mx_row_scales(st.read(s_scale, ins).view(np.uint8), k, "stationary_scale")
+        xs = mx_row_scales(st.read(m_scale, ins).view(np.uint8), k, "moving_scale")
+        res = matmul_mx_rows(
+            s,
+            x,
+            ss,
+            xs,
+            tile_position=a.get("tile_position"),
+            tile_size=a.get("tile_size"),
+            rows=core.rows,
+            cols=core.cols,
+            psum_dtype="bf16" if dst.view_dtype == "bfloat16" else "fp32",
+        )
+    except ValueError as e:
+        raise KernelError(f"{_where(ins)}{e}") from None
+    kind = Dtype.BF16 if dst.view_dtype == "bfloat16" else Dtype.FP32
+    _psum_write(st, ins, dst, result_bits(res), kind)
+
+
+def _float32(st, ref, ins):
+    v = st.read(ref, ins)
+    if ref.element.packed != 1:
+        raise KernelError(f"{_where(ins)}arithmetic on the packed type {ref.view_dtype}")
+    return v.astype(np.float32)
+
+
+def _per_partition(ins, flat, shape):
+    return flat.reshape(shape[0], -1)
+
+
+def _tensor_copy(st, ins):
+    (dst,), (src,) = ins.dsts, ins.srcs
+    _same_elements(ins, dst, src)
+    v = st.read(src, ins)
+    if src.view_dtype == dst.view_dtype:
+        st.write(dst, v.reshape(dst.view_shape))  # bit for bit
+        return
+    st.write(dst, convert(v, dst.view_dtype).reshape(dst.view_shape))
+
+
+def _same_elements(ins, dst, *srcs):
+    for src in srcs:
+        if src.view_shape[0] != dst.view_shape[0] or src.size != dst.size:
+            raise KernelError(
+                f"{_where(ins)}src {list(src.view_shape)} and dst {list(dst.view_shape)} must have "
+                f"the same partitions and elements per partition"
+            )
+
+
+def _vector_transpose(st, ins):
+    (dst,), (src,) = ins.dsts, ins.srcs
+    v = st.read(src, ins)
+    st.write(dst, v.reshape(v.shape[0], -1).T.copy())
+
+
+def _memset(st, ins):
+    (dst,) = ins.dsts
+    value = ins.args["value"]
+    d = dst.element
+    if d.packed != 1:
+        v = np.zeros(dst.view_shape, d.storage)
+    else:
+        v = np.broadcast_to(convert(np.asarray([value]), dst.view_dtype), dst.view_shape)
+    st.write(dst, v)
+
+
+def _identity(st, ins):
+    (dst,) = ins.dsts
+    p, f = dst.view_shape[0], int(np.prod(dst.view_shape[1:]))
+    st.write(dst, convert(np.eye(p, f, dtype=np.float32), dst.view_dtype))
+
+
+def _tensor_tensor(st, ins):
+    (dst,), (a, b) = ins.dsts, ins.srcs
+    _same_elements(ins, dst, a, b)
+    fa = _float32(st, a, ins).reshape(dst.view_shape)
+    fb = _float32(st, b, ins).reshape(dst.view_shape)
+    with np.errstate(all="ignore"):
+        out = ALU_OPS[ins.args["op"]](fa, fb).astype(np.float32)
+    st.write(dst, convert(out, dst.view_dtype))
+
+
+def _operand(st, ins, value, srcs, p):
+    """A tensor_scalar / activation operand: a number, or the next ``[P, 1]`` source."""
+    if isinstance(value, dict) and "tensor" in value:
+        ref = srcs[value["tensor"]]
+        return _float32(st, ref, ins).reshape(p, 1)
+    return np.float32(value)
+
+
+def _tensor_scalar(st, ins):
+    (dst,), srcs = ins.dsts, ins.srcs
+    data = srcs[0]
+    _same_elements(ins, dst, data)
+    p = dst.view_shape[0]
+    x = _float32(st, data, ins).reshape(p, -1)
+    a = ins.args
+    with np.errstate(all="ignore"):
+        for op, operand, reverse in (
+            (a["op0"], a.get("operand0"), a.get("reverse0")),
+            (a.get("op1"), a.get("operand1"), a.get("reverse1")),
+        ):
+            if op is None:
+                continue
+            if op in ACTIVATIONS:
+                x = ACTIVATIONS[op](x).astype(np.float32)
+                continue
+            y = _operand(st, ins, operand, srcs, p)
+            x = (ALU_OPS[op](y, x) if reverse else ALU_OPS[op](x, y)).astype(np.float32)
+    st.write(dst, convert(x, dst.view_dtype).reshape(dst.view_shape))
+
+
+def _activation(st, ins):
+    (dst,), srcs = ins.dsts, ins.srcs
+    data = srcs[0]
+    _same_elements(ins, dst, data)
+    p = dst.view_shape[0]
+    x = _float32(st, data, ins).reshape(p, -1)
+    a = ins.args
+    scale = _operand(st, ins, a.get("scale", 1.0), srcs, p)
+    bias = a.get("bias")
+    with np.errstate(all="ignore"):
+        x = (x * scale).astype(np.float32)
+        if bias is not None:
+            x = (x + _operand(st, ins, bias, srcs, p)).astype(np.float32)
+        x = ACTIVATIONS[a["op"]](x).astype(np.float32)
+    st.write(dst, convert(x, dst.view_dtype).reshape(dst.view_shape))
+
+
+def _quantize_mx(st, ins):
+    (dst, dst_scale), (src,) = ins.dsts, ins.srcs
+    v = st.read(src, ins)
+    v = v.reshape(v.shape[0], -1)
+    try:
+        data, scales = quantize_mx(v, dtype_of(dst.view_dtype).fmt)
+    except ValueError as e:
+        raise KernelError(f"{_where(ins)}{e}") from None
+    if dst.size != data.shape[0] * data.shape[1] or dst_scale.size < scales.size:
+        raise KernelError(
+            f"{_where(ins)}quantize_mx of a {list(v.shape)} tile writes [{v.shape[0]}, "
+            f"{v.shape[1] // 4}] packed elements and scales, not dst {list(dst.view_shape)} and "
+            f"dst_scale {list(dst_scale.view_shape)}"
+        )
+    st.write(dst, _pack_x4(data, dst.view_dtype).reshape(dst.view_shape))
+    st.write(dst_scale, scales.reshape(dst_scale.view_shape).view(dst_scale.element.storage))
+
+
+OPS = {
+    "dma_copy": _dma_copy,
+    "dma_transpose": _dma_transpose,
+    "matmul": _matmul,
+    "matmul_mx": _matmul_mx,
+    "tensor_copy": _tensor_copy,
+    "memset": _memset,
+    "identity": _identity,
+    "transpose": _vector_transpose,
+    "tensor_tensor": _tensor_tensor,
+    "tensor_scalar": _tensor_scalar,
+    "activation": _activation,
+    "quantize_mx": _quantize_mx,
+}
+
+
+def execute(state, ins):
+    """Apply one instruction to ``state``."""
+    try:
+        fn = OPS[ins.op]
+    except KeyError:
+        raise KernelError(f"{_where(ins)}the golden has no operation {ins.op!r}") from None
+    fn(state, ins)
+
+
+def run(program, inputs, *, order="program", seed=0, uninitialized="error", state=None):
+    """Run ``program`` on the goldens; returns ``(outputs, state)``: the output tensors (numpy
+    arrays of their dtypes, in return order) and the final :class:`CoreState`.
+
+    Raises
+    ------
+    KernelError
+        A rule an instruction breaks, an uninitialized read, or streams that cannot finish
+        (each waiting instruction named).
+    """
+    if order not in ("program", "reverse", "random"):
+        raise ValueError(f"order must be 'program', 'reverse' or 'random', not {order!r}")
+    st = state or CoreState(program, inputs, seed=seed, uninitialized=uninitialized)
+    streams = {n: s for n, s in program.streams.items() if s}
+    done = {n: 0 for n in program.streams}
+    rng = random.Random(seed)
+    remaining = sum(len(s) for s in streams.values())
+    while remaining:
+        ready = [
+            s[done[n]]
+            for n, s in streams.items()
+            if done[n] < len(s) and all(done[w] >= c for w, c in s[done[n]].waits)
+        ]
+        if not ready:
+            raise KernelError(deadlock(program, done))
+        if order == "program":
+            ins = min(ready, key=lambda i: i.seq)
+        elif order == "reverse":
+            ins = max(ready, key=lambda i: i.seq)
+        else:
+            ins = rng.choice(ready)
+        execute(st, ins)
+        done[ins.engine] += 1
+        remaining -= 1
+    return [st.tensor(n) for n in program.outputs], st
+
+
+def deadlock(program, done):
+    """The message for streams that cannot go on: each stream's waiting instruction and the
+    semaphores it waits for."""
+    lines = ["the streams cannot finish: every next instruction waits on a semaphore"]
+    for n, s in program.streams.items():
+        if done[n] < len(s):
+            ins = s[done[n]]
+            unmet = [f"{w} to reach {c} (at {done[w]})" for w, c in ins.waits if done[w] < c]
+            lines.append(f"  {ins.label} ({ins.line}) waits for {', '.join(unmet)}")
+    return "\n".join(lines)

@@ -1,0 +1,416 @@
+"""The timing of a kernel's streams on one NeuronCore: an event-driven model on
+:mod:`ncrtl.model.event`.
+
+Each stream is a process at its engine's clock that takes its next instruction once the
+instruction's semaphore waits are met and the engine can take it, and signals its stream's
+semaphore when the instruction completes (a stream's instructions complete in order).  The
+engines charge by the rules the project's block models state (docs/kernels.md lists every
+approximation):
+
+* **Tensor Engine** (2.4 GHz; 2.8 on v2): each matmul or transpose is its LoadStationary and
+  MultiplyMoving issued to :class:`ncrtl.model.tensor_engine.timing.Sequencer`, the same rules
+  as ``ncrtl timing matmul`` (loader and sequencer occupancy, the 4 LoadStationary chains,
+  parallel tiles, the background transpose plane), issued no earlier than the cycle its waits
+  are met; it completes when its last output vector reaches PSUM.  A stream of matmuls alone
+  gives exactly ``ncrtl timing matmul``'s cycles.
+* **DMA**: a transfer's elements are split by partition over the 16 engines (at most one part
+  per partition group); each part moves its words (16-byte data-path words, counted per
+  contiguous run of either side) at the rate of :func:`ncrtl.model.dma.timing.bandwidth_cycles`
+  on its engine (1.4 GHz), one part after another per engine, and completes the fixed latency
+  of the engine's timing later (the documented 1.3 us per-transfer overhead, the address
+  generators' start and the memory's latency), which the engine overlaps with other parts'
+  data; an SBUF -> SBUF transpose moves at half the rate (the block model's measured 0.50).  The
+  transfer completes when its last part has.
+* **Vector / Scalar / GpSimd** (0.96 / 1.2 / 1.2 GHz on v3): an instruction occupies its engine
+  one cycle per element of a partition per tensor input (``N`` with one input, ``2N`` with
+  two) and completes :data:`FIXED_LATENCY` cycles after (the documented fixed cost of a small
+  or dependent instruction; independent ones overlap it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
+from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
+from ncrtl.model.tensor_engine import isa as te_isa
+from ncrtl.model.tensor_engine.timing import DOCUMENTED, Sequencer
+
+__all__ = ["simulate", "Report", "Params", "FIXED_LATENCY", "DMA_WORD_BYTES"]
+
+#: Cycles from the end of a Vector / Scalar / GpSimd instruction's occupancy to its completion.
+FIXED_LATENCY = 100
+#: The DMA engines' data-path word.
+DMA_WORD_BYTES = 16
+#: The documented per-transfer overhead, 1.3 us, in cycles of the 1.4 GHz DMA clock.
+DMA_OVERHEAD = 1820
+
+
+@dataclass(frozen=True)
+class Params:
+    """The timing model's parameters: the Tensor Engine's rules, the DMA engines' timing."""
+
+    te_rules: object = DOCUMENTED
+    dma: EngineTiming = EngineTiming(word_bytes=DMA_WORD_BYTES, overhead=DMA_OVERHEAD)
+    fixed_latency: int = FIXED_LATENCY
+
+    @property
+    def dma_latency(self):
+        """Cycles from a part's last word to its completion: the overhead, the address
+        generators' start and the memory's latency (``ncrtl.model.dma.timing``'s phases)."""
+        d = self.dma
+        return d.overhead + 4 + d.read_latency + 4
+
+
+@dataclass
+class Record:
+    """One instruction's timing in ticks: ``ready`` (its waits met), ``start``, ``end`` (its
+    engine free of it), ``done`` (completion signalled); ``waited`` the ticks it waited after
+    its engine could have started it, and on which ``(stream, index)``."""
+
+    ins: object
+    ready: int
+    start: int
+    end: int
+    done: int
+    waited: int = 0
+    blocker: tuple = None
+
+
+@dataclass
+class Report:
+    """The result of :func:`simulate` (times in ns unless named cycles)."""
+
+    program: object
+    core: EventCore
+    records: dict
+    total_ticks: int
+    te_cycles: int
+    busy: dict
+    macs: int
+    peak_macs_per_cycle: float
+    dma_bytes: int
+    trace: Trace = None
+    te_window: tuple = None
+    te_dtype: str = None
+    events: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_ns(self):
+        return self.core.ns(self.total_ticks)
+
+    def utilization(self, window=False):
+        """The Tensor Engine's MACs over its peak in the run (``window``: between its first
+        matmul's issue and its last matmul's end)."""
+        te = self.core.clocks["tensor"]
+        if window and self.te_window:
+            cycles = max(1, (self.te_window[1] - self.te_window[0]) // te.period)
+        else:
+            cycles = max(1, self.total_ticks // te.period)
+        if not self.peak_macs_per_cycle:
+            return 0.0
+        return self.macs / (cycles * self.peak_macs_per_cycle)
+
+    def tflops(self, window=False):
+        te = self.core.clocks["tensor"]
+        ticks = (
+            (self.te_window[1] - self.te_window[0])
+            if window and self.te_window
+            else self.total_ticks
+        )
+        if not ticks:
+            return 0.0
+        seconds = ticks / (self.core.tick_mhz * 1e6)
+        return 2 * self.macs / seconds / 1e12 if te else 0.0
+
+    def peak_tflops(self):
+        return 2 * self.peak_macs_per_cycle * self.core.clocks["tensor"].mhz * 1e6 / 1e12
+
+    def longest_waits(self, n=10):
+        """The ``n`` longest waits: ``(ns, waiter record, blocker record)``."""
+        recs = [r for rs in self.records.values() for r in rs if r.waited > 0]
+        recs.sort(key=lambda r: -r.waited)
+        out = []
+        for r in recs[:n]:
+            b = self.records[r.blocker[0]][r.blocker[1]] if r.blocker else None
+            out.append((self.core.ns(r.waited), r, b))
+        return out
+
+    def summary(self):
+        """The report as a dict (``report.json``)."""
+        c = self.core
+        te = c.clocks["tensor"]
+        counts = self.program.counts()
+        return {
+            "kernel": self.program.kernel,
+            "core": self.program.core.name,
+            "total_ns": round(self.total_ns, 3),
+            "tensor_engine_cycles": self.te_cycles,
+            "tensor_engine_ghz": te.ghz,
+            "instructions": {k: v for k, v in counts.items() if v},
+            "busy_fraction": {k: round(v, 4) for k, v in self.busy.items()},
+            "te_utilization": round(self.utilization(), 4),
+            "te_utilization_matmul_window": round(self.utilization(window=True), 4),
+            "te_tflops": round(self.tflops(), 3),
+            "te_peak_tflops": round(self.peak_tflops(), 3),
+            "te_dtype": self.te_dtype,
+            "dma_bytes": self.dma_bytes,
+            "dma_gbps": round(self.dma_bytes / self.total_ns, 3) if self.total_ns else 0.0,
+            "longest_waits": [
+                {
+                    "ns": round(ns, 3),
+                    "instruction": r.ins.label,
+                    "line": r.ins.line,
+                    "waited_on": b.ins.label if b else None,
+                    "waited_on_line": b.ins.line if b else None,
+                }
+                for ns, r, b in self.longest_waits()
+            ],
+        }
+
+
+class _Stream:
+    __slots__ = ("name", "instrs", "pos", "sem", "clock", "free", "last_done", "records", "busy")
+
+    def __init__(self, name, instrs, clock):
+        self.name, self.instrs, self.clock = name, instrs, clock
+        self.pos = 0
+        self.sem = Semaphore(name)
+        self.free = 0  # tick the engine can take its next instruction
+        self.last_done = 0
+        self.records = []
+        self.busy = 0
+
+
+def _runs_words(ref):
+    """Data-path words to move the view ``ref``: per contiguous run of bytes, its words."""
+    isz = ref.element.itemsize
+    pat = ref.pattern
+    run = isz
+    step = 1
+    dims = list(reversed(pat[1:] if ref.on_chip else pat))
+    for s, num in dims:
+        if num == 1:
+            continue
+        if s != step:
+            break
+        run *= num
+        step *= num
+    total = ref.size * isz
+    runs = max(1, total // max(run, 1))
+    return runs * -(-run // DMA_WORD_BYTES)
+
+
+def simulate(program, *, params=None, trace=False):
+    """The timing of ``program``; returns a :class:`Report` (with a :class:`Trace` when
+    ``trace``)."""
+    params = params or Params()
+    core = program.core
+    clocks = {
+        "tensor": Clock("tensor", core.tensor_mhz),
+        "vector": Clock("vector", core.vector_mhz),
+        "scalar": Clock("scalar", core.scalar_mhz),
+        "gpsimd": Clock("gpsimd", core.gpsimd_mhz),
+        "dma": Clock("dma", core.dma_mhz),
+    }
+    ev = EventCore(list(clocks.values()))
+    tr = Trace(ev) if trace else None
+    streams = {}
+    for name, instrs in program.streams.items():
+        clock = clocks["dma"] if name.startswith("dma") else clocks[name]
+        streams[name] = _Stream(name, instrs, clock)
+    seq = Sequencer(core.rows, core.cols, rules=params.te_rules)
+    dma_free = [0] * core.dma_engines  # per DMA engine: tick its data path is free
+    dma_busy = [0] * core.dma_engines
+    stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
+    slices = {}  # (stream, index) -> trace slice
+
+    def te_timing(s, ins, ready):
+        period = s.clock.period
+        earliest = s.clock.cycle_at(ready)
+        words = ins.args["te"]
+        first = None
+        rec = None
+        for w in words:
+            rec = seq.issue(te_isa.decode(int(w)), earliest)
+            if not rec.accepted:
+                raise ValueError(
+                    f"{ins.line}: {ins.call} ({ins.label}): the Tensor Engine refused it: "
+                    f"{rec.message}"
+                )
+            first = rec.issue if first is None else first
+        mm = rec.instruction
+        if mm.op == te_isa.Op.MM and not mm.transpose:
+            stats["macs"] += mm.k * mm.m * mm.pe_mode.products * mm.n
+            peak = mm.pe_mode.macs_per_cycle(core.rows, core.cols)
+            if peak > stats["peak"]:
+                stats["peak"], stats["dtype"] = peak, mm.pe_mode.name
+            lo, hi = stats["te_window"] or (first * period, rec.busy_until * period)
+            stats["te_window"] = (min(lo, first * period), max(hi, rec.busy_until * period))
+        start, end = first * period, rec.busy_until * period
+        done = (rec.outputs[-1] + 1) * period if rec.outputs else end
+        return start, end, done
+
+    def dma_timing(s, ins, ready):
+        (dst,), src = ins.dsts, ins.srcs[0]
+        period = s.clock.period
+        nbytes = dst.size * dst.element.itemsize
+        stats["dma_bytes"] += nbytes
+        parts = max(
+            1, min(core.dma_engines, dst.view_shape[0] if dst.on_chip else src.view_shape[0])
+        )
+        words = max(_runs_words(dst), _runs_words(src))
+        per_part = -(-words // parts)
+        cycles = bandwidth_cycles(per_part, params.dma)
+        if ins.op == "dma_transpose" and src.on_chip and dst.on_chip:
+            cycles *= 2
+        q = int(s.name[3:])
+        start = ready
+        end = done = ready
+        for j in range(parts):
+            e = (q + j) % core.dma_engines
+            t0 = max(ready, dma_free[e])
+            t1 = t0 + cycles * period
+            dma_free[e] = t1
+            dma_busy[e] += t1 - t0
+            end = max(end, t1)
+            done = max(done, t1 + params.dma_latency * period)
+            if tr is not None and j == 0:
+                tr.slice(("DMA engines", f"engine {e}"), ins.label, t0, t1, {"line": ins.line})
+        return start, end, done
+
+    def compute_timing(s, ins, ready):
+        period = s.clock.period
+        dst = ins.dsts[0]
+        n = int(np.prod(dst.view_shape[1:])) if len(dst.view_shape) > 1 else 1
+        inputs = sum(1 for r in ins.srcs if r.size > r.view_shape[0])
+        occ = n * max(1, inputs)
+        start = max(ready, s.free)
+        end = start + occ * period
+        return start, end, end + params.fixed_latency * period
+
+    def advance(s):
+        while s.pos < len(s.instrs):
+            ins = s.instrs[s.pos]
+            for w, c in ins.waits:
+                sem = streams[w].sem
+                if sem.count < c:
+                    sem.wait(c, lambda s=s: advance(s), ins.seq)
+                    return
+            ready = 0
+            blocker = None
+            for w, c in ins.waits:
+                t = streams[w].sem.reached_at(c)
+                if t > ready:
+                    ready, blocker = t, (w, c - 1)
+            could = s.free
+            if s.name == "tensor":
+                start, end, done = te_timing(s, ins, max(ready, 0))
+            elif s.name.startswith("dma"):
+                start, end, done = dma_timing(s, ins, max(ready, s.free))
+            else:
+                start, end, done = compute_timing(s, ins, ready)
+            done = max(done, s.last_done)
+            waited = max(0, ready - could) if blocker else 0
+            rec = Record(ins, ready, start, end, done, waited, blocker if waited else None)
+            s.records.append(rec)
+            s.busy += end - start if s.name != "tensor" else 0
+            s.free = end if not s.name.startswith("dma") else start
+            s.last_done = done
+            if tr is not None:
+                args = {
+                    "line": ins.line,
+                    "call": ins.call,
+                    "dst": ", ".join(map(str, ins.dsts)),
+                    "src": ", ".join(map(str, ins.srcs)),
+                    "wait_ns": round(ev.ns(waited), 3),
+                }
+                track = ("NeuronCore", s.name)
+                slices[(s.name, ins.index)] = tr.slice(
+                    track, f"{ins.op} {ins.line}", start, done, args
+                )
+                if waited and rec.blocker in slices:
+                    tr.flow(slices[rec.blocker], slices[(s.name, ins.index)])
+            ev.at(done, s.sem.signal, done)
+            s.pos += 1
+
+    for s in streams.values():
+        ev.at(0, advance, s)
+    ev.run()
+    stuck = [s for s in streams.values() if s.pos < len(s.instrs)]
+    if stuck:
+        from ncrtl.model.kernel.golden import KernelError, deadlock
+
+        raise KernelError(deadlock(program, {n: s.sem.count for n, s in streams.items()}))
+    total = max((s.last_done for s in streams.values()), default=0)
+    te_clock = clocks["tensor"]
+    te_cycles = -(-total // te_clock.period)
+    busy = {}
+    if total:
+        te_recs = streams["tensor"].records
+        if te_recs:
+            busy["tensor"] = _union([(r.start, r.end) for r in te_recs]) / total
+        for n, s in streams.items():
+            if s.records and n != "tensor":
+                busy[n] = (
+                    _union([(r.start, r.done) for r in s.records]) / total
+                    if n.startswith("dma")
+                    else s.busy / total
+                )
+        if stats["dma_bytes"]:
+            busy["dma_engines"] = sum(dma_busy) / (total * core.dma_engines)
+    records = {n: s.records for n, s in streams.items()}
+    return Report(
+        program,
+        ev,
+        records,
+        total,
+        te_cycles,
+        busy,
+        stats["macs"],
+        stats["peak"],
+        stats["dma_bytes"],
+        tr,
+        stats["te_window"],
+        stats["dtype"],
+        ev.events,
+    )
+
+
+def _union(intervals):
+    """Total length of the union of ``(start, end)`` intervals."""
+    total, cur_s, cur_e = 0, None, None
+    for a, b in sorted(intervals):
+        if cur_e is None or a > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def plot(report, path):
+    """A PNG of the engines' occupancy over time (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, rs in report.records.items() if rs]
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.4 * len(names)))
+    us = 1 / report.core.tick_mhz
+    for y, n in enumerate(names):
+        spans = [(r.start * us, max(r.end - r.start, 1) * us) for r in report.records[n]]
+        ax.broken_barh(spans, (y - 0.4, 0.8))
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("time (us)")
+    ax.set_title(f"{report.program.kernel}: engine occupancy ({report.total_ns / 1000:.2f} us)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

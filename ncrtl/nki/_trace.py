@@ -1,0 +1,330 @@
+"""The tracing context of ``ncrtl.nki``: the kernel being traced, its tensors, its errors.
+
+A kernel runs its Python once per trace; every NKI call lands here: a tensor creation becomes a
+:class:`ncrtl.model.kernel.build.Decl`, an instruction an entry of the
+:class:`~ncrtl.model.kernel.build.Builder`, with the kernel's ``file:line`` of the call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import numpy as np
+
+from ncrtl.model.kernel.build import Operand
+from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.stream import Ref
+
+__all__ = ["NkiError", "NotModelled", "NkiTensor", "current", "caller_line", "Trace"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_state = threading.local()
+
+
+class NkiError(ValueError):
+    """A kernel broke a rule of the NKI API or of the hardware: the message starts with the
+    kernel's ``file:line`` and names the call, the operand and the rule."""
+
+
+class NotModelled(NkiError):
+    """A call of the NKI API that ncrtl does not model."""
+
+
+def caller_line():
+    """``file:line`` of the innermost frame outside ``ncrtl.nki`` (the kernel's call)."""
+    f = sys._getframe(1)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _HERE:
+        f = f.f_back
+    if f is None:
+        return "<unknown>"
+    return f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+def fail(call, message, cls=NkiError):
+    """Raise ``cls`` with the kernel's line, the call and the message."""
+    raise cls(f"{caller_line()}: {call}: {message}")
+
+
+def not_modelled(name):
+    raise NotModelled(
+        f"{caller_line()}: {name} is not modelled by ncrtl (docs/kernels.md lists the supported "
+        f"calls)"
+    )
+
+
+class Trace:
+    """One trace of a kernel: its builder, its core, its logical-core id."""
+
+    def __init__(self, builder, core, program_id=0, num_programs=1):
+        self.builder = builder
+        self.core = core
+        self.program_id = program_id
+        self.num_programs = num_programs
+        self.matmul_written = {}  # PSUM decl -> set of boxes a matmul wrote (accumulate=None)
+        self.identities = {}  # (partitions, dtype) -> identity tensor for PE transposes
+
+
+def current(call="this call"):
+    t = getattr(_state, "trace", None)
+    if t is None:
+        fail(call, "NKI calls run inside a kernel (call the @nki.jit kernel, or nki.simulate)")
+    return t
+
+
+class active:
+    """``with active(trace):`` -- the trace NKI calls go to."""
+
+    def __init__(self, trace):
+        self.trace = trace
+
+    def __enter__(self):
+        self.prev = getattr(_state, "trace", None)
+        _state.trace = self.trace
+        return self.trace
+
+    def __exit__(self, *exc):
+        _state.trace = self.prev
+
+
+class _DS:
+    """``nl.ds(start, size)``: a slice of ``size`` elements from ``start``."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size):
+        self.start, self.size = start, size
+
+
+def _int(v, what, call):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        fail(call, f"{what} must be an integer known when the kernel is traced, not {v!r}")
+    return int(v)
+
+
+class NkiTensor:
+    """A tensor or a view of one: ``offset + sum(strides[k] * i_k)`` of its storage (elements of
+    ``dtype``), as NKI's tensors address theirs."""
+
+    def __init__(self, decl, shape, strides, offset, dtype):
+        self._decl = decl
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.offset = int(offset)
+        self.dtype = dtype_of(dtype).name
+
+    # -- attributes as NKI names them ------------------------------------------------------
+
+    @property
+    def buffer(self):
+        return self._decl.space if self._decl.space != "hbm" else "shared_hbm"
+
+    @property
+    def name(self):
+        return self._decl.name
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def itemsize(self):
+        return dtype_of(self.dtype).itemsize
+
+    @property
+    def on_chip(self):
+        return self._decl.space != "hbm"
+
+    def __repr__(self):
+        return f"NkiTensor({self.name}, {list(self.shape)}, {self.dtype}, {self.buffer})"
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        not_modelled(f"NkiTensor.{name}")
+
+    def __setitem__(self, key, value):
+        not_modelled("NkiTensor.__setitem__ (write through nki.isa instructions)")
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __iter__(self):
+        fail("iteration over a tensor", "a tensor is not iterable; index it or slice it")
+
+    # -- views -----------------------------------------------------------------------------
+
+    def _view(self, shape, strides, offset, dtype=None):
+        return NkiTensor(self._decl, shape, strides, offset, dtype or self.dtype)
+
+    def __getitem__(self, key):
+        call = f"{self.name}[...]"
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = key.index(Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+        if len(key) > self.ndim:
+            fail(
+                call,
+                f"{len(key)} indices for a tensor of {self.ndim} dimensions {list(self.shape)}",
+            )
+        key = key + (slice(None),) * (self.ndim - len(key))
+        shape, strides, offset = [], [], self.offset
+        for d, (k, n, s) in enumerate(zip(key, self.shape, self.strides)):
+            if isinstance(k, _DS):
+                start, size = _int(k.start, "nl.ds start", call), _int(k.size, "nl.ds size", call)
+                if start < 0 or size < 1 or start + size > n:
+                    fail(call, f"nl.ds({start}, {size}) leaves dimension {d} of size {n}")
+                offset += start * s
+                shape.append(size)
+                strides.append(s)
+            elif isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step < 1:
+                    fail(call, f"slice step {step} on dimension {d}: only positive steps")
+                size = max(0, -(-(stop - start) // step))
+                if size < 1:
+                    fail(call, f"slice {k} of dimension {d} (size {n}) is empty")
+                offset += start * s
+                shape.append(size)
+                strides.append(s * step)
+            else:
+                i = _int(k, f"index of dimension {d}", call)
+                if i < 0:
+                    i += n
+                if not 0 <= i < n:
+                    fail(call, f"index {k} is outside dimension {d} of size {n}")
+                offset += i * s
+                if d == 0 and self.on_chip:
+                    shape.append(1)  # the partition dimension stays
+                    strides.append(s)
+        if self.on_chip and len(shape) == 1:
+            shape.append(1)
+            strides.append(1)
+        if not shape:
+            shape, strides = [1], [1]
+        return self._view(shape, strides, offset)
+
+    def ap(
+        self,
+        pattern,
+        offset=None,
+        scalar_offset=None,
+        vector_offset=None,
+        indirect_dim=0,
+        dtype=None,
+    ):
+        """``tensor.ap(pattern, offset=, dtype=)``: the elements ``offset + sum(i_k * step_k)``
+        of the storage (elements of ``dtype``); ``offset`` None keeps the view's."""
+        call = f"{self.name}.ap"
+        if scalar_offset is not None or vector_offset is not None:
+            not_modelled("tensor.ap with a dynamic scalar_offset / vector_offset")
+        try:
+            pat = [(int(s), int(n)) for s, n in pattern]
+        except (TypeError, ValueError):
+            fail(call, f"pattern must be [[step, num], ...], not {pattern!r}")
+        if not pat:
+            fail(call, "pattern is empty")
+        dt = self.dtype if dtype is None else dtype_of(dtype).name
+        off = self.offset if offset is None else _int(offset, "offset", call)
+        if dt != self.dtype:
+            ratio_from, ratio_to = dtype_of(self.dtype).itemsize, dtype_of(dt).itemsize
+            if offset is None:
+                off = off * ratio_from // ratio_to
+        view = NkiTensor(self._decl, [n for _, n in pat], [s for s, _ in pat], off, dt)
+        view._operand(call, "pattern")  # the access rules now, at the call
+        return view
+
+    def view(self, dtype):
+        """The same bytes read as ``dtype`` (the last dimension scales)."""
+        d = dtype_of(dtype)
+        isz = dtype_of(self.dtype).itemsize
+        if not self._contiguous():
+            fail(f"{self.name}.view", "only a contiguous view can be reinterpreted")
+        last = self.shape[-1] * isz
+        if last % d.itemsize:
+            fail(f"{self.name}.view", f"the last dimension holds {last} bytes, not whole {d.name}")
+        shape = self.shape[:-1] + (last // d.itemsize,)
+        strides = _contiguous_strides(shape)
+        if self.on_chip:
+            row = self._row_elements() * isz // d.itemsize
+            strides = (row,) + strides[1:]
+        return NkiTensor(self._decl, shape, strides, self.offset * isz // d.itemsize, d.name)
+
+    def reshape(self, shape):
+        call = f"{self.name}.reshape"
+        shape = tuple(
+            _int(s, "shape", call)
+            for s in (shape if isinstance(shape, (tuple, list)) else (shape,))
+        )
+        if int(np.prod(shape)) != self.size:
+            fail(call, f"{list(shape)} has {int(np.prod(shape))} elements, the tensor {self.size}")
+        if self.on_chip:
+            if shape[0] != self.shape[0]:
+                fail(call, f"the partition dimension {self.shape[0]} must stay first")
+            if not _contiguous(self.shape[1:], self.strides[1:]):
+                fail(call, "the free dimensions must be contiguous to reshape")
+            strides = (self.strides[0],) + _contiguous_strides(shape[1:])
+        else:
+            if not self._contiguous():
+                fail(call, "only a contiguous tensor can be reshaped")
+            strides = _contiguous_strides(shape)
+        return self._view(shape, strides, self.offset)
+
+    def _contiguous(self):
+        return _contiguous(self.shape, self.strides)
+
+    def _row_elements(self):
+        shape = self._decl.shape
+        return (
+            int(np.prod(shape[1:]))
+            * dtype_of(self._decl.dtype).itemsize
+            // dtype_of(self.dtype).itemsize
+        )
+
+    # -- to the model ----------------------------------------------------------------------
+
+    def _operand(self, call, what):
+        """The :class:`Operand` of this view; the access rules checked (the view must address
+        its tensor, an on-chip view stays in its partitions)."""
+        op = Operand(self._decl, tuple(zip(self.strides, self.shape)), self.offset, self.dtype)
+        try:
+            self._ref(op).indices()
+        except ValueError as e:
+            fail(call, f"{what} {self.name}: {e}")
+        return op
+
+    @staticmethod
+    def _ref(op, base=0):
+        d = op.decl
+        return Ref(d.space, d.name, base, d.shape, d.dtype, op.pattern, op.offset, op.view_dtype)
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _contiguous(shape, strides):
+    step = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n > 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def tensor(decl):
+    """The whole-tensor view of ``decl``."""
+    shape = decl.shape
+    return NkiTensor(decl, shape, _contiguous_strides(shape), 0, decl.dtype)

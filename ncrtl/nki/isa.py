@@ -1,0 +1,547 @@
+"""``nki.isa`` as ncrtl models it: each call checks its operands against the ISA's rules when
+the kernel is traced and appends one instruction to its engine's stream.
+
+The rules of the Tensor Engine (modes, shapes, tiles, MX layouts) are its golden's
+(:func:`ncrtl.model.tensor_engine.matmul.instructions`): checked here on the operands' shapes
+and dtypes, and the LoadStationary / MultiplyMoving words the Tensor Engine takes go into the
+stream.  Every error starts with the kernel's ``file:line``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.golden import ACTIVATIONS, ALU_OPS
+from ncrtl.model.tensor_engine import isa as te_isa
+from ncrtl.model.tensor_engine.matmul import instructions, mx_instructions
+
+from . import _trace
+from ._trace import NkiTensor, caller_line, current, fail, not_modelled
+
+
+class engine(enum.IntEnum):
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    vector = 5
+    sync = 6
+
+
+tensor_engine, scalar_engine, gpsimd_engine, vector_engine, unknown_engine = (
+    engine.tensor,
+    engine.scalar,
+    engine.gpsimd,
+    engine.vector,
+    engine.unknown,
+)
+
+
+class matmul_perf_mode(str, enum.Enum):
+    none = "none"
+    double_row = "double_row"
+
+
+class dge_mode(enum.IntEnum):
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(enum.IntEnum):
+    error = 0
+    skip = 1
+
+
+class reduce_cmd(enum.IntEnum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dma_engine(enum.IntEnum):
+    dma = 1
+    gpsimd_dma = 2
+
+
+class nc_version(enum.IntEnum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+def get_nc_version():
+    return nc_version(int(current("nisa.get_nc_version").core.name[1]))
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _tensor(call, what, t, spaces):
+    """The operand of argument ``what``: an NkiTensor in one of ``spaces``."""
+    if not isinstance(t, NkiTensor):
+        fail(call, f"{what} must be a tensor (nl.ndarray or a view of one), not {t!r}")
+    if t._decl.space not in spaces:
+        where = " or ".join(s.upper() if s != "hbm" else "device memory (HBM)" for s in spaces)
+        fail(call, f"{what} {t.name} is in {t.buffer}; it must be in {where}")
+    return t._operand(call, what)
+
+
+def _emit(engine_name, op, dsts, srcs, args, call):
+    tr = current(call)
+    return tr.builder.emit(engine_name, op, dsts, srcs, args, line=caller_line(), call=call)
+
+
+def _engine(call, value, allowed, default):
+    if value in (None, engine.unknown):
+        return default
+    names = {
+        engine.vector: "vector",
+        engine.scalar: "scalar",
+        engine.gpsimd: "gpsimd",
+        engine.tensor: "tensor",
+    }
+    name = names.get(value)
+    if name not in allowed:
+        fail(call, f"engine={value!r}: this instruction runs on {', '.join(allowed)}")
+    return name
+
+
+def _free(t):
+    return int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
+
+
+def _op_name(call, what, op, table):
+    name = getattr(op, "name", op)
+    if not isinstance(name, str) or name not in table:
+        fail(call, f"{what}={op!r} is not modelled; modelled: {', '.join(sorted(table))}")
+    return name
+
+
+def _zeros(dtype, shape):
+    d = dtype_of(dtype)
+    return np.broadcast_to(np.zeros((), d.storage), shape)
+
+
+def _no_psum_pair(call, *ts):
+    if sum(1 for t in ts if isinstance(t, NkiTensor) and t._decl.space == "psum") > 1:
+        fail(call, "at most one input may be in PSUM")
+
+
+def _same_layout(call, dst, *srcs):
+    for what, s in srcs:
+        if s.shape[0] != dst.shape[0] or _free(s) != _free(dst):
+            fail(
+                call,
+                f"{what} {list(s.shape)} and dst {list(dst.shape)} must have the same partitions "
+                f"and elements per partition",
+            )
+
+
+# -- Tensor Engine ------------------------------------------------------------------------------
+
+
+def _accumulate(tr, dst_op, accumulate):
+    """``accumulate=None``: overwrite on a location's first matmul write, accumulate after."""
+    box = NkiTensor._ref(dst_op).extent()
+    seen = tr.matmul_written.setdefault(dst_op.decl, set())
+    first = box not in seen
+    seen.add(box)
+    if accumulate is None:
+        return not first
+    return bool(accumulate)
+
+
+def _psum_dst(call, tr, dst, m, n, dtypes):
+    d = _tensor(call, "dst", dst, ("psum",))
+    if dst.dtype not in dtypes:
+        fail(
+            call,
+            f"dst dtype {dst.dtype}: on NeuronCore-{tr.core.name} a matmul writes {' or '.join(dtypes)} PSUM",
+        )
+    if dst.shape[0] != m or _free(dst) != n:
+        fail(call, f"dst {list(dst.shape)} must be [M={m}, N={n}] (stationary.T @ moving)")
+    return d
+
+
+def nc_matmul(
+    dst,
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=matmul_perf_mode.none,
+    name=None,
+):
+    """``dst = stationary.T @ moving`` on the Tensor Engine (PSUM ``dst``, SBUF operands)."""
+    call = "nisa.nc_matmul"
+    tr = current(call)
+    s = _tensor(call, "stationary", stationary, ("sbuf",))
+    x = _tensor(call, "moving", moving, ("sbuf",))
+    pm = getattr(perf_mode, "value", perf_mode)
+    pm = None if pm in (None, "none") else pm
+    if pm is not None and tr.core.name == "v2":
+        fail(call, "perf_mode double_row needs NeuronCore-v3 or later")
+    pos = tuple(tile_position) if tile_position else None
+    size = tuple(tile_size) if tile_size else None
+    fs = "tf32" if stationary.dtype == "tfloat32" else None
+    fm = "tf32" if moving.dtype == "tfloat32" else None
+    try:
+        ls, mm = instructions(
+            _zeros(stationary.dtype, stationary.shape),
+            _zeros(moving.dtype, moving.shape),
+            perf_mode=pm,
+            is_transpose=bool(is_transpose),
+            tile_position=pos,
+            tile_size=size,
+            rows=tr.core.rows,
+            cols=tr.core.cols,
+            stationary_format=fs,
+            moving_format=fm,
+        )
+    except ValueError as e:
+        fail(
+            call,
+            f"stationary {list(stationary.shape)} {stationary.dtype}, moving {list(moving.shape)} {moving.dtype}: {e}",
+        )
+    if is_transpose:
+        if dst.dtype != stationary.dtype:
+            fail(
+                call,
+                f"a transpose writes the stationary's dtype {stationary.dtype}, dst is {dst.dtype}",
+            )
+        dtypes = (stationary.dtype,)
+    else:
+        dtypes = ("float32", "bfloat16") if tr.core.name == "v4" else ("float32",)
+    d = _psum_dst(call, tr, dst, mm.m, mm.n, dtypes)
+    if pos is not None and dst.offset // max(1, dst._row_elements()) != pos[1]:
+        fail(
+            call,
+            f"dst must start at partition {pos[1]} (the tile's first column), not {dst.offset // dst._row_elements()}",
+        )
+    acc = _accumulate(tr, d, accumulate) if not is_transpose else False
+    args = {
+        "te": [te_isa.encode(ls), te_isa.encode(mm)],
+        "perf_mode": pm,
+        "is_transpose": bool(is_transpose),
+        "tile_position": pos,
+        "tile_size": size,
+        "accumulate": acc,
+    }
+    _emit("tensor", "matmul", [d], [s, x], args, call)
+
+
+def nc_matmul_mx(
+    dst,
+    stationary,
+    moving,
+    stationary_scale,
+    moving_scale,
+    tile_position=None,
+    tile_size=None,
+    accumulate=None,
+    name=None,
+):
+    """The MX matmul (NeuronCore-v4): ``_x4`` operands with their E8M0 scales."""
+    call = "nisa.nc_matmul_mx"
+    tr = current(call)
+    if tr.core.name != "v4":
+        fail(call, f"MX matmuls need NeuronCore-v4, the kernel targets {tr.core.name}")
+    s = _tensor(call, "stationary", stationary, ("sbuf",))
+    x = _tensor(call, "moving", moving, ("sbuf",))
+    ss = _tensor(call, "stationary_scale", stationary_scale, ("sbuf",))
+    xs = _tensor(call, "moving_scale", moving_scale, ("sbuf",))
+    for what, t in (("stationary", stationary), ("moving", moving)):
+        if dtype_of(t.dtype).packed != 4:
+            fail(
+                call,
+                f"{what} dtype {t.dtype} must be float8_e4m3fn_x4, float8_e5m2_x4 or float4_e2m1fn_x4",
+            )
+    for what, t in (("stationary_scale", stationary_scale), ("moving_scale", moving_scale)):
+        if dtype_of(t.dtype).itemsize != 1 or dtype_of(t.dtype).fmt is not None:
+            fail(call, f"{what} dtype {t.dtype} must be uint8 / float8_e8m0fnu (E8M0 scales)")
+    pos = tuple(tile_position) if tile_position else None
+    size = tuple(tile_size) if tile_size else None
+    fmt = {4: None}
+    del fmt
+    from ncrtl.model.fp import get_format
+
+    def unpacked(t):
+        f = get_format(dtype_of(t.dtype).fmt)
+        return np.broadcast_to(np.zeros((), f.dtype), (t.shape[0], _free(t), 4))
+
+    psum_dtype = "bf16" if dst.dtype == "bfloat16" else "fp32"
+    try:
+        ls, mm = mx_instructions(
+            unpacked(stationary),
+            unpacked(moving),
+            tile_position=pos,
+            tile_size=size,
+            rows=tr.core.rows,
+            cols=tr.core.cols,
+            psum_dtype=psum_dtype,
+        )
+    except ValueError as e:
+        fail(call, f"stationary {list(stationary.shape)}, moving {list(moving.shape)}: {e}")
+    for what, t, free in (
+        ("stationary_scale", stationary_scale, mm.m),
+        ("moving_scale", moving_scale, mm.n),
+    ):
+        if _free(t) != free:
+            fail(call, f"{what} {list(t.shape)} must hold {free} scales per partition")
+    d = _psum_dst(call, tr, dst, mm.m, mm.n, ("float32", "bfloat16"))
+    acc = _accumulate(tr, d, accumulate)
+    args = {
+        "te": [te_isa.encode(ls), te_isa.encode(mm)],
+        "tile_position": pos,
+        "tile_size": size,
+        "accumulate": acc,
+    }
+    _emit("tensor", "matmul_mx", [d], [s, x, ss, xs], args, call)
+
+
+def nc_transpose(dst, data, engine=engine.unknown, name=None):
+    """Transpose ``data [P, F]`` into ``dst [F, P]``: on the Tensor Engine (a matmul against an
+    identity, into PSUM) or, for tiles up to 32 x 32, on the Vector Engine."""
+    call = "nisa.nc_transpose"
+    tr = current(call)
+    p, f = data.shape[0], _free(data)
+    small = p <= 32 and f <= 32
+    default = "vector" if small and dst._decl.space == "sbuf" else "tensor"
+    which = _engine(call, engine, ("tensor", "vector"), default)
+    if dst.dtype != data.dtype:
+        fail(call, f"dst dtype {dst.dtype} must be data's {data.dtype}")
+    if dst.shape[0] != f or _free(dst) != p:
+        fail(call, f"dst {list(dst.shape)} must be [{f}, {p}] for data {list(data.shape)}")
+    if which == "vector":
+        if not small:
+            fail(call, f"the Vector Engine transposes at most 32 x 32, data is {list(data.shape)}")
+        src = _tensor(call, "data", data, ("sbuf", "psum"))
+        d = _tensor(call, "dst", dst, ("sbuf", "psum"))
+        _emit("vector", "transpose", [d], [src], {}, call)
+        return
+    key = (p, data.dtype)
+    ident = tr.identities.get(key)
+    if ident is None:
+        from . import language as nl
+
+        ident = nl.ndarray((p, p), data.dtype, buffer=nl.sbuf, name=f"identity_{p}_{data.dtype}")
+        _emit("gpsimd", "identity", [_tensor(call, "identity", ident, ("sbuf",))], [], {}, call)
+        tr.identities[key] = ident
+    flat = data if len(data.shape) == 2 else data.reshape((p, f))
+    nc_matmul(dst, flat, ident, is_transpose=True)
+
+
+# -- Vector / Scalar / GpSimd -------------------------------------------------------------------
+
+
+def tensor_copy(dst, src, engine=engine.unknown, name=None):
+    """Copy an on-chip tensor into another, converting to ``dst``'s dtype (PSUM -> SBUF
+    eviction)."""
+    call = "nisa.tensor_copy"
+    which = _engine(call, engine, ("vector", "scalar", "gpsimd"), "vector")
+    s = _tensor(call, "src", src, ("sbuf", "psum"))
+    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
+    if which == "gpsimd" and "psum" in (src._decl.space, dst._decl.space):
+        fail(call, "the GpSimd engine cannot access PSUM")
+    _same_layout(call, dst, ("src", src))
+    _emit(which, "tensor_copy", [d], [s], {}, call)
+
+
+def memset(dst, value, engine=engine.unknown, name=None):
+    """Fill ``dst`` with a constant."""
+    call = "nisa.memset"
+    default = "gpsimd" if dst._decl.space == "sbuf" else "vector"
+    which = _engine(call, engine, ("vector", "gpsimd"), default)
+    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
+    if which == "gpsimd" and dst._decl.space == "psum":
+        fail(call, "the GpSimd engine cannot access PSUM")
+    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+        fail(call, f"value must be a number known when the kernel is traced, not {value!r}")
+    if dtype_of(dst.dtype).packed != 1 and value != 0:
+        fail(call, f"a packed {dst.dtype} tensor can only be set to 0")
+    _emit(which, "memset", [d], [], {"value": float(value)}, call)
+
+
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
+    """``dst = op(data1, data2)`` elementwise (float32 arithmetic)."""
+    call = "nisa.tensor_tensor"
+    which = _engine(call, engine, ("vector", "gpsimd"), "vector")
+    opname = _op_name(call, "op", op, ALU_OPS)
+    a = _tensor(call, "data1", data1, ("sbuf", "psum"))
+    b = _tensor(call, "data2", data2, ("sbuf", "psum"))
+    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
+    _no_psum_pair(call, data1, data2)
+    _same_layout(call, dst, ("data1", data1), ("data2", data2))
+    _emit(which, "tensor_tensor", [d], [a, b], {"op": opname}, call)
+
+
+def _scalar_operand(call, what, value, srcs):
+    if value is None:
+        return None
+    if isinstance(value, NkiTensor):
+        if _free(value) != 1:
+            fail(call, f"{what} {list(value.shape)} must be a number or a [P, 1] tensor")
+        srcs.append(_tensor(call, what, value, ("sbuf", "psum")))
+        return {"tensor": len(srcs) - 1}
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    fail(call, f"{what} must be a number or a [P, 1] tensor, not {value!r}")
+
+
+def tensor_scalar(
+    dst,
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    engine=engine.unknown,
+    name=None,
+):
+    """``dst = (data op0 operand0) op1 operand1``, operands numbers or ``[P, 1]`` tensors."""
+    call = "nisa.tensor_scalar"
+    which = _engine(call, engine, ("vector", "scalar", "gpsimd"), "vector")
+    table = {**ALU_OPS, **ACTIVATIONS}
+    n0 = _op_name(call, "op0", op0, table)
+    n1 = None if op1 is None else _op_name(call, "op1", op1, table)
+    srcs = [_tensor(call, "data", data, ("sbuf", "psum"))]
+    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
+    _same_layout(call, dst, ("data", data))
+    args = {
+        "op0": n0,
+        "operand0": _scalar_operand(call, "operand0", operand0, srcs),
+        "reverse0": bool(reverse0),
+        "op1": n1,
+        "operand1": _scalar_operand(call, "operand1", operand1, srcs),
+        "reverse1": bool(reverse1),
+    }
+    _emit(which, "tensor_scalar", [d], srcs, args, call)
+
+
+def activation(
+    dst,
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    name=None,
+):
+    """``dst = op(data * scale + bias)`` on the Scalar Engine (float32)."""
+    call = "nisa.activation"
+    if reduce_op is not None or reduce_res is not None:
+        not_modelled("nisa.activation with reduce_op / reduce_res")
+    opname = _op_name(call, "op", op, ACTIVATIONS)
+    srcs = [_tensor(call, "data", data, ("sbuf", "psum"))]
+    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
+    _same_layout(call, dst, ("data", data))
+    args = {
+        "op": opname,
+        "scale": _scalar_operand(call, "scale", scale, srcs),
+        "bias": _scalar_operand(call, "bias", bias, srcs),
+    }
+    _emit("scalar", "activation", [d], srcs, args, call)
+
+
+def quantize_mx(dst, src, dst_scale, name=None):
+    """QuantizeMX (NeuronCore-v4, Vector Engine): BF16/FP16 ``src [P, F]`` to ``_x4`` data
+    ``[P, F/4]`` and E8M0 scales."""
+    call = "nisa.quantize_mx"
+    tr = current(call)
+    if tr.core.name != "v4":
+        fail(call, f"QuantizeMX needs NeuronCore-v4, the kernel targets {tr.core.name}")
+    s = _tensor(call, "src", src, ("sbuf",))
+    d = _tensor(call, "dst", dst, ("sbuf",))
+    sc = _tensor(call, "dst_scale", dst_scale, ("sbuf",))
+    if dtype_of(dst.dtype).packed != 4 or dtype_of(dst.dtype).itemsize != 4:
+        fail(call, f"dst dtype {dst.dtype} must be float8_e4m3fn_x4 or float8_e5m2_x4")
+    if src.dtype not in ("bfloat16", "float16"):
+        fail(call, f"src dtype {src.dtype} must be bfloat16 or float16")
+    p, f = src.shape[0], _free(src)
+    if p % 32 or f % 4:
+        fail(call, f"src {list(src.shape)}: P must be a multiple of 32 and F of 4")
+    if dst.shape[0] != p or _free(dst) != f // 4:
+        fail(call, f"dst {list(dst.shape)} must be [{p}, {f // 4}]")
+    if dst_scale.shape[0] != p or _free(dst_scale) != f // 4:
+        fail(
+            call,
+            f"dst_scale {list(dst_scale.shape)} must be [{p}, {f // 4}] (scales in their quadrants)",
+        )
+    _emit("vector", "quantize_mx", [d, sc], [s], {}, call)
+
+
+# -- DMA ------------------------------------------------------------------------------------------
+
+
+def dma_copy(
+    dst,
+    src,
+    priority=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    engine=engine.unknown,
+    name=None,
+):
+    """Copy ``src`` to ``dst`` with the DMA engines (device memory and SBUF, either way)."""
+    call = "nisa.dma_copy"
+    s = _tensor(call, "src", src, ("sbuf", "hbm"))
+    d = _tensor(call, "dst", dst, ("sbuf", "hbm"))
+    if src.size != dst.size:
+        fail(
+            call, f"src {list(src.shape)} has {src.size} elements, dst {list(dst.shape)} {dst.size}"
+        )
+    if dtype_of(src.dtype).packed != dtype_of(dst.dtype).packed:
+        fail(call, f"src {src.dtype} and dst {dst.dtype}: packed types are copied as they are")
+    _emit("dma", "dma_copy", [d], [s], {}, call)
+
+
+def dma_transpose(
+    dst,
+    src,
+    axes=None,
+    priority=None,
+    dge_mode=dge_mode.unknown,
+    oob_mode=oob_mode.error,
+    name=None,
+):
+    """Transpose a 2-D ``src`` (device memory or SBUF) into SBUF with the DMA engines."""
+    call = "nisa.dma_transpose"
+    if axes not in (None, (1, 0), [1, 0]):
+        not_modelled(f"nisa.dma_transpose(axes={axes}) (2-D transposes only)")
+    s = _tensor(call, "src", src, ("sbuf", "hbm"))
+    d = _tensor(call, "dst", dst, ("sbuf",))
+    if src.dtype != dst.dtype or dtype_of(src.dtype).itemsize not in (2, 4):
+        fail(call, f"src {src.dtype} and dst {dst.dtype} must be one 2- or 4-byte dtype")
+    if len(src.shape) != 2 or tuple(dst.shape) != tuple(src.shape[::-1]):
+        fail(call, f"dst {list(dst.shape)} must be src {list(src.shape)} transposed (2-D)")
+    _emit("dma", "dma_transpose", [d], [s], {}, call)
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def unmodelled(*args, **kwargs):
+        not_modelled(f"nki.isa.{name}")
+
+    unmodelled.__name__ = name
+    return unmodelled
+
+
+_ = _trace

@@ -1,0 +1,187 @@
+"""``nki.jit``, ``nki.simulate`` and ncrtl's own entry points: trace a kernel into streams, run
+them on the goldens and on the timing model."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ncrtl.model.kernel import golden as kgolden
+from ncrtl.model.kernel import timing as ktiming
+from ncrtl.model.kernel.build import Builder, PlacementError
+from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.stream import CORES
+
+from . import _trace
+from ._trace import NkiError, NkiTensor
+
+__all__ = ["jit", "simulate", "Kernel", "trace", "run", "Result", "core_of"]
+
+#: NKI platform targets and the core versions they name.
+TARGETS = {
+    "trn1": "v2",
+    "inf2": "v2",
+    "gen2": "v2",
+    "trn2": "v3",
+    "gen3": "v3",
+    "trn3": "v4",
+    "gen4": "v4",
+    "v2": "v2",
+    "v3": "v3",
+    "v4": "v4",
+}
+
+
+def core_of(target):
+    """The core version (``v2``/``v3``/``v4``) of a platform target or version name."""
+    if target not in TARGETS:
+        raise NkiError(f"platform target {target!r}: one of {', '.join(TARGETS)}")
+    return TARGETS[target]
+
+
+class Kernel:
+    """A kernel decorated with ``@nki.jit``: call it with numpy arrays to run it (golden values),
+    ``kernel[2]`` for the two cores of a logical core."""
+
+    def __init__(self, fn, platform_target=None, lnc=1, **options):
+        self.fn = fn
+        self.platform_target = platform_target
+        self.lnc = lnc
+        self.options = options
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, lnc):
+        if lnc not in (1, 2):
+            raise NkiError(
+                f"{self.fn.__name__}[{lnc!r}]: the launch degree is the logical core's 1 or 2"
+            )
+        return Kernel(self.fn, self.platform_target, lnc, **self.options)
+
+    @property
+    def core(self):
+        target = self.platform_target or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+        return core_of(target) if target else "v3"
+
+    def __call__(self, *args, **kwargs):
+        if self.lnc != 1:
+            raise _trace.NotModelled(
+                f"{self.fn.__name__}[{self.lnc}]: two-core launches are not modelled yet"
+            )
+        result = run(self, args, kwargs, timing=False)
+        outs = result.outputs
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self):
+        return f"<nki kernel {self.fn.__name__}>"
+
+
+def jit(fn=None, *, platform_target=None, mode=None, **options):
+    """``@nki.jit`` / ``@nki.jit(platform_target="trn2")``."""
+    if fn is None:
+        return lambda f: Kernel(f, platform_target, **options)
+    return Kernel(fn, platform_target, **options)
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*arrays)``: run the kernel on the goldens, return its outputs."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    return kernel
+
+
+def trace(kernel, args, kwargs=None, *, core=None):
+    """Trace ``kernel`` on ``args`` (numpy arrays: the device tensors; other values passed as
+    they are) into a :class:`~ncrtl.model.kernel.stream.Program`."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    version = core_of(core) if core else kernel.core
+    c = CORES[version]
+    builder = Builder(c, kernel.fn.__name__)
+    tr = _trace.Trace(builder, c)
+    names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
+    inputs, call_args = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            try:
+                d = dtype_of(a.dtype)
+            except ValueError as e:
+                raise NkiError(f"argument {i} of {kernel.fn.__name__}: {e}") from None
+            name = names[i] if i < len(names) else f"arg{i}"
+            decl = builder.tensor(
+                "hbm", a.shape or (1,), d.name, name=name, kind="input", line="argument"
+            )
+            inputs.append(decl)
+            call_args.append(_trace.tensor(decl))
+        else:
+            call_args.append(a)
+    with _trace.active(tr):
+        ret = kernel.fn(*call_args, **(kwargs or {}))
+    if ret is None:
+        rets = ()
+    elif isinstance(ret, (tuple, list)):
+        rets = tuple(ret)
+    else:
+        rets = (ret,)
+    outputs = []
+    for r in rets:
+        if not isinstance(r, NkiTensor) or r._decl.space != "hbm":
+            raise NkiError(
+                f"{kernel.fn.__name__} returns {r!r}: a kernel returns device (HBM) tensors"
+            )
+        outputs.append(r._decl)
+    for d in outputs:
+        if d.kind == "internal":
+            d.kind = "output"
+    try:
+        return builder.finish(inputs, outputs)
+    except PlacementError as e:
+        raise NkiError(str(e)) from None
+
+
+@dataclass
+class Result:
+    """What :func:`run` gives: the outputs (golden values), the program, its timing report."""
+
+    outputs: list
+    program: object
+    report: object = None
+    state: object = None
+
+
+def run(
+    kernel,
+    args,
+    kwargs=None,
+    *,
+    core=None,
+    timing=True,
+    golden=True,
+    trace_file=False,
+    uninitialized="error",
+    order="program",
+):
+    """Trace ``kernel`` and run its streams on the goldens (``golden``) and the timing model
+    (``timing``; ``trace_file`` keeps the Perfetto trace in the report)."""
+    program = trace(kernel, args, kwargs, core=core)
+    outputs, state = [], None
+    if golden:
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        outputs, state = kgolden.run(program, arrays, uninitialized=uninitialized, order=order)
+        outputs = [_as_numpy(o, program.tensors[n].dtype) for o, n in zip(outputs, program.outputs)]
+        for a, name in zip(arrays, program.inputs):  # inputs the kernel wrote, in place
+            if a.flags.writeable:
+                new = state.tensor(name)
+                if not np.array_equal(
+                    new.view(np.uint8),
+                    np.ascontiguousarray(a).view(np.uint8).reshape(new.view(np.uint8).shape),
+                ):
+                    a[...] = new.reshape(a.shape)
+    report = ktiming.simulate(program, trace=trace_file) if timing else None
+    return Result(outputs, program, report, state)
+
+
+def _as_numpy(arr, dtype):
+    return np.asarray(arr).view(dtype_of(dtype).storage)

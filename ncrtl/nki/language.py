@@ -1,0 +1,217 @@
+"""``nki.language`` as ncrtl models it: buffers, tensor creation, slicing, loops, tile sizes,
+dtypes and the operator tokens (docs/kernels.md lists what is modelled).
+
+A name of the NKI language that ncrtl does not model is still an attribute: calling it raises
+:class:`~ncrtl.nki.NotModelled` naming it (never an AttributeError).
+"""
+
+from __future__ import annotations
+
+from ncrtl.model.kernel.dtypes import DTYPES, dtype_of
+
+from . import _trace
+from ._trace import _DS, NotModelled, caller_line, current, fail, not_modelled
+
+# -- memory buffers ------------------------------------------------------------------------------
+
+sbuf = "sbuf"
+psum = "psum"
+private_hbm = "private_hbm"
+hbm = private_hbm
+shared_hbm = "shared_hbm"
+_BUFFERS = {sbuf: "sbuf", psum: "psum", private_hbm: "hbm", shared_hbm: "hbm"}
+
+
+def is_hbm(buf):
+    return buf in (private_hbm, shared_hbm)
+
+
+def is_on_chip(buf):
+    return buf in (sbuf, psum)
+
+
+def is_psum(buf):
+    return buf == psum
+
+
+def is_sbuf(buf):
+    return buf == sbuf
+
+
+# -- dtypes (their NKI names; a tensor's .dtype is one of these strings) -------------------------
+
+bool_ = "bool_"
+int8, uint8, int16, uint16, int32, uint32 = "int8", "uint8", "int16", "uint16", "int32", "uint32"
+float16, float32, bfloat16, tfloat32 = "float16", "float32", "bfloat16", "tfloat32"
+float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e3m4 = (
+    "float8_e4m3",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e3m4",
+)
+float8_e8m0fnu = "uint8"  # an MX scale: E8M0 bytes
+float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4 = (
+    "float8_e4m3fn_x4",
+    "float8_e5m2_x4",
+    "float4_e2m1fn_x4",
+)
+assert all(n in DTYPES for n in (float8_e4m3fn_x4, float4_e2m1fn_x4, bfloat16))
+
+
+# -- tile sizes ------------------------------------------------------------------------------------
+
+
+class tile_size:
+    """The hardware's tile limits (NeuronCore-v3)."""
+
+    pmax = 128
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_fmax = 512
+    psum_num_banks = 8
+
+
+# -- loops (unrolled when the kernel is traced, as NKI unrolls them) -------------------------------
+
+
+def affine_range(start, stop=None, step=1):
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+sequential_range = affine_range
+static_range = affine_range
+
+
+def ds(start, size):
+    """A slice of ``size`` elements from ``start``: ``t[:, nl.ds(i * 512, 512)]``."""
+    return _DS(start, size)
+
+
+def program_id(axis=0):
+    return current("nl.program_id").program_id
+
+
+def num_programs(axes=0):
+    return current("nl.num_programs").num_programs
+
+
+def program_ndim():
+    return 1 if current("nl.program_ndim").num_programs > 1 else 0
+
+
+# -- tensor creation -------------------------------------------------------------------------------
+
+
+def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
+    """A new tensor (uninitialized) in ``buffer``; placed when the kernel is traced
+    (docs/kernels.md, "Placement")."""
+    call = "nl.ndarray"
+    tr = current(call)
+    if address is not None:
+        not_modelled("nl.ndarray(address=...) (manual placement)")
+    if buffer not in _BUFFERS:
+        fail(call, f"buffer must be nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm, not {buffer!r}")
+    try:
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    except (TypeError, ValueError):
+        fail(call, f"shape must hold integers known when the kernel is traced, not {shape!r}")
+    if not shape or any(s < 1 for s in shape):
+        fail(call, f"shape {list(shape)} must have positive sizes")
+    try:
+        d = dtype_of(dtype)
+    except ValueError as e:
+        fail(call, str(e))
+    space = _BUFFERS[buffer]
+    if space != "hbm":
+        if len(shape) < 2:
+            fail(call, f"an on-chip tensor is [partitions, free...], not {list(shape)}")
+        if shape[0] > tr.core.partitions:
+            fail(
+                call, f"partition dimension {shape[0]} exceeds the {tr.core.partitions} partitions"
+            )
+    kind = "output" if space == "hbm" else "internal"
+    decl = tr.builder.tensor(space, shape, d.name, name=name or None, kind=kind, line=caller_line())
+    return _trace.tensor(decl)
+
+
+def zeros(shape, dtype, buffer=sbuf, name=""):
+    """A new tensor set to zero (a ``memset`` instruction)."""
+    t = ndarray(shape, dtype, buffer=buffer, name=name)
+    from . import isa
+
+    isa.memset(t, 0)
+    return t
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name=""):
+    t = ndarray(shape, dtype, buffer=buffer, name=name)
+    from . import isa
+
+    isa.memset(t, fill_value)
+    return t
+
+
+def ones(shape, dtype, buffer=sbuf, name=""):
+    return full(shape, 1, dtype, buffer=buffer, name=name)
+
+
+# -- operator tokens ---------------------------------------------------------------------------------
+
+
+class _Op:
+    """An NKI operator passed as ``op=`` (``nl.add``); calling it as a function (the high-level
+    ``nl.add(x, y)``) is not modelled."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        not_modelled(f"nl.{self.name}(...) as a function (pass it as op= to an nki.isa call)")
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+
+_OPS = (
+    "add subtract multiply maximum minimum equal not_equal greater greater_equal less less_equal "
+    "abs_max abs_min power copy exp relu tanh sigmoid silu square abs sign sqrt rsqrt reciprocal "
+    "log softplus gelu gelu_apprx_tanh gelu_dx erf mish sin arctan invert bitwise_and bitwise_or "
+    "bitwise_xor left_shift right_shift logical_and logical_or logical_xor bypass"
+).split()
+for _name in _OPS:
+    globals()[_name] = _Op(_name)
+del _name
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def unmodelled(*args, **kwargs):
+        not_modelled(f"nki.language.{name}")
+
+    unmodelled.__name__ = name
+    return unmodelled
+
+
+__all__ = [
+    "NotModelled",
+    "sbuf",
+    "psum",
+    "hbm",
+    "private_hbm",
+    "shared_hbm",
+    "ndarray",
+    "zeros",
+    "full",
+    "ones",
+    "ds",
+    "affine_range",
+    "sequential_range",
+    "static_range",
+    "tile_size",
+    "program_id",
+    "num_programs",
+]
