@@ -178,9 +178,37 @@ class CoreState:
         part, within = np.divmod(idx, row)
         return part[..., None] + 0 * k, ref.base + within[..., None] * isz + k
 
+    def _slab(self, ref):
+        """``(partitions, bytes)`` slices when the view is whole contiguous rows of bytes
+        (one run per partition, or one run of device memory), else None."""
+        pat = ref.pattern
+        inner = pat[1:] if ref.on_chip else pat
+        step = 1
+        for s_, num in reversed(inner):
+            if num > 1 and s_ != step:
+                return None
+            step *= num
+        isz = ref.element.itemsize
+        ref.indices()  # the access rules
+        if not ref.on_chip:
+            b0 = ref.base + ref.offset * isz
+            return None, slice(b0, b0 + ref.size * isz)
+        row = int(np.prod(ref.tensor_shape()[1:]))
+        p0, within = divmod(ref.offset, row)
+        if pat[0][1] > 1 and pat[0][0] != row:
+            return None
+        b0 = ref.base + within * isz
+        return slice(p0, p0 + pat[0][1]), slice(b0, b0 + step * isz)
+
     def read(self, ref, ins=None):
         """The view's elements, shape ``view_shape``, as its storage dtype."""
         mem, written = self._memory(ref.space)
+        slab = self._slab(ref)
+        if slab is not None:
+            sel = slab[1] if slab[0] is None else slab
+            if written[sel].all():
+                data = np.ascontiguousarray(mem[sel])
+                return data.view(ref.element.storage).reshape(ref.view_shape)
         part, byte = self._positions(ref)
         sel = byte if part is None else (part, byte)
         if not written[sel].all():
@@ -201,6 +229,16 @@ class CoreState:
         v = np.ascontiguousarray(np.asarray(values).astype(ref.element.storage, copy=False))
         if v.size != ref.size:
             raise KernelError(f"{v.size} values for a view of {ref.size} elements ({ref})")
+        slab = self._slab(ref)
+        if slab is not None:
+            mem, written = self._memory(ref.space)
+            sel = slab[1] if slab[0] is None else slab
+            shape = mem[sel].shape
+            mem[sel] = v.reshape(-1).view(np.uint8).reshape(shape)
+            written[sel] = True
+            if ref.space == "psum":
+                self._store_psum(mem)
+            return
         part, byte = self._positions(ref)
         isz = ref.element.itemsize
         flat_b = byte.reshape(-1, isz)

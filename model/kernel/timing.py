@@ -185,6 +185,64 @@ class _Stream:
         self.busy = 0
 
 
+class _DmaPool:
+    """The DMA engines as one pool shared by the transfers in flight: each gets an equal share
+    of the engines, at most one engine per part (water-filling), recomputed whenever a transfer
+    starts or ends (the queues' round robin at descriptor granularity, as a fluid)."""
+
+    def __init__(self, ev, engines):
+        self.ev, self.engines = ev, engines
+        self.active = []  # [remaining engine-ticks, cap (engines), callback]
+        self.rates = []
+        self.last = 0
+        self.version = 0
+        self.busy = 0.0  # engine-ticks moved
+
+    def _progress(self):
+        dt = self.ev.now - self.last
+        if dt:
+            for a, r in zip(self.active, self.rates):
+                a[0] -= r * dt
+                self.busy += r * dt
+        self.last = self.ev.now
+
+    def _water_fill(self):
+        n = len(self.active)
+        rates = [0.0] * n
+        left, free = sorted(range(n), key=lambda i: self.active[i][1]), float(self.engines)
+        for k, i in enumerate(left):
+            share = free / (n - k)
+            rates[i] = min(self.active[i][1], share)
+            free -= rates[i]
+        self.rates = rates
+
+    def _reschedule(self):
+        self._water_fill()
+        self.version += 1
+        if self.active:
+            t = min(a[0] / r for a, r in zip(self.active, self.rates))
+            self.ev.at(
+                self.ev.now + max(0, -(-int(t * 1000) // 1000)), self._complete, self.version
+            )
+
+    def submit(self, work, cap, callback):
+        self._progress()
+        self.active.append([float(work), cap, callback])
+        self._reschedule()
+
+    def _complete(self, version):
+        if version != self.version:
+            return
+        self._progress()
+        done = [a for a in self.active if a[0] <= 1e-6]
+        self.active = [a for a in self.active if a[0] > 1e-6]
+        for a in done:
+            self.busy += a[0]  # the rounding of the last step
+        self._reschedule()
+        for a in done:
+            a[2]()
+
+
 def _runs_words(ref):
     """Data-path words to move the view ``ref``: per contiguous run of bytes, its words."""
     isz = ref.element.itemsize
@@ -223,8 +281,7 @@ def simulate(program, *, params=None, trace=False):
         clock = clocks["dma"] if name.startswith("dma") else clocks[name]
         streams[name] = _Stream(name, instrs, clock)
     seq = Sequencer(core.rows, core.cols, rules=params.te_rules)
-    dma_free = [0] * core.dma_engines  # per DMA engine: tick its data path is free
-    dma_busy = [0] * core.dma_engines
+    pool = _DmaPool(ev, core.dma_engines)
     stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
     slices = {}  # (stream, index) -> trace slice
 
@@ -254,33 +311,18 @@ def simulate(program, *, params=None, trace=False):
         done = (rec.outputs[-1] + 1) * period if rec.outputs else end
         return start, end, done
 
-    def dma_timing(s, ins, ready):
+    def dma_work(s, ins):
+        """``(engine-ticks of data movement, engines it can use)`` of a transfer."""
         (dst,), src = ins.dsts, ins.srcs[0]
-        period = s.clock.period
-        nbytes = dst.size * dst.element.itemsize
-        stats["dma_bytes"] += nbytes
+        stats["dma_bytes"] += dst.size * dst.element.itemsize
         parts = max(
             1, min(core.dma_engines, dst.view_shape[0] if dst.on_chip else src.view_shape[0])
         )
         words = max(_runs_words(dst), _runs_words(src))
-        per_part = -(-words // parts)
-        cycles = bandwidth_cycles(per_part, params.dma)
+        cycles = bandwidth_cycles(-(-words // parts), params.dma)
         if ins.op == "dma_transpose" and src.on_chip and dst.on_chip:
             cycles *= 2
-        q = int(s.name[3:])
-        start = ready
-        end = done = ready
-        for j in range(parts):
-            e = (q + j) % core.dma_engines
-            t0 = max(ready, dma_free[e])
-            t1 = t0 + cycles * period
-            dma_free[e] = t1
-            dma_busy[e] += t1 - t0
-            end = max(end, t1)
-            done = max(done, t1 + params.dma_latency * period)
-            if tr is not None and j == 0:
-                tr.slice(("DMA engines", f"engine {e}"), ins.label, t0, t1, {"line": ins.line})
-        return start, end, done
+        return cycles * parts * s.clock.period, parts
 
     def compute_timing(s, ins, ready):
         period = s.clock.period
@@ -307,35 +349,49 @@ def simulate(program, *, params=None, trace=False):
                 if t > ready:
                     ready, blocker = t, (w, c - 1)
             could = s.free
+            waited = max(0, ready - could) if blocker else 0
+            if s.name.startswith("dma"):
+                start = max(ready, s.free, ev.now)
+                work, cap = dma_work(s, ins)
+
+                def moved(s=s, ins=ins, ready=ready, start=start, waited=waited, blocker=blocker):
+                    end = ev.now
+                    done = max(end + params.dma_latency * s.clock.period, s.last_done)
+                    finish(s, ins, ready, start, end, done, waited, blocker)
+                    advance(s)
+
+                if start > ev.now:
+                    ev.at(start, pool.submit, work, cap, moved)
+                else:
+                    pool.submit(work, cap, moved)
+                return
             if s.name == "tensor":
                 start, end, done = te_timing(s, ins, max(ready, 0))
-            elif s.name.startswith("dma"):
-                start, end, done = dma_timing(s, ins, max(ready, s.free))
             else:
                 start, end, done = compute_timing(s, ins, ready)
             done = max(done, s.last_done)
-            waited = max(0, ready - could) if blocker else 0
-            rec = Record(ins, ready, start, end, done, waited, blocker if waited else None)
-            s.records.append(rec)
-            s.busy += end - start if s.name != "tensor" else 0
-            s.free = end if not s.name.startswith("dma") else start
-            s.last_done = done
-            if tr is not None:
-                args = {
-                    "line": ins.line,
-                    "call": ins.call,
-                    "dst": ", ".join(map(str, ins.dsts)),
-                    "src": ", ".join(map(str, ins.srcs)),
-                    "wait_ns": round(ev.ns(waited), 3),
-                }
-                track = ("NeuronCore", s.name)
-                slices[(s.name, ins.index)] = tr.slice(
-                    track, f"{ins.op} {ins.line}", start, done, args
-                )
-                if waited and rec.blocker in slices:
-                    tr.flow(slices[rec.blocker], slices[(s.name, ins.index)])
-            ev.at(done, s.sem.signal, done)
-            s.pos += 1
+            finish(s, ins, ready, start, end, done, waited, blocker)
+
+    def finish(s, ins, ready, start, end, done, waited, blocker):
+        rec = Record(ins, ready, start, end, done, waited, blocker if waited else None)
+        s.records.append(rec)
+        s.busy += end - start if s.name != "tensor" else 0
+        s.free = end
+        s.last_done = done
+        if tr is not None:
+            args = {
+                "line": ins.line,
+                "call": ins.call,
+                "dst": ", ".join(map(str, ins.dsts)),
+                "src": ", ".join(map(str, ins.srcs)),
+                "wait_ns": round(ev.ns(waited), 3),
+            }
+            track = ("NeuronCore", s.name)
+            slices[(s.name, ins.index)] = tr.slice(track, f"{ins.op} {ins.line}", start, done, args)
+            if waited and rec.blocker in slices:
+                tr.flow(slices[rec.blocker], slices[(s.name, ins.index)])
+        ev.at(done, s.sem.signal, done)
+        s.pos += 1
 
     for s in streams.values():
         ev.at(0, advance, s)
@@ -361,7 +417,7 @@ def simulate(program, *, params=None, trace=False):
                     else s.busy / total
                 )
         if stats["dma_bytes"]:
-            busy["dma_engines"] = sum(dma_busy) / (total * core.dma_engines)
+            busy["dma_engines"] = pool.busy / (total * core.dma_engines)
     records = {n: s.records for n, s in streams.items()}
     return Report(
         program,

@@ -405,10 +405,29 @@ class Psum:
                 f"(n beats of one value per partition), not {b.shape}"
             )
         self.issue(w)
-        done = None
-        for row in b:
-            done = self.beat(row)
-        return done
+        # The beats write distinct columns, so they apply together: the same slots, values and
+        # (SR) draws, in beat order, as beat() one at a time.
+        self._pending = 0
+        self._current = None
+        c0, n = int(w.col), int(w.n)
+        sr = w.rounding == Rounding.SR
+        rand = np.stack([self._rng.next_u16() for _ in range(n)]) if sr else None
+        kw = dict(dtype=w.dtype, overwrite=w.overwrite, rounding=w.rounding, rand=rand)
+        mem = self.mem[w.bank]
+        if w.dtype == Dtype.FP32:
+            mem[c0 : c0 + n] = read_add_write(mem[c0 : c0 + n], b, **kw)
+        else:
+            cols = np.arange(c0, c0 + n)
+            rows, halves = np.divmod(cols, 2)
+            shift = (np.uint32(16) * halves.astype(np.uint32))[:, None]
+            old = ((mem[rows] >> shift) & _U16).astype(np.uint16)
+            new = read_add_write(old, b, **kw).astype(np.uint32)
+            for h in (0, 1):  # a word's two halves may both be written: one half at a time
+                sel = halves == h
+                word = mem[rows[sel]]
+                sh = np.uint32(16 * h)
+                mem[rows[sel]] = (word & ~(_U16 << sh)) | (new[sel] << sh)
+        return int(w.bank) if w.closes else None
 
     # -- engine ports ------------------------------------------------------------------------
 

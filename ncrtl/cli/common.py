@@ -171,3 +171,36 @@ def _dtypes_epilog():
         "what np.save writes for an ml_dtypes array) or unsigned integers of the format's width"
     )
     return _wrap(lines)
+
+
+def load_npy(path, flag):
+    """The array in the ``.npy`` file ``path`` given by ``flag``; one line naming the flag and
+    the file when it is not one readable array."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        if magic[:2] == b"PK":
+            raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
+        if magic != b"\x93NUMPY":
+            raise UsageError(
+                f"{flag} {path}: not a .npy file (it does not begin with the .npy header; a "
+                f"text or other file named .npy?): save the array with np.save"
+            )
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{flag} {path}: a folder, not a .npy file") from None
+    except ValueError as exc:
+        if "pickle" in str(exc):
+            raise UsageError(
+                f"{flag} {path}: a .npy of Python objects; give an array of numbers"
+            ) from None
+        raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
+    except (OSError, EOFError) as exc:
+        raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
+    if not isinstance(arr, np.ndarray):
+        raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
+    return arr

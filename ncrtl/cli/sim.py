@@ -6,7 +6,7 @@ from ..model.modes import MX_DTYPES, MX_FORMATS, operation
 from ..model.tensor_engine import isa
 from ..model.tensor_engine.isa import Instruction, Mode, Op
 from ..testbench.outputs import check_output
-from .common import UsageError, _check_seed, _dtypes_epilog, _seed_arg
+from .common import UsageError, _check_seed, _dtypes_epilog, _seed_arg, load_npy
 
 #: Engines of at least this many PEs build for minutes: ``ncrtl sim`` says so before it starts
 #: an uncached build, with the figures of :data:`BIG_BUILD`.
@@ -32,38 +32,6 @@ def _size(args, name, block):
     return value
 
 
-def _load(path, flag):
-    """The array in the ``.npy`` file ``path`` (``--stationary`` / ``--moving``)."""
-    import numpy as np
-
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-        if magic[:2] == b"PK":
-            raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
-        if magic != b"\x93NUMPY":
-            raise UsageError(
-                f"{flag} {path}: not a .npy file (it does not begin with the .npy header; a "
-                f"text or other file named .npy?): save the array with np.save"
-            )
-        arr = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise UsageError(f"{flag} {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{flag} {path}: a folder, not a .npy file") from None
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise UsageError(
-                f"{flag} {path}: a .npy of Python objects; give an array of numbers"
-            ) from None
-        raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
-    except (OSError, EOFError) as exc:
-        raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
-    if not isinstance(arr, np.ndarray):
-        raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
-    return arr
-
-
 def _given(value, default):
     """A size flag's value, or its default when the flag was not given (0 is a value)."""
     return default if value is None else value
@@ -75,7 +43,7 @@ def _own_data(args):
         raise UsageError("--stationary and --moving go together: give both matrices, or neither")
     if args.stationary is None:
         return None
-    return _load(args.stationary, "--stationary"), _load(args.moving, "--moving")
+    return load_npy(args.stationary, "--stationary"), load_npy(args.moving, "--moving")
 
 
 def _source(args):

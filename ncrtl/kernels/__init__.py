@@ -1,0 +1,223 @@
+"""The shipped example kernels (``ncrtl kernels``, ``ncrtl run --example NAME``).
+
+Each is an NKI kernel file written as for AWS's toolchain (``import nki``), with the inputs it
+runs on, a float64 numpy reference and the bound its outputs keep from it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["Example", "EXAMPLES", "load", "load_file", "HERE"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class Example:
+    """A shipped kernel: ``file`` (in this folder) and ``function``, ``inputs(rng)`` (the arrays
+    it runs on), ``reference(*inputs)`` (float64 outputs), ``bound(reference)`` (the largest
+    error allowed, per element), ``kwargs`` and a one-line ``description``."""
+
+    name: str
+    file: str
+    function: str
+    inputs: object
+    reference: object
+    bound: object
+    description: str
+    kwargs: dict = field(default_factory=dict)
+
+    @property
+    def path(self):
+        return os.path.join(HERE, self.file)
+
+
+def _bf16(rng, *shape):
+    return rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+
+
+def _f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def _matmul_ref(lhsT, rhs):
+    return [_f64(lhsT).T @ _f64(rhs)]
+
+
+def _dot_bound(k, out_ulp):
+    """The bound of a K-term dot product of exactly represented inputs accumulated in FP32 and
+    rounded once to an output of unit roundoff ``out_ulp``: ``|ref| * out_ulp + K * 2^-24 *
+    sum|a||b|`` (a rounding per FP32 step, then the output's)."""
+
+    def bound(ref, inputs):
+        a, b = (_f64(x) for x in inputs[:2])
+        mag = np.abs(a).T @ np.abs(b)
+        return np.abs(ref) * out_ulp + k * 2.0**-24 * mag
+
+    return bound
+
+
+def _exact(ref, inputs):
+    return np.zeros_like(ref)
+
+
+def _fp8(rng, *shape):
+    return (rng.standard_normal(shape) * 4).astype(ml_dtypes.float8_e4m3)
+
+
+def _mx_ref(lhsT, rhs):
+    a, b = _f64(lhsT), _f64(rhs)
+    m, n = a.shape[1] // 4, b.shape[1] // 4
+    # partition p, free 4f + j holds contraction index j * 128 + p of column f
+    a = a.reshape(128, m, 4).transpose(2, 0, 1).reshape(512, m)
+    b = b.reshape(128, n, 4).transpose(2, 0, 1).reshape(512, n)
+    return [a.T @ b]
+
+
+def _mx_bound(ref, inputs):
+    # MXFP8 e4m3fn keeps 3 fraction bits: each quantized element within 2^-4 relative of its
+    # input (plus the group's flush of tiny elements); bound by 2^-3 of the magnitudes' product.
+    a, b = (_f64(x) for x in inputs)
+    m, n = a.shape[1] // 4, b.shape[1] // 4
+    a = np.abs(a).reshape(128, m, 4).transpose(2, 0, 1).reshape(512, m)
+    b = np.abs(b).reshape(128, n, 4).transpose(2, 0, 1).reshape(512, n)
+    amax = max(np.abs(a).max(), np.abs(b).max())
+    return 2.0**-3 * (a.T @ b) + 512 * 2.0**-6 * amax * amax
+
+
+EXAMPLES = {
+    e.name: e
+    for e in (
+        Example(
+            "matmul_basic",
+            "matmul.py",
+            "matmul_basic",
+            lambda rng: [_bf16(rng, 128, 64), _bf16(rng, 128, 512)],
+            _matmul_ref,
+            _dot_bound(128, 2.0**-8),
+            "one bf16 tile, 128 x 64 x 512 (the NKI tutorial's first kernel)",
+        ),
+        Example(
+            "matmul_tiled",
+            "matmul.py",
+            "matmul_tiled",
+            lambda rng: [_bf16(rng, 256, 256), _bf16(rng, 256, 1024)],
+            _matmul_ref,
+            _dot_bound(256, 2.0**-8),
+            "bf16, tiles in loops, K accumulated in PSUM (256 x 256 x 1024)",
+        ),
+        Example(
+            "matmul_hoist_load",
+            "matmul.py",
+            "matmul_hoist_load",
+            lambda rng: [_bf16(rng, 256, 256), _bf16(rng, 256, 1024)],
+            _matmul_ref,
+            _dot_bound(256, 2.0**-8),
+            "bf16, the stationary tiles loaded once per M tile",
+        ),
+        Example(
+            "matmul_block_free_dimension",
+            "matmul.py",
+            "matmul_block_free_dimension",
+            lambda rng: [_bf16(rng, 256, 256), _bf16(rng, 256, 1024)],
+            _matmul_ref,
+            _dot_bound(256, 2.0**-8),
+            "bf16, 2 x 2 blocks of tiles in the free dimensions",
+        ),
+        Example(
+            "matmul_fully_optimized",
+            "matmul.py",
+            "matmul_fully_optimized",
+            lambda rng: [_bf16(rng, 1024, 2048), _bf16(rng, 1024, 1024)],
+            _matmul_ref,
+            # 8 K blocks of one bf16 rounding each (the SBUF accumulation), FP32 inside a block
+            lambda ref, inputs: _dot_bound(1024, 2.0**-8)(ref, inputs) * 8,
+            "bf16 2048 x 1024 x 1024, blocked in M, N and K, results accumulated in SBUF",
+        ),
+        Example(
+            "matmul_fp8_double_row",
+            "more.py",
+            "matmul_fp8_double_row",
+            lambda rng: [_fp8(rng, 256, 128), _fp8(rng, 256, 512)],
+            _matmul_ref,
+            _dot_bound(256, 0.0),
+            "fp8 (e4m3) in the double-row perf mode, K = 256 in one matmul",
+        ),
+        Example(
+            "matmul_mx",
+            "more.py",
+            "matmul_mx",
+            lambda rng: [_bf16(rng, 128, 4 * 128), _bf16(rng, 128, 4 * 512)],
+            _mx_ref,
+            _mx_bound,
+            "MXFP8 on NeuronCore-v4: quantize_mx of both operands, then nc_matmul_mx",
+        ),
+        Example(
+            "transpose_tensor_engine",
+            "more.py",
+            "transpose_tensor_engine",
+            lambda rng: [_bf16(rng, 128, 96)],
+            lambda x: [_f64(x).T],
+            _exact,
+            "a [128, 96] bf16 transpose on the Tensor Engine (bit for bit)",
+        ),
+        Example(
+            "transpose_dma",
+            "more.py",
+            "transpose_dma",
+            lambda rng: [_bf16(rng, 256, 128)],
+            lambda x: [_f64(x).T],
+            _exact,
+            "a [256, 128] bf16 transpose by the DMA engines into SBUF (bit for bit)",
+        ),
+    )
+}
+
+
+def load_file(path, function):
+    """The kernel ``function`` of the NKI kernel file ``path``, imported with ``import nki``
+    resolving to :mod:`ncrtl.nki`.
+
+    Raises
+    ------
+    ValueError
+        No such file, a file that does not import, or no such function in it.
+    """
+    import ncrtl.nki as nki
+
+    nki.install_aliases()
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such kernel file")
+    name = "ncrtl_kernel_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise ValueError(f"{path}:{e.lineno}: the kernel file does not parse: {e.msg}") from None
+    finally:
+        sys.path.remove(folder)
+    fn = getattr(module, function, None)
+    if fn is None:
+        funcs = sorted(n for n, v in vars(module).items() if isinstance(v, nki.Kernel))
+        raise ValueError(
+            f"{path} has no function {function!r}; its kernels: {', '.join(funcs) or 'none'}"
+        )
+    return fn if isinstance(fn, nki.Kernel) else nki.Kernel(fn)
+
+
+def load(name):
+    """The shipped example ``name`` as ``(Example, kernel)``."""
+    if name not in EXAMPLES:
+        raise ValueError(f"no example {name!r}; the examples: {', '.join(EXAMPLES)}")
+    e = EXAMPLES[name]
+    return e, load_file(e.path, e.function)

@@ -1,0 +1,81 @@
+"""Tensor Engine modes and data movement beyond the bf16 matmul, written as for AWS's toolchain."""
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def matmul_fp8_double_row(lhsT, rhs):
+    """An FP8 matmul in the double-row perf mode: K = 256 as [128, 2, M] and [128, 2, N]
+    (element (p, j) is contraction index j * 128 + p)."""
+    K, M = lhsT.shape
+    K_, N = rhs.shape
+    assert K == K_ == 256 and M <= 128 and N <= 512
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 2, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 2, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    for j in nl.affine_range(2):
+        nisa.dma_copy(dst=a[0:128, j, 0:M], src=lhsT[j * 128 : (j + 1) * 128, 0:M])
+        nisa.dma_copy(dst=b[0:128, j, 0:N], src=rhs[j * 128 : (j + 1) * 128, 0:N])
+    ps = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(ps, a, b, perf_mode=nisa.matmul_perf_mode.double_row)
+    sb = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=sb, src=ps)
+    nisa.dma_copy(dst=result, src=sb)
+    return result
+
+
+@nki.jit(platform_target="trn3")
+def matmul_mx(lhsT, rhs):
+    """An MXFP8 matmul: both operands quantized on the Vector Engine (QuantizeMX), multiplied
+    with their block scales (nc_matmul_mx), K = 4 x 128 along partitions and the x4 packing."""
+    P, F = lhsT.shape  # [128, 4 * M]: partition p holds contraction indices j * 128 + p
+    P_, G = rhs.shape  # [128, 4 * N]
+    M, N = F // 4, G // 4
+    assert P == P_ == 128 and M <= 128 and N <= 512
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((P, F), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((P, G), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    a_mx = nl.ndarray((P, M), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    a_scale = nl.ndarray((P, M), dtype=nl.uint8, buffer=nl.sbuf)
+    b_mx = nl.ndarray((P, N), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    b_scale = nl.ndarray((P, N), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=a_mx, src=a, dst_scale=a_scale)
+    nisa.quantize_mx(dst=b_mx, src=b, dst_scale=b_scale)
+    ps = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(ps, a_mx, b_mx, a_scale, b_scale)
+    sb = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=sb, src=ps)
+    nisa.dma_copy(dst=result, src=sb)
+    return result
+
+
+@nki.jit
+def transpose_tensor_engine(x):
+    """``x.T`` through the Tensor Engine (a matmul against an identity) into PSUM, then out."""
+    P, F = x.shape
+    assert P <= 128 and F <= 128
+    result = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
+    sb = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    ps = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.psum)
+    nisa.nc_transpose(dst=ps, data=sb, engine=nisa.engine.tensor)
+    out = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out, src=ps)
+    nisa.dma_copy(dst=result, src=out)
+    return result
+
+
+@nki.jit
+def transpose_dma(x):
+    """``x.T`` by the DMA engines, device memory -> SBUF, then back."""
+    A, B = x.shape
+    assert B <= 128
+    result = nl.ndarray((B, A), dtype=x.dtype, buffer=nl.shared_hbm)
+    sb = nl.ndarray((B, A), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=sb, src=x)
+    nisa.dma_copy(dst=result, src=sb)
+    return result
