@@ -1,4 +1,5 @@
-"""The package's layers point one way: model <- hdl <- blocks <- testbench <- cli.
+"""The package's layers point one way: model <- hdl <- blocks <- testbench <- cli; the kernel
+front end (``ncrtl.nki``, ``ncrtl.kernels``) sits on the model only.
 
 Every ``import`` of every module under ``model/``, ``hdl/``, ``testbench/`` and ``ncrtl/`` is
 parsed (including imports inside functions) and mapped to its layer; a module may import its own
@@ -28,12 +29,15 @@ LAYERS = [
     ("ncrtl.blocks", 2),
     ("ncrtl.testbench", 3),
     ("ncrtl.cli", 4),
+    ("ncrtl.nki", 0.5),
+    ("ncrtl.kernels", 0.5),
 ]
-LAYER_NAMES = {0: "model", 1: "hdl", 2: "blocks", 3: "testbench", 4: "cli"}
+LAYER_NAMES = {0: "model", 0.5: "kernel front end", 1: "hdl", 2: "blocks", 3: "testbench", 4: "cli"}
 
 #: Third-party packages a layer must not import.
 FORBIDDEN = {
     0: ("amaranth", "cocotb", "cocotb_tools"),
+    0.5: ("amaranth", "cocotb", "cocotb_tools"),
     1: ("cocotb", "cocotb_tools"),
     2: ("cocotb", "cocotb_tools"),
 }
@@ -110,6 +114,13 @@ def test_no_upward_import(module, path):
                 f"{path.relative_to(ROOT)}:{line} imports the folder name {name}; "
                 f"import {FOLDERS[top]}"
             )
+    if own == 0.5:  # the kernel front end: the model and itself, nothing else of ncrtl
+        bad += [
+            f"{path.relative_to(ROOT)}:{line} imports {name} (the kernel front end sits on the "
+            f"model only)"
+            for name, line in imports(module, path)
+            if layer_of(name) not in (None, 0, 0.5)
+        ]
     assert not bad, "\n".join(bad)
 
 

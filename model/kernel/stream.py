@@ -171,12 +171,12 @@ class Ref:
 
     def extent(self):
         """``(first partition, last partition + 1, first byte, last byte + 1)`` the view
-        touches (on chip; bytes counted from the partition's start), or ``(0, 1, first, last +
-        1)`` in the device memory: the box the dependency analysis compares."""
+        touches, bytes counted from the partition's start plus ``base`` (in the device memory:
+        rows of the tensor's first dimension): the box the dependency analysis compares."""
         idx = self.indices()
         isz = dtype_of(self.view_dtype).itemsize
-        if not self.on_chip:
-            return (0, 1, self.base + int(idx.min()) * isz, self.base + (int(idx.max()) + 1) * isz)
+        # rows of the tensor's first dimension (partitions on chip) by bytes within a row: a
+        # tile of a device tensor is the box of its rows and columns, not its flat span
         row = int(np.prod(self.tensor_shape()[1:]))
         part, within = np.divmod(idx, row)
         return (

@@ -35,6 +35,7 @@ import numpy as np
 
 from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
+from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine.timing import DOCUMENTED, Sequencer
 
@@ -294,7 +295,7 @@ def simulate(program, *, params=None, trace=False):
         for w in words:
             rec = seq.issue(te_isa.decode(int(w)), earliest)
             if not rec.accepted:
-                raise ValueError(
+                raise KernelError(
                     f"{ins.line}: {ins.call} ({ins.label}): the Tensor Engine refused it: "
                     f"{rec.message}"
                 )
@@ -398,8 +399,6 @@ def simulate(program, *, params=None, trace=False):
     ev.run()
     stuck = [s for s in streams.values() if s.pos < len(s.instrs)]
     if stuck:
-        from ncrtl.model.kernel.golden import KernelError, deadlock
-
         raise KernelError(deadlock(program, {n: s.sem.count for n, s in streams.items()}))
     total = max((s.last_done for s in streams.values()), default=0)
     te_clock = clocks["tensor"]

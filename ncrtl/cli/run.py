@@ -1,0 +1,242 @@
+"""``ncrtl run``: an NKI kernel on the golden and the timing model of one NeuronCore."""
+
+from ..testbench.outputs import check_output, write_output
+from .common import UsageError, load_npy
+
+
+def _kernel(args):
+    """``(kernel, example or None)`` of ``KERNEL.py::FUNCTION`` or ``--example``."""
+    from .. import kernels
+
+    if args.example:
+        if args.kernel:
+            raise UsageError("give a KERNEL.py::FUNCTION or --example NAME, not both")
+        try:
+            return kernels.load(args.example)[::-1]
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    if not args.kernel:
+        raise UsageError("give the kernel as KERNEL.py::FUNCTION, or --example NAME")
+    path, sep, function = args.kernel.partition("::")
+    if not sep or not function:
+        raise UsageError(f"{args.kernel!r}: name the kernel as KERNEL.py::FUNCTION")
+    try:
+        return kernels.load_file(path, function), None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _arrays(args):
+    """The ``--args`` files (``PATH`` or ``PATH:DTYPE``) as numpy arrays."""
+    import numpy as np
+
+    from ..model.kernel.dtypes import dtype_of
+
+    out = []
+    for item in args.args or ():
+        path, _, dt = item.partition(":") if not item.endswith(".npy") else (item, "", "")
+        arr = load_npy(path, "--args")
+        if dt:
+            try:
+                d = dtype_of(dt)
+            except ValueError as e:
+                raise UsageError(f"--args {item}: {e}") from None
+            if arr.dtype.itemsize != d.itemsize:
+                raise UsageError(
+                    f"--args {item}: the file holds {arr.dtype.itemsize}-byte elements, "
+                    f"{d.name} has {d.itemsize}"
+                )
+            arr = np.ascontiguousarray(arr).view(d.storage)
+        elif arr.dtype.kind == "V":
+            raise UsageError(
+                f"--args {item}: the file holds raw {arr.dtype.itemsize}-byte elements (numpy "
+                f"saves bfloat16 and fp8 so); name their dtype: {path}:bfloat16"
+            )
+        out.append(arr)
+    return out
+
+
+def _kwargs(args):
+    out = {}
+    for item in args.kwarg or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--kwarg {item!r}: give NAME=VALUE")
+        if name in out:
+            raise UsageError(f"--kwarg {name} is given twice")
+        for conv in (int, float):
+            try:
+                out[name] = conv(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[name] = value
+    return out
+
+
+def _cmd_run(args):
+    import json
+
+    import numpy as np
+
+    from .. import nki
+    from ..model.kernel import golden as kgolden
+    from ..model.kernel import timing as ktiming
+
+    kernel, example = _kernel(args)
+    if example is not None:
+        if args.args:
+            raise UsageError("--example runs on its own random inputs: leave out --args")
+        arrays = example.inputs(np.random.default_rng(args.seed))
+        kwargs = dict(example.kwargs)
+    else:
+        arrays = _arrays(args)
+        kwargs = {}
+    kwargs.update(_kwargs(args))
+    for path, flag, folder in (
+        (args.out, "--out", True),
+        (args.trace, "--trace", False),
+        (args.plot, "--plot", False),
+    ):
+        if path:
+            check_output(path, flag, folder=folder)
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
+    try:
+        program = nki.trace(kernel, arrays, kwargs, core=args.core)
+    except (nki.NkiError, TypeError, AssertionError) as e:
+        raise UsageError(_kernel_error(e)) from None
+    if args.dump_streams:
+        print(program.dump())
+    outputs = []
+    if not args.timing_only:
+        try:
+            outputs, _ = kgolden.run(
+                program,
+                arrays,
+                uninitialized="warn" if args.allow_uninitialized else "error",
+            )
+        except kgolden.KernelError as e:
+            raise UsageError(str(e)) from None
+    try:
+        report = ktiming.simulate(program, trace=bool(args.trace))
+    except kgolden.KernelError as e:
+        raise UsageError(str(e)) from None
+    summary = report.summary()
+    if example is not None and outputs:
+        summary["reference"] = _check_example(example, arrays, outputs)
+    _print(summary, report)
+    if args.out:
+
+        def write(folder):
+            for i, o in enumerate(outputs):
+                np.save(folder / f"out{i}.npy", o)
+            (folder / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+        write_output(args.out, "--out", write, folder=True)
+        print(f"outputs: {args.out}/out0.npy ... ({len(outputs)}), report: {args.out}/report.json")
+    if args.trace:
+        write_output(args.trace, "--trace", report.trace.write)
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    if args.plot:
+        write_output(args.plot, "--plot", lambda p: ktiming.plot(report, p))
+        print(f"plot: {args.plot}")
+    if example is not None and outputs and not summary["reference"]["within_bound"]:
+        return 1
+    return 0
+
+
+def _kernel_error(e):
+    import traceback
+
+    if isinstance(e, AssertionError):
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        return f"{tb.filename}:{tb.lineno}: the kernel's assertion failed: {tb.line}"
+    if isinstance(e, TypeError):
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        return f"{tb.filename}:{tb.lineno}: {e}"
+    return str(e)
+
+
+def _check_example(example, arrays, outputs):
+    import numpy as np
+
+    refs = example.reference(*arrays)
+    worst, ok = 0.0, True
+    for o, r in zip(outputs, refs):
+        err = np.abs(np.asarray(o).astype(np.float64) - r)
+        bound = example.bound(r, arrays)
+        ok = ok and bool((err <= bound).all())
+        worst = max(worst, float(err.max()))
+    return {"within_bound": ok, "max_abs_error": worst}
+
+
+def _print(summary, report):
+    s = summary
+    print(f"kernel {s['kernel']} on NeuronCore-{s['core']}")
+    print(
+        f"total: {s['total_ns']:,.1f} ns = {s['tensor_engine_cycles']:,} Tensor Engine cycles "
+        f"at {s['tensor_engine_ghz']} GHz"
+    )
+    print("instructions: " + ", ".join(f"{k} {v}" for k, v in s["instructions"].items()))
+    print("busy: " + ", ".join(f"{k} {v:.2f}" for k, v in s["busy_fraction"].items()))
+    if s["te_dtype"]:
+        print(
+            f"Tensor Engine: utilization {s['te_utilization']:.3f} (whole run), "
+            f"{s['te_utilization_matmul_window']:.3f} (first to last matmul); "
+            f"{s['te_tflops']:.1f} TFLOPS of {s['te_peak_tflops']:.1f} peak ({s['te_dtype']})"
+        )
+    print(f"DMA: {s['dma_bytes']:,} bytes, {s['dma_gbps']:.1f} GB/s")
+    if s["longest_waits"]:
+        print("longest waits:")
+        for w in s["longest_waits"][:5]:
+            print(
+                f"  {w['ns']:10,.1f} ns  {w['instruction']} ({w['line']}) on "
+                f"{w['waited_on']} ({w['waited_on_line']})"
+            )
+    if "reference" in s:
+        r = s["reference"]
+        verdict = "within the bound" if r["within_bound"] else "OUTSIDE the bound"
+        print(f"float64 reference: max |error| {r['max_abs_error']:.3g}, {verdict}")
+
+
+def add_parser(sub, raw):
+    """The ``run`` subcommand's arguments."""
+    s = sub.add_parser(
+        "run",
+        help="run an NKI kernel on the golden and the timing model (docs/kernels.md)",
+        description="Trace KERNEL.py::FUNCTION (written for AWS's toolchain: `import nki` "
+        "resolves to ncrtl.nki) into per-engine instruction streams, run them on the bit-exact "
+        "goldens and on the event-driven timing model of one NeuronCore.",
+        formatter_class=raw,
+    )
+    s.add_argument("kernel", nargs="?", help="KERNEL.py::FUNCTION")
+    s.add_argument("--example", help="a shipped example instead (ncrtl kernels lists them)")
+    s.add_argument(
+        "--args",
+        nargs="*",
+        metavar="A.npy[:DTYPE]",
+        help="the device tensors, in argument order (bfloat16 / fp8 files: name the dtype)",
+    )
+    s.add_argument("--kwarg", action="append", metavar="NAME=VALUE", help="a keyword argument")
+    s.add_argument("--out", help="folder for out0.npy ... and report.json")
+    s.add_argument(
+        "--core",
+        choices=("v2", "v3", "v4", "trn1", "trn2", "trn3"),
+        help="core version (default: the kernel's platform_target, else v3)",
+    )
+    s.add_argument("--timing-only", action="store_true", help="skip the golden values")
+    s.add_argument("--trace", help="Perfetto / Chrome trace file (JSON)")
+    s.add_argument("--plot", help="PNG of the engines' occupancy (matplotlib)")
+    s.add_argument("--dump-streams", action="store_true", help="print the instruction streams")
+    s.add_argument(
+        "--allow-uninitialized",
+        action="store_true",
+        help="reading SBUF / PSUM that nothing wrote warns instead of failing",
+    )
+    s.add_argument("--seed", type=int, default=0, help="inputs of --example (default 0)")
+    s.set_defaults(func=_cmd_run)

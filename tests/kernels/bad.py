@@ -1,0 +1,52 @@
+"""Kernels that break rules, for the error tests (each error names this file and the line)."""
+
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+from neuronxcc import nki
+
+
+@nki.jit
+def moving_too_wide(a, b):
+    sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sa, src=a)
+    nisa.dma_copy(dst=sb, src=b)
+    ps = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(ps, sa, sb)  # LINE moving_too_wide
+    return None
+
+
+@nki.jit
+def stationary_in_hbm(a, b):
+    sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(ps, a, sb)  # LINE stationary_in_hbm
+    return None
+
+
+@nki.jit
+def psum_overflow(a):
+    tiles = []
+    for i in range(9):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, name=f"acc{i}")
+        nisa.memset(dst=t, value=0.0)
+        tiles.append(t)
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    for t in tiles:
+        nisa.tensor_tensor(dst=out, data1=t, data2=out, op=nl.add)
+    return None
+
+
+@nki.jit
+def reads_unwritten(a):
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)  # LINE reads_unwritten
+    return out
+
+
+@nki.jit
+def not_modelled(a):
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nl.softmax(t, axis=1)  # LINE not_modelled
+    return None

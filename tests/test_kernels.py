@@ -1,0 +1,281 @@
+"""Kernels (docs/kernels.md): NKI kernels traced into streams, run on the goldens and the
+whole-core timing model; the shipped examples, the stream format, the rules and the CLI."""
+
+import json
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ncrtl.nki as nki
+from ncrtl.cli import main
+from ncrtl.kernels import EXAMPLES, load, load_file
+from ncrtl.model.fp import encode, fp32_add, from_bits
+from ncrtl.model.kernel import golden as kgolden
+from ncrtl.model.kernel import timing as ktiming
+from ncrtl.model.kernel.stream import Instruction, Program
+from ncrtl.model.tensor_engine import isa as te_isa
+from ncrtl.model.tensor_engine import matmul_bits
+from ncrtl.model.tensor_engine import timing as te_timing
+
+HERE = os.path.dirname(__file__)
+BAD = os.path.join(HERE, "kernels", "bad.py")
+QUICK = [n for n in EXAMPLES if n != "matmul_fully_optimized"]
+
+
+def _line(tag):
+    with open(BAD) as f:
+        for i, line in enumerate(f, 1):
+            if f"# LINE {tag}" in line:
+                return f"{BAD}:{i}"
+    raise AssertionError(tag)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Every quick example, run once: (example, inputs, Result)."""
+    out = {}
+    for name in QUICK:
+        e, k = load(name)
+        ins = e.inputs(np.random.default_rng(7))
+        out[name] = (e, ins, nki.run(k, ins, e.kwargs))
+    return out
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_examples_within_the_float64_bound(runs, name):
+    e, ins, res = runs[name]
+    for o, r in zip(res.outputs, e.reference(*ins)):
+        err = np.abs(np.asarray(o).astype(np.float64) - r)
+        assert (err <= e.bound(r, ins)).all(), (name, err.max())
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_golden_runs_in_any_order_the_semaphores_allow(runs, name):
+    """The streams run as far from program order as the waits allow (and in random orders)
+    give the same bytes: no dependency is missing a semaphore."""
+    e, ins, res = runs[name]
+    for order, seed in (("reverse", 0), ("random", 1), ("random", 2)):
+        outs, _ = kgolden.run(res.program, ins, order=order, seed=seed)
+        for a, b in zip(outs, res.outputs):
+            assert a.tobytes() == np.asarray(b).tobytes(), (name, order)
+
+
+def test_tiled_matmul_is_the_goldens_composed_bit_for_bit(runs):
+    """matmul_tiled: per output tile, the Tensor Engine golden of each K tile, accumulated in
+    PSUM in FP32 (RNE), rounded once to bf16 by tensor_copy."""
+    e, (a, b), res = runs["matmul_tiled"]
+    K, M = a.shape
+    N = b.shape[1]
+    want = np.zeros((M, N), ml_dtypes.bfloat16)
+    for m in range(M // 128):
+        for n in range(N // 512):
+            acc = None
+            for k in range(K // 128):
+                bits = matmul_bits(
+                    a[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128],
+                    b[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512],
+                )
+                v = bits.view(np.float32)
+                acc = v if acc is None else fp32_add(acc, v)
+            tile = from_bits(encode(acc.astype(np.float64), "bf16"), "bf16")
+            want[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512] = tile
+    assert res.outputs[0].tobytes() == want.tobytes()
+
+
+def test_transposes_are_bit_exact_with_nan_payloads():
+    """A transpose moves bits: NaN payloads and signed zeros survive both engines."""
+    for name in ("transpose_tensor_engine", "transpose_dma"):
+        e, k = load(name)
+        x = e.inputs(np.random.default_rng(3))[0]
+        raw = x.view(np.uint16)
+        raw[0, 1], raw[2, 0] = 0x7FC1, 0x8000  # a NaN with a payload, -0.0
+        out = nki.simulate(k)(x)
+        assert out.view(np.uint16).tobytes() == np.ascontiguousarray(raw.T).tobytes(), name
+
+
+def test_streams_serialize_and_run_the_same(runs):
+    e, ins, res = runs["matmul_tiled"]
+    text = res.program.to_json()
+    again = Program.from_json(text)
+    assert again.to_json() == text
+    outs, _ = kgolden.run(again, ins)
+    assert outs[0].tobytes() == np.asarray(res.outputs[0]).tobytes()
+    assert ktiming.simulate(again).total_ticks == res.report.total_ticks
+    dump = again.dump()
+    assert "stream tensor (8 instructions)" in dump and "matmul.py:" in dump
+
+
+def test_a_matmul_only_stream_has_the_cycles_of_ncrtl_timing_matmul():
+    """The Tensor Engine of the core model is the Sequencer of ``ncrtl timing matmul``."""
+    from ncrtl.model.kernel.stream import CORES
+
+    prog = te_timing.matmul_program(32, 128, 128, "bf16", repeat=40, tile=(32, 128), tiles=4)
+    want = te_timing.simulate(prog).total_cycles
+    stream = []
+    for i in range(0, len(prog), 2):
+        words = [te_isa.encode(prog[i]), te_isa.encode(prog[i + 1])]
+        stream.append(Instruction("tensor", "matmul", args={"te": words}, index=i // 2, seq=i))
+    program = Program(CORES["v3"], {"tensor": stream}, {}, [], [], "te_only")
+    rep = ktiming.simulate(program)
+    assert rep.te_cycles == want
+
+
+def test_fully_optimized_keeps_the_tensor_engine_busy():
+    """The fully blocked bf16 matmul: >= 90% of the bf16 peak between its first and last
+    matmul (timing model; its values are checked in the slow suite)."""
+    e, k = load("matmul_fully_optimized")
+    ins = e.inputs(np.random.default_rng(0))
+    res = nki.run(k, ins, golden=False)
+    assert res.report.utilization(window=True) >= 0.9
+    assert res.report.te_dtype == "bf16"
+
+
+@pytest.mark.slow
+def test_fully_optimized_values():
+    e, k = load("matmul_fully_optimized")
+    ins = e.inputs(np.random.default_rng(0))
+    out = nki.simulate(k)(*ins)
+    r = e.reference(*ins)[0]
+    assert (np.abs(out.astype(np.float64) - r) <= e.bound(r, ins)).all()
+
+
+def test_basic_matmul_waits_on_its_dma(runs):
+    e, ins, res = runs["matmul_basic"]
+    ops = [b.ins.op for _, _, b in res.report.longest_waits()]
+    assert "dma_copy" in ops[:3]
+
+
+def test_multi_buffering_from_tile_lifetimes(runs):
+    """Tiles allocated inside the loops land in different places until the ring wraps: the
+    loads of the second K tile do not wait for the first matmul."""
+    e, ins, res = runs["matmul_tiled"]
+    loads = [
+        i for i in res.program.instructions() if i.op == "dma_copy" and i.srcs[0].space == "hbm"
+    ]
+    assert len({i.dsts[0].base for i in loads}) == len(loads)
+    assert all(not any(w.startswith("tensor") for w, _ in i.waits) for i in loads)
+
+
+def _bf16(*shape):
+    return np.zeros(shape, ml_dtypes.bfloat16)
+
+
+def test_rule_errors_name_the_kernel_line():
+    k = load_file(BAD, "moving_too_wide")
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(k, (_bf16(128, 128), _bf16(128, 1024)))
+    assert str(e.value).startswith(_line("moving_too_wide") + ": nisa.nc_matmul")
+    k = load_file(BAD, "stationary_in_hbm")
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(k, (_bf16(128, 128), _bf16(128, 512)))
+    assert str(e.value).startswith(_line("stationary_in_hbm") + ": nisa.nc_matmul")
+    assert "stationary" in str(e.value) and "SBUF" in str(e.value)
+
+
+def test_psum_overflow_names_the_live_tensors():
+    k = load_file(BAD, "psum_overflow")
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(k, (_bf16(128, 128),))
+    msg = str(e.value)
+    assert "PSUM overflow" in msg and "acc8" in msg and "acc0" in msg and "bad.py" in msg
+
+
+def test_reading_what_nothing_wrote():
+    k = load_file(BAD, "reads_unwritten")
+    with pytest.raises(kgolden.KernelError) as e:
+        nki.simulate(k)(_bf16(4, 4))
+    assert str(e.value).startswith(_line("reads_unwritten")) and "nothing wrote" in str(e.value)
+    with pytest.warns(UserWarning, match="nothing wrote"):
+        nki.run(k, (_bf16(4, 4),), uninitialized="warn", timing=False)
+
+
+def test_a_call_not_modelled_is_named():
+    k = load_file(BAD, "not_modelled")
+    with pytest.raises(nki.NotModelled) as e:
+        nki.trace(k, (_bf16(4, 4),))
+    assert str(e.value).startswith(_line("not_modelled") + ": nki.language.softmax is not modelled")
+
+
+def test_streams_that_cannot_finish_are_reported():
+    _, k = load("matmul_basic")
+    prog = nki.trace(k, EXAMPLES["matmul_basic"].inputs(np.random.default_rng(0)))
+    first = prog.streams["dma0"][0]
+    first.waits = (("vector", 1),)  # the load waits for the eviction that waits for it
+    with pytest.raises(kgolden.KernelError, match="cannot finish") as ex:
+        kgolden.run(prog, EXAMPLES["matmul_basic"].inputs(np.random.default_rng(0)))
+    assert "dma0[0] dma_copy" in str(ex.value)
+    with pytest.raises(kgolden.KernelError, match="cannot finish"):
+        ktiming.simulate(prog)
+
+
+def test_cli_run_example_writes_outputs_and_report(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert (
+        main(
+            [
+                "run",
+                "--example",
+                "matmul_basic",
+                "--out",
+                str(out),
+                "--trace",
+                str(tmp_path / "t.json"),
+            ]
+        )
+        == 0
+    )
+    report = json.loads((out / "report.json").read_text())
+    assert report["instructions"]["tensor"] == 1 and report["total_ns"] > 0
+    assert report["reference"]["within_bound"]
+    assert np.load(out / "out0.npy").shape == (64, 512)
+    trace = json.loads((tmp_path / "t.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"tensor", "vector", "dma0"} <= names
+    assert any(e.get("ph") == "s" for e in trace["traceEvents"])  # a semaphore wait arrow
+    assert "Tensor Engine: utilization" in capsys.readouterr().out
+
+
+def test_cli_run_kernel_file_with_args(tmp_path, capsys):
+    a = np.random.default_rng(0).standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    b = np.random.default_rng(1).standard_normal((128, 512)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    kernel = os.path.join(os.path.dirname(nki.__file__), "..", "kernels", "matmul.py")
+    argv = [
+        "run",
+        f"{kernel}::matmul_basic",
+        "--args",
+        f"{tmp_path}/a.npy:bfloat16",
+        f"{tmp_path}/b.npy:bfloat16",
+    ]
+    assert main(argv + ["--out", str(tmp_path / "o"), "--dump-streams"]) == 0
+    out = np.load(tmp_path / "o" / "out0.npy").view(ml_dtypes.bfloat16)
+    assert out.tobytes() == nki.simulate(load("matmul_basic")[1])(a, b).tobytes()
+    assert "stream tensor (1 instructions)" in capsys.readouterr().out
+    # a bfloat16 file without its dtype, an unknown function, a broken rule: one line, exit 2,
+    # nothing written
+    bad_out = tmp_path / "never"
+    assert (
+        main(["run", f"{kernel}::matmul_basic", "--args", f"{tmp_path}/a.npy", f"{tmp_path}/b.npy"])
+        == 2
+    )
+    assert main(["run", f"{kernel}::nope", "--out", str(bad_out)]) == 2
+    assert (
+        main(
+            [
+                "run",
+                f"{BAD}::moving_too_wide",
+                "--args",
+                f"{tmp_path}/a.npy:bfloat16",
+                f"{tmp_path}/b.npy:bfloat16",
+                "--out",
+                str(bad_out),
+            ]
+        )
+        == 2
+    )
+    assert not bad_out.exists()
+    err = capsys.readouterr().err
+    assert "name their dtype" in err and "no function 'nope'" in err and "bad.py:" in err
