@@ -110,8 +110,10 @@ def run_bench(args):
             ok &= _bench_pe(getattr(args, "pe_cycles", 20000), pe_modes=family)
     if only in (None, "fp"):
         ok &= _bench_fp(args)
-    if only in (None, "golden"):
+    if only in (None, "golden", "kernel"):
         ok &= _bench_golden()
+    if only in (None, "kernel"):
+        ok &= _bench_kernel()
     if only in (None, "harness") and getattr(args, "harness_size", 16):
         ok &= _bench_harness(args.harness_size, getattr(args, "harness_repeat", 40))
     if only in (None, "te") and args.te_size:
@@ -133,6 +135,73 @@ def run_bench(args):
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
     return 0 if ok else 1
+
+
+def _bench_kernel(repeat=50_000):
+    """The whole-core timing model's speed: a Tensor Engine stream of ``repeat`` matmuls
+    alone (instructions per second, memory per instruction, its cycles equal to
+    ``ncrtl timing matmul``'s) and a whole kernel (the fully blocked bf16 matmul at the NKI
+    tutorial's size, DMA and Vector streams included); then the golden run of a kernel."""
+    import tracemalloc
+
+    import ml_dtypes
+
+    from ncrtl import nki
+    from ncrtl.kernels import load
+    from ncrtl.model.kernel import timing as ktiming
+    from ncrtl.model.kernel.stream import CORES, Instruction, Program
+    from ncrtl.model.tensor_engine import isa as te_isa
+    from ncrtl.model.tensor_engine import timing as te_timing
+
+    print("\nwhole-core timing model (ncrtl.model.kernel.timing), one core")
+    prog = te_timing.matmul_program(128, 128, 512, "bf16", repeat=repeat)
+    words = [te_isa.encode(prog[0]), te_isa.encode(prog[1])]
+    stream = [
+        Instruction("tensor", "matmul", args={"te": words}, index=i, seq=i) for i in range(repeat)
+    ]
+    program = Program(CORES["v3"], {"tensor": stream}, {}, [], [], "te_only")
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    rep = ktiming.simulate(program)
+    dt = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    want = te_timing.simulate(prog).total_cycles
+    ok = rep.te_cycles == want
+    print(
+        f"  {repeat:,} matmuls (bf16 128 x 128 x 512) alone: {repeat / dt:,.0f} instructions/s, "
+        f"{peak / repeat:,.0f} bytes per instruction at the peak; {rep.te_cycles:,} cycles "
+        f"({'equal to' if ok else 'DIFFERENT from'} ncrtl timing matmul's {want:,})"
+    )
+    _, k = load("matmul_fully_optimized")
+    ins = [np.zeros((1024, 4096), ml_dtypes.bfloat16), np.zeros((1024, 2048), ml_dtypes.bfloat16)]
+    t0 = time.perf_counter()
+    traced = nki.trace(k, ins)
+    t1 = time.perf_counter()
+    rep = ktiming.simulate(traced)
+    t2 = time.perf_counter()
+    n = sum(traced.counts().values())
+    print(
+        f"  matmul_fully_optimized 4096 x 1024 x 2048 ({n:,} instructions): traced in "
+        f"{t1 - t0:.2f} s, timed in {t2 - t1:.2f} s ({n / (t2 - t1):,.0f} instructions/s); "
+        f"{rep.total_ns / 1000:,.1f} us, Tensor Engine {rep.utilization(window=True):.3f} of "
+        f"the bf16 peak from its first to its last matmul"
+    )
+    e, k = load("matmul_tiled")
+    rng = np.random.default_rng(0)
+    ins = [
+        rng.standard_normal((512, 256)).astype(ml_dtypes.bfloat16),
+        rng.standard_normal((512, 2048)).astype(ml_dtypes.bfloat16),
+    ]
+    t0 = time.perf_counter()
+    res = nki.run(k, ins, timing=False)
+    dt = time.perf_counter() - t0
+    mm = res.program.counts()["tensor"]
+    print(
+        f"  golden run of matmul_tiled 256 x 512 x 2048 ({mm} bf16 128 x 128 x 512 matmuls, "
+        f"loads, evictions): {dt:.2f} s, {dt / mm * 1000:.1f} ms per matmul"
+    )
+    return ok
 
 
 def _bench_golden(k=128, m=128, n=512, runs=3):

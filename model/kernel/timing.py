@@ -283,6 +283,7 @@ def simulate(program, *, params=None, trace=False):
         streams[name] = _Stream(name, instrs, clock)
     seq = Sequencer(core.rows, core.cols, rules=params.te_rules)
     pool = _DmaPool(ev, core.dma_engines)
+    decoded = {}  # instruction word -> Instruction, one object per distinct word
     stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
     slices = {}  # (stream, index) -> trace slice
 
@@ -293,7 +294,10 @@ def simulate(program, *, params=None, trace=False):
         first = None
         rec = None
         for w in words:
-            rec = seq.issue(te_isa.decode(int(w)), earliest)
+            ins_w = decoded.get(w)
+            if ins_w is None:
+                ins_w = decoded[w] = te_isa.decode(int(w))
+            rec = seq.issue(ins_w, earliest)
             if not rec.accepted:
                 raise KernelError(
                     f"{ins.line}: {ins.call} ({ins.label}): the Tensor Engine refused it: "

@@ -503,35 +503,43 @@ class Sequencer:
         """The records so far as a :class:`Schedule`."""
         return Schedule(self.rows, self.cols, tuple(self.records))
 
+    # The memos are keyed by object identity (each entry keeps its instruction alive, so an id
+    # is never reused while its entry stands): a dataclass's hash walks all its fields, and a
+    # stream of repeated instructions would pay it dozens of times per issue.
+
     def _checked(self, ins, ls):
-        key = (ins, ls)
-        if key not in self._memo_check:
-            self._memo_check[key] = check(
-                ins, self.rows, self.cols, ls, tile_unit=self.tile_unit, modes=self.modes
-            )
-        return self._memo_check[key]
+        key = (id(ins), id(ls))
+        hit = self._memo_check.get(key)
+        if hit is None or hit[0] is not ins or hit[1] is not ls:
+            value = check(ins, self.rows, self.cols, ls, tile_unit=self.tile_unit, modes=self.modes)
+            hit = self._memo_check[key] = (ins, ls, value)
+        return hit[2]
 
     def _whole_of(self, ins):
-        if ins not in self._memo_whole:
-            self._memo_whole[ins] = ins.whole(self.rows, self.cols)
-        return self._memo_whole[ins]
+        hit = self._memo_whole.get(id(ins))
+        if hit is None or hit[0] is not ins:
+            hit = self._memo_whole[id(ins)] = (ins, ins.whole(self.rows, self.cols))
+        return hit[1]
 
     def _groups(self, ins):
         """The PE groups of the tile of ``ins`` (one group for the array when tiles do not run
         in parallel), once per distinct instruction."""
         if not self.rules.parallel_tiles:
             return ((0, 0),)
-        if ins not in self._memo_groups:
+        hit = self._memo_groups.get(id(ins))
+        if hit is None or hit[0] is not ins:
             unit = self.unit
             rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
             cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
-            self._memo_groups[ins] = tuple((r, c) for r in rg for c in cg)
-        return self._memo_groups[ins]
+            hit = self._memo_groups[id(ins)] = (ins, tuple((r, c) for r in rg for c in cg))
+        return hit[1]
 
     def _region(self, ins):
-        if ins not in self._memo_region:
-            self._memo_region[ins] = (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
-        return self._memo_region[ins]
+        hit = self._memo_region.get(id(ins))
+        if hit is None or hit[0] is not ins:
+            region = (ins.tile_row, ins.tile_rows, ins.tile_col, ins.tile_cols)
+            hit = self._memo_region[id(ins)] = (ins, region)
+        return hit[1]
 
     def _latest_ls(self, ins):
         """``(plane, record, intact)`` of the latest accepted LS on the first PE group of the
@@ -547,9 +555,12 @@ class Sequencer:
 
     def _overlapped(self, plane, ins, t):
         """An instruction on a different, overlapping tile has beats in or after cycle t."""
-        return self.rules.parallel_tiles and any(
-            plane.busy.get(g, (None, -1))[1] >= t and plane.busy[g][0] != self._region(ins)
-            for g in self._groups(ins)
+        if not self.rules.parallel_tiles:
+            return False
+        region = self._region(ins)
+        busy = plane.busy
+        return any(
+            busy.get(g, (None, -1))[1] >= t and busy[g][0] != region for g in self._groups(ins)
         )
 
     def issue(self, raw, earliest=0):
@@ -598,6 +609,7 @@ class Sequencer:
         p = plane_id
         plane = planes[p]
         mine = groups(whole)
+        region = self._region(whole)
         if ins.op == Op.LS:
             bank = plane.next_bank.get(mine[0], 0)
             t = max(
@@ -613,7 +625,7 @@ class Sequencer:
                 plane.loader_free[g] = free
                 plane.next_bank[g] = bank ^ 1
                 plane.last_ls[g] = (rec, bank, beats[-1])
-                plane.busy[g] = (self._region(whole), beats[-1])
+                plane.busy[g] = (region, beats[-1])
         else:
             seq = max(plane.seq_free.get(g, 0) for g in mine)
             t = max(t0, plane.last_ls[mine[0]][2], seq)
@@ -627,7 +639,7 @@ class Sequencer:
             for g in mine:
                 plane.seq_free[g] = free
                 plane.last_read[(g, plane.last_ls[g][1])] = beats[-1]
-                plane.busy[g] = (self._region(whole), beats[-1])
+                plane.busy[g] = (region, beats[-1])
             rec = Record(
                 index,
                 ins,

@@ -61,7 +61,7 @@ def add_parser(sub, raw):
     )
     s.add_argument(
         "--only",
-        choices=("pe", "fp", "golden", "harness", "te", "bands", "psum", "dma"),
+        choices=("pe", "fp", "golden", "kernel", "harness", "te", "bands", "psum", "dma"),
         help="run one section: pe (the PE in a C++ loop), fp (the FP units), golden (the "
         "bit-exact golden matmul per mode), harness (the "
         "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
