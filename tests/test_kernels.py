@@ -279,3 +279,33 @@ def test_cli_run_kernel_file_with_args(tmp_path, capsys):
     assert not bad_out.exists()
     err = capsys.readouterr().err
     assert "name their dtype" in err and "no function 'nope'" in err and "bad.py:" in err
+
+
+def test_two_cores_exchange_with_sendrecv(runs):
+    """kernel[2]: the two cores' programs share the device memory; each sendrecv pairs with
+    the other core's on its pipe and moves the bytes of the sendrecv golden."""
+    e, (x,), res = runs["exchange_halves"]
+    assert isinstance(res.program, tuple) and len(res.program) == 2
+    assert res.outputs[0].tobytes() == np.concatenate([x[128:], x[:128]]).tobytes()
+    assert res.report.summary()["logical_cores"] == 2
+    ops = [i.op for i in res.program[1].instructions()]
+    assert ops == ["dma_copy", "sendrecv", "dma_copy"]
+
+
+def test_sendrecv_rules():
+    x = np.zeros((64, 32), np.float32)
+    k = load_file(BAD, "lonely_pipes")[2]
+    prog = nki.trace(k, (x,))
+    with pytest.raises(kgolden.KernelError, match="its partner on the other core") as e:
+        kgolden.run(prog, (x,))
+    assert "core 0: dma1[0] sendrecv" in str(e.value) and "core 1:" in str(e.value)
+    with pytest.raises(kgolden.KernelError, match="cannot finish"):
+        ktiming.simulate(prog)
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(load_file(BAD, "sendrecv_one_core"), (x,))
+    assert str(e.value).startswith(_line("one_core") + ": nisa.sendrecv") and "kernel[2]" in str(
+        e.value
+    )
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(load_file(BAD, "sendrecv_to_itself")[2], (x,))
+    assert str(e.value).startswith(_line("itself") + ": nisa.sendrecv: RANK")

@@ -150,9 +150,11 @@ class Builder:
                     d.first = seq
                 d.last = seq
 
-    def _place_hbm(self):
+    def _place_hbm(self, internal_base=0):
         addr = 0
         for kind in ("input", "output", "internal"):
+            if kind == "internal":
+                addr = max(addr, internal_base)
             for d in self.decls:
                 if d.space == "hbm" and d.kind == kind and (d.first >= 0 or kind != "internal"):
                     d.base = addr
@@ -215,11 +217,13 @@ class Builder:
 
     # -- 3. semaphores ---------------------------------------------------------------------
 
-    def finish(self, inputs, outputs):
+    def finish(self, inputs, outputs, *, hbm_internal_base=0, core_id=0, logical_cores=1):
         """The program: ``inputs`` and ``outputs`` are the device-memory tensors (Decls) in
-        argument and return order."""
+        argument and return order; the kernel's own device tensors start at
+        ``hbm_internal_base`` (the second core of a logical core places its own after the
+        first's)."""
         self._lifetimes()
-        self._place_hbm()
+        self._place_hbm(hbm_internal_base)
         for space in ("sbuf", "psum"):
             self._place_on_chip(space)
         streams = {e: [] for e in ENGINES}
@@ -271,6 +275,8 @@ class Builder:
             [d.name for d in inputs],
             [d.name for d in outputs],
             self.kernel,
+            logical_cores,
+            core_id,
         )
 
 

@@ -648,6 +648,11 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
     """Run ``program`` on the goldens; returns ``(outputs, state)``: the output tensors (numpy
     arrays of their dtypes, in return order) and the final :class:`CoreState`.
 
+    ``program`` may also be the programs of the two cores of a logical core (``kernel[2]``):
+    they share the device memory, each has its own SBUF and PSUM, a ``sendrecv`` runs when
+    its partner on the other core (the same pipe's same turn) is ready too; ``state`` is then
+    the list of the cores' states.
+
     Raises
     ------
     KernelError
@@ -656,38 +661,130 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
     """
     if order not in ("program", "reverse", "random"):
         raise ValueError(f"order must be 'program', 'reverse' or 'random', not {order!r}")
-    st = state or CoreState(program, inputs, seed=seed, uninitialized=uninitialized)
-    streams = {n: s for n, s in program.streams.items() if s}
-    done = {n: 0 for n in program.streams}
+    programs = list(program) if isinstance(program, (list, tuple)) else [program]
+    if state is None:
+        states = [CoreState(programs[0], inputs, seed=seed, uninitialized=uninitialized)]
+        for p in programs[1:]:
+            st = CoreState(p, inputs, seed=seed, uninitialized=uninitialized)
+            st.hbm, st.hbm_written = states[0].hbm, states[0].hbm_written  # one device memory
+            states.append(st)
+    else:
+        states = list(state) if isinstance(state, (list, tuple)) else [state]
+    streams = {(c, n): s for c, p in enumerate(programs) for n, s in p.streams.items() if s}
+    done = {(c, n): 0 for c, p in enumerate(programs) for n in p.streams}
+    partners = {}
+    for c, p in enumerate(programs):
+        for n, s in p.streams.items():
+            for i in s:
+                if i.op == "sendrecv":
+                    partners[(c, i.args["pipe_id"], i.args["turn"])] = i
     rng = random.Random(seed)
     remaining = sum(len(s) for s in streams.values())
+
+    def met(c, ins):
+        return all(done[(c, w)] >= k for w, k in ins.waits)
+
+    def head(c, ins):
+        return done[(c, ins.engine)] == ins.index and met(c, ins)
+
     while remaining:
-        ready = [
-            s[done[n]]
-            for n, s in streams.items()
-            if done[n] < len(s) and all(done[w] >= c for w, c in s[done[n]].waits)
-        ]
+        ready = []
+        for (c, n), s in streams.items():
+            i = done[(c, n)]
+            if i < len(s) and met(c, s[i]):
+                ins = s[i]
+                if ins.op == "sendrecv":
+                    other = partners.get((1 - c, ins.args["pipe_id"], ins.args["turn"]))
+                    if other is None or not head(1 - c, other):
+                        continue
+                ready.append((c, ins))
         if not ready:
-            raise KernelError(deadlock(program, done))
+            raise KernelError(deadlock(programs, done))
         if order == "program":
-            ins = min(ready, key=lambda i: i.seq)
+            c, ins = min(ready, key=lambda ci: (ci[1].seq, ci[0]))
         elif order == "reverse":
-            ins = max(ready, key=lambda i: i.seq)
+            c, ins = max(ready, key=lambda ci: (ci[1].seq, ci[0]))
         else:
-            ins = rng.choice(ready)
-        execute(st, ins)
-        done[ins.engine] += 1
+            c, ins = rng.choice(ready)
+        if ins.op == "sendrecv":
+            other = partners[(1 - c, ins.args["pipe_id"], ins.args["turn"])]
+            pair = (ins, other) if c == 0 else (other, ins)
+            _sendrecv(states, pair)
+            for r, i in enumerate(pair):
+                done[(r, i.engine)] += 1
+            remaining -= 2
+            continue
+        execute(states[c], ins)
+        done[(c, ins.engine)] += 1
         remaining -= 1
-    return [st.tensor(n) for n in program.outputs], st
+    return [states[0].tensor(n) for n in programs[0].outputs], (
+        states[0] if len(states) == 1 else states
+    )
 
 
-def deadlock(program, done):
+def _tile(st, ref, ins):
+    from ncrtl.model.dma.sendrecv import Tile
+
+    slab = st._slab(ref)
+    if slab is None or slab[0] is None:
+        raise KernelError(
+            f"{_where(ins)}sendrecv tiles are whole partitions of contiguous bytes, not {ref}"
+        )
+    parts, byts = slab
+    isz = ref.element.itemsize
+    return Tile(
+        parts.start, parts.stop - parts.start, byts.start, (byts.stop - byts.start) // isz, isz
+    )
+
+
+def _sendrecv(states, pair):
+    """One sendrecv pair on the two cores: the rules and data of
+    :func:`ncrtl.model.dma.sendrecv.exchange`."""
+    from ncrtl.model.dma.sendrecv import Code, SendRecv, exchange
+
+    ops = []
+    for r, ins in enumerate(pair):
+        a = ins.args
+        src = _tile(states[r], ins.srcs[0], ins)
+        dst = _tile(states[r], ins.dsts[0], ins)
+        states[r].read(ins.srcs[0], ins)  # what it sends must have been written
+        ops.append(
+            SendRecv(
+                src, dst, a["send_to_rank"], a["recv_from_rank"], a["pipe_id"], a["dma_engine"]
+            )
+        )
+    sbufs, codes, msgs = exchange([[ops[0]], [ops[1]]], [states[0].sbuf, states[1].sbuf])
+    for r in (0, 1):
+        if codes[r][0] != Code.NONE:
+            raise KernelError(f"{_where(pair[r])}{Code(codes[r][0]).name}: {msgs[r][0]}")
+    for r in (0, 1):
+        states[r].sbuf[...] = sbufs[r]
+        d = ops[r].dst
+        states[r].sbuf_written[
+            d.partition : d.partition + d.partitions, d.byte : d.byte + d.nbytes
+        ] = True
+
+
+def deadlock(programs, done):
     """The message for streams that cannot go on: each stream's waiting instruction and the
-    semaphores it waits for."""
+    semaphores it waits for (``done`` counts by ``(core, stream)``, or by stream for one
+    program)."""
+    programs = list(programs) if isinstance(programs, (list, tuple)) else [programs]
     lines = ["the streams cannot finish: every next instruction waits on a semaphore"]
-    for n, s in program.streams.items():
-        if done[n] < len(s):
-            ins = s[done[n]]
-            unmet = [f"{w} to reach {c} (at {done[w]})" for w, c in ins.waits if done[w] < c]
-            lines.append(f"  {ins.label} ({ins.line}) waits for {', '.join(unmet)}")
+    for c, program in enumerate(programs):
+        count = (
+            (lambda n, c=c: done[(c, n)])
+            if (c, next(iter(program.streams))) in done
+            else done.__getitem__
+        )
+        core = f"core {c}: " if len(programs) > 1 else ""
+        for n, s in program.streams.items():
+            if count(n) < len(s):
+                ins = s[count(n)]
+                unmet = [f"{w} to reach {k} (at {count(w)})" for w, k in ins.waits if count(w) < k]
+                if ins.op == "sendrecv" and not unmet:
+                    unmet = [
+                        f"its partner on the other core (pipe {ins.args['pipe_id']}, turn {ins.args['turn']})"
+                    ]
+                lines.append(f"  {core}{ins.label} ({ins.line}) waits for {', '.join(unmet)}")
     return "\n".join(lines)

@@ -341,6 +341,7 @@ class Program:
     outputs: list
     kernel: str = ""
     logical_cores: int = 1
+    core_id: int = 0
 
     def instructions(self):
         """Every instruction in program order."""
@@ -357,6 +358,7 @@ class Program:
                 "kernel": self.kernel,
                 "core": self.core.to_dict(),
                 "logical_cores": self.logical_cores,
+                "core_id": self.core_id,
                 "tensors": [t.to_dict() for t in self.tensors.values()],
                 "inputs": self.inputs,
                 "outputs": self.outputs,
@@ -381,11 +383,13 @@ class Program:
             d["outputs"],
             d["kernel"],
             d["logical_cores"],
+            d.get("core_id", 0),
         )
 
     def dump(self):
         """The streams as text: the tensors and their placement, then each stream."""
-        out = [f"kernel {self.kernel} on NeuronCore-{self.core.name}"]
+        core = f", core {self.core_id} of {self.logical_cores}" if self.logical_cores > 1 else ""
+        out = [f"kernel {self.kernel} on NeuronCore-{self.core.name}{core}"]
         out.append("tensors:")
         for t in self.tensors.values():
             out.append(

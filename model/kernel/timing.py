@@ -78,6 +78,12 @@ class Record:
     done: int
     waited: int = 0
     blocker: tuple = None
+    stream: str = ""
+
+    @property
+    def label(self):
+        """``stream[index] op`` (the stream's name carries the core of a logical core)."""
+        return f"{self.stream or self.ins.engine}[{self.ins.index}] {self.ins.op}"
 
 
 @dataclass
@@ -144,10 +150,17 @@ class Report:
         """The report as a dict (``report.json``)."""
         c = self.core
         te = c.clocks["tensor"]
-        counts = self.program.counts()
+        programs = self.program if isinstance(self.program, list) else [self.program]
+        if len(programs) == 1:
+            counts = programs[0].counts()
+        else:
+            counts = {
+                f"core{i}.{k}": v for i, p in enumerate(programs) for k, v in p.counts().items()
+            }
         return {
-            "kernel": self.program.kernel,
-            "core": self.program.core.name,
+            "kernel": programs[0].kernel,
+            "core": programs[0].core.name,
+            "logical_cores": len(programs),
             "total_ns": round(self.total_ns, 3),
             "tensor_engine_cycles": self.te_cycles,
             "tensor_engine_ghz": te.ghz,
@@ -163,9 +176,9 @@ class Report:
             "longest_waits": [
                 {
                     "ns": round(ns, 3),
-                    "instruction": r.ins.label,
+                    "instruction": r.label,
                     "line": r.ins.line,
-                    "waited_on": b.ins.label if b else None,
+                    "waited_on": b.label if b else None,
                     "waited_on_line": b.ins.line if b else None,
                 }
                 for ns, r, b in self.longest_waits()
@@ -174,7 +187,19 @@ class Report:
 
 
 class _Stream:
-    __slots__ = ("name", "instrs", "pos", "sem", "clock", "free", "last_done", "records", "busy")
+    __slots__ = (
+        "name",
+        "instrs",
+        "pos",
+        "sem",
+        "clock",
+        "free",
+        "last_done",
+        "records",
+        "busy",
+        "core",
+        "local",
+    )
 
     def __init__(self, name, instrs, clock):
         self.name, self.instrs, self.clock = name, instrs, clock
@@ -264,10 +289,12 @@ def _runs_words(ref):
 
 
 def simulate(program, *, params=None, trace=False):
-    """The timing of ``program``; returns a :class:`Report` (with a :class:`Trace` when
-    ``trace``)."""
+    """The timing of ``program`` (or of the two programs of a logical core, ``kernel[2]``:
+    each core its own engines and DMA pool, their streams named ``core0.tensor`` ...);
+    returns a :class:`Report` (with a :class:`Trace` when ``trace``)."""
     params = params or Params()
-    core = program.core
+    programs = list(program) if isinstance(program, (list, tuple)) else [program]
+    core = programs[0].core
     clocks = {
         "tensor": Clock("tensor", core.tensor_mhz),
         "vector": Clock("vector", core.vector_mhz),
@@ -277,27 +304,35 @@ def simulate(program, *, params=None, trace=False):
     }
     ev = EventCore(list(clocks.values()))
     tr = Trace(ev) if trace else None
+    many = len(programs) > 1
+
+    def key(c, name):
+        return f"core{c}.{name}" if many else name
+
     streams = {}
-    for name, instrs in program.streams.items():
-        clock = clocks["dma"] if name.startswith("dma") else clocks[name]
-        streams[name] = _Stream(name, instrs, clock)
-    seq = Sequencer(core.rows, core.cols, rules=params.te_rules)
-    pool = _DmaPool(ev, core.dma_engines)
+    for c, p in enumerate(programs):
+        for name, instrs in p.streams.items():
+            clock = clocks["dma"] if name.startswith("dma") else clocks[name]
+            st = _Stream(key(c, name), instrs, clock)
+            st.core, st.local = c, name
+            streams[st.name] = st
+    seqs = [Sequencer(core.rows, core.cols, rules=params.te_rules) for _ in programs]
+    pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
     decoded = {}  # instruction word -> Instruction, one object per distinct word
     stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
     slices = {}  # (stream, index) -> trace slice
+    rendezvous = {}  # (pipe, turn) -> {core: (stream, instruction, ready, waited, blocker)}
 
     def te_timing(s, ins, ready):
         period = s.clock.period
         earliest = s.clock.cycle_at(ready)
-        words = ins.args["te"]
         first = None
         rec = None
-        for w in words:
+        for w in ins.args["te"]:
             ins_w = decoded.get(w)
             if ins_w is None:
                 ins_w = decoded[w] = te_isa.decode(int(w))
-            rec = seq.issue(ins_w, earliest)
+            rec = seqs[s.core].issue(ins_w, earliest)
             if not rec.accepted:
                 raise KernelError(
                     f"{ins.line}: {ins.call} ({ins.label}): the Tensor Engine refused it: "
@@ -316,7 +351,7 @@ def simulate(program, *, params=None, trace=False):
         done = (rec.outputs[-1] + 1) * period if rec.outputs else end
         return start, end, done
 
-    def dma_work(s, ins):
+    def dma_work(ins):
         """``(engine-ticks of data movement, engines it can use)`` of a transfer."""
         (dst,), src = ins.dsts, ins.srcs[0]
         stats["dma_bytes"] += dst.size * dst.element.itemsize
@@ -327,7 +362,7 @@ def simulate(program, *, params=None, trace=False):
         cycles = bandwidth_cycles(-(-words // parts), params.dma)
         if ins.op == "dma_transpose" and src.on_chip and dst.on_chip:
             cycles *= 2
-        return cycles * parts * s.clock.period, parts
+        return cycles * parts * clocks["dma"].period, parts
 
     def compute_timing(s, ins, ready):
         period = s.clock.period
@@ -339,25 +374,56 @@ def simulate(program, *, params=None, trace=False):
         end = start + occ * period
         return start, end, end + params.fixed_latency * period
 
+    def sendrecv(s, ins, ready, waited, blocker):
+        """Both cores' sides of a pair move their data on their own DMA engines once both are
+        ready, and complete together (the pipe's group synchronises)."""
+        key_ = (ins.args["pipe_id"], ins.args["turn"])
+        sides = rendezvous.setdefault(key_, {})
+        sides[s.core] = (s, ins, max(ready, s.free, ev.now), waited, blocker)
+        if len(sides) < 2:
+            return
+        del rendezvous[key_]
+        start = max(v[2] for v in sides.values())
+        moved = {}
+
+        def one_moved(c):
+            moved[c] = ev.now
+            if len(moved) < 2:
+                return
+            end = max(moved.values())
+            for st, i, _ready, w, b in sides.values():
+                done = max(end + params.dma_latency * clocks["dma"].period, st.last_done)
+                finish(st, i, _ready, start, end, done, w, b)
+            for st, *_ in sides.values():
+                advance(st)
+
+        for c, (st, i, *_rest) in sides.items():
+            work, cap = dma_work(i)
+            ev.at(start, pools[c].submit, work, cap, lambda c=c: one_moved(c))
+
     def advance(s):
+        c = s.core
         while s.pos < len(s.instrs):
             ins = s.instrs[s.pos]
-            for w, c in ins.waits:
-                sem = streams[w].sem
-                if sem.count < c:
-                    sem.wait(c, lambda s=s: advance(s), ins.seq)
+            for w, k in ins.waits:
+                sem = streams[key(c, w)].sem
+                if sem.count < k:
+                    sem.wait(k, lambda s=s: advance(s), ins.seq)
                     return
             ready = 0
             blocker = None
-            for w, c in ins.waits:
-                t = streams[w].sem.reached_at(c)
+            for w, k in ins.waits:
+                t = streams[key(c, w)].sem.reached_at(k)
                 if t > ready:
-                    ready, blocker = t, (w, c - 1)
+                    ready, blocker = t, (key(c, w), k - 1)
             could = s.free
             waited = max(0, ready - could) if blocker else 0
-            if s.name.startswith("dma"):
+            if ins.op == "sendrecv":
+                sendrecv(s, ins, ready, waited, blocker)
+                return
+            if s.local.startswith("dma"):
                 start = max(ready, s.free, ev.now)
-                work, cap = dma_work(s, ins)
+                work, cap = dma_work(ins)
 
                 def moved(s=s, ins=ins, ready=ready, start=start, waited=waited, blocker=blocker):
                     end = ev.now
@@ -366,11 +432,11 @@ def simulate(program, *, params=None, trace=False):
                     advance(s)
 
                 if start > ev.now:
-                    ev.at(start, pool.submit, work, cap, moved)
+                    ev.at(start, pools[c].submit, work, cap, moved)
                 else:
-                    pool.submit(work, cap, moved)
+                    pools[c].submit(work, cap, moved)
                 return
-            if s.name == "tensor":
+            if s.local == "tensor":
                 start, end, done = te_timing(s, ins, max(ready, 0))
             else:
                 start, end, done = compute_timing(s, ins, ready)
@@ -378,9 +444,9 @@ def simulate(program, *, params=None, trace=False):
             finish(s, ins, ready, start, end, done, waited, blocker)
 
     def finish(s, ins, ready, start, end, done, waited, blocker):
-        rec = Record(ins, ready, start, end, done, waited, blocker if waited else None)
+        rec = Record(ins, ready, start, end, done, waited, blocker if waited else None, s.name)
         s.records.append(rec)
-        s.busy += end - start if s.name != "tensor" else 0
+        s.busy += end - start if s.local != "tensor" else 0
         s.free = end
         s.last_done = done
         if tr is not None:
@@ -391,7 +457,7 @@ def simulate(program, *, params=None, trace=False):
                 "src": ", ".join(map(str, ins.srcs)),
                 "wait_ns": round(ev.ns(waited), 3),
             }
-            track = ("NeuronCore", s.name)
+            track = (f"NeuronCore {s.core}" if many else "NeuronCore", s.local)
             slices[(s.name, ins.index)] = tr.slice(track, f"{ins.op} {ins.line}", start, done, args)
             if waited and rec.blocker in slices:
                 tr.flow(slices[rec.blocker], slices[(s.name, ins.index)])
@@ -401,36 +467,36 @@ def simulate(program, *, params=None, trace=False):
     for s in streams.values():
         ev.at(0, advance, s)
     ev.run()
-    stuck = [s for s in streams.values() if s.pos < len(s.instrs)]
-    if stuck:
-        raise KernelError(deadlock(program, {n: s.sem.count for n, s in streams.items()}))
+    if any(s.pos < len(s.instrs) for s in streams.values()):
+        counts = {(s.core, s.local): s.sem.count for s in streams.values()}
+        raise KernelError(deadlock(programs, counts))
     total = max((s.last_done for s in streams.values()), default=0)
     te_clock = clocks["tensor"]
     te_cycles = -(-total // te_clock.period)
     busy = {}
     if total:
-        te_recs = streams["tensor"].records
-        if te_recs:
-            busy["tensor"] = _union([(r.start, r.end) for r in te_recs]) / total
         for n, s in streams.items():
-            if s.records and n != "tensor":
-                busy[n] = (
-                    _union([(r.start, r.done) for r in s.records]) / total
-                    if n.startswith("dma")
-                    else s.busy / total
-                )
+            if not s.records:
+                continue
+            if s.local == "tensor":
+                busy[n] = _union([(r.start, r.end) for r in s.records]) / total
+            elif s.local.startswith("dma"):
+                busy[n] = _union([(r.start, r.done) for r in s.records]) / total
+            else:
+                busy[n] = s.busy / total
         if stats["dma_bytes"]:
-            busy["dma_engines"] = pool.busy / (total * core.dma_engines)
+            for c, pool in enumerate(pools):
+                busy[key(c, "dma_engines")] = pool.busy / (total * core.dma_engines)
     records = {n: s.records for n, s in streams.items()}
     return Report(
-        program,
+        programs[0] if not many else programs,
         ev,
         records,
         total,
         te_cycles,
         busy,
         stats["macs"],
-        stats["peak"],
+        stats["peak"] * len(programs),
         stats["dma_bytes"],
         tr,
         stats["te_window"],
@@ -469,7 +535,8 @@ def plot(report, path):
         ax.broken_barh(spans, (y - 0.4, 0.8))
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("time (us)")
-    ax.set_title(f"{report.program.kernel}: engine occupancy ({report.total_ns / 1000:.2f} us)")
+    first = report.program[0] if isinstance(report.program, list) else report.program
+    ax.set_title(f"{first.kernel}: engine occupancy ({report.total_ns / 1000:.2f} us)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

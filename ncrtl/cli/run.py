@@ -111,7 +111,8 @@ def _cmd_run(args):
     except (nki.NkiError, TypeError, AssertionError) as e:
         raise UsageError(_kernel_error(e)) from None
     if args.dump_streams:
-        print(program.dump())
+        for p in program if isinstance(program, tuple) else (program,):
+            print(p.dump())
     outputs = []
     if not args.timing_only:
         try:

@@ -33,6 +33,7 @@ class Example:
     bound: object
     description: str
     kwargs: dict = field(default_factory=dict)
+    lnc: int = 1
 
     @property
     def path(self):
@@ -177,6 +178,16 @@ EXAMPLES = {
             _exact,
             "a [256, 128] bf16 transpose by the DMA engines into SBUF (bit for bit)",
         ),
+        Example(
+            "exchange_halves",
+            "more.py",
+            "exchange_halves",
+            lambda rng: [rng.standard_normal((256, 64)).astype(np.float32)],
+            lambda x: [np.concatenate([_f64(x)[128:], _f64(x)[:128]])],
+            _exact,
+            "two cores (kernel[2]) swap halves of a tile with sendrecv",
+            lnc=2,
+        ),
     )
 }
 
@@ -220,4 +231,5 @@ def load(name):
     if name not in EXAMPLES:
         raise ValueError(f"no example {name!r}; the examples: {', '.join(EXAMPLES)}")
     e = EXAMPLES[name]
-    return e, load_file(e.path, e.function)
+    k = load_file(e.path, e.function)
+    return e, (k[e.lnc] if e.lnc != 1 else k)

@@ -79,3 +79,20 @@ def transpose_dma(x):
     nisa.dma_transpose(dst=sb, src=x)
     nisa.dma_copy(dst=result, src=sb)
     return result
+
+
+@nki.jit
+def exchange_halves(x):
+    """Two cores (``kernel[2]``) each load half of ``x``, swap halves with ``sendrecv`` and
+    write what they received: the output is ``x`` with its two halves of rows exchanged."""
+    R, F = x.shape
+    assert R % 2 == 0 and R // 2 <= 128
+    H = R // 2
+    result = nl.ndarray((R, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    me = nl.program_id(0)
+    mine = nl.ndarray((H, F), dtype=x.dtype, buffer=nl.sbuf)
+    theirs = nl.ndarray((H, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[me * H : (me + 1) * H, 0:F])
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - me, recv_from_rank=1 - me, pipe_id=0)
+    nisa.dma_copy(dst=result[me * H : (me + 1) * H, 0:F], src=theirs)
+    return result

@@ -64,6 +64,7 @@ class Trace:
         self.num_programs = num_programs
         self.matmul_written = {}  # PSUM decl -> set of boxes a matmul wrote (accumulate=None)
         self.identities = {}  # (partitions, dtype) -> identity tensor for PE transposes
+        self.pipes = {}  # sendrecv pipe_id -> sendrecvs posted on it so far
 
 
 def current(call="this call"):

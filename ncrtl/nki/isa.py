@@ -533,6 +533,53 @@ def dma_transpose(
     _emit("dma", "dma_transpose", [d], [s], {}, call)
 
 
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
+    """Send ``src`` to the other core's ``dst`` while receiving its ``src`` into this core's
+    ``dst`` (a logical core of two, ``kernel[2]``; NeuronCore-v3 or later)."""
+    call = "nisa.sendrecv"
+    tr = current(call)
+    if tr.core.name == "v2":
+        fail(call, "sendrecv needs NeuronCore-v3 or later")
+    if tr.num_programs != 2:
+        fail(call, "sendrecv runs between the two cores of a logical core: launch kernel[2]")
+    s = _tensor(call, "src", src, ("sbuf",))
+    d = _tensor(call, "dst", dst, ("sbuf",))
+    path = {dma_engine.dma: "dma", dma_engine.gpsimd_dma: "gpsimd_dma"}.get(dma_engine)
+    if path is None:
+        fail(call, f"dma_engine={dma_engine!r}: nisa.dma_engine.dma or nisa.dma_engine.gpsimd_dma")
+    for what, v in (
+        ("send_to_rank", send_to_rank),
+        ("recv_from_rank", recv_from_rank),
+        ("pipe_id", pipe_id),
+    ):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            fail(call, f"{what} must be an integer known when the kernel is traced, not {v!r}")
+    from ncrtl.model.dma.sendrecv import SendRecv, Tile, side_error
+
+    # The rules of one side that need no placement (ranks, shapes, the gpsimd limits): the
+    # sendrecv golden's, on the tiles placed apart.
+    def tile(t, byte):
+        return Tile(0, t.shape[0], byte, _free(t), dtype_of(t.dtype).itemsize)
+
+    far = tile(src, 0).nbytes
+    op = SendRecv(
+        tile(src, 0), tile(dst, far), int(send_to_rank), int(recv_from_rank), int(pipe_id), path
+    )
+    bad = side_error(op, tr.program_id, tr.core.partitions, 2 * far + 1)
+    if bad is not None:
+        fail(call, f"{bad[0].name}: {bad[1]}")
+    turn = tr.pipes.get(int(pipe_id), 0)
+    tr.pipes[int(pipe_id)] = turn + 1
+    args = {
+        "send_to_rank": int(send_to_rank),
+        "recv_from_rank": int(recv_from_rank),
+        "pipe_id": int(pipe_id),
+        "dma_engine": path,
+        "turn": turn,
+    }
+    _emit("gpsimd" if path == "gpsimd_dma" else "dma", "sendrecv", [d], [s], args, call)
+
+
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)

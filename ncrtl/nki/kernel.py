@@ -66,10 +66,6 @@ class Kernel:
         return core_of(target) if target else "v3"
 
     def __call__(self, *args, **kwargs):
-        if self.lnc != 1:
-            raise _trace.NotModelled(
-                f"{self.fn.__name__}[{self.lnc}]: two-core launches are not modelled yet"
-            )
         result = run(self, args, kwargs, timing=False)
         outs = result.outputs
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
@@ -94,13 +90,32 @@ def simulate(kernel):
 
 def trace(kernel, args, kwargs=None, *, core=None):
     """Trace ``kernel`` on ``args`` (numpy arrays: the device tensors; other values passed as
-    they are) into a :class:`~ncrtl.model.kernel.stream.Program`."""
+    they are) into a :class:`~ncrtl.model.kernel.stream.Program`; ``kernel[2]`` gives the two
+    cores' programs (a tuple), sharing the device tensors."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
+    if kernel.lnc == 1:
+        return _trace_one(kernel, args, kwargs, core, 0, 1, 0)
+    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0)
+    end = max((t.base + t.nbytes for t in first.tensors.values() if t.space == "hbm"), default=0)
+    second = _trace_one(kernel, args, kwargs, core, 1, 2, end)
+    for name in first.inputs + first.outputs:
+        a, b = first.tensors.get(name), second.tensors.get(name)
+        if b is None or (a.base, a.shape, a.dtype) != (b.base, b.shape, b.dtype):
+            raise NkiError(
+                f"{kernel.fn.__name__}[2]: the two cores place device tensor {name} differently "
+                f"(create the shared tensors in the same order on both cores)"
+            )
+    if first.outputs != second.outputs:
+        raise NkiError(f"{kernel.fn.__name__}[2]: the two cores return different tensors")
+    return first, second
+
+
+def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base):
     version = core_of(core) if core else kernel.core
     c = CORES[version]
     builder = Builder(c, kernel.fn.__name__)
-    tr = _trace.Trace(builder, c)
+    tr = _trace.Trace(builder, c, program_id, num_programs)
     names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
     inputs, call_args = [], []
     for i, a in enumerate(args):
@@ -136,7 +151,13 @@ def trace(kernel, args, kwargs=None, *, core=None):
         if d.kind == "internal":
             d.kind = "output"
     try:
-        return builder.finish(inputs, outputs)
+        return builder.finish(
+            inputs,
+            outputs,
+            hbm_internal_base=hbm_internal_base,
+            core_id=program_id,
+            logical_cores=num_programs,
+        )
     except PlacementError as e:
         raise NkiError(str(e)) from None
 
@@ -170,10 +191,12 @@ def run(
     if golden:
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         outputs, state = kgolden.run(program, arrays, uninitialized=uninitialized, order=order)
-        outputs = [_as_numpy(o, program.tensors[n].dtype) for o, n in zip(outputs, program.outputs)]
-        for a, name in zip(arrays, program.inputs):  # inputs the kernel wrote, in place
+        first = program[0] if isinstance(program, tuple) else program
+        outputs = [_as_numpy(o, first.tensors[n].dtype) for o, n in zip(outputs, first.outputs)]
+        st0 = state[0] if isinstance(state, list) else state
+        for a, name in zip(arrays, first.inputs):  # inputs the kernel wrote, in place
             if a.flags.writeable:
-                new = state.tensor(name)
+                new = st0.tensor(name)
                 if not np.array_equal(
                     new.view(np.uint8),
                     np.ascontiguousarray(a).view(np.uint8).reshape(new.view(np.uint8).shape),

@@ -50,3 +50,30 @@ def not_modelled(a):
     t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
     nl.softmax(t, axis=1)  # LINE not_modelled
     return None
+
+
+@nki.jit
+def lonely_pipes(x):
+    me = nl.program_id(0)
+    a = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.sendrecv(src=a, dst=b, send_to_rank=1 - me, recv_from_rank=1 - me, pipe_id=me)
+    return None
+
+
+@nki.jit
+def sendrecv_one_core(x):
+    a = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.sendrecv(src=a, dst=b, send_to_rank=1, recv_from_rank=1, pipe_id=0)  # LINE one_core
+    return None
+
+
+@nki.jit
+def sendrecv_to_itself(x):
+    me = nl.program_id(0)
+    a = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.sendrecv(src=a, dst=b, send_to_rank=me, recv_from_rank=1 - me, pipe_id=0)  # LINE itself
+    return None
