@@ -309,3 +309,9 @@ def test_sendrecv_rules():
     with pytest.raises(nki.NkiError) as e:
         nki.trace(load_file(BAD, "sendrecv_to_itself")[2], (x,))
     assert str(e.value).startswith(_line("itself") + ": nisa.sendrecv: RANK")
+
+
+def test_cli_run_plot(tmp_path):
+    png = tmp_path / "p.png"
+    assert main(["run", "--example", "transpose_dma", "--plot", str(png), "--timing-only"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
