@@ -1530,3 +1530,49 @@ def test_bench_golden_section_checks_what_it_times(capsys):
     out = capsys.readouterr().out
     modes = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "double_row", "mx")
     assert all(f"{mode:>12s}" in out for mode in modes)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sequencer_folded_state_gives_the_per_group_schedule(seed):
+    """The Sequencer keeps a plane's state once while all its PE groups hold the same
+    (``fold``): on random programs of whole-array and tile instructions of every mode, valid or
+    not, issued with random earliest cycles, every record equals the per-group model's."""
+    import random
+
+    from ncrtl.model.modes import operations
+    from ncrtl.model.tensor_engine import timing as tm
+
+    rng = random.Random(seed)
+    ops = [o for o in operations() if "mx" not in o]
+    all_rules = (tm.DOCUMENTED, tm.HDL_SERIAL, tm.HDL_PARALLEL, tm.HDL_BACKGROUND, tm.ONE_CHAIN)
+    for _ in range(60):
+        size, unit = rng.choice([(128, 32), (64, 32), (8, 2)])
+        rules = rng.choice(all_rules)
+        pairs = []
+        for _ in range(rng.randrange(1, 10)):
+            tile = rng.choice(
+                [None, (size // 2, size), (size // 4, size), (size, size // 2), (size, size // 4)]
+            )
+            tr, tc = tile or (size, size)
+            try:
+                prog = tm.matmul_program(
+                    rng.randint(1, tr),
+                    rng.randint(1, tc),
+                    rng.randint(1, 512),
+                    rng.choice(ops),
+                    repeat=rng.randint(1, 3),
+                    tile=tile,
+                    tiles=rng.randint(1, (size // tr) * (size // tc)),
+                    rows=size,
+                    cols=size,
+                )
+            except ValueError:
+                continue
+            pairs += [prog[i : i + 2] for i in range(0, len(prog), 2)]
+        rng.shuffle(pairs)
+        prog = [i for p in pairs for i in p][rng.random() < 0.2 :]
+        a = tm.Sequencer(size, size, tile_unit=unit, rules=rules)
+        b = tm.Sequencer(size, size, tile_unit=unit, rules=rules, fold=False)
+        for ins in prog:
+            e = rng.choice([0, 0, rng.randrange(2000)])
+            assert a.issue(ins, e) == b.issue(ins, e)

@@ -428,10 +428,31 @@ def ls_plane(ins, latest_plane):
     return int(bool(ins.transpose) and latest_plane != 1)
 
 
+class _Uniform:
+    """The state every PE group of a plane holds when they all hold the same (the usual case:
+    whole-array instructions only), kept once instead of per group."""
+
+    __slots__ = ("next_bank", "last_read", "last_ls", "busy", "loader_free", "seq_free")
+
+    def __init__(self):
+        self.next_bank = 0
+        self.last_read = {}  # bank -> the last moving beat reading it
+        self.last_ls = None
+        self.busy = None
+        self.loader_free = 0
+        self.seq_free = 0
+
+
 class _Plane:
     """The state of one plane (the array's, or the background transpose's): per PE group the
     bank the next LS writes, the last moving beat reading each bank, the last LS, the
-    instruction with beats last and the first cycle its loader and its sequencer are free."""
+    instruction with beats last and the first cycle its loader and its sequencer are free.
+
+    While every group holds the same state it is kept once, in :attr:`uniform` (the per-group
+    dicts are then empty): a whole-array instruction reads and writes it in one step instead
+    of once per group.  An instruction on a tile spreads it over the groups first
+    (:meth:`materialize`); a whole-array instruction that leaves every group equal folds it
+    back (:meth:`collapse`).  Both forms hold the same values, so the schedule is the same."""
 
     def __init__(self):
         self.next_bank = {}
@@ -440,6 +461,67 @@ class _Plane:
         self.busy = {}  # group -> (region, cycle of its last beat)
         self.loader_free = {}
         self.seq_free = {}
+        self.uniform = _Uniform()
+
+    def materialize(self, all_groups):
+        u = self.uniform
+        if u is None:
+            return
+        self.uniform = None
+        for d in (
+            self.next_bank,
+            self.last_read,
+            self.last_ls,
+            self.busy,
+            self.loader_free,
+            self.seq_free,
+        ):
+            d.clear()
+        for g in all_groups:
+            self.next_bank[g] = u.next_bank
+            for b, v in u.last_read.items():
+                self.last_read[(g, b)] = v
+            if u.last_ls is not None:
+                self.last_ls[g] = u.last_ls
+            if u.busy is not None:
+                self.busy[g] = u.busy
+            self.loader_free[g] = u.loader_free
+            self.seq_free[g] = u.seq_free
+
+    def _state(self, g):
+        ls = self.last_ls.get(g)
+        return (
+            self.next_bank.get(g, 0),
+            self.last_read.get((g, 0), -1),
+            self.last_read.get((g, 1), -1),
+            None if ls is None else (id(ls[0]), ls[1], ls[2]),
+            self.busy.get(g),
+            self.loader_free.get(g, 0),
+            self.seq_free.get(g, 0),
+        )
+
+    def collapse(self, all_groups):
+        first = self._state(all_groups[0])
+        if any(self._state(g) != first for g in all_groups[1:]):
+            return
+        g = all_groups[0]
+        u = _Uniform()
+        u.next_bank = self.next_bank.get(g, 0)
+        u.last_read = {b: self.last_read[(g, b)] for b in (0, 1) if (g, b) in self.last_read}
+        u.last_ls = self.last_ls.get(g)
+        u.busy = self.busy.get(g)
+        u.loader_free = self.loader_free.get(g, 0)
+        u.seq_free = self.seq_free.get(g, 0)
+        for d in (
+            self.next_bank,
+            self.last_read,
+            self.last_ls,
+            self.busy,
+            self.loader_free,
+            self.seq_free,
+        ):
+            d.clear()
+        self.uniform = u
 
 
 def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None):
@@ -479,7 +561,9 @@ class Sequencer:
     stream issued with every ``earliest`` 0 is :func:`simulate`'s program, cycle for cycle.
     """
 
-    def __init__(self, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None):
+    def __init__(
+        self, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None, fold=True
+    ):
         if not isinstance(rules, Rules):
             raise TypeError(f"rules must be a Rules, not {rules!r}")
         self.rows, self.cols, self.tile_unit, self.rules, self.modes = (
@@ -492,6 +576,14 @@ class Sequencer:
         self.lat = latency(rows, cols)
         self.unit = max(1, tile_unit)
         self.planes = [_Plane(), _Plane()]
+        # fold: keep a plane's state once while all its groups hold the same (_Plane); False
+        # keeps it per group throughout (the reference the folded form is tested against)
+        self.fold = fold
+        if rules.parallel_tiles:
+            n_r, n_c = -(-rows // self.unit), -(-cols // self.unit)
+            self.all_groups = tuple((r, c) for r in range(n_r) for c in range(n_c))
+        else:
+            self.all_groups = ((0, 0),)
         self.records = []
         self.prev_issue = -1
         # A long program repeats a few instructions (matmul_program shares them): their rule
@@ -547,10 +639,14 @@ class Sequencer:
         still holds it."""
         best = None
         for p, plane in enumerate(self.planes):
-            held = [plane.last_ls.get(g) for g in self._groups(ins)]
-            if held[0] is not None and (best is None or held[0][0].index > best[1].index):
-                intact = all(h is not None and h[0] is held[0][0] for h in held)
-                best = (p, held[0][0], intact)
+            if plane.uniform is not None:
+                held0, intact = plane.uniform.last_ls, True
+            else:
+                held = [plane.last_ls.get(g) for g in self._groups(ins)]
+                held0 = held[0]
+                intact = held0 is not None and all(h is not None and h[0] is held0[0] for h in held)
+            if held0 is not None and (best is None or held0[0].index > best[1].index):
+                best = (p, held0[0], intact)
         return best
 
     def _overlapped(self, plane, ins, t):
@@ -558,6 +654,9 @@ class Sequencer:
         if not self.rules.parallel_tiles:
             return False
         region = self._region(ins)
+        if plane.uniform is not None:
+            busy = plane.uniform.busy
+            return busy is not None and busy[1] >= t and busy[0] != region
         busy = plane.busy
         return any(
             busy.get(g, (None, -1))[1] >= t and busy[g][0] != region for g in self._groups(ins)
@@ -610,6 +709,13 @@ class Sequencer:
         plane = planes[p]
         mine = groups(whole)
         region = self._region(whole)
+        every = len(mine) == len(self.all_groups)
+        if every and plane.uniform is not None and self.fold:
+            rec = self._issue_uniform(plane, ins, whole, region, t0, p, index)
+            self.records.append(rec)
+            self.prev_issue = rec.issue
+            return rec
+        plane.materialize(self.all_groups)
         if ins.op == Op.LS:
             bank = plane.next_bank.get(mine[0], 0)
             t = max(
@@ -650,9 +756,50 @@ class Sequencer:
                 plane=p,
                 busy_until=free,
             )
+        if every and self.fold:
+            plane.collapse(self.all_groups)
         self.records.append(rec)
         self.prev_issue = t
         return rec
+
+    def _issue_uniform(self, plane, ins, whole, region, t0, p, index):
+        """:meth:`issue` of a whole-array instruction on a plane whose groups all hold the
+        same state: the same rules, on the one copy of that state."""
+        u = plane.uniform
+        ii = ins.beat_interval
+        if ins.op == Op.LS:
+            bank = u.next_bank
+            t = max(t0, u.loader_free, u.last_read.get(bank, -1) + 1)
+            n_beats = ls_beats(whole, self.cols, self.rules.ls_chains, self.tile_unit)
+            beats = range(t, t + n_beats * ii, ii)
+            free = t + n_beats * ii
+            rec = Record(index, ins, t, bank=bank, beats=beats, plane=p, busy_until=free)
+            u.loader_free = free
+            u.next_bank = bank ^ 1
+            u.last_ls = (rec, bank, beats[-1])
+            u.busy = (region, beats[-1])
+            return rec
+        t = max(t0, u.last_ls[2], u.seq_free)
+        beats = range(t, t + ins.n * ii, ii)
+        free = t + max(ins.n, self.rules.floor(whole)) * ii
+        out_lat = (
+            (whole.tile_row + whole.tile_rows + self.cols + P_PREFIX + 1)
+            if self.rules.parallel_tiles
+            else self.lat
+        )
+        u.seq_free = free
+        u.last_read[u.last_ls[1]] = beats[-1]
+        u.busy = (region, beats[-1])
+        return Record(
+            index,
+            ins,
+            t,
+            bank=u.last_ls[1],
+            beats=beats,
+            outputs=range(beats.start + out_lat, beats.stop + out_lat, ii),
+            plane=p,
+            busy_until=free,
+        )
 
 
 def _count_in(cycles, start, stop):
