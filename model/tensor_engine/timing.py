@@ -590,6 +590,7 @@ class Sequencer:
         # checks and whole-array forms are pure, computed once per distinct instruction.
         self._memo_check, self._memo_whole = {}, {}
         self._memo_groups, self._memo_region = {}, {}
+        self._memo_beats = {}
 
     def schedule(self):
         """The records so far as a :class:`Schedule`."""
@@ -624,6 +625,13 @@ class Sequencer:
             rg = range(ins.tile_row // unit, -(-(ins.tile_row + ins.tile_rows) // unit))
             cg = range(ins.tile_col // unit, -(-(ins.tile_col + ins.tile_cols) // unit))
             hit = self._memo_groups[id(ins)] = (ins, tuple((r, c) for r in rg for c in cg))
+        return hit[1]
+
+    def _ls_beats(self, whole):
+        hit = self._memo_beats.get(id(whole))
+        if hit is None or hit[0] is not whole:
+            n = ls_beats(whole, self.cols, self.rules.ls_chains, self.tile_unit)
+            hit = self._memo_beats[id(whole)] = (whole, n)
         return hit[1]
 
     def _region(self, ins):
@@ -723,7 +731,7 @@ class Sequencer:
                 + [plane.loader_free.get(g, 0) for g in mine]
                 + [plane.last_read.get((g, bank), -1) + 1 for g in mine]
             )
-            n_beats = ls_beats(whole, cols, rules.ls_chains, self.tile_unit)
+            n_beats = self._ls_beats(whole)
             beats = range(t, t + n_beats * ii, ii)
             free = t + n_beats * ii
             rec = Record(index, ins, t, bank=bank, beats=beats, plane=p, busy_until=free)
@@ -770,7 +778,7 @@ class Sequencer:
         if ins.op == Op.LS:
             bank = u.next_bank
             t = max(t0, u.loader_free, u.last_read.get(bank, -1) + 1)
-            n_beats = ls_beats(whole, self.cols, self.rules.ls_chains, self.tile_unit)
+            n_beats = self._ls_beats(whole)
             beats = range(t, t + n_beats * ii, ii)
             free = t + n_beats * ii
             rec = Record(index, ins, t, bank=bank, beats=beats, plane=p, busy_until=free)
