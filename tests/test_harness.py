@@ -604,3 +604,36 @@ def test_pgo_parameter_is_a_build_choice_not_hardware():
     assert module.endswith("test_sim") and json.loads(env["NCRTL_MATMUL"])["k"] == 8
     module, env = block.training(pgo, False)
     assert module == block.testbench and int(env["NCRTL_COUNT"]) == 4 * pgo["max_n"]
+
+
+@pytest.mark.synth
+def test_check_verdicts_are_kept_by_content(tmp_path, monkeypatch):
+    """A passing lint or synthesis verdict is kept under the build root by a hash of its
+    inputs and answers the same check again without the tool; a failing one is not kept; a
+    changed input runs the tool."""
+    import subprocess
+
+    from ncrtl.testbench import lint
+
+    monkeypatch.setenv("NCRTL_BUILD_DIR", str(tmp_path / "sim"))
+    good = "/* a wire */\nmodule top(input a, output y);\n  assign y = a;\nendmodule\n"
+    bad = good.replace("y = a;", "y = a + 2'd1;")  # WIDTHTRUNC: a lint warning
+    assert lint.lint_verilog(good, "top").ok and lint.synth_check(good, "top").ok
+    assert len(list((tmp_path / "sim" / "checks").glob("*.json"))) == 2
+    assert not lint.lint_verilog(bad, "top").ok
+    assert len(list((tmp_path / "sim" / "checks").glob("*.json"))) == 2
+
+    def no_tool(*a, **k):
+        raise AssertionError("the tool ran for a kept verdict")
+
+    real = subprocess.run
+    monkeypatch.setattr(subprocess, "run", no_tool)
+    assert lint.lint_verilog(good, "top").ok and lint.synth_check(good, "top").ok
+    monkeypatch.setattr(subprocess, "run", real)
+    assert not lint.lint_verilog(bad, "top").ok  # still run, still failing
+    assert lint.lint_verilog(good.replace("y = a", "y = ~a"), "top").ok
+    assert len(list((tmp_path / "sim" / "checks").glob("*.json"))) == 3
+    monkeypatch.setenv("NCRTL_CHECK_CACHE", "off")
+    monkeypatch.setattr(subprocess, "run", no_tool)
+    with pytest.raises(AssertionError, match="the tool ran"):
+        lint.lint_verilog(good, "top")

@@ -315,3 +315,33 @@ def test_cli_run_plot(tmp_path):
     png = tmp_path / "p.png"
     assert main(["run", "--example", "transpose_dma", "--plot", str(png), "--timing-only"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_matmul_stays_in_one_psum_bank():
+    k = load_file(BAD, "crosses_a_bank")
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(k, (_bf16(128, 128), _bf16(128, 512)))
+    assert str(e.value).startswith(_line("crosses_a_bank") + ": nisa.nc_matmul")
+    assert "cross a 2048-byte PSUM bank" in str(e.value)
+
+
+def test_dma_timing_against_its_closed_form(runs):
+    """transpose_dma: a [256, 128] bf16 transpose into SBUF, then the [128, 256] tile out, one
+    after the other (the second reads what the first wrote).  Each moves 4,096 16-byte words
+    on 16 engines, 256 words each at 8/9 of a word per cycle (288 cycles), then the fixed
+    latency of 1,820 + 4 + 6 + 4 cycles, at 1.4 GHz."""
+    e, ins, res = runs["transpose_dma"]
+    one = 288 + 1820 + 4 + 6 + 4
+    assert res.report.total_ns == pytest.approx(2 * one / 1.4, abs=1e-6)
+
+
+def test_tiled_matmul_timing_bounds(runs):
+    """matmul_tiled: the Tensor Engine needs at least 8 x 512 cycles for its 8 matmuls, and
+    no run is shorter than its DMA bytes over the 16 engines' peak (16 B x 8/9 per cycle at
+    1.4 GHz each)."""
+    e, ins, res = runs["matmul_tiled"]
+    rep = res.report
+    lo, hi = rep.te_window
+    assert (hi - lo) / rep.core.clocks["tensor"].period >= 8 * 512
+    assert rep.total_ns >= rep.dma_bytes / (16 * 16 * 8 / 9 * 1.4)
+    assert rep.utilization(window=True) == pytest.approx(8 * 512 / ((hi - lo) / 14), rel=1e-9)

@@ -168,6 +168,17 @@ def _psum_dst(call, tr, dst, m, n, dtypes):
         )
     if dst.shape[0] != m or _free(dst) != n:
         fail(call, f"dst {list(dst.shape)} must be [M={m}, N={n}] (stationary.T @ moving)")
+    # PSUM tensors are placed on whole banks: where the view starts in its tensor's row
+    # decides whether its N elements stay in one bank
+    bank = tr.core.psum_bank_bytes
+    isz = dtype_of(dst.dtype).itemsize
+    start = (dst.offset % dst._row_elements()) * isz
+    if start % bank + n * isz > bank:
+        fail(
+            call,
+            f"dst {dst.name} bytes {start}..{start + n * isz - 1} of each partition cross a "
+            f"{bank}-byte PSUM bank: a matmul writes one bank (N <= {bank // isz} {dst.dtype})",
+        )
     return d
 
 

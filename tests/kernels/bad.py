@@ -77,3 +77,12 @@ def sendrecv_to_itself(x):
     b = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
     nisa.sendrecv(src=a, dst=b, send_to_rank=me, recv_from_rank=1 - me, pipe_id=0)  # LINE itself
     return None
+
+
+@nki.jit
+def crosses_a_bank(a, b):
+    sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    ps = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(ps[0:128, 256:768], sa, sb)  # LINE crosses_a_bank
+    return None
