@@ -345,3 +345,34 @@ def test_tiled_matmul_timing_bounds(runs):
     assert (hi - lo) / rep.core.clocks["tensor"].period >= 8 * 512
     assert rep.total_ns >= rep.dma_bytes / (16 * 16 * 8 / 9 * 1.4)
     assert rep.utilization(window=True) == pytest.approx(8 * 512 / ((hi - lo) / 14), rel=1e-9)
+
+
+def test_box_from_corners_is_the_exact_extent():
+    """``Ref.box`` (the dependency box from the pattern's corners, no index arrays) equals the
+    box of the formed indices wherever it answers, and answers only for views that keep every
+    access rule."""
+    import random
+
+    from ncrtl.model.kernel.stream import Ref
+
+    rng = random.Random(0)
+    answered = 0
+    for _ in range(2000):
+        space = rng.choice(["sbuf", "hbm"])
+        shape = (rng.randint(1, 8), rng.randint(1, 6), rng.randint(1, 5))
+        row = shape[1] * shape[2]
+        s0 = row if space == "sbuf" else row * rng.randint(1, 2)
+        pat = [
+            (s0, rng.randint(1, shape[0])),
+            (rng.choice([1, 2, shape[2], -1]), rng.randint(1, 4)),
+            (rng.choice([1, 2]), rng.randint(1, 3)),
+        ]
+        r = Ref(space, "t", 64, shape, "float32", pat, rng.randint(0, shape[0] * row - 1))
+        box = r.box()
+        if box is None:
+            continue
+        part, within = np.divmod(r.indices(), row)  # raises if a rule were broken
+        want = (int(part.min()), int(part.max()) + 1, 64 + int(within.min()) * 4)
+        assert box == want + (64 + (int(within.max()) + 1) * 4,)
+        answered += 1
+    assert answered > 300

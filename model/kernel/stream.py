@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ncrtl.model.dma.access import AccessPattern, ap_indices, reinterpret_shape
+from ncrtl.model.dma.access import AccessPattern, ap_indices, pattern_bounds, reinterpret_shape
 from ncrtl.model.kernel.dtypes import dtype_of
 
 __all__ = [
@@ -169,10 +169,33 @@ class Ref:
         access rules checked (:func:`ncrtl.model.dma.access.ap_indices`)."""
         return ap_indices(self.tensor_shape(), self.access_pattern(), partition_rule=self.on_chip)
 
+    def box(self):
+        """:meth:`extent` from the pattern's corners, without forming the indices, when the
+        view is rows of its tensor (its first entry steps whole rows: whole partitions on chip,
+        one each; the rest stays inside a row): every access rule then holds too.  None when
+        the view is not of that form (:meth:`extent` then forms the indices)."""
+        shape = self.tensor_shape()
+        if len(shape) < 2:
+            return None
+        row = int(np.prod(shape[1:]))
+        (s0, n0), inner = self.pattern[0], self.pattern[1:]
+        if n0 > 1 and (s0 != row if self.on_chip else s0 <= 0 or s0 % row):
+            return None
+        lo, hi = pattern_bounds(inner)
+        r0, c0 = divmod(self.offset, row)
+        r1 = r0 + (s0 // row) * (n0 - 1)
+        if r0 < 0 or r1 >= shape[0] or c0 + lo < 0 or c0 + hi >= row:
+            return None
+        isz = dtype_of(self.view_dtype).itemsize
+        return (r0, r1 + 1, self.base + (c0 + lo) * isz, self.base + (c0 + hi + 1) * isz)
+
     def extent(self):
         """``(first partition, last partition + 1, first byte, last byte + 1)`` the view
         touches, bytes counted from the partition's start plus ``base`` (in the device memory:
         rows of the tensor's first dimension): the box the dependency analysis compares."""
+        fast = self.box()
+        if fast is not None:
+            return fast
         idx = self.indices()
         isz = dtype_of(self.view_dtype).itemsize
         # rows of the tensor's first dimension (partitions on chip) by bytes within a row: a

@@ -297,7 +297,9 @@ class NkiTensor:
         its tensor, an on-chip view stays in its partitions)."""
         op = Operand(self._decl, tuple(zip(self.strides, self.shape)), self.offset, self.dtype)
         try:
-            self._ref(op).indices()
+            ref = self._ref(op)
+            if ref.box() is None:  # not rows of the tensor: the rules on every index
+                ref.indices()
         except ValueError as e:
             fail(call, f"{what} {self.name}: {e}")
         return op
