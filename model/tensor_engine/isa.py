@@ -9,6 +9,7 @@ drops the instruction.  :func:`encode` / :func:`decode` define the instruction w
 
 import enum
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -115,7 +116,10 @@ class Instruction:
         """The instruction with an unset (0) tile size replaced by the whole array."""
         return replace(self, tile_rows=self.tile_rows or rows, tile_cols=self.tile_cols or cols)
 
-    @property
+    # pe_mode and beat_interval are read on every issue of a long stream: computed once per
+    # instruction object (kept in its __dict__; the dataclass's fields, equality and hash are
+    # untouched).
+    @cached_property
     def pe_mode(self):
         """The row of the mode table (:class:`ncrtl.model.modes.PeMode`), or None."""
         return mode_by_code(self.mode)
@@ -126,7 +130,7 @@ class Instruction:
         mode = self.pe_mode
         return mode.formats_s[self.fmt_s], mode.formats_m[self.fmt_m]
 
-    @property
+    @cached_property
     def beat_interval(self):
         """Cycles per stationary or moving beat: the mode's (1/4 rate fp32 matmul, 1/2 fp32
         transpose)."""
