@@ -7,8 +7,9 @@ the core (in MHz): a NeuronCore-v3's 2,400 (Tensor), 960 (Vector), 1,200 (Scalar
 
 * :class:`Clock` -- a clock domain: converts between its cycles and ticks.
 * :class:`EventCore` -- the event queue: :meth:`EventCore.at` runs a callback at a tick, in
-  the order the events were scheduled among events of one tick; :meth:`EventCore.run` runs
-  them to the end.
+  the order the events were scheduled among events of one tick; :meth:`EventCore.clocked`
+  steps a state machine once per cycle of its clock; :meth:`EventCore.run` runs them to the
+  end.
 * :class:`Semaphore` -- a counter that processes wait on (:meth:`Semaphore.wait`: call back
   once the count reaches a value) and that a completion increments.
 * :class:`Trace` -- slices on named tracks and flow arrows, written as a Chrome / Perfetto JSON
@@ -75,6 +76,16 @@ class EventCore:
             raise ValueError(f"an event at tick {tick} is in the past (now {self.now})")
         heapq.heappush(self._queue, (tick, self._seq, callback, args))
         self._seq += 1
+
+    def clocked(self, clock, step, first=0):
+        """A clocked process: ``step(cycle)`` at every cycle of ``clock`` from ``first``, as
+        long as it returns True (a cycle-stepped state machine, such as a DMA engine's)."""
+
+        def tick(c):
+            if step(c):
+                self.at((c + 1) * clock.period, tick, c + 1)
+
+        self.at(first * clock.period, tick, first)
 
     def run(self):
         """Run every event in time order; returns the tick of the last one."""

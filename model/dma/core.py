@@ -25,7 +25,8 @@ from ncrtl.model.dma.dge import ENGINES, DgeTiming, generate
 from ncrtl.model.dma.isa import Error
 from ncrtl.model.dma.queues import _Channel, _plan
 from ncrtl.model.dma.sbuf import PortsArbiter
-from ncrtl.model.dma.timing import EngineTiming
+from ncrtl.model.dma.timing import DMA_MHZ, EngineTiming
+from ncrtl.model.event import Clock, EventCore
 
 __all__ = ["CorePart", "CoreInstruction", "core_schedule"]
 
@@ -135,13 +136,17 @@ def core_schedule(
     queues = [deque() for _ in range(engines)]  # (readable from, source, index, engine, sem, desc)
     parts = [[[] for _ in d.stream] for d in dges]
     precomputed = [None] * len(feed)
-    c = 0
-    while (
-        feed
-        or any(d.stream or d.busy for d in dges)
-        or any(queues)
-        or any(ch.phases is not None for ch in channels)
-    ):
+    ev = EventCore([Clock("dma", DMA_MHZ)])
+
+    def busy():
+        return (
+            feed
+            or any(d.stream or d.busy for d in dges)
+            or any(queues)
+            or any(ch.phases is not None for ch in channels)
+        )
+
+    def cycle(c):
         assert c < 10_000_000, "the core never drained"
         wants = [ch.wants(c) for ch in channels]
         go, _ = arb.step([None if w[2] is None else (*w[2], False) for w in wants])
@@ -184,7 +189,12 @@ def core_schedule(
             feed.popleft()
         for k, item in pushes:
             queues[k].append(item)
-        c += 1
+        return busy()
+
+    # The DGEs, queues and engines as a clocked process of the event core.
+    if busy():
+        ev.clocked(ev.clocks["dma"], cycle)
+    ev.run()
     instructions = [
         [
             CoreInstruction(a, s, code, tuple(sorted(p, key=lambda x: x.engine)))

@@ -27,7 +27,8 @@ from ncrtl.model.dma.agu import runs
 from ncrtl.model.dma.isa import Error, Op, Space, _vector, check, dynamic_offsets, side_addresses
 from ncrtl.model.dma.qos import CLASSES, QUEUES, SLOTS, PortArbiter, QueueSelect
 from ncrtl.model.dma.sbuf import Access, SbufArbiter
-from ncrtl.model.dma.timing import _STATIC_RULES, EngineTiming, Mover, tiled_transpose
+from ncrtl.model.dma.timing import _STATIC_RULES, DMA_MHZ, EngineTiming, Mover, tiled_transpose
+from ncrtl.model.event import Clock, EventCore
 
 __all__ = ["Served", "queue_schedule"]
 
@@ -197,8 +198,12 @@ def queue_schedule(
     queues = [deque() for _ in range(QUEUES)]  # (item, cycle readable)
     feed = deque(items)
     out = []
-    c = 0
-    while feed or any(queues) or any(ch.phases is not None for ch in channels):
+    ev = EventCore([Clock("dma", DMA_MHZ)])
+
+    def busy():
+        return feed or any(queues) or any(ch.phases is not None for ch in channels)
+
+    def cycle(c):
         assert c < 10_000_000, "the queues never drained"
         wants = [ch.wants(c) for ch in channels]
         wants += [(False, False, None)] * (CLASSES - n)
@@ -248,5 +253,10 @@ def queue_schedule(
             ch.start(item, phases, code, c)
         if push is not None:
             queues[push[0]].append((push, c + 1))
-        c += 1
+        return busy()
+
+    # The queues and channels as a clocked process of the event core, one step per cycle.
+    if busy():
+        ev.clocked(ev.clocks["dma"], cycle)
+    ev.run()
     return out

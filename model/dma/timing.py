@@ -56,8 +56,13 @@ from ncrtl.model.dma.isa import (
     side_addresses,
 )
 from ncrtl.model.dma.sbuf import Access, SbufArbiter
+from ncrtl.model.event import Clock, EventCore
 
-__all__ = ["EngineTiming", "Transfer", "transfer_cycles", "tiled_transpose"]
+__all__ = ["EngineTiming", "Transfer", "transfer_cycles", "tiled_transpose", "DMA_MHZ"]
+
+#: The DMA engines' clock, MHz (the figures of docs/dma.md are at 1.4 GHz): the clock domain of
+#: the engines' processes on the event core (:mod:`ncrtl.model.event`).
+DMA_MHZ = 1400
 
 #: Rules checked before any dynamic offset is read (all but the bounds and the overlap).
 _STATIC_RULES = (
@@ -206,7 +211,9 @@ def _move(desc, src_runs, dst_runs, tiled, c, timing):
     cycle the completion is valid."""
     mover = Mover(desc, src_runs, dst_runs, tiled, timing)
     arb = SbufArbiter()
-    while not mover.finished():
+    last = [c - 1]
+
+    def cycle(c):
         want = mover.wants()
         if want.sbuf is not None:
             part, word, access = want.sbuf
@@ -216,8 +223,15 @@ def _move(desc, src_runs, dst_runs, tiled, c, timing):
         else:
             grant = arb.step(False, 0, False, False, 0, False)[0]
         mover.edge(c, ar=True, write=True, sbuf=grant)
-        c += 1
-    return c + 1
+        last[0] = c
+        return not mover.finished()
+
+    # The move as a clocked process of the event core, from cycle c.
+    if not mover.finished():
+        ev = EventCore([Clock("dma", DMA_MHZ)])
+        ev.clocked(ev.clocks["dma"], cycle, first=c)
+        ev.run()
+    return last[0] + 2
 
 
 @dataclass
