@@ -32,9 +32,16 @@ class BlockError(ValueError):
     """Unknown block, unknown parameter or bad parameter value."""
 
 
+#: What a parameter sets: the design (``hardware``: the Verilog changes with it), the
+#: conformance program run on the design (``program``: the stimulus, not the Verilog), or only
+#: how the simulation is built (``build``: the same Verilog and program).
+ROLES = ("hardware", "program", "build")
+
+
 @dataclass(frozen=True)
 class Param:
-    """One block parameter: ``--param name=value`` on the command line."""
+    """One block parameter: ``--param name=value`` on the command line; ``role`` one of
+    :data:`ROLES`."""
 
     name: str
     kind: type
@@ -43,6 +50,13 @@ class Param:
     choices: tuple = ()
     minimum: object = None
     maximum: object = None
+    role: str = "hardware"
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(
+                f"parameter {self.name}: role must be one of {ROLES}, not {self.role!r}"
+            )
 
     def convert(self, block, text):
         if self.kind is bool:
@@ -91,9 +105,10 @@ class Block:
         One line for ``ncrtl list``.
     params : tuple of Param
     make : callable
-        ``make(**params) -> component`` building the top-level component.
+        ``make(**hardware) -> component`` building the top-level component from the hardware
+        parameters (:meth:`hardware`).
     top : callable
-        ``top(**params) -> str``: the Verilog module name of the top.
+        ``top(**hardware) -> str``: the Verilog module name of the top.
     testbench : str
         cocotb test module checking the block (run by :mod:`ncrtl.testbench.conformance`).
     sim_args : tuple of str
@@ -169,8 +184,18 @@ class Block:
         shown = ",".join(f"{k}={v}" for k, v in params.items() if k != "lanes")
         return f"{self.name}[{shown}]" if shown else self.name
 
+    def hardware(self, params):
+        """The hardware parameters of ``params``: what :attr:`make` and :attr:`top` take (a
+        program or build parameter never changes the design)."""
+        roles = {p.name: p.role for p in self.params}
+        return {k: v for k, v in params.items() if roles.get(k, "hardware") == "hardware"}
+
     def component(self, params):
-        return self.make(**params)
+        return self.make(**self.hardware(params))
+
+    def top_name(self, params):
+        """The Verilog module name of the top for ``params`` (its hardware parameters)."""
+        return self.top(**self.hardware(params))
 
     def verilog(self, params, *, synthesis=False):
         """``(verilog_text, top_name)`` of the block for ``params``
@@ -178,7 +203,7 @@ class Block:
         blackboxes)."""
         from ncrtl.hdl.verilog import convert
 
-        top = self.top(**params)
+        top = self.top_name(params)
         return convert(self.component(params), top, synthesis=synthesis), top
 
 
@@ -400,15 +425,21 @@ def _check_engine(name, rows, cols, block, tile_unit):
         )
 
 
-def _te_modes(mode, spec):
-    """The PeModes of ``pe_modes=spec`` (``ncrtl.model.modes.pe_modes``), checked to serve the
-    conformance program's ``mode``."""
-    from ncrtl.model.modes import operation, pe_modes
+def _pe_modes(spec):
+    """The PeModes the PE is built for (``pe_modes=spec``, ``ncrtl.model.modes.pe_modes``)."""
+    from ncrtl.model.modes import pe_modes
 
     try:
-        modes = pe_modes(spec)
+        return pe_modes(spec)
     except ValueError as e:
         raise BlockError(f"pe_array: parameter {e}") from None
+
+
+def _te_modes(mode, spec):
+    """The PeModes of ``pe_modes=spec``, checked to serve the conformance program's ``mode``."""
+    from ncrtl.model.modes import operation
+
+    modes = _pe_modes(spec)
     if operation(mode)[0] not in modes:
         raise BlockError(
             f"pe_array: parameter pe_modes={spec!r} does not serve mode={mode!r} (the "
@@ -465,21 +496,16 @@ def _check_te_program(rows, cols, mode, tile_unit=32, **_):
 def _make_te(
     rows,
     cols,
-    mode,
-    max_n,
     block,
     tile_unit=32,
     parallel_tiles=0,
     background_transpose=0,
     pe_modes="all",
-    pgo=0,
 ):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
 
-    _check_te(
-        rows, cols, mode, max_n, block, tile_unit, parallel_tiles, background_transpose, pe_modes
-    )
+    _check_engine("pe_array", rows, cols, block, tile_unit)
     return TensorEngine(
         rows,
         cols,
@@ -487,7 +513,7 @@ def _make_te(
         block=block or default_block(rows, cols, tile_unit),
         parallel_tiles=bool(parallel_tiles),
         background_transpose=bool(background_transpose),
-        modes=_te_modes(mode, pe_modes),
+        modes=_pe_modes(pe_modes),
     )
 
 
@@ -529,18 +555,15 @@ def _big_array_threads(rows, cols, **_):
 def _te_top(
     rows,
     cols,
-    mode,
-    max_n,
     block,
     tile_unit=32,
     parallel_tiles=0,
     background_transpose=0,
     pe_modes="all",
-    pgo=0,
 ):
     from ncrtl.model.modes import ENGINE_MODES
 
-    modes = _te_modes(mode, pe_modes)
+    modes = _pe_modes(pe_modes)
     return (
         f"tensor_engine_{rows}x{cols}"
         + (f"_b{block}" if block else "")
@@ -564,6 +587,7 @@ register(
                 "bf16",
                 "conformance program mode (the hardware serves every mode)",
                 TE_MODES,
+                role="program",
             ),
             Param(
                 "max_n",
@@ -573,6 +597,7 @@ register(
                 "instructions with a BF16 result)",
                 minimum=1,
                 maximum=1024,
+                role="program",
             ),
             Param(
                 "block",
@@ -624,6 +649,7 @@ register(
                 "matmul stream of the mode, compiled again with the profile: about twice the "
                 "build time, a faster simulation); the same hardware",
                 choices=(0, 1),
+                role="build",
             ),
         ),
         _make_te,
@@ -969,15 +995,11 @@ def _check_core(
         raise BlockError("core: parameter rounding=sr needs psum=bf16")
 
 
-def _make_core(
-    rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
-):
+def _make_core(rows, cols, banks, bank_bytes, block, tile_unit=32):
     from ncrtl.hdl.core.top import MatmulCore
     from ncrtl.hdl.tensor_engine.array import default_block
 
-    _check_core(
-        rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit
-    )
+    _check_engine("core", rows, cols, block, tile_unit)
     return MatmulCore(
         rows,
         cols,
@@ -988,9 +1010,7 @@ def _make_core(
     )
 
 
-def _core_top(
-    rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
-):
+def _core_top(rows, cols, banks, bank_bytes, block, tile_unit=32):
     return (
         f"matmul_core_{rows}x{cols}_{banks}x{bank_bytes}"
         + (f"_b{block}" if block else "")
@@ -1013,9 +1033,18 @@ register(
                 "PSUM bytes per partition per bank",
                 tuple(1 << k for k in range(3, 13)),
             ),
-            Param("mode", str, "bf16", "Tensor Engine mode of the program", CORE_MODES),
-            Param("psum", str, "fp32", "PSUM dtype of the accumulation group", ("fp32", "bf16")),
-            Param("rounding", str, "rne", "BF16 PSUM rounding", ("rne", "sr")),
+            Param(
+                "mode", str, "bf16", "Tensor Engine mode of the program", CORE_MODES, role="program"
+            ),
+            Param(
+                "psum",
+                str,
+                "fp32",
+                "PSUM dtype of the accumulation group",
+                ("fp32", "bf16"),
+                role="program",
+            ),
+            Param("rounding", str, "rne", "BF16 PSUM rounding", ("rne", "sr"), role="program"),
             Param(
                 "chunks",
                 int,
@@ -1023,6 +1052,7 @@ register(
                 "matmuls (of K = rows) accumulated in one group",
                 minimum=1,
                 maximum=64,
+                role="program",
             ),
             Param(
                 "n",
@@ -1031,8 +1061,9 @@ register(
                 "moving free size N of each matmul (MX with psum=bf16: up to 1024)",
                 minimum=1,
                 maximum=1024,
+                role="program",
             ),
-            Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15),
+            Param("bank", int, 0, "PSUM bank of the group", minimum=0, maximum=15, role="program"),
             Param(
                 "block",
                 int,

@@ -222,7 +222,7 @@ def find_build(block, params, *, waves=None, player=None):
     from ncrtl.testbench import player as players
     from ncrtl.testbench import sim
 
-    top = block.top(**params)
+    top = block.top_name(params)
     if player:
         top = players.player_top(top)
     key = sim.source_key(
@@ -257,7 +257,7 @@ def build_block(block, params, *, waves=None, player=None, progress=False):
     from ncrtl.testbench import progress as report
     from ncrtl.testbench import sim
 
-    top = block.top(**params)
+    top = block.top_name(params)
     args = block.build_args(params)
     if player:
         top = players.player_top(top)

@@ -597,13 +597,34 @@ def test_pgo_parameter_is_a_build_choice_not_hardware():
     block = blocks.get("pe_array")
     plain = block.resolve({"rows": "8", "cols": "8"})
     pgo = block.resolve({"rows": "8", "cols": "8", "pgo": "1"})
-    assert pgo["pgo"] == 1 and block.top(**pgo) == block.top(**plain)
+    assert pgo["pgo"] == 1 and block.top_name(pgo) == block.top_name(plain)
     with pytest.raises(blocks.BlockError, match=r"parameter pgo=2 is not allowed; allowed: 0, 1"):
         block.resolve({"pgo": "2"})
     module, env = block.training(pgo, True)
     assert module.endswith("test_sim") and json.loads(env["NCRTL_MATMUL"])["k"] == 8
     module, env = block.training(pgo, False)
     assert module == block.testbench and int(env["NCRTL_COUNT"]) == 4 * pgo["max_n"]
+
+
+def test_the_registry_keeps_hardware_apart_from_program_parameters():
+    """Each block's ``make`` and ``top`` take exactly its hardware parameters; the program and
+    build parameters (marked in ``ncrtl list``) never reach the design, so two programs of one
+    design name one top (and share one build)."""
+    import inspect
+
+    from ncrtl import blocks
+
+    for b in blocks.all_blocks():
+        hardware = [p.name for p in b.params if p.role == "hardware"]
+        for fn in (b.make, b.top):
+            assert sorted(inspect.signature(fn).parameters) == sorted(hardware), (b.name, fn)
+    core = blocks.get("core")
+    base = {"rows": "8", "cols": "8", "tile_unit": "4"}
+    a = core.resolve(base)
+    c = core.resolve({**base, "mode": "fp32", "chunks": "2", "n": "16", "bank": "3"})
+    assert core.hardware(a) == core.hardware(c) and core.top_name(a) == core.top_name(c)
+    roles = {p.name: p.role for p in blocks.get("pe_array").params}
+    assert roles["mode"] == roles["max_n"] == "program" and roles["pgo"] == "build"
 
 
 @pytest.mark.synth

@@ -206,7 +206,7 @@ def test_programs_through_the_verilog_stream_players(mode):
     res = run_block(block, p, count=600, seed=3, stall=0.25, player=player_ports(4, 4))
     _check(res)
     assert {u["name"] for u in res.units} >= {
-        f"tensor_engine.{block.top(**p)}_player",
+        f"tensor_engine.{block.top_name(p)}_player",
         "tensor_engine.output_cycles",
     }
 

@@ -9,7 +9,7 @@ def _cmd_lint(args):
 
     failed = 0
     for block, params in _expand(args.block, args.param, args):
-        top = block.top(**params)
+        top = block.top_name(params)
         with progress.step(f"Verilog generation of {top}"):
             text, top = block.verilog(params)
         with progress.step(f"Verilator lint of {top}"):

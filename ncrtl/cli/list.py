@@ -4,12 +4,16 @@ from .. import blocks
 
 
 def _cmd_list(args):
+    """Every block and its parameters; a parameter of the conformance program or of the
+    simulation build (not of the design) is marked ``[program]`` or ``[build]``."""
     for b in blocks.all_blocks():
         print(f"{b.name:14s} {b.summary}")
         for p in b.params:
             choices = f" (one of: {', '.join(map(str, p.choices))})" if p.choices else ""
+            role = "" if p.role == "hardware" else f" [{p.role}]"
             print(
-                f"{'':16s}--param {p.name}=<{p.kind.__name__}>  default {p.default!r}{choices}: {p.help}"
+                f"{'':16s}--param {p.name}=<{p.kind.__name__}>{role}  default {p.default!r}"
+                f"{choices}: {p.help}"
             )
     for g, members in blocks.GROUPS.items():
         names = sorted({b for b, _ in members})

@@ -14,7 +14,7 @@ def _cmd_verilog(args):
     params = block.resolve(_parse_params(args.param, args))
     out = check_output(args.output, "-o", folder=True)
     t0 = time.perf_counter()
-    with progress.step(f"Verilog generation of {block.top(**params)}"):
+    with progress.step(f"Verilog generation of {block.top_name(params)}"):
         text, top = block.verilog(params)
     path = out / f"{top}.v"
     write_output(out, "-o", lambda folder: path.write_text(text), folder=True)
