@@ -376,3 +376,74 @@ def test_box_from_corners_is_the_exact_extent():
         assert box == want + (64 + (int(within.max()) + 1) * 4,)
         answered += 1
     assert answered > 300
+
+
+V4 = os.path.join(HERE, "kernels", "v4.py")
+
+
+def test_v4_matmul_over_several_psum_banks():
+    """NeuronCore-v4: an nc_matmul of N = 2048 is one LoadStationary and four MultiplyMoving
+    of 512 columns, each into its own PSUM bank: bit for bit the Tensor Engine golden of each
+    512-column chunk; back to back on the Tensor Engine; refused on v3."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 2048)).astype(ml_dtypes.bfloat16)
+    res = nki.run(load_file(V4, "wide_fp32"), (a, b))
+    want = np.concatenate(
+        [matmul_bits(a, b[:, c : c + 512]).view(np.float32) for c in range(0, 2048, 512)], axis=1
+    )
+    assert res.outputs[0].tobytes() == want.tobytes()
+    (mm,) = res.program.streams["tensor"]
+    assert len(mm.args["te"]) == 5 and mm.args["chunks"] == [[c, 512] for c in range(0, 2048, 512)]
+    assert res.report.macs == 128 * 128 * 2048
+    lo, hi = res.report.te_window
+    # the first MultiplyMoving starts on the LoadStationary's last (32nd) beat; the four run back
+    # to back
+    assert (hi - lo) // res.report.core.clocks["tensor"].period == 31 + 4 * 512
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(load_file(V4, "wide_on_v3"), (a, b))
+    assert "N=2048: at most 512 on NeuronCore-v3 (4096 on v4)" in str(e.value)
+
+
+def test_v4_bf16_psum_with_stochastic_rounding():
+    """``@nki.jit(psum_rounding="sr")``: the BF16 PSUM writes round stochastically: every
+    value is one of the two BF16 neighbours of the FP32 result, and not all of them the
+    nearest (RNE, the default, is)."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 1024)).astype(ml_dtypes.bfloat16)
+    exact = np.concatenate(
+        [matmul_bits(a, b[:, c : c + 512]).view(np.float32) for c in (0, 512)], axis=1
+    )
+    rne = nki.simulate(load_file(V4, "wide_bf16"))(a, b)
+    sr = nki.simulate(load_file(V4, "wide_bf16_sr"))(a, b)
+    assert rne.tobytes() == exact.astype(ml_dtypes.bfloat16).tobytes()
+    # the two BF16 neighbours of each FP32 value: truncated, and one step away from zero
+    bits = exact.view(np.uint32)
+    toward = (bits >> 16).astype(np.uint16)
+    away = toward + ((bits & 0xFFFF) != 0).astype(np.uint16)
+    got = sr.view(np.uint16)
+    assert ((got == toward) | (got == away)).all()
+    assert 0.2 < (sr != rne).mean() < 0.8
+
+
+def test_cli_run_names_a_missing_argument_and_sets_sr(tmp_path, capsys):
+    a = np.zeros((128, 64), ml_dtypes.bfloat16)
+    np.save(tmp_path / "a.npy", a)
+    assert main(["run", f"{V4}::wide_bf16", "--args", f"{tmp_path}/a.npy:bfloat16"]) == 2
+    assert "wide_bf16(a, b) called with 1 argument(s)" in capsys.readouterr().err
+    b = np.random.default_rng(0).standard_normal((128, 512)).astype(ml_dtypes.bfloat16)
+    a = np.random.default_rng(1).standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    args = ["--args", f"{tmp_path}/a.npy:bfloat16", f"{tmp_path}/b.npy:bfloat16"]
+    for rounding in ("rne", "sr"):
+        out = tmp_path / rounding
+        assert (
+            main(["run", f"{V4}::wide_bf16", *args, "--psum-rounding", rounding, "--out", str(out)])
+            == 0
+        )
+    rne, sr = (np.load(tmp_path / r / "out0.npy") for r in ("rne", "sr"))
+    assert rne.tobytes() == nki.simulate(load_file(V4, "wide_bf16"))(a, b).tobytes()
+    assert sr.tobytes() == nki.simulate(load_file(V4, "wide_bf16_sr"))(a, b).tobytes()
+    assert rne.tobytes() != sr.tobytes()

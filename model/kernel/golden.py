@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from dataclasses import replace
 
 import numpy as np
 
@@ -411,11 +412,29 @@ def _te_operand(st, ref, ins):
     return v, fmt
 
 
+def _chunk_refs(dst, chunks):
+    """``(first column, columns, destination)`` of each MultiplyMoving of a matmul (one, or
+    one per column chunk over several PSUM banks)."""
+    if not chunks:
+        return [(0, None, dst)]
+    row = int(np.prod(dst.tensor_shape()[1:]))
+    m = dst.view_shape[0]
+    return [
+        (c0, n, replace(dst, pattern=((row, m), (1, n)), offset=dst.offset + c0))
+        for c0, n in chunks
+    ]
+
+
 def _matmul(st, ins):
     (dst,), (stat, mov) = ins.dsts, ins.srcs
-    core = st.program.core
     s, fs = _te_operand(st, stat, ins)
     x, fm = _te_operand(st, mov, ins)
+    for c0, n, d in _chunk_refs(dst, ins.args.get("chunks")):
+        _matmul_chunk(st, ins, d, s, fs, x if n is None else x[..., c0 : c0 + n], fm)
+
+
+def _matmul_chunk(st, ins, dst, s, fs, x, fm):
+    core = st.program.core
     a = ins.args
     try:
         bits = matmul_bits(
@@ -474,21 +493,26 @@ def _matmul_mx(st, ins):
     try:
         ss = mx_row_scales(st.read(s_scale, ins).view(np.uint8), k, "stationary_scale")
         xs = mx_row_scales(st.read(m_scale, ins).view(np.uint8), k, "moving_scale")
-        res = matmul_mx_rows(
-            s,
-            x,
-            ss,
-            xs,
-            tile_position=a.get("tile_position"),
-            tile_size=a.get("tile_size"),
-            rows=core.rows,
-            cols=core.cols,
-            psum_dtype="bf16" if dst.view_dtype == "bfloat16" else "fp32",
-        )
     except ValueError as e:
         raise KernelError(f"{_where(ins)}{e}") from None
     kind = Dtype.BF16 if dst.view_dtype == "bfloat16" else Dtype.FP32
-    _psum_write(st, ins, dst, result_bits(res), kind)
+    for c0, n, d in _chunk_refs(dst, a.get("chunks")):
+        cols = slice(None) if n is None else slice(c0, c0 + n)
+        try:
+            res = matmul_mx_rows(
+                s,
+                x[:, cols],
+                ss,
+                xs[:, cols],
+                tile_position=a.get("tile_position"),
+                tile_size=a.get("tile_size"),
+                rows=core.rows,
+                cols=core.cols,
+                psum_dtype="bf16" if dst.view_dtype == "bfloat16" else "fp32",
+            )
+        except ValueError as e:
+            raise KernelError(f"{_where(ins)}{e}") from None
+        _psum_write(st, ins, d, result_bits(res), kind)
 
 
 def _float32(st, ref, ins):

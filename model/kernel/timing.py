@@ -328,7 +328,8 @@ def simulate(program, *, params=None, trace=False):
         earliest = s.clock.cycle_at(ready)
         first = None
         rec = None
-        for w in ins.args["te"]:
+        busy = 0
+        for w in ins.args["te"]:  # its LoadStationary, then its MultiplyMoving(s)
             ins_w = decoded.get(w)
             if ins_w is None:
                 ins_w = decoded[w] = te_isa.decode(int(w))
@@ -339,15 +340,17 @@ def simulate(program, *, params=None, trace=False):
                     f"{rec.message}"
                 )
             first = rec.issue if first is None else first
-        mm = rec.instruction
-        if mm.op == te_isa.Op.MM and not mm.transpose:
-            stats["macs"] += mm.k * mm.m * mm.pe_mode.products * mm.n
-            peak = mm.pe_mode.macs_per_cycle(core.rows, core.cols)
-            if peak > stats["peak"]:
-                stats["peak"], stats["dtype"] = peak, mm.pe_mode.name
-            lo, hi = stats["te_window"] or (first * period, rec.busy_until * period)
-            stats["te_window"] = (min(lo, first * period), max(hi, rec.busy_until * period))
-        start, end = first * period, rec.busy_until * period
+            busy = max(busy, rec.busy_until)
+            mm = rec.instruction
+            if mm.op == te_isa.Op.MM and not mm.transpose:
+                stats["macs"] += mm.k * mm.m * mm.pe_mode.products * mm.n
+                peak = mm.pe_mode.macs_per_cycle(core.rows, core.cols)
+                if peak > stats["peak"]:
+                    stats["peak"], stats["dtype"] = peak, mm.pe_mode.name
+        if rec.instruction.op == te_isa.Op.MM and not rec.instruction.transpose:
+            lo, hi = stats["te_window"] or (first * period, busy * period)
+            stats["te_window"] = (min(lo, first * period), max(hi, busy * period))
+        start, end = first * period, busy * period
         done = (rec.outputs[-1] + 1) * period if rec.outputs else end
         return start, end, done
 

@@ -85,6 +85,11 @@ def _cmd_run(args):
     from ..model.kernel import timing as ktiming
 
     kernel, example = _kernel(args)
+    if args.psum_rounding:
+        from ..nki.kernel import Kernel
+
+        options = {**kernel.options, "psum_rounding": args.psum_rounding}
+        kernel = Kernel(kernel.fn, kernel.platform_target, kernel.lnc, **options)
     if example is not None:
         if args.args:
             raise UsageError("--example runs on its own random inputs: leave out --args")
@@ -229,6 +234,12 @@ def add_parser(sub, raw):
         "--core",
         choices=("v2", "v3", "v4", "trn1", "trn2", "trn3"),
         help="core version (default: the kernel's platform_target, else v3)",
+    )
+    s.add_argument(
+        "--psum-rounding",
+        choices=("rne", "sr"),
+        help="BF16 PSUM matmul writes (NeuronCore-v4): round to nearest even or stochastically "
+        "(default: the kernel's @nki.jit(psum_rounding=), else rne)",
     )
     s.add_argument("--timing-only", action="store_true", help="skip the golden values")
     s.add_argument("--trace", help="Perfetto / Chrome trace file (JSON)")

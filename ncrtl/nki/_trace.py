@@ -57,8 +57,9 @@ def not_modelled(name):
 class Trace:
     """One trace of a kernel: its builder, its core, its logical-core id."""
 
-    def __init__(self, builder, core, program_id=0, num_programs=1):
+    def __init__(self, builder, core, program_id=0, num_programs=1, psum_rounding="rne"):
         self.builder = builder
+        self.psum_rounding = psum_rounding  # BF16 PSUM writes: "rne" or "sr" (NeuronCore-v4)
         self.core = core
         self.program_id = program_id
         self.num_programs = num_programs

@@ -10,6 +10,7 @@ stream.  Every error starts with the kernel's ``file:line``.
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 
 import numpy as np
 
@@ -159,7 +160,24 @@ def _accumulate(tr, dst_op, accumulate):
     return bool(accumulate)
 
 
-def _psum_dst(call, tr, dst, m, n, dtypes):
+def _chunks(call, tr, n, limit):
+    """The column chunks ``[(first, n)]`` of a matmul of ``n`` moving columns: one when ``n``
+    fits one MultiplyMoving (``limit``), else -- NeuronCore-v4's matmuls up to 4096 (FP32) /
+    8192 (BF16) columns -- one MultiplyMoving per ``limit`` columns on the one
+    LoadStationary, each into its own PSUM bank (or half bank)."""
+    if n <= limit:
+        return [(0, n)]
+    most = 8 * limit
+    if tr.core.name != "v4" or n > most:
+        fail(
+            call,
+            f"moving free size N={n}: at most {limit} on NeuronCore-{tr.core.name}"
+            + (f" ({most} on v4)" if tr.core.name != "v4" else f", {most} on v4"),
+        )
+    return [(c, min(limit, n - c)) for c in range(0, n, limit)]
+
+
+def _psum_dst(call, tr, dst, m, n, dtypes, chunk=None):
     d = _tensor(call, "dst", dst, ("psum",))
     if dst.dtype not in dtypes:
         fail(
@@ -173,13 +191,29 @@ def _psum_dst(call, tr, dst, m, n, dtypes):
     bank = tr.core.psum_bank_bytes
     isz = dtype_of(dst.dtype).itemsize
     start = (dst.offset % dst._row_elements()) * isz
-    if start % bank + n * isz > bank:
-        fail(
-            call,
-            f"dst {dst.name} bytes {start}..{start + n * isz - 1} of each partition cross a "
-            f"{bank}-byte PSUM bank: a matmul writes one bank (N <= {bank // isz} {dst.dtype})",
-        )
+    step = chunk or n
+    if step < n and not _contiguous_free(dst):
+        fail(call, f"dst {dst.name}: a matmul over several PSUM banks writes contiguous columns")
+    for c in range(0, n, step):
+        lo, width = start + c * isz, min(step, n - c) * isz
+        if lo % bank + width > bank:
+            fail(
+                call,
+                f"dst {dst.name} bytes {lo}..{lo + width - 1} of each partition cross a "
+                f"{bank}-byte PSUM bank: each MultiplyMoving writes one bank (N <= "
+                f"{bank // isz} {dst.dtype}"
+                + (f"; start the destination on a bank of {step} columns)" if step < n else ")"),
+            )
     return d
+
+
+def _contiguous_free(t):
+    step = 1
+    for n, s in zip(reversed(t.shape[1:]), reversed(t.strides[1:])):
+        if n > 1 and s != step:
+            return False
+        step *= n
+    return True
 
 
 def nc_matmul(
@@ -208,10 +242,13 @@ def nc_matmul(
     size = tuple(tile_size) if tile_size else None
     fs = "tf32" if stationary.dtype == "tfloat32" else None
     fm = "tf32" if moving.dtype == "tfloat32" else None
+    n_all = moving.shape[-1] if pm == "double_row" else _free(moving)
+    chunks = _chunks(call, tr, n_all, 512) if not is_transpose else [(0, n_all)]
+    first = moving.shape[:-1] + (chunks[0][1],) if len(chunks) > 1 else moving.shape
     try:
         ls, mm = instructions(
             _zeros(stationary.dtype, stationary.shape),
-            _zeros(moving.dtype, moving.shape),
+            _zeros(moving.dtype, first),
             perf_mode=pm,
             is_transpose=bool(is_transpose),
             tile_position=pos,
@@ -235,7 +272,7 @@ def nc_matmul(
         dtypes = (stationary.dtype,)
     else:
         dtypes = ("float32", "bfloat16") if tr.core.name == "v4" else ("float32",)
-    d = _psum_dst(call, tr, dst, mm.m, mm.n, dtypes)
+    d = _psum_dst(call, tr, dst, mm.m, n_all, dtypes, chunks[0][1])
     if pos is not None and dst.offset // max(1, dst._row_elements()) != pos[1]:
         fail(
             call,
@@ -243,12 +280,14 @@ def nc_matmul(
         )
     acc = _accumulate(tr, d, accumulate) if not is_transpose else False
     args = {
-        "te": [te_isa.encode(ls), te_isa.encode(mm)],
+        "te": [te_isa.encode(ls)] + [te_isa.encode(replace(mm, n=cn)) for _, cn in chunks],
+        "chunks": [list(c) for c in chunks] if len(chunks) > 1 else None,
         "perf_mode": pm,
         "is_transpose": bool(is_transpose),
         "tile_position": pos,
         "tile_size": size,
         "accumulate": acc,
+        "rounding": tr.psum_rounding if dst.dtype == "bfloat16" and not is_transpose else None,
     }
     _emit("tensor", "matmul", [d], [s, x], args, call)
 
@@ -284,8 +323,6 @@ def nc_matmul_mx(
             fail(call, f"{what} dtype {t.dtype} must be uint8 / float8_e8m0fnu (E8M0 scales)")
     pos = tuple(tile_position) if tile_position else None
     size = tuple(tile_size) if tile_size else None
-    fmt = {4: None}
-    del fmt
     from ncrtl.model.fp import get_format
 
     def unpacked(t):
@@ -293,10 +330,12 @@ def nc_matmul_mx(
         return np.broadcast_to(np.zeros((), f.dtype), (t.shape[0], _free(t), 4))
 
     psum_dtype = "bf16" if dst.dtype == "bfloat16" else "fp32"
+    n_all = _free(moving)
+    chunks = _chunks(call, tr, n_all, 1024 if psum_dtype == "bf16" else 512)
     try:
         ls, mm = mx_instructions(
             unpacked(stationary),
-            unpacked(moving),
+            unpacked(moving)[:, : chunks[0][1]],
             tile_position=pos,
             tile_size=size,
             rows=tr.core.rows,
@@ -307,17 +346,19 @@ def nc_matmul_mx(
         fail(call, f"stationary {list(stationary.shape)}, moving {list(moving.shape)}: {e}")
     for what, t, free in (
         ("stationary_scale", stationary_scale, mm.m),
-        ("moving_scale", moving_scale, mm.n),
+        ("moving_scale", moving_scale, n_all),
     ):
         if _free(t) != free:
             fail(call, f"{what} {list(t.shape)} must hold {free} scales per partition")
-    d = _psum_dst(call, tr, dst, mm.m, mm.n, ("float32", "bfloat16"))
+    d = _psum_dst(call, tr, dst, mm.m, n_all, ("float32", "bfloat16"), chunks[0][1])
     acc = _accumulate(tr, d, accumulate)
     args = {
-        "te": [te_isa.encode(ls), te_isa.encode(mm)],
+        "te": [te_isa.encode(ls)] + [te_isa.encode(replace(mm, n=cn)) for _, cn in chunks],
+        "chunks": [list(c) for c in chunks] if len(chunks) > 1 else None,
         "tile_position": pos,
         "tile_size": size,
         "accumulate": acc,
+        "rounding": tr.psum_rounding if dst.dtype == "bfloat16" else None,
     }
     _emit("tensor", "matmul_mx", [d], [s, x, ss, xs], args, call)
 

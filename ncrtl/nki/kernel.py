@@ -47,6 +47,9 @@ class Kernel:
     ``kernel[2]`` for the two cores of a logical core."""
 
     def __init__(self, fn, platform_target=None, lnc=1, **options):
+        rounding = options.get("psum_rounding", "rne")
+        if rounding not in ("rne", "sr"):
+            raise NkiError(f"psum_rounding={rounding!r}: 'rne' or 'sr' (BF16 PSUM, NeuronCore-v4)")
         self.fn = fn
         self.platform_target = platform_target
         self.lnc = lnc
@@ -75,7 +78,9 @@ class Kernel:
 
 
 def jit(fn=None, *, platform_target=None, mode=None, **options):
-    """``@nki.jit`` / ``@nki.jit(platform_target="trn2")``."""
+    """``@nki.jit`` / ``@nki.jit(platform_target="trn2")``.  ``psum_rounding="sr"`` (an
+    ncrtl option; NKI gives the choice no argument) makes the kernel's BF16 PSUM matmul
+    writes round stochastically (NeuronCore-v4), ``"rne"`` (default) to nearest even."""
     if fn is None:
         return lambda f: Kernel(f, platform_target, **options)
     return Kernel(fn, platform_target, **options)
@@ -115,7 +120,9 @@ def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_interna
     version = core_of(core) if core else kernel.core
     c = CORES[version]
     builder = Builder(c, kernel.fn.__name__)
-    tr = _trace.Trace(builder, c, program_id, num_programs)
+    tr = _trace.Trace(
+        builder, c, program_id, num_programs, kernel.options.get("psum_rounding", "rne")
+    )
     names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
     inputs, call_args = [], []
     for i, a in enumerate(args):
@@ -132,6 +139,17 @@ def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_interna
             call_args.append(_trace.tensor(decl))
         else:
             call_args.append(a)
+    import inspect
+
+    try:
+        inspect.signature(kernel.fn).bind(*call_args, **(kwargs or {}))
+    except TypeError as e:
+        sig = inspect.signature(kernel.fn)
+        raise NkiError(
+            f"{kernel.fn.__name__}{sig} called with {len(call_args)} argument(s)"
+            + (f" and {sorted(kwargs)}" if kwargs else "")
+            + f": {e}"
+        ) from None
     with _trace.active(tr):
         ret = kernel.fn(*call_args, **(kwargs or {}))
     if ret is None:
