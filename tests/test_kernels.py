@@ -447,3 +447,27 @@ def test_cli_run_names_a_missing_argument_and_sets_sr(tmp_path, capsys):
     assert rne.tobytes() == nki.simulate(load_file(V4, "wide_bf16"))(a, b).tobytes()
     assert sr.tobytes() == nki.simulate(load_file(V4, "wide_bf16_sr"))(a, b).tobytes()
     assert rne.tobytes() != sr.tobytes()
+
+
+@pytest.mark.parametrize("name", ["matmul_basic", "matmul_fp8_double_row", "matmul_mx"])
+def test_one_matmul_examples_against_the_tensor_engine_rules(runs, name):
+    """A kernel of one matmul: its LoadStationary's 32 beats (4 chains of 32 columns), then
+    the 512 moving beats starting on the last of them: 31 + 512 Tensor Engine cycles between
+    the matmul's issue and its sequencer's release; its MACs those of K x M x N (x2 double
+    row, x4 MX)."""
+    e, ins, res = runs[name]
+    rep = res.report
+    lo, hi = rep.te_window
+    assert (hi - lo) // rep.core.clocks["tensor"].period == 31 + 512
+    (mm,) = res.program.streams["tensor"]
+    k = {"matmul_basic": 128 * 64, "matmul_fp8_double_row": 128 * 2 * 128}.get(name, 128 * 4 * 128)
+    assert rep.macs == k * 512
+
+
+def test_two_core_exchange_against_its_closed_form(runs):
+    """exchange_halves: a load, the sendrecv and a store, one after the other on each core,
+    each moving a [128, 64] FP32 tile (2,048 words on 16 engines: 128 words each, 144 cycles
+    at 8/9 of a word per cycle) and then the 1,834 cycles of fixed latency, at 1.4 GHz."""
+    e, ins, res = runs["exchange_halves"]
+    one = 144 + 1820 + 4 + 6 + 4
+    assert res.report.total_ns == pytest.approx(3 * one / 1.4, abs=1e-6)
