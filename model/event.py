@@ -101,12 +101,13 @@ class EventCore:
 class Semaphore:
     """A counting semaphore of one stream: its completions in order."""
 
-    __slots__ = ("name", "count", "_waiters", "history")
+    __slots__ = ("name", "count", "_waiters", "history", "_order")
 
     def __init__(self, name):
         self.name = name
         self.count = 0
-        self._waiters = []  # heap of (count wanted, seq, callback)
+        self._waiters = []  # heap of (count wanted, seq, arrival, callback)
+        self._order = 0
         self.history = []  # tick of each increment: increment i made the count i + 1
 
     def signal(self, tick):
@@ -115,7 +116,7 @@ class Semaphore:
         self.history.append(tick)
         w = self._waiters
         while w and w[0][0] <= self.count:
-            _, _, callback = heapq.heappop(w)
+            callback = heapq.heappop(w)[-1]
             callback()
 
     def reached_at(self, count):
@@ -129,7 +130,9 @@ class Semaphore:
         if self.count >= count:
             callback()
         else:
-            heapq.heappush(self._waiters, (count, seq, callback))
+            # the arrival order breaks ties, so callbacks are never compared
+            self._order += 1
+            heapq.heappush(self._waiters, (count, seq, self._order, callback))
 
     @property
     def waiting(self):

@@ -471,3 +471,18 @@ def test_two_core_exchange_against_its_closed_form(runs):
     e, ins, res = runs["exchange_halves"]
     one = 144 + 1820 + 4 + 6 + 4
     assert res.report.total_ns == pytest.approx(3 * one / 1.4, abs=1e-6)
+
+
+def test_accumulate_none_starts_over_after_an_eviction():
+    """accumulate=None: the first matmul into a PSUM location overwrites, the next ones
+    accumulate, and a read by another engine (the eviction) ends the group: the same tile
+    used again starts from its first matmul's values."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16)
+    res = nki.run(load_file(BAD, "psum_tile_reused"), (a, b), timing=False)
+    once = matmul_bits(a, b).view(np.float32)
+    twice = fp32_add(once, once)
+    assert res.outputs[0][0].tobytes() == twice.tobytes() == res.outputs[0][1].tobytes()
+    flags = [i.args["accumulate"] for i in res.program.streams["tensor"]]
+    assert flags == [False, True, False, True]

@@ -97,7 +97,19 @@ def _tensor(call, what, t, spaces):
 
 def _emit(engine_name, op, dsts, srcs, args, call):
     tr = current(call)
+    if op not in ("matmul", "matmul_mx"):
+        # Another engine reading (an eviction) or writing a PSUM location ends its matmul
+        # accumulation there: with accumulate=None the next matmul into it overwrites.
+        for o in (*dsts, *srcs):
+            seen = tr.matmul_written.get(o.decl)
+            if seen:
+                box = NkiTensor._ref(o).extent()
+                seen.difference_update([b for b in seen if _overlaps(b, box)])
     return tr.builder.emit(engine_name, op, dsts, srcs, args, line=caller_line(), call=call)
+
+
+def _overlaps(a, b):
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
 
 
 def _engine(call, value, allowed, default):
@@ -150,7 +162,8 @@ def _same_layout(call, dst, *srcs):
 
 
 def _accumulate(tr, dst_op, accumulate):
-    """``accumulate=None``: overwrite on a location's first matmul write, accumulate after."""
+    """``accumulate=None``: overwrite on a location's first matmul write, accumulate after,
+    until another engine reads or writes the location (:func:`_emit`)."""
     box = NkiTensor._ref(dst_op).extent()
     seen = tr.matmul_written.setdefault(dst_op.decl, set())
     first = box not in seen

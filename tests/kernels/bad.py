@@ -86,3 +86,21 @@ def crosses_a_bank(a, b):
     ps = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
     nisa.nc_matmul(ps[0:128, 256:768], sa, sb)  # LINE crosses_a_bank
     return None
+
+
+@nki.jit
+def psum_tile_reused(a, b):
+    """One PSUM tile for two products: evicted between them, so the second overwrites."""
+    out = nl.ndarray((2, 64, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sa, src=a)
+    nisa.dma_copy(dst=sb, src=b)
+    ps = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+    for i in range(2):
+        nisa.nc_matmul(ps, sa, sb)
+        nisa.nc_matmul(ps, sa, sb)  # accumulates: twice the product
+        t = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=ps)
+        nisa.dma_copy(dst=out[i], src=t)
+    return out
