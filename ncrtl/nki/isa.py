@@ -277,6 +277,11 @@ def nc_matmul(
             f"stationary {list(stationary.shape)} {stationary.dtype}, moving {list(moving.shape)} {moving.dtype}: {e}",
         )
     if is_transpose:
+        if dtype_of(stationary.dtype).itemsize == 1:
+            not_modelled(
+                "nisa.nc_matmul(is_transpose=True) of 1-byte data into PSUM (the Tensor Engine "
+                "leaves FP8 encodings in 16-bit PSUM slots)"
+            )
         if dst.dtype != stationary.dtype:
             fail(
                 call,
