@@ -23,12 +23,17 @@ approximation):
   transfer completes when its last part has.
 * **Vector / Scalar / GpSimd** (0.96 / 1.2 / 1.2 GHz on v3): an instruction occupies its engine
   one cycle per element of a partition per tensor input (``N`` with one input, ``2N`` with
-  two) and completes :data:`FIXED_LATENCY` cycles after (the documented fixed cost of a small
-  or dependent instruction; independent ones overlap it).
+  two), divided by the Vector Engine's performance mode (4x / 2x for BF16/FP16, seed 000), and
+  completes :data:`FIXED_LATENCY` cycles after (the documented fixed cost of a small or
+  dependent instruction; independent ones overlap it).  The Vector Engine in its performance
+  mode shares an SBUF bus with the GpSimd Engine (on v2 every Vector SBUF access does), and
+  the Vector and Scalar engines share each PSUM bank (on v2 the whole PSUM): an instruction
+  waits for a gap where the other engine does not hold what it uses.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -269,6 +274,31 @@ class _DmaPool:
             a[2]()
 
 
+class _Busy:
+    """A shared resource: the intervals engines hold it, kept sorted; an engine's request
+    waits for a gap left by the others (its own instructions follow each other anyway)."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self):
+        self.spans = []  # (start, end, engine)
+
+    def add(self, start, end, engine):
+        bisect.insort(self.spans, (start, end, engine))
+
+
+def _earliest(holds, t, dur, engine):
+    """The first start >= t at which none of ``holds`` is held by another engine for ``dur``."""
+    moved = True
+    while moved:
+        moved = False
+        for h in holds:
+            for a, b, e in h.spans:
+                if e != engine and a < t + dur and t < b:
+                    t, moved = b, True
+    return t
+
+
 def _runs_words(ref):
     """Data-path words to move the view ``ref``: per contiguous run of bytes, its words."""
     isz = ref.element.itemsize
@@ -318,6 +348,11 @@ def simulate(program, *, params=None, trace=False):
             streams[st.name] = st
     seqs = [Sequencer(core.rows, core.cols, rules=params.te_rules) for _ in programs]
     pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
+    v2 = core.name == "v2"
+    # Per core: the SBUF bus VectorE (in its performance mode; on v2, always) shares with
+    # GpSimdE, and each PSUM bank VectorE and ScalarE share (on v2, PSUM as one).
+    buses = [_Busy() for _ in programs]
+    banks = [[_Busy() for _ in range(core.psum_banks)] for _ in programs]
     decoded = {}  # instruction word -> Instruction, one object per distinct word
     stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
     slices = {}  # (stream, index) -> trace slice
@@ -371,11 +406,52 @@ def simulate(program, *, params=None, trace=False):
         period = s.clock.period
         dst = ins.dsts[0]
         n = int(np.prod(dst.view_shape[1:])) if len(dst.view_shape) > 1 else 1
-        inputs = sum(1 for r in ins.srcs if r.size > r.view_shape[0])
-        occ = n * max(1, inputs)
+        tensors = [r for r in ins.srcs if r.size > r.view_shape[0]]
+        factor = vector_perf(ins, tensors) if s.local == "vector" else 1
+        occ = -(-n * max(1, len(tensors)) // factor) * period
+        # The shared resources it holds while it streams: the VectorE-GpSimdE SBUF bus, the
+        # PSUM banks it touches (docs/kernels.md, "Shared SBUF and PSUM access").
+        holds = []
+        on_sbuf = any(r.space == "sbuf" for r in (*ins.dsts, *ins.srcs))
+        if on_sbuf and (s.local == "gpsimd" or (s.local == "vector" and (factor > 1 or v2))):
+            holds.append(buses[s.core])
+        if s.local in ("vector", "scalar"):
+            for r in (*ins.dsts, *ins.srcs):
+                if r.space == "psum":
+                    for bank in psum_banks(r):
+                        holds.append(banks[s.core][0 if v2 else bank])
         start = max(ready, s.free)
-        end = start + occ * period
+        start = _earliest(holds, start, occ, s.local)
+        for h in holds:
+            h.add(start, start + occ, s.local)
+        end = start + occ
         return start, end, end + params.fixed_latency * period
+
+    def vector_perf(ins, tensors):
+        """The Vector Engine's performance mode (NeuronCore-v3 and later, seed 000): 4x for a
+        tensor_copy / tensor_scalar of BF16/FP16 in SBUF with contiguous innermost elements,
+        2x for one not contiguous or with one side in PSUM, and for a tensor_tensor of BF16/FP16
+        with both inputs in SBUF; else 1."""
+        if v2:
+            return 1
+        f16 = ("bfloat16", "float16")
+        dst = ins.dsts[0]
+        refs = [dst, *tensors]
+        if not all(r.view_dtype in f16 for r in refs):
+            return 1
+        if ins.op in ("tensor_copy", "tensor_scalar"):
+            contiguous = all(r.pattern[-1][0] == 1 or r.pattern[-1][1] == 1 for r in refs)
+            in_psum = sum(r.space == "psum" for r in refs)
+            if in_psum == 0:
+                return 4 if contiguous else 2
+            return 2 if contiguous and in_psum == 1 else 1
+        if ins.op == "tensor_tensor" and all(r.space == "sbuf" for r in tensors):
+            return 2
+        return 1
+
+    def psum_banks(r):
+        lo, hi = r.extent()[2:]
+        return range(lo // core.psum_bank_bytes, -(-hi // core.psum_bank_bytes))
 
     def sendrecv(s, ins, ready, waited, blocker):
         """Both cores' sides of a pair move their data on their own DMA engines once both are
