@@ -36,6 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma import engine as dma_golden
+from ncrtl.model.dma.access import AccessPattern
 from ncrtl.model.dma.engine import AddDtype, add_elements
 from ncrtl.model.fp import encode, from_bits, get_format
 from ncrtl.model.kernel.dtypes import dtype_of
@@ -316,8 +317,6 @@ def _dma_copy(st, ins):
 
 
 def _flat_ap(n):
-    from ncrtl.model.dma.access import AccessPattern
-
     return AccessPattern(((1, n),))
 
 
@@ -338,8 +337,6 @@ def _dma_transpose(st, ins):
 
 
 def _ap2(shape):
-    from ncrtl.model.dma.access import AccessPattern
-
     return AccessPattern(((shape[1], shape[0]), (1, shape[1])))
 
 
@@ -520,10 +517,6 @@ def _float32(st, ref, ins):
     if ref.element.packed != 1:
         raise KernelError(f"{_where(ins)}arithmetic on the packed type {ref.view_dtype}")
     return v.astype(np.float32)
-
-
-def _per_partition(ins, flat, shape):
-    return flat.reshape(shape[0], -1)
 
 
 def _tensor_copy(st, ins):
