@@ -1122,3 +1122,28 @@ def test_arbiter_bad_input():
     ):
         a.step([1.0, None, None])
     assert a.order == [0, 1, 2]
+
+
+@pytest.mark.parametrize("dtype,rounding", [("fp32", "rne"), ("bf16", "rne"), ("bf16", "sr")])
+def test_write_to_some_lanes(dtype, rounding):
+    """A write to a column tile's partitions leaves the other partitions' slots as they were
+    and gives its own exactly what a write to every partition gives them (the SR generators
+    stepping for all partitions in both)."""
+    from ncrtl.model.psum import Dtype, Flag, Geometry, Psum, Rounding, Write
+
+    rng = np.random.default_rng(3)
+    g = Geometry(8, 2, 64)
+    d = Dtype.FP32 if dtype == "fp32" else Dtype.BF16
+    r = Rounding.SR if rounding == "sr" else Rounding.RNE
+    w = Write(1, 2, 5, d, r, int(Flag.FIRST_ACCUMULATE | Flag.LAST))
+    beats = rng.standard_normal((5, 8)).astype(np.float32).view(np.uint32)
+    start = rng.integers(0, 2**32, size=(2, 16, 8), dtype=np.uint64).astype(np.uint32)
+    full, part = Psum(g, seed=5), Psum(g, seed=5)
+    full.mem[...] = part.mem[...] = start
+    full.write(w, beats)
+    part.write(w, beats, lanes=slice(2, 6))
+    assert (part.mem[:, :, 2:6] == full.mem[:, :, 2:6]).all()
+    assert (part.mem[:, :, :2] == start[:, :, :2]).all() and (
+        part.mem[:, :, 6:] == start[:, :, 6:]
+    ).all()
+    assert all(part.rand_state(p) == full.rand_state(p) for p in range(8))

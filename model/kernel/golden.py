@@ -390,14 +390,11 @@ def _psum_write(st, ins, dst, bits, psum_dtype):
         raise KernelError(f"{_where(ins)}writes partitions {p0}..{p0 + m - 1} of {cols}")
     beats = np.zeros((n, cols), np.uint32)
     beats[:, p0 : p0 + m] = np.asarray(bits).astype(np.uint32).T
-    before = st.psum.mem[bank].copy()
-    try:
-        st.psum.write(Write(bank, col, n, psum_dtype, rounding, int(flags)), beats)
+    try:  # only the tile's columns reach PSUM
+        w = Write(bank, col, n, psum_dtype, rounding, int(flags))
+        st.psum.write(w, beats, lanes=slice(p0, p0 + m))
     except ValueError as e:
         raise KernelError(f"{_where(ins)}PSUM: {e}") from None
-    lanes = np.ones(cols, bool)
-    lanes[p0 : p0 + m] = False
-    st.psum.mem[bank][:, lanes] = before[:, lanes]  # only the tile's columns reach PSUM
     isz = 4 if psum_dtype == Dtype.FP32 else 2
     base = bank * st.program.core.psum_bank_bytes + col * isz
     st.psum_written[p0 : p0 + m, base : base + n * isz] = True
@@ -579,12 +576,16 @@ def _operand(st, ins, value, srcs, p):
     return np.float32(value)
 
 
-def _tensor_scalar(st, ins):
+def _elementwise_input(st, ins):
+    """``(dst, srcs, partitions, data as float32 [P, F])`` of a tensor_scalar / activation."""
     (dst,), srcs = ins.dsts, ins.srcs
-    data = srcs[0]
-    _same_elements(ins, dst, data)
+    _same_elements(ins, dst, srcs[0])
     p = dst.view_shape[0]
-    x = _float32(st, data, ins).reshape(p, -1)
+    return dst, srcs, p, _float32(st, srcs[0], ins).reshape(p, -1)
+
+
+def _tensor_scalar(st, ins):
+    dst, srcs, p, x = _elementwise_input(st, ins)
     a = ins.args
     with np.errstate(all="ignore"):
         for op, operand, reverse in (
@@ -602,11 +603,7 @@ def _tensor_scalar(st, ins):
 
 
 def _activation(st, ins):
-    (dst,), srcs = ins.dsts, ins.srcs
-    data = srcs[0]
-    _same_elements(ins, dst, data)
-    p = dst.view_shape[0]
-    x = _float32(st, data, ins).reshape(p, -1)
+    dst, srcs, p, x = _elementwise_input(st, ins)
     a = ins.args
     scale = _operand(st, ins, a.get("scale", 1.0), srcs, p)
     bias = a.get("bias")

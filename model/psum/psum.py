@@ -374,13 +374,17 @@ class Psum:
         new = read_add_write(old, bits, **kw).astype(np.uint32)
         self.mem[w.bank, row] = (word & ~(_U16 << shift)) | (new << shift)
 
-    def write(self, w, beats):
+    def write(self, w, beats, lanes=None):
         """Issue ``w`` and apply all its beats.
 
         Parameters
         ----------
         w : Write
         beats : ndarray of uint32 (or float32), shape ``[n, partitions]``
+        lanes : slice or None
+            The partitions the beats write (a column tile's outputs; None: all of them).  The
+            others keep their slots; the SR generators of every partition still step once per
+            beat, as they do in lock step with the beats.
 
         Returns
         -------
@@ -413,7 +417,11 @@ class Psum:
         sr = w.rounding == Rounding.SR
         rand = np.stack([self._rng.next_u16() for _ in range(n)]) if sr else None
         kw = dict(dtype=w.dtype, overwrite=w.overwrite, rounding=w.rounding, rand=rand)
-        mem = self.mem[w.bank]
+        lanes = slice(None) if lanes is None else lanes
+        mem = self.mem[w.bank][:, lanes]  # a view: written through
+        b = b[:, lanes]
+        if rand is not None:
+            kw["rand"] = rand[:, lanes]
         if w.dtype == Dtype.FP32:
             mem[c0 : c0 + n] = read_add_write(mem[c0 : c0 + n], b, **kw)
         else:

@@ -463,11 +463,7 @@ class _Plane:
         self.seq_free = {}
         self.uniform = _Uniform()
 
-    def materialize(self, all_groups):
-        u = self.uniform
-        if u is None:
-            return
-        self.uniform = None
+    def _clear(self):
         for d in (
             self.next_bank,
             self.last_read,
@@ -477,6 +473,13 @@ class _Plane:
             self.seq_free,
         ):
             d.clear()
+
+    def materialize(self, all_groups):
+        u = self.uniform
+        if u is None:
+            return
+        self.uniform = None
+        self._clear()
         for g in all_groups:
             self.next_bank[g] = u.next_bank
             for b, v in u.last_read.items():
@@ -512,15 +515,7 @@ class _Plane:
         u.busy = self.busy.get(g)
         u.loader_free = self.loader_free.get(g, 0)
         u.seq_free = self.seq_free.get(g, 0)
-        for d in (
-            self.next_bank,
-            self.last_read,
-            self.last_ls,
-            self.busy,
-            self.loader_free,
-            self.seq_free,
-        ):
-            d.clear()
+        self._clear()
         self.uniform = u
 
 
