@@ -11,10 +11,12 @@ import nki.language as nl
 
 @nki.jit
 def matmul_basic(lhsT, rhs):
-    """One tile: K = 128, M <= 128, N <= 512."""
+    """One tile: K = 128, M <= 128, N <= 512 (K the core's partitions, M at most its PE
+    columns)."""
     K, M = lhsT.shape
     K_, N = rhs.shape
-    assert K == K_ == 128 and M <= 128 and N <= 512
+    assert K == K_ == nl.tile_size.pmax and M <= nl.tile_size.gemm_stationary_fmax
+    assert N <= nl.tile_size.gemm_moving_fmax
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     lhs_sb = nl.ndarray(lhsT.shape, dtype=lhsT.dtype, buffer=nl.sbuf)
     rhs_sb = nl.ndarray(rhs.shape, dtype=rhs.dtype, buffer=nl.sbuf)

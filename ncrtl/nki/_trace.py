@@ -75,6 +75,11 @@ def current(call="this call"):
     return t
 
 
+def current_or_none():
+    """The active trace, or None outside a kernel."""
+    return getattr(_state, "trace", None)
+
+
 class active:
     """``with active(trace):`` -- the trace NKI calls go to."""
 

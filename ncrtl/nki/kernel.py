@@ -13,7 +13,7 @@ from ncrtl.model.kernel import golden as kgolden
 from ncrtl.model.kernel import timing as ktiming
 from ncrtl.model.kernel.build import Builder, PlacementError
 from ncrtl.model.kernel.dtypes import dtype_of
-from ncrtl.model.kernel.stream import CORES
+from ncrtl.model.kernel.stream import CORES, Core
 
 from . import _trace
 from ._trace import NkiError, NkiTensor
@@ -117,8 +117,10 @@ def trace(kernel, args, kwargs=None, *, core=None):
 
 
 def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base):
-    version = core_of(core) if core else kernel.core
-    c = CORES[version]
+    if isinstance(core, Core):
+        c = core  # a geometry of its own (the RTL core's: ncrtl.model.neuroncore)
+    else:
+        c = CORES[core_of(core) if core else kernel.core]
     builder = Builder(c, kernel.fn.__name__)
     tr = _trace.Trace(
         builder, c, program_id, num_programs, kernel.options.get("psum_rounding", "rne")

@@ -61,8 +61,24 @@ assert all(n in DTYPES for n in (float8_e4m3fn_x4, float4_e2m1fn_x4, bfloat16))
 # -- tile sizes ------------------------------------------------------------------------------------
 
 
-class tile_size:
-    """The hardware's tile limits (NeuronCore-v3)."""
+class _TileSizes(type):
+    """Tile limits follow the core a kernel is traced on (its partitions and PE columns);
+    outside a trace, NeuronCore-v3's."""
+
+    def __getattribute__(cls, name):
+        geometry = {"pmax": "partitions", "gemm_stationary_fmax": "cols"}
+        if name in geometry:
+            from ncrtl.nki import _trace
+
+            tr = _trace.current_or_none()
+            if tr is not None:
+                return getattr(tr.core, geometry[name])
+        return super().__getattribute__(name)
+
+
+class tile_size(metaclass=_TileSizes):
+    """The hardware's tile limits (NeuronCore-v3; ``pmax`` and ``gemm_stationary_fmax`` those
+    of the core being traced)."""
 
     pmax = 128
     gemm_stationary_fmax = 128

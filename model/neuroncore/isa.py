@@ -1,0 +1,444 @@
+"""What the RTL NeuronCore's instruction queues take, made from a kernel's streams.
+
+The core (``ncrtl.hdl.neuroncore``) has one instruction queue per stream it runs: the Tensor
+Engine's (``tensor``), the eviction engine's (``vector``: ``tensor_copy``) and one per DMA queue
+(``dma0`` ...).  A queue holds two kinds of entry:
+
+* :class:`Wait` ``(sem, count)``: the queue stops until semaphore ``sem`` has reached ``count``;
+* an operation of its engine: :class:`MatmulOp`, :class:`CopyOp` or :class:`DmaOp`.
+
+Every stream has one semaphore, in the order of :meth:`Geometry.streams` (``tensor``,
+``vector``, ``dma0`` ...), counting the stream's completed instructions; a stream's
+instructions complete in order (a DMA queue retires its transfers in order, however its
+engines finish them), so a kernel's waits ``(stream, count)`` are the queues' waits as they
+are.
+
+:func:`encode` turns a traced :class:`~ncrtl.model.kernel.stream.Program` into the entries of
+every queue, or raises :class:`Unsupported` naming the first instruction the RTL core does not
+run, its kernel line and the rule (docs/neuroncore.md lists them).  The bit layouts of the
+entries are the hardware's (:mod:`ncrtl.hdl.neuroncore.isa`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ncrtl.model.dma import dge
+from ncrtl.model.dma.isa import Descriptor, Op, Side, Space
+from ncrtl.model.dma.isa import Geometry as DmaGeometry
+from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.stream import CORES, Core
+from ncrtl.model.psum.isa import Dtype, Flag, Rounding, Write
+from ncrtl.model.psum.isa import encode as psum_encode
+from ncrtl.model.tensor_engine import isa as te_isa
+
+__all__ = [
+    "SEM_BITS",
+    "COUNT_BITS",
+    "Geometry",
+    "Wait",
+    "MatmulOp",
+    "CopyOp",
+    "Convert",
+    "DmaOp",
+    "Encoded",
+    "Unsupported",
+    "encode",
+]
+
+#: Bits of a semaphore number in a :class:`Wait` (32 streams).
+SEM_BITS = 5
+#: Bits of a semaphore's count: a stream runs at most ``2**16 - 1`` instructions.
+COUNT_BITS = 16
+
+
+class Unsupported(ValueError):
+    """A kernel instruction the RTL core does not run (the message names it, its kernel line
+    and the rule)."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The RTL core's parameters; the defaults are NeuronCore-v3's (seed 000).
+
+    ``partitions`` x ``partition_bytes`` of SBUF, accessed ``word_bytes`` per partition;
+    ``rows`` x ``cols`` PEs; ``psum_banks`` of ``psum_bank_bytes`` per partition (PSUM has
+    ``cols`` partitions); ``dma_engines`` DMA engines and ``dma_queues`` DMA queues, each with
+    ``dma_inflight`` transfers in flight; ``hbm_bytes`` of device memory; the Tensor Engine's
+    ``tile_unit`` (32 on the hardware)."""
+
+    partitions: int = 128
+    partition_bytes: int = 224 * 1024
+    rows: int = 128
+    cols: int = 128
+    psum_banks: int = 8
+    psum_bank_bytes: int = 2048
+    dma_engines: int = 16
+    dma_queues: int = 16
+    dma_inflight: int = 4
+    word_bytes: int = 16
+    hbm_bytes: int = 1 << 24
+    tile_unit: int = 32
+    version: str = "v3"
+
+    def __post_init__(self):
+        for name in ("partitions", "rows", "cols"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 1 <= v <= 128:
+                raise ValueError(f"NeuronCore {name} must be an int from 1 to 128, not {v!r}")
+        if self.cols != self.partitions:
+            # PSUM has a partition per PE column, and an eviction moves partition p to p.
+            raise ValueError(
+                f"NeuronCore cols ({self.cols}) must equal partitions ({self.partitions}): PE "
+                f"column c writes PSUM partition c, which the eviction engine moves to SBUF "
+                f"partition c"
+            )
+        if self.rows > self.partitions:
+            raise ValueError(
+                f"NeuronCore rows ({self.rows}) must be at most partitions ({self.partitions}): "
+                f"PE row r reads SBUF partition r"
+            )
+        for name in ("dma_engines", "dma_queues", "dma_inflight"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"NeuronCore {name} must be a power of two, not {v!r}")
+        if self.dma_queues * self.dma_inflight > 64:
+            raise ValueError(
+                f"NeuronCore dma_queues x dma_inflight ({self.dma_queues} x "
+                f"{self.dma_inflight}) must be at most 64: a transfer in flight holds one of the "
+                f"DMA engines' 64 semaphores"
+            )
+        if 2 + self.dma_queues > 1 << SEM_BITS:
+            raise ValueError(f"NeuronCore dma_queues must be at most {(1 << SEM_BITS) - 2}")
+        if self.version not in CORES:
+            raise ValueError(f"NeuronCore version must be one of {sorted(CORES)}")
+
+    @property
+    def addr_bits(self):
+        """Bits of a byte address inside an SBUF partition."""
+        return max(1, (self.partition_bytes - 1).bit_length())
+
+    @property
+    def psum_addr_bits(self):
+        """Bits of a byte address inside a PSUM partition."""
+        return max(1, (self.psum_banks * self.psum_bank_bytes - 1).bit_length())
+
+    def streams(self):
+        """The streams, in semaphore order."""
+        return ("tensor", "vector") + tuple(f"dma{q}" for q in range(self.dma_queues))
+
+    def core(self):
+        """The kernel :class:`~ncrtl.model.kernel.stream.Core` of this geometry (its version's
+        clocks), which a kernel is traced on."""
+        return replace(
+            CORES[self.version],
+            sbuf_partition_bytes=self.partition_bytes,
+            partitions=self.partitions,
+            rows=self.rows,
+            cols=self.cols,
+            psum_banks=self.psum_banks,
+            psum_bank_bytes=self.psum_bank_bytes,
+            dma_engines=self.dma_engines,
+            dma_queues=self.dma_queues,
+        )
+
+    def dma_geometry(self):
+        return DmaGeometry(self.partitions, self.partition_bytes, self.hbm_bytes)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Stop until semaphore ``sem`` reaches ``count``."""
+
+    sem: int
+    count: int
+
+
+@dataclass(frozen=True)
+class MatmulOp:
+    """One ``nc_matmul``: the Tensor Engine's LoadStationary ``ls`` and MultiplyMoving ``mm``
+    (:func:`ncrtl.model.tensor_engine.isa.encode` words), the PSUM write ``psum``
+    (:func:`ncrtl.model.psum.isa.encode` word) of its result, and where its operands are: the
+    stationary ``[K, M]`` at byte ``s_addr`` of partitions ``tile_row ..``, the moving ``[K,
+    N]`` at ``m_addr``, ``s_esize`` / ``m_esize`` bytes per element."""
+
+    ls: int
+    mm: int
+    psum: int
+    s_addr: int
+    m_addr: int
+    s_esize: int
+    m_esize: int
+
+
+class Convert:
+    """What an eviction does to each element: ``RAW`` copies its bytes, ``BF16`` / ``FP16``
+    round an FP32 to nearest even."""
+
+    RAW = 0
+    BF16 = 1
+    FP16 = 2
+
+
+#: (source dtype, destination dtype) -> Convert, for the pairs that convert.
+CONVERSIONS = {("float32", "bfloat16"): Convert.BF16, ("float32", "float16"): Convert.FP16}
+
+
+@dataclass(frozen=True)
+class CopyOp:
+    """One ``tensor_copy``: ``n`` elements in each of ``parts`` partitions from ``part``, from
+    byte ``src_addr`` of SBUF or (``src_psum``) PSUM to byte ``dst_addr`` of SBUF, each element
+    ``src_esize`` bytes in and ``dst_esize`` out, through ``convert``."""
+
+    src_psum: bool
+    src_addr: int
+    dst_addr: int
+    part: int
+    parts: int
+    n: int
+    src_esize: int
+    dst_esize: int
+    convert: int
+
+
+@dataclass(frozen=True)
+class DmaOp:
+    """One DMA transfer: the descriptor the DGE takes, and the parts it cuts it into (one per
+    engine it uses: :func:`ncrtl.model.dma.dge.split`), which the queue counts to retire it."""
+
+    desc: Descriptor
+    parts: int
+
+
+@dataclass
+class Encoded:
+    """A program as the RTL core's queues take it: ``queues[stream]`` the entries of each queue
+    (every stream of :meth:`Geometry.streams`, empty ones included), ``totals[stream]`` the
+    instructions each stream completes (its semaphore's final count)."""
+
+    geometry: Geometry
+    queues: dict
+    totals: dict
+    program: object = field(default=None, repr=False)
+
+
+def _where(ins):
+    return f"{ins.line}: {ins.call or ins.op} ({ins.label})" if ins.line else ins.label
+
+
+def _refuse(ins, why):
+    raise Unsupported(f"{_where(ins)}: the RTL NeuronCore {why}")
+
+
+def _rows(ref):
+    """A view that is rows of its tensor, each a contiguous run: ``(first partition,
+    partitions, first byte in the partition, elements per partition)``, or None."""
+    shape = ref.tensor_shape()
+    row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    pat = list(ref.pattern)
+    (s0, n0), inner = pat[0], pat[1:]
+    if n0 > 1 and s0 != row:
+        return None
+    # the inner entries must walk consecutive elements: innermost step 1, each outer step the
+    # span of the entries inside it (entries of one element are free)
+    inner = [(s, n) for s, n in inner if n != 1]
+    span = 1
+    for s, n in reversed(inner):
+        if s != span:
+            return None
+        span *= n
+    count = span if inner else 1
+    p0, c0 = divmod(ref.offset, row)
+    if c0 + count > row or p0 + n0 > shape[0]:
+        return None
+    isz = dtype_of(ref.view_dtype).itemsize
+    return p0, n0, ref.base + c0 * isz, count
+
+
+def _matmul(ins, geo):
+    a = ins.args
+    if a.get("is_transpose") or a.get("perf_mode") or a.get("chunks"):
+        what = (
+            "transpose"
+            if a.get("is_transpose")
+            else ("the perf mode " + str(a.get("perf_mode")) if a.get("perf_mode") else "chunks")
+        )
+        _refuse(ins, f"has no matmul with {what} yet")
+    (dst,), (stat, mov) = ins.dsts, ins.srcs
+    ls_word, mm_word = a["te"]
+    ls, mm = te_isa.decode(ls_word), te_isa.decode(mm_word)
+    ls, mm = ls.whole(geo.rows, geo.cols), mm.whole(geo.rows, geo.cols)
+    for ref, what in ((stat, "stationary"), (mov, "moving")):
+        r = _rows(ref)
+        if r is None or ref.space != "sbuf":
+            _refuse(
+                ins,
+                f"reads the {what} operand as rows of contiguous SBUF elements; {ref} is not",
+            )
+        if r[0] != ls.tile_row:
+            _refuse(
+                ins,
+                f"reads PE row r from SBUF partition r: the {what} operand starts at partition "
+                f"{r[0]}, its tile at row {ls.tile_row}",
+            )
+    if dst.view_dtype != "float32":
+        _refuse(ins, f"writes FP32 PSUM only, not {dst.view_dtype}")
+    d = _rows(dst)
+    if d is None or dst.space != "psum":
+        _refuse(ins, f"writes a matmul's result as rows of contiguous PSUM elements; {dst} is not")
+    p0, m, byte, n = d
+    if p0 != mm.tile_col:
+        _refuse(
+            ins,
+            f"writes PE column c to PSUM partition c: the result starts at partition {p0}, its "
+            f"tile at column {mm.tile_col}",
+        )
+    bank, off = divmod(byte, geo.psum_bank_bytes)
+    flags = (Flag.FIRST_ACCUMULATE if a.get("accumulate") else Flag.FIRST) | Flag.LAST
+    write = Write(bank, off // 4, n, Dtype.FP32, Rounding.RNE, int(flags))
+    return MatmulOp(
+        ls_word,
+        mm_word,
+        psum_encode(write),
+        _rows(stat)[2],
+        _rows(mov)[2],
+        dtype_of(stat.view_dtype).itemsize,
+        dtype_of(mov.view_dtype).itemsize,
+    )
+
+
+def _copy(ins, geo):
+    (dst,), (src,) = ins.dsts, ins.srcs
+    if dst.space != "sbuf":
+        _refuse(ins, f"evicts into the SBUF only, not {dst.space}")
+    s, d = _rows(src), _rows(dst)
+    for r, ref, what in ((s, src, "source"), (d, dst, "destination")):
+        if r is None:
+            _refuse(ins, f"copies rows of contiguous elements; the {what} {ref} is not")
+    if s[:2] != d[:2] or s[3] != d[3]:
+        _refuse(
+            ins,
+            f"copies partition p to partition p, the same elements in each: source partitions "
+            f"{s[0]}..{s[0] + s[1] - 1} x {s[3]}, destination {d[0]}..{d[0] + d[1] - 1} x {d[3]}",
+        )
+    sd, dd = src.view_dtype, dst.view_dtype
+    if sd == dd:
+        conv = Convert.RAW
+    elif (sd, dd) in CONVERSIONS:
+        conv = CONVERSIONS[(sd, dd)]
+    else:
+        _refuse(
+            ins,
+            f"converts float32 to bfloat16 or float16, or copies a dtype as it is; not {sd} to "
+            f"{dd}",
+        )
+    if src.space == "psum" and sd != "float32":
+        _refuse(ins, f"reads FP32 PSUM only, not {sd}")
+    return CopyOp(
+        src.space == "psum",
+        s[2],
+        d[2],
+        s[0],
+        s[1],
+        s[3],
+        dtype_of(sd).itemsize,
+        dtype_of(dd).itemsize,
+        conv,
+    )
+
+
+def side_of(ref):
+    """The DMA :class:`~ncrtl.model.dma.isa.Side` of a kernel operand."""
+    shape = ref.tensor_shape()
+    row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    return Side(
+        Space.HBM if ref.space == "hbm" else Space.SBUF,
+        ref.base,
+        row,
+        int(np.prod(shape)),
+        ref.pattern,
+        dtype_of(ref.view_dtype).itemsize,
+        ref.offset,
+    )
+
+
+def _dma(ins, geo):
+    (dst,), (src,) = ins.dsts, ins.srcs
+    if "psum" in (dst.space, src.space):
+        _refuse(ins, "moves data between the device memory and the SBUF; the DMA has no PSUM port")
+    if src.view_dtype != dst.view_dtype or ins.args.get("rmw"):
+        _refuse(ins, "copies bytes unchanged (no dtype conversion or read-add-write yet)")
+    desc = Descriptor(Op.COPY, side_of(src), side_of(dst))
+    gen = dge.generate(desc, geo.dma_geometry(), geo.dma_engines)
+    if gen.error:
+        _refuse(ins, f"sends DMA instructions through its descriptor generator, which refuses "
+                f"this one: {gen.message}")
+    return DmaOp(desc, len(gen.parts))
+
+
+_OPS = {"tensor": {"matmul": _matmul}, "vector": {"tensor_copy": _copy}}
+
+
+def encode(program, geo):
+    """The queue entries of ``program`` on a core of geometry ``geo`` (see the module
+    docstring); raises :class:`Unsupported` for the first instruction it cannot run."""
+    c = program.core
+    want = geo.core()
+    for name in ("partitions", "rows", "cols", "psum_banks", "psum_bank_bytes"):
+        if getattr(c, name) != getattr(want, name):
+            raise Unsupported(
+                f"{program.kernel}: traced for {name} = {getattr(c, name)}, the RTL core has "
+                f"{getattr(want, name)}: trace it at the core's geometry"
+            )
+    if c.sbuf_partition_bytes > geo.partition_bytes:
+        raise Unsupported(
+            f"{program.kernel}: traced for {c.sbuf_partition_bytes} SBUF bytes per partition, "
+            f"the RTL core has {geo.partition_bytes}"
+        )
+    if program.logical_cores != 1:
+        raise Unsupported(f"{program.kernel}: the RTL NeuronCore is one core (no kernel[2] yet)")
+    hbm_end = max(
+        (t.base + t.nbytes for t in program.tensors.values() if t.space == "hbm"), default=0
+    )
+    if hbm_end > geo.hbm_bytes:
+        raise Unsupported(
+            f"{program.kernel}: its device tensors need {hbm_end} bytes, the RTL core's device "
+            f"memory has {geo.hbm_bytes}"
+        )
+    sems = {name: i for i, name in enumerate(geo.streams())}
+    queues = {name: [] for name in geo.streams()}
+    totals = {name: 0 for name in geo.streams()}
+    for name, stream in program.streams.items():
+        if not stream:
+            continue
+        if name not in sems:
+            ins = stream[0]
+            _refuse(ins, f"has no {name} stream (it runs {', '.join(geo.streams())})")
+        entries = queues[name]
+        for ins in stream:
+            for s, count in ins.waits:
+                if s not in sems:
+                    _refuse(ins, f"has no {s} stream to wait on")
+                entries.append(Wait(sems[s], count))
+            if name.startswith("dma"):
+                if ins.op != "dma_copy":
+                    _refuse(ins, f"has no DMA operation {ins.op} yet (dma_copy only)")
+                entries.append(_dma(ins, geo))
+            else:
+                make = _OPS[name].get(ins.op)
+                if make is None:
+                    have = ", ".join(sorted(_OPS[name]))
+                    _refuse(ins, f"has no {ins.op} on its {name} engine (it runs {have})")
+                entries.append(make(ins, geo))
+        totals[name] = len(stream)
+        if len(stream) >= 1 << COUNT_BITS:
+            raise Unsupported(
+                f"{program.kernel}: stream {name} has {len(stream)} instructions; a semaphore "
+                f"counts to {(1 << COUNT_BITS) - 1}"
+            )
+    return Encoded(geo, queues, totals, program)
+
+
+__all__ += ["side_of", "CONVERSIONS"]
