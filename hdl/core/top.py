@@ -47,6 +47,8 @@ class MatmulCore(wiring.Component):
         hardware: :class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`).
     block : int or None
         Tensor Engine tile size (:class:`~ncrtl.hdl.tensor_engine.array.SystolicArray`).
+    modes : str, sequence or None
+        The modes the PEs are built for (:class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`).
     """
 
     @validated_init
@@ -60,8 +62,11 @@ class MatmulCore(wiring.Component):
         instance=True,
         tile_unit=32,
         block=None,
+        modes=None,
     ):
-        self.te = TensorEngine(rows, cols, instance=instance, tile_unit=tile_unit, block=block)
+        self.te = TensorEngine(
+            rows, cols, instance=instance, tile_unit=tile_unit, block=block, modes=modes
+        )
         self.psum = Psum(cols, banks, bank_bytes, instance=instance)
         self.rows, self.cols, self.instance = rows, cols, instance
         te, ps = self.te.signature.members, self.psum.signature.members

@@ -1,0 +1,139 @@
+"""The bit layouts of the NeuronCore's queue entries (:mod:`ncrtl.model.neuroncore.isa` says
+what each entry means), and :func:`pack`, which turns the model's entries into queue words.
+
+A queue word is ``kind`` (0: a :class:`~ncrtl.model.neuroncore.isa.Wait`, 1: the engine's
+operation) and ``body``, the wait or the operation laid over the same bits."""
+
+from amaranth.lib import data
+
+from ncrtl.hdl.dma.check import Widths, descriptor_layout
+from ncrtl.hdl.psum.control import INSTR_LAYOUT as PSUM_INSTR_LAYOUT
+from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT as TE_INSTR_LAYOUT
+from ncrtl.model.dma.isa import encode as dma_encode
+from ncrtl.model.neuroncore.isa import COUNT_BITS, SEM_BITS, CopyOp, DmaOp, MatmulOp, Wait
+
+__all__ = [
+    "ESIZE_CODES",
+    "wait_layout",
+    "matmul_layout",
+    "copy_layout",
+    "dma_layout",
+    "queue_layout",
+    "dma_widths",
+    "op_layouts",
+    "pack",
+]
+
+#: An element size (bytes) as its 2-bit code: log2.
+ESIZE_CODES = {1: 0, 2: 1, 4: 2}
+
+
+def wait_layout():
+    return data.StructLayout({"sem": SEM_BITS, "count": COUNT_BITS})
+
+
+def matmul_layout(geo):
+    """:class:`~ncrtl.model.neuroncore.isa.MatmulOp`: the two Tensor Engine words, the PSUM
+    write, the operands' SBUF byte addresses and element size codes."""
+    return data.StructLayout(
+        {
+            "ls": TE_INSTR_LAYOUT,
+            "mm": TE_INSTR_LAYOUT,
+            "psum": PSUM_INSTR_LAYOUT,
+            "s_addr": geo.addr_bits,
+            "m_addr": geo.addr_bits,
+            "s_esize": 2,
+            "m_esize": 2,
+        }
+    )
+
+
+def copy_layout(geo):
+    """:class:`~ncrtl.model.neuroncore.isa.CopyOp`; ``src_addr`` wide enough for either
+    memory's byte addresses."""
+    part = max(1, (geo.partitions - 1).bit_length())
+    return data.StructLayout(
+        {
+            "src_psum": 1,
+            "src_addr": max(geo.addr_bits, geo.psum_addr_bits),
+            "dst_addr": geo.addr_bits,
+            "part": part,
+            "parts": geo.partitions.bit_length(),
+            "n": geo.addr_bits + 1,
+            "src_esize": 2,
+            "dst_esize": 2,
+            "convert": 2,
+        }
+    )
+
+
+def dma_widths(geo):
+    """The DMA descriptor field widths of a core geometry."""
+    return Widths(
+        max(8, (geo.hbm_bytes - 1).bit_length()), 16, max(1, (geo.partitions - 1).bit_length())
+    )
+
+
+def dma_layout(geo):
+    """:class:`~ncrtl.model.neuroncore.isa.DmaOp`: the descriptor and its part count."""
+    return data.StructLayout(
+        {"desc": descriptor_layout(dma_widths(geo)), "parts": geo.dma_engines.bit_length()}
+    )
+
+
+def queue_layout(op):
+    """A queue word of an engine whose operation has layout ``op``."""
+    return data.StructLayout(
+        {"kind": 1, "body": data.UnionLayout({"wait": wait_layout(), "op": op})}
+    )
+
+
+def op_layouts(geo):
+    """``{stream: operation layout}`` of every stream of ``geo``."""
+    out = {"tensor": matmul_layout(geo), "vector": copy_layout(geo)}
+    for q in range(geo.dma_queues):
+        out[f"dma{q}"] = dma_layout(geo)
+    return out
+
+
+def pack(entry, geo):
+    """The queue word (int) of a model entry on a core of geometry ``geo``."""
+    if isinstance(entry, Wait):
+        body = {"wait": {"sem": entry.sem, "count": entry.count}}
+        kind, op = 0, None
+    else:
+        kind = 1
+        if isinstance(entry, MatmulOp):
+            op = matmul_layout(geo)
+            fields = {
+                "s_addr": entry.s_addr,
+                "m_addr": entry.m_addr,
+                "s_esize": ESIZE_CODES[entry.s_esize],
+                "m_esize": ESIZE_CODES[entry.m_esize],
+            }
+            value = op.const(fields).as_bits()
+            value |= entry.ls << op["ls"].offset
+            value |= entry.mm << op["mm"].offset
+            value |= entry.psum << op["psum"].offset
+            return 1 | value << 1  # kind 1, the operation in the body
+        if isinstance(entry, CopyOp):
+            op = copy_layout(geo)
+            fields = {
+                "src_psum": int(entry.src_psum),
+                "src_addr": entry.src_addr,
+                "dst_addr": entry.dst_addr,
+                "part": entry.part,
+                "parts": entry.parts,
+                "n": entry.n,
+                "src_esize": ESIZE_CODES[entry.src_esize],
+                "dst_esize": ESIZE_CODES[entry.dst_esize],
+                "convert": entry.convert,
+            }
+        elif isinstance(entry, DmaOp):
+            op = dma_layout(geo)
+            fields = {"desc": dma_encode(entry.desc), "parts": entry.parts}
+        else:
+            raise TypeError(f"not a NeuronCore queue entry: {entry!r}")
+        body = {"op": fields}
+    layout = queue_layout(op if op is not None else wait_layout())
+    return layout.const({"kind": kind, "body": body}).as_bits()

@@ -1,0 +1,197 @@
+"""``NeuronCore``: the blocks joined into one core that runs a kernel's instruction streams.
+
+::
+
+     q_tensor ──> EngineQueue ──> TensorFeed ──LS/MM words, beats──> TensorEngine ──> PSUM
+     q_vector ──> EngineQueue ──> Evict ─────────────────────────── ve port ──────────┘
+     q_dma{q} ──> EngineQueue ──> DmaIssue ──> DGE 0 / DGE 1 ──> DMA engines ──> axi{k}
+                                                                      │
+     TensorFeed, Evict ──> SbufArbiter ──> SBUF engine port ── SBUF ──┘ (a port per engine)
+
+Every queue waits on the semaphores of all streams (``sem``, the streams' completion counts)
+and counts its own engine's completions: a matmul when PSUM has written its group, a copy when
+its last word is written, a DMA transfer when all its parts are done (in queue order).  See
+docs/neuroncore.md and :mod:`ncrtl.model.neuroncore.isa`.
+"""
+
+from amaranth.hdl import Cat, Const, Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from ncrtl.hdl.common.axi import AxiManager
+from ncrtl.hdl.common.params import validated_init
+from ncrtl.hdl.core.top import MatmulCore
+from ncrtl.hdl.dma.core import DmaCore
+from ncrtl.model.dma.dge import DGE_CYCLES
+from ncrtl.model.neuroncore.isa import COUNT_BITS, Geometry
+
+from .arbiter import SbufArbiter
+from .dma import DmaIssue
+from .evict import Evict
+from .isa import dma_widths, op_layouts, queue_layout
+from .ports import ErrorStrobe
+from .queue import EngineQueue
+from .tensor import TensorFeed
+
+__all__ = ["NeuronCore", "ErrorSource"]
+
+
+class ErrorSource:
+    """``error.code[4:]``: which block strobed (``error.code[:4]`` is its own code)."""
+
+    TENSOR = 1  #: the Tensor Engine rejected an instruction (``isa.Error``)
+    PSUM = 2  #: PSUM rejected a write or a request
+    QUEUE = 3  #: a queue dropped a wait on a semaphore the core lacks
+    DGE = 4  #: a descriptor generator refused a transfer
+
+
+class NeuronCore(wiring.Component):
+    """One NeuronCore (the module docstring).
+
+    Parameters
+    ----------
+    geo : Geometry
+        Its parameters (:class:`ncrtl.model.neuroncore.isa.Geometry`: NeuronCore-v3's by
+        default).
+    instance : bool
+        PEs, PSUM slots and memories as Verilog instances (True) or Amaranth submodules.
+    modes : str or None
+        The PE modes built (:class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`).
+    dge_cycles : int
+        The descriptor generators' latency (:class:`~ncrtl.hdl.dma.dge.Dge`).
+    outstanding : int
+        Device-memory reads each DMA engine keeps in flight.
+
+    Interface
+    ---------
+    q_{stream} : In(stream.Signature(queue_layout(op)))
+        One per stream of ``geo.streams()``.
+    axi{k} : Out(AxiManager(word_bytes, addr_bits))
+        DMA engine ``k``'s device-memory port.
+    sem : Out(data.ArrayLayout(16, streams))
+        Every stream's completed instructions.
+    error : Out(ErrorStrobe(8))
+    """
+
+    @validated_init
+    def __init__(
+        self, geo=None, *, instance=False, modes=None, dge_cycles=DGE_CYCLES, outstanding=8
+    ):
+        geo = geo if geo is not None else Geometry()
+        if not isinstance(geo, Geometry):
+            raise TypeError(f"NeuronCore geo must be a Geometry, not {geo!r}")
+        self.geo = geo
+        self.layouts = op_layouts(geo)
+        self.streams = geo.streams()
+        self.matmul = MatmulCore(
+            geo.rows,
+            geo.cols,
+            geo.psum_banks,
+            geo.psum_bank_bytes,
+            instance=instance,
+            tile_unit=geo.tile_unit,
+            modes=modes,
+        )
+        self.feed = TensorFeed(geo)
+        self.evict = Evict(geo)
+        self.issue = DmaIssue(geo)
+        self.dma = DmaCore(
+            geo.word_bytes,
+            engines=geo.dma_engines,
+            widths=dma_widths(geo),
+            partitions=geo.partitions,
+            partition_bytes=geo.partition_bytes,
+            hbm_bytes=geo.hbm_bytes,
+            outstanding=outstanding,
+            dge_cycles=dge_cycles,
+            semaphores=self.issue.semaphores,
+            instance=instance,
+        )
+        self.arbiter = SbufArbiter(
+            2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
+        )
+        self.queues = {s: EngineQueue(self.layouts[s], len(self.streams)) for s in self.streams}
+        members = {
+            f"q_{s}": In(stream.Signature(queue_layout(self.layouts[s]))) for s in self.streams
+        }
+        for k in range(geo.dma_engines):
+            members[f"axi{k}"] = Out(AxiManager(geo.word_bytes, dma_widths(geo).addr_bits))
+        members["sem"] = Out(data.ArrayLayout(COUNT_BITS, len(self.streams)))
+        members["error"] = Out(ErrorStrobe(8))
+        super().__init__(members)
+
+    def queue_port(self, name):
+        return getattr(self, f"q_{name}")
+
+    def axi(self, k):
+        return getattr(self, f"axi{k}")
+
+    def cells(self):
+        """The modules placed with ``Instance``: the matmul path's, then the SBUF's."""
+        return self.matmul.cells() + self.dma.cells()
+
+    def elaborate(self, platform):
+        m = Module()
+        geo = self.geo
+        m.submodules.matmul = mc = self.matmul
+        m.submodules.feed = feed = self.feed
+        m.submodules.evict = ev = self.evict
+        m.submodules.issue = iss = self.issue
+        m.submodules.dma = dc = self.dma
+        m.submodules.arbiter = arb = self.arbiter
+
+        # the queues, the semaphores
+        counts = []
+        for s in self.streams:
+            q = self.queues[s]
+            m.submodules[f"queue_{s}"] = q
+            connect(m, flipped(self.queue_port(s)), q.entries)
+            counts.append(q.count)
+        for s in self.streams:
+            m.d.comb += self.queues[s].sems.count.eq(Cat(*counts))
+        m.d.comb += self.sem.eq(Cat(*counts))
+        connect(m, self.queues["tensor"].engine, feed.queue)
+        connect(m, self.queues["vector"].engine, ev.queue)
+        for q in range(geo.dma_queues):
+            connect(m, self.queues[f"dma{q}"].engine, getattr(iss, f"queue{q}"))
+
+        # the matmul path
+        connect(m, feed.te_instr, mc.te_instr)
+        connect(m, feed.stationary, mc.stationary)
+        connect(m, feed.moving, mc.moving)
+        connect(m, feed.psum_instr, mc.psum_instr)
+        m.d.comb += feed.psum_done.eq(mc.o_done)
+        connect(m, ev.psum.req, mc.ve_req)
+        connect(m, mc.ve_resp, ev.psum.resp)
+        m.d.comb += [mc.se_req.valid.eq(0), mc.se_resp.ready.eq(1), mc.seed.valid.eq(0)]
+
+        # the SBUF: the compute engines' port, the DMA engines' own
+        connect(m, feed.sbuf, arb.client0)
+        connect(m, ev.sbuf, arb.client1)
+        connect(m, arb.sbuf.req, dc.eng_req)
+        connect(m, dc.eng_resp, arb.sbuf.resp)
+
+        # the DMA
+        for d in range(2):
+            connect(m, getattr(iss, f"dge{d}"), getattr(dc, f"instr{d}"))
+            connect(m, getattr(dc, f"dge_status{d}"), getattr(iss, f"dge_status{d}"))
+        m.d.comb += [iss.sem.eq(dc.sem), dc.direct.valid.eq(0)]
+        for k in range(geo.dma_engines):
+            connect(m, dc.axi(k), flipped(self.axi(k)))
+
+        # errors: the first strobing source this cycle
+        sources = [
+            (mc.o_te_error, ErrorSource.TENSOR, mc.o_te_error_code),
+            (mc.o_psum_error | mc.o_ve_error, ErrorSource.PSUM, mc.o_psum_error_code),
+            (iss.error.valid, ErrorSource.DGE, iss.error.code),
+        ]
+        sources += [
+            (q.error.valid, ErrorSource.QUEUE, q.error.code) for q in self.queues.values()
+        ]
+        for valid, src, code in reversed(sources):
+            with m.If(valid):
+                m.d.comb += [
+                    self.error.valid.eq(1),
+                    self.error.code.eq(Cat(code[:4], Const(src, 4))),
+                ]
+        return m
