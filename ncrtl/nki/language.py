@@ -65,20 +65,30 @@ class _TileSizes(type):
     """Tile limits follow the core a kernel is traced on (its partitions and PE columns);
     outside a trace, NeuronCore-v3's."""
 
+    _GEOMETRY = {
+        "pmax": lambda c: c.partitions,
+        "gemm_stationary_fmax": lambda c: c.cols,
+        "gemm_moving_fmax": lambda c: c.psum_bank_bytes // 4,
+        "psum_bank_fmax": lambda c: c.psum_bank_bytes // 4,
+        "psum_fmax": lambda c: c.psum_bank_bytes // 4,
+        "psum_bank_fmax_bytes": lambda c: c.psum_bank_bytes,
+        "psum_num_banks": lambda c: c.psum_banks,
+    }
+
     def __getattribute__(cls, name):
-        geometry = {"pmax": "partitions", "gemm_stationary_fmax": "cols"}
-        if name in geometry:
+        rule = type.__getattribute__(cls, "_GEOMETRY").get(name)
+        if rule is not None:
             from ncrtl.nki import _trace
 
             tr = _trace.current_or_none()
             if tr is not None:
-                return getattr(tr.core, geometry[name])
+                return rule(tr.core)
         return super().__getattribute__(name)
 
 
 class tile_size(metaclass=_TileSizes):
-    """The hardware's tile limits (NeuronCore-v3; ``pmax`` and ``gemm_stationary_fmax`` those
-    of the core being traced)."""
+    """The hardware's tile limits (NeuronCore-v3's; inside a trace those of the core it is
+    traced on: its partitions, PE columns and PSUM banks)."""
 
     pmax = 128
     gemm_stationary_fmax = 128
