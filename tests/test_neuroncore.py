@@ -116,6 +116,7 @@ def test_tile_sizes_follow_the_traced_core():
     assert nl.tile_size.pmax == 128 and nl.tile_size.gemm_moving_fmax == 512
 
 
+@pytest.mark.long
 def test_matmul_runs_bit_exact_on_the_core_with_memory_stalls():
     """DMA loads, the matmul through the Tensor Engine into PSUM, the eviction with BF16
     rounding, the DMA store: the device memory's output equals the golden's bit for bit, with
@@ -129,6 +130,7 @@ def test_matmul_runs_bit_exact_on_the_core_with_memory_stalls():
     assert got.cycles > 0
 
 
+@pytest.mark.long
 def test_evictions_convert_as_the_golden():
     """FP32 -> BF16 and FP16 (round to nearest even, with ties, overflow, subnormals and NaN)
     and an FP32 copy, SBUF -> SBUF."""
