@@ -83,4 +83,3 @@ class SbufArbiter(wiring.Component):
         with m.Elif(taken):
             m.d.sync += pending.eq(0)
         return m
-

@@ -99,9 +99,7 @@ class TensorFeed(wiring.Component):
         rd_open = Signal()  # this phase may issue reads now
         rows_mask = Signal(P)
         lo = ls.tile_row
-        m.d.comb += rows_mask.eq(
-            Cat(*(((p >= lo) & (p < lo + ls.k)) for p in range(P)))
-        )
+        m.d.comb += rows_mask.eq(Cat(*(((p >= lo) & (p < lo + ls.k)) for p in range(P))))
         req = self.sbuf.req
         m.d.comb += [
             req.payload.mask.eq(rows_mask),

@@ -185,9 +185,7 @@ class NeuronCore(wiring.Component):
             (mc.o_psum_error | mc.o_ve_error, ErrorSource.PSUM, mc.o_psum_error_code),
             (iss.error.valid, ErrorSource.DGE, iss.error.code),
         ]
-        sources += [
-            (q.error.valid, ErrorSource.QUEUE, q.error.code) for q in self.queues.values()
-        ]
+        sources += [(q.error.valid, ErrorSource.QUEUE, q.error.code) for q in self.queues.values()]
         for valid, src, code in reversed(sources):
             with m.If(valid):
                 m.d.comb += [

@@ -29,7 +29,7 @@ from ncrtl.model.dma import dge
 from ncrtl.model.dma.isa import Descriptor, Op, Side, Space
 from ncrtl.model.dma.isa import Geometry as DmaGeometry
 from ncrtl.model.kernel.dtypes import dtype_of
-from ncrtl.model.kernel.stream import CORES, Core
+from ncrtl.model.kernel.stream import CORES
 from ncrtl.model.psum.isa import Dtype, Flag, Rounding, Write
 from ncrtl.model.psum.isa import encode as psum_encode
 from ncrtl.model.tensor_engine import isa as te_isa
@@ -373,8 +373,11 @@ def _dma(ins, geo):
     desc = Descriptor(Op.COPY, side_of(src), side_of(dst))
     gen = dge.generate(desc, geo.dma_geometry(), geo.dma_engines)
     if gen.error:
-        _refuse(ins, f"sends DMA instructions through its descriptor generator, which refuses "
-                f"this one: {gen.message}")
+        _refuse(
+            ins,
+            f"sends DMA instructions through its descriptor generator, which refuses "
+            f"this one: {gen.message}",
+        )
     return DmaOp(desc, len(gen.parts))
 
 
