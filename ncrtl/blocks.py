@@ -721,7 +721,7 @@ def dma_widths(hbm_bytes, partitions, **_):
     partition numbers of its SBUF."""
     from ncrtl.hdl.dma.check import Widths
 
-    return Widths(max(8, (hbm_bytes - 1).bit_length()), 16, max(1, (partitions - 1).bit_length()))
+    return Widths.for_memories(hbm_bytes, partitions)
 
 
 #: The smallest memories the DMA conformance programs (``ncrtl.testbench.dma.program``: up to

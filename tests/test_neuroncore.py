@@ -66,12 +66,30 @@ def test_matmul_streams_become_queue_entries():
     d = enc.queues["dma0"][0]
     assert isinstance(d, DmaOp) and d.parts == SMALL.dma_engines
     assert enc.totals == {"tensor": 1, "vector": 1, "dma0": 1, "dma1": 1, "dma2": 1, "dma3": 0}
-    # every entry packs into its queue's word
+    # every entry packs into its queue's word, each field where the hardware reads it
     layouts = op_layouts(SMALL)
     for name, entries in enc.queues.items():
-        width = queue_layout(layouts[name]).size
+        layout = queue_layout(layouts[name])
         for e in entries:
-            assert 0 <= pack(e, SMALL) < 1 << width
+            bits = pack(e, SMALL)
+            assert 0 <= bits < 1 << layout.size
+            word = layout.from_bits(bits)
+            assert word.kind == (0 if isinstance(e, Wait) else 1)
+            if isinstance(e, Wait):
+                assert (word.body.wait.sem, word.body.wait.count) == (e.sem, e.count)
+                continue
+            op = word.body.op
+            if isinstance(e, MatmulOp):
+                got = (op.ls.as_bits(), op.mm.as_bits(), op.psum.as_bits(), op.s_addr, op.m_addr)
+                assert got == (e.ls, e.mm, e.psum, e.s_addr, e.m_addr)
+                assert (1 << op.s_esize, 1 << op.m_esize) == (e.s_esize, e.m_esize)
+            elif isinstance(e, CopyOp):
+                got = (op.src_psum, op.src_addr, op.dst_addr, op.part, op.parts, op.n, op.convert)
+                assert got == (e.src_psum, e.src_addr, e.dst_addr, e.part, e.parts, e.n, e.convert)
+                assert (1 << op.src_esize, 1 << op.dst_esize) == (e.src_esize, e.dst_esize)
+            else:
+                assert op.parts == e.parts
+                assert (op.desc.src.base, op.desc.dst.base) == (e.desc.src.base, e.desc.dst.base)
 
 
 def test_an_instruction_the_core_lacks_is_refused_naming_it():
@@ -127,7 +145,6 @@ def test_matmul_runs_bit_exact_on_the_core_with_memory_stalls():
     want, _ = golden.run(prog, [a, b])
     got = run_core(prog, [a, b], SMALL, stall=0.2, seed=3)
     assert _same_bits(got.outputs[0], want[0])
-    assert got.cycles > 0
 
 
 @pytest.mark.long

@@ -29,6 +29,13 @@ class Widths:
         self.part_bits = check_int(part_bits, "part_bits", minimum=1, maximum=8)
         self.index_bits = addr_bits + 2
 
+    @classmethod
+    def for_memories(cls, hbm_bytes, partitions):
+        """The widths of a block on ``hbm_bytes`` of device memory and ``partitions`` SBUF
+        partitions: its device-memory addresses (8 bits at least), 16-bit nums, its partition
+        numbers."""
+        return cls(max(8, (hbm_bytes - 1).bit_length()), 16, max(1, (partitions - 1).bit_length()))
+
 
 def side_layout(wd):
     """One side (:func:`ncrtl.model.dma.isa.encode_side`), LSB first."""

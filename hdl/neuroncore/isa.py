@@ -69,9 +69,7 @@ def copy_layout(geo):
 
 def dma_widths(geo):
     """The DMA descriptor field widths of a core geometry."""
-    return Widths(
-        max(8, (geo.hbm_bytes - 1).bit_length()), 16, max(1, (geo.partitions - 1).bit_length())
-    )
+    return Widths.for_memories(geo.hbm_bytes, geo.partitions)
 
 
 def dma_layout(geo):

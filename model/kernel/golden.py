@@ -44,7 +44,16 @@ from ncrtl.model.psum import Dtype, Flag, Geometry, Psum, Rounding, Write
 from ncrtl.model.tensor_engine import matmul_bits, matmul_mx_rows, mx_row_scales, result_bits
 from ncrtl.model.vector_engine import quantize_mx
 
-__all__ = ["CoreState", "KernelError", "run", "ALU_OPS", "ACTIVATIONS", "convert"]
+__all__ = [
+    "CoreState",
+    "KernelError",
+    "run",
+    "ALU_OPS",
+    "ACTIVATIONS",
+    "convert",
+    "contiguous",
+    "psum_write",
+]
 
 
 class KernelError(ValueError):
@@ -269,9 +278,7 @@ class CoreState:
 
 
 def _where(ins):
-    if ins is None:
-        return ""
-    return f"{ins.line}: {ins.call or ins.op} ({ins.label}) "
+    return "" if ins is None else f"{ins.where} "
 
 
 # -- the operations ---------------------------------------------------------------------------
@@ -340,9 +347,8 @@ def _ap2(shape):
     return AccessPattern(((shape[1], shape[0]), (1, shape[1])))
 
 
-def _psum_target(st, ins, dst, m, n):
+def _psum_target(core, ins, dst, m, n):
     """``(bank, col, first partition)`` of a matmul's PSUM destination ``[M, N]``."""
-    core = st.program.core
     row = int(np.prod(dst.tensor_shape()[1:]))
     p0, within = divmod(dst.offset, row)
     isz = dst.element.itemsize
@@ -351,7 +357,7 @@ def _psum_target(st, ins, dst, m, n):
         len(pat) >= 2
         and pat[0] == (row, m)
         and int(np.prod([num for _, num in pat[1:]])) == n
-        and _contiguous(pat[1:])
+        and contiguous(pat[1:])
     )
     if not ok:
         raise KernelError(
@@ -368,7 +374,9 @@ def _psum_target(st, ins, dst, m, n):
     return bank, off // isz, p0
 
 
-def _contiguous(pat):
+def contiguous(pat):
+    """Whether the ``[step, num]`` entries ``pat`` walk consecutive elements (entries of one
+    element step anywhere)."""
     step = 1
     for s, num in reversed(pat):
         if num > 1 and s != step:
@@ -377,26 +385,36 @@ def _contiguous(pat):
     return True
 
 
+def psum_write(core, ins, dst, m, n, psum_dtype):
+    """The PSUM write of a matmul's result ``[M, N]`` at ``dst`` (its bank, column, the
+    instruction's accumulate flag and rounding) and the first partition it writes; a
+    destination that is not ``[M partitions, N contiguous elements]`` in one bank raises."""
+    bank, col, p0 = _psum_target(core, ins, dst, m, n)
+    acc = bool(ins.args.get("accumulate"))
+    flags = (Flag.FIRST_ACCUMULATE if acc else Flag.FIRST) | Flag.LAST
+    rounding = Rounding.SR if ins.args.get("rounding") == "sr" else Rounding.RNE
+    try:
+        return Write(bank, col, n, psum_dtype, rounding, int(flags)), p0
+    except ValueError as e:
+        raise KernelError(f"{_where(ins)}PSUM: {e}") from None
+
+
 def _psum_write(st, ins, dst, bits, psum_dtype):
     """Apply ``bits`` ``[M, N]`` through PSUM's read-add-write at ``dst``'s bank and column,
     on the lanes of ``dst``'s partitions only."""
     m, n = bits.shape
-    bank, col, p0 = _psum_target(st, ins, dst, m, n)
-    acc = bool(ins.args.get("accumulate"))
-    flags = (Flag.FIRST_ACCUMULATE if acc else Flag.FIRST) | Flag.LAST
-    rounding = Rounding.SR if ins.args.get("rounding") == "sr" else Rounding.RNE
+    w, p0 = psum_write(st.program.core, ins, dst, m, n, psum_dtype)
     cols = st.psum.geometry.partitions
     if p0 + m > cols:
         raise KernelError(f"{_where(ins)}writes partitions {p0}..{p0 + m - 1} of {cols}")
     beats = np.zeros((n, cols), np.uint32)
     beats[:, p0 : p0 + m] = np.asarray(bits).astype(np.uint32).T
     try:  # only the tile's columns reach PSUM
-        w = Write(bank, col, n, psum_dtype, rounding, int(flags))
         st.psum.write(w, beats, lanes=slice(p0, p0 + m))
     except ValueError as e:
         raise KernelError(f"{_where(ins)}PSUM: {e}") from None
     isz = 4 if psum_dtype == Dtype.FP32 else 2
-    base = bank * st.program.core.psum_bank_bytes + col * isz
+    base = w.bank * st.program.core.psum_bank_bytes + w.col * isz
     st.psum_written[p0 : p0 + m, base : base + n * isz] = True
 
 

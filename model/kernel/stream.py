@@ -251,6 +251,11 @@ class Instruction:
         """``engine[index] op`` -- how errors and the trace name it."""
         return f"{self.engine}[{self.index}] {self.op}"
 
+    @property
+    def where(self):
+        """``file:line: call (label)`` -- how a rule's message names the instruction."""
+        return f"{self.line}: {self.call or self.op} ({self.label})"
+
     def to_dict(self):
         return {
             "engine": self.engine,

@@ -21,7 +21,7 @@ entries are the hardware's (:mod:`ncrtl.hdl.neuroncore.isa`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,8 +29,9 @@ from ncrtl.model.dma import dge
 from ncrtl.model.dma.isa import Descriptor, Op, Side, Space
 from ncrtl.model.dma.isa import Geometry as DmaGeometry
 from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.golden import contiguous, psum_write
 from ncrtl.model.kernel.stream import CORES
-from ncrtl.model.psum.isa import Dtype, Flag, Rounding, Write
+from ncrtl.model.psum.isa import Dtype
 from ncrtl.model.psum.isa import encode as psum_encode
 from ncrtl.model.tensor_engine import isa as te_isa
 
@@ -46,6 +47,8 @@ __all__ = [
     "Encoded",
     "Unsupported",
     "encode",
+    "side_of",
+    "CONVERSIONS",
 ]
 
 #: Bits of a semaphore number in a :class:`Wait` (32 streams).
@@ -221,15 +224,10 @@ class Encoded:
     geometry: Geometry
     queues: dict
     totals: dict
-    program: object = field(default=None, repr=False)
-
-
-def _where(ins):
-    return f"{ins.line}: {ins.call or ins.op} ({ins.label})" if ins.line else ins.label
 
 
 def _refuse(ins, why):
-    raise Unsupported(f"{_where(ins)}: the RTL NeuronCore {why}")
+    raise Unsupported(f"{ins.where}: the RTL NeuronCore {why}")
 
 
 def _rows(ref):
@@ -241,15 +239,9 @@ def _rows(ref):
     (s0, n0), inner = pat[0], pat[1:]
     if n0 > 1 and s0 != row:
         return None
-    # the inner entries must walk consecutive elements: innermost step 1, each outer step the
-    # span of the entries inside it (entries of one element are free)
-    inner = [(s, n) for s, n in inner if n != 1]
-    span = 1
-    for s, n in reversed(inner):
-        if s != span:
-            return None
-        span *= n
-    count = span if inner else 1
+    if not contiguous(inner):
+        return None
+    count = int(np.prod([n for _, n in inner]))
     p0, c0 = divmod(ref.offset, row)
     if c0 + count > row or p0 + n0 > shape[0]:
         return None
@@ -259,13 +251,13 @@ def _rows(ref):
 
 def _matmul(ins, geo):
     a = ins.args
-    if a.get("is_transpose") or a.get("perf_mode") or a.get("chunks"):
-        what = (
-            "transpose"
-            if a.get("is_transpose")
-            else ("the perf mode " + str(a.get("perf_mode")) if a.get("perf_mode") else "chunks")
-        )
-        _refuse(ins, f"has no matmul with {what} yet")
+    for key, what in (
+        ("is_transpose", "transposes"),
+        ("perf_mode", "perf modes"),
+        ("chunks", "multi-bank chunks"),
+    ):
+        if a.get(key):
+            _refuse(ins, f"has no matmul {what} yet ({key}={a[key]!r})")
     (dst,), (stat, mov) = ins.dsts, ins.srcs
     ls_word, mm_word = a["te"]
     ls, mm = te_isa.decode(ls_word), te_isa.decode(mm_word)
@@ -285,19 +277,13 @@ def _matmul(ins, geo):
             )
     if dst.view_dtype != "float32":
         _refuse(ins, f"writes FP32 PSUM only, not {dst.view_dtype}")
-    d = _rows(dst)
-    if d is None or dst.space != "psum":
-        _refuse(ins, f"writes a matmul's result as rows of contiguous PSUM elements; {dst} is not")
-    p0, m, byte, n = d
+    write, p0 = psum_write(geo.core(), ins, dst, ls.m, mm.n, Dtype.FP32)
     if p0 != mm.tile_col:
         _refuse(
             ins,
             f"writes PE column c to PSUM partition c: the result starts at partition {p0}, its "
             f"tile at column {mm.tile_col}",
         )
-    bank, off = divmod(byte, geo.psum_bank_bytes)
-    flags = (Flag.FIRST_ACCUMULATE if a.get("accumulate") else Flag.FIRST) | Flag.LAST
-    write = Write(bank, off // 4, n, Dtype.FP32, Rounding.RNE, int(flags))
     return MatmulOp(
         ls_word,
         mm_word,
@@ -441,7 +427,4 @@ def encode(program, geo):
                 f"{program.kernel}: stream {name} has {len(stream)} instructions; a semaphore "
                 f"counts to {(1 << COUNT_BITS) - 1}"
             )
-    return Encoded(geo, queues, totals, program)
-
-
-__all__ += ["side_of", "CONVERSIONS"]
+    return Encoded(geo, queues, totals)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.golden import CoreState
 from ncrtl.model.neuroncore.isa import encode
 
 __all__ = ["RtlRun", "device_image", "run_core"]
@@ -26,22 +26,12 @@ class RtlRun:
 
 
 def device_image(program, inputs, size):
-    """The device memory with every input at its tensor's base."""
+    """The device memory of ``size`` bytes with every input at its tensor's base (the golden's
+    :class:`~ncrtl.model.kernel.golden.CoreState` places and checks them)."""
+    st = CoreState(program, inputs)
     hbm = np.zeros(size, np.uint8)
-    for name, arr in zip(program.inputs, inputs):
-        t = program.tensors[name]
-        a = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        hbm[t.base : t.base + a.size] = a
-    return hbm
-
-
-def read_outputs(program, hbm):
-    out = []
-    for name in program.outputs:
-        t = program.tensors[name]
-        d = dtype_of(t.dtype)
-        out.append(hbm[t.base : t.base + t.nbytes].copy().view(d.storage).reshape(t.shape))
-    return out
+    hbm[: st.hbm.size] = st.hbm
+    return hbm, st
 
 
 def run_core(
@@ -69,7 +59,7 @@ def run_core(
 
     enc = encode(program, geo)
     dut = core or NeuronCore(geo, modes=modes, dge_cycles=dge_cycles)
-    hbm = device_image(program, inputs, geo.hbm_bytes)
+    hbm, state = device_image(program, inputs, geo.hbm_bytes)
     rng = np.random.default_rng(seed)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -120,4 +110,5 @@ def run_core(
 
     sim.add_testbench(watch)
     sim.run()
-    return RtlRun(read_outputs(program, hbm), result["cycles"], hbm)
+    state.hbm = hbm  # the outputs as the golden reads them, from the core's device memory
+    return RtlRun([state.tensor(n) for n in program.outputs], result["cycles"], hbm)
