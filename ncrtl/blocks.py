@@ -25,6 +25,8 @@ __all__ = [
     "CORE_MODES",
     "SENDRECV_SLOT",
     "sendrecv_pairs",
+    "neuroncore_geometry",
+    "NEURONCORE_SMALL",
 ]
 
 
@@ -1221,3 +1223,199 @@ register(
 )
 
 GROUPS["vector_engine"] = [("quantize_mx", {"groups": g}) for g in (1, 4)]
+
+# -- The NeuronCore: DMA, SBUF, Tensor Engine, PSUM and eviction on instruction queues ---------
+
+#: The NeuronCore's parameters (:class:`ncrtl.model.neuroncore.isa.Geometry`), in its order.
+_NEURONCORE_GEOMETRY = (
+    "partitions",
+    "partition_bytes",
+    "rows",
+    "cols",
+    "psum_banks",
+    "psum_bank_bytes",
+    "dma_engines",
+    "dma_queues",
+    "word_bytes",
+    "hbm_bytes",
+    "tile_unit",
+)
+
+
+def neuroncore_geometry(params):
+    """The :class:`~ncrtl.model.neuroncore.isa.Geometry` of a ``neuroncore``'s parameters (a
+    dict; the others in it are ignored); its rules raise as :class:`BlockError`."""
+    from ncrtl.model.neuroncore.isa import Geometry
+
+    try:
+        return Geometry(**{k: params[k] for k in _NEURONCORE_GEOMETRY})
+    except ValueError as e:
+        raise BlockError(f"neuroncore: {e}") from None
+
+
+def _check_neuroncore(pe_modes="all", **hw):
+    geo = neuroncore_geometry(hw)
+    _check_engine("neuroncore", geo.rows, geo.cols, 0, geo.tile_unit)
+    _pe_modes(pe_modes)
+
+
+def _check_neuroncore_program(pe_modes="all", **hw):
+    """The conformance kernels are BF16 / FP16 matmuls."""
+    from ncrtl.model.modes import get_mode
+
+    if get_mode("bf16") not in _pe_modes(pe_modes):
+        raise BlockError(
+            f"neuroncore: parameter pe_modes={pe_modes!r} does not serve the conformance "
+            f"kernels' bf16 and fp16 matmuls"
+        )
+
+
+def _make_neuroncore(
+    partitions,
+    partition_bytes,
+    rows,
+    cols,
+    psum_banks,
+    psum_bank_bytes,
+    dma_engines,
+    dma_queues,
+    word_bytes,
+    hbm_bytes,
+    tile_unit,
+    pe_modes,
+):
+    hw = dict(locals())
+    _check_neuroncore(**hw)
+    from ncrtl.hdl.neuroncore.top import NeuronCore
+
+    return NeuronCore(neuroncore_geometry(hw), instance=True, modes=_pe_modes(pe_modes))
+
+
+def _neuroncore_top(
+    partitions,
+    partition_bytes,
+    rows,
+    cols,
+    psum_banks,
+    psum_bank_bytes,
+    dma_engines,
+    dma_queues,
+    word_bytes,
+    hbm_bytes,
+    tile_unit,
+    pe_modes,
+):
+    """``neuroncore``, then every parameter that is not the real core's (``_p8_r8_c8`` ...)."""
+    from ncrtl.model.modes import ENGINE_MODES
+
+    given = locals()
+    short = {
+        "partitions": "p",
+        "partition_bytes": "sb",
+        "rows": "r",
+        "cols": "c",
+        "psum_banks": "pb",
+        "psum_bank_bytes": "pbb",
+        "dma_engines": "de",
+        "dma_queues": "dq",
+        "word_bytes": "w",
+        "hbm_bytes": "hbm",
+        "tile_unit": "u",
+    }
+    defaults = {p.name: p.default for p in _NEURONCORE_PARAMS}
+    name = "neuroncore" + "".join(
+        f"_{short[k]}{given[k]}" for k in _NEURONCORE_GEOMETRY if given[k] != defaults[k]
+    )
+    modes = _pe_modes(pe_modes)
+    return name + ("" if modes == ENGINE_MODES else "_m" + "_".join(m.name for m in modes))
+
+
+_NEURONCORE_PARAMS = (
+    Param(
+        "partitions",
+        int,
+        128,
+        "SBUF partitions = PE columns = PSUM partitions",
+        minimum=2,
+        maximum=128,
+    ),
+    Param(
+        "partition_bytes",
+        int,
+        224 * 1024,
+        "SBUF bytes per partition (a multiple of word_bytes)",
+        minimum=64,
+        maximum=1 << 20,
+    ),
+    Param("rows", int, 128, "PE rows (contraction partitions), at most partitions", minimum=2),
+    Param("cols", int, 128, "PE columns: equal to partitions", minimum=2, maximum=128),
+    Param("psum_banks", int, 8, "PSUM banks", minimum=1, maximum=16),
+    Param(
+        "psum_bank_bytes",
+        int,
+        2048,
+        "PSUM bytes per partition per bank",
+        tuple(1 << k for k in range(3, 13)),
+    ),
+    Param("dma_engines", int, 16, "DMA engines, a power of two", minimum=1, maximum=16),
+    Param("dma_queues", int, 16, "DMA queues (one instruction queue each), a power of two"),
+    Param("word_bytes", int, 16, "SBUF word and AXI4 data width, bytes", (4, 8, 16, 32, 64)),
+    Param(
+        "hbm_bytes",
+        int,
+        1 << 24,
+        "device memory bytes behind the DMA engines",
+        minimum=1024,
+        maximum=1 << 32,
+    ),
+    Param(
+        "tile_unit",
+        int,
+        32,
+        "Tensor Engine tile sizes tile_unit and 2 x tile_unit (32 on the hardware; at least "
+        "cols / 4)",
+        choices=(1, 2, 4, 8, 16, 32),
+    ),
+    Param(
+        "pe_modes",
+        str,
+        "all",
+        "the modes the PE is built for (as pe_array's pe_modes; all: the synthesis design)",
+    ),
+)
+
+register(
+    Block(
+        "neuroncore",
+        "NeuronCore: instruction queues, DMA + SBUF, Tensor Engine + PSUM, eviction (a kernel's "
+        "streams)",
+        _NEURONCORE_PARAMS,
+        _make_neuroncore,
+        _neuroncore_top,
+        "ncrtl.testbench.neuroncore.test_neuroncore",
+        sim_args=_TE_SIM_ARGS,
+        threads=lambda rows, cols, **_: _big_array_threads(rows, cols),
+        check=_check_neuroncore,
+        program_check=_check_neuroncore_program,
+        stimulus=lambda count, **_: (
+            f"the shipped examples matmul_basic and matmul_tiled at the core's geometry, then "
+            f"{count} random kernels (--count), each from a reset"
+        ),
+    )
+)
+
+#: A small NeuronCore: 8 partitions, 8 x 8 PEs, 2 DMA engines, 4 DMA queues (the geometry of
+#: the default test suite).
+NEURONCORE_SMALL = {
+    "partitions": 8,
+    "partition_bytes": 2048,
+    "rows": 8,
+    "cols": 8,
+    "psum_banks": 2,
+    "psum_bank_bytes": 128,
+    "dma_engines": 2,
+    "dma_queues": 4,
+    "hbm_bytes": 16384,
+    "tile_unit": 2,
+}
+GROUPS["neuroncore"] = [("neuroncore", {**NEURONCORE_SMALL, "pe_modes": "bf16"})]

@@ -14,6 +14,7 @@ __all__ = [
     "shift_left",
     "shift_right_sticky",
     "equals",
+    "span_mask",
 ]
 
 #: Bits of the widest word a simulator evaluates as one machine word (Verilator's ``QData``).
@@ -148,3 +149,14 @@ def equals(value, const):
     """
     const = int(const)
     return ~value.any() if const == 0 else value == const
+
+
+def span_mask(first, count, n):
+    """``n`` bits, bit ``p`` set when ``first <= p < first + count``.
+
+    A comparison that cannot fail for the width of ``first`` (``first <= p`` for ``p`` at its
+    largest value) is left out: ``verilator -Wall`` reports it as CMPCONST.
+    """
+    end = first + count
+    top = (1 << len(first)) - 1
+    return Cat(*(((first <= p) if p < top else Const(1, 1)) & (end > p) for p in range(n)))

@@ -4,6 +4,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 
 from .ports import SbufPort
@@ -23,7 +24,7 @@ def round_robin(m, requests, name):
         m.d.comb += i.eq(Mux(last + off >= n, last + off - n, last + off))
         asks = 0
         for k, r in enumerate(requests):
-            asks = asks | ((i == k) & r)
+            asks = asks | (equals(i, k) & r)
         with m.If(asks):
             m.d.comb += [pick.eq(i), any_.eq(1)]
     return pick, any_, last
@@ -67,12 +68,12 @@ class SbufArbiter(wiring.Component):
         free = ~pending | taken
         pick, any_req, last = round_robin(m, [c.req.valid for c in cs], "client")
         for i, c in enumerate(cs):
-            with m.If(pick == i):
+            with m.If(equals(pick, i)):
                 m.d.comb += sb.req.payload.eq(c.req.payload)
-            m.d.comb += c.req.ready.eq(free & any_req & (pick == i) & sb.req.ready)
+            m.d.comb += c.req.ready.eq(free & any_req & equals(pick, i) & sb.req.ready)
             m.d.comb += c.resp.payload.eq(sb.resp.payload)
-            m.d.comb += c.resp.valid.eq(sb.resp.valid & (owner == i))
-            with m.If(owner == i):
+            m.d.comb += c.resp.valid.eq(sb.resp.valid & equals(owner, i))
+            with m.If(equals(owner, i)):
                 m.d.comb += sb.resp.ready.eq(c.resp.ready)
         m.d.comb += sb.req.valid.eq(free & any_req)
         granted = sb.req.valid & sb.req.ready

@@ -5,6 +5,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.dma.core import DGES, instruction_layout
 from ncrtl.hdl.dma.dge import dge_status_layout
@@ -66,7 +67,7 @@ class DmaIssue(wiring.Component):
         def sem_of(q, slot):
             out = Signal(16, name=f"q{q}_sem_at")
             for s in range(D):
-                with m.If(slot == s):
+                with m.If(equals(slot, s)):
                     m.d.comb += out.eq(self.sem[q * D + s])
             return out
 
@@ -81,12 +82,12 @@ class DmaIssue(wiring.Component):
             pick, any_, last = round_robin(m, asks, f"dge{d}")
             m.d.comb += port.valid.eq(any_)
             for j, q in enumerate(mine):
-                with m.If(pick == j):
+                with m.If(equals(pick, j)):
                     m.d.comb += [
                         port.payload.desc.eq(queues[q].op.payload.desc),
                         port.payload.sem.eq(q * D + tails[q]),
                     ]
-                m.d.comb += grants[q].eq(any_ & (pick == j) & port.ready)
+                m.d.comb += grants[q].eq(any_ & equals(pick, j) & port.ready)
             with m.If(port.valid & port.ready):
                 m.d.sync += last.eq(pick)
             status = getattr(self, f"dge_status{d}")
@@ -100,12 +101,12 @@ class DmaIssue(wiring.Component):
             at_tail = sem_of(q, tails[q])
             with m.If(grants[q]):
                 for s in range(D):
-                    with m.If(tails[q] == s):
+                    with m.If(equals(tails[q], s)):
                         m.d.sync += targets[q][s].eq(at_tail + qp.op.payload.parts)
                 m.d.sync += tails[q].eq(tails[q] + 1 if D > 1 else 0)
             target = Signal(16, name=f"q{q}_head_target")
             for s in range(D):
-                with m.If(heads[q] == s):
+                with m.If(equals(heads[q], s)):
                     m.d.comb += target.eq(targets[q][s])
             retire = Signal(name=f"q{q}_retire")
             m.d.comb += retire.eq((useds[q] > 0) & (sem_of(q, heads[q]) == target))

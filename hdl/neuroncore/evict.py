@@ -2,9 +2,11 @@
 dtype conversion."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals, span_mask
+from ncrtl.hdl.common.fsm import states
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.fp.convert import Fp32ToBf16, Fp32ToFp16
 from ncrtl.model.neuroncore.isa import Convert
@@ -14,6 +16,18 @@ from .ports import InstrQueue, PsumPort, SbufPort
 from .tensor import element
 
 __all__ = ["Evict"]
+
+
+class _Evict(enum.Enum, shape=3):
+    """Evict's states, in the order an element passes them."""
+
+    IDLE = 0
+    FETCH = 1
+    PSUM = 2
+    SBUF = 3
+    CONVERT = 4
+    PLACE = 5
+    WRITE = 6
 
 
 class Evict(wiring.Component):
@@ -68,7 +82,7 @@ class Evict(wiring.Component):
         src_pos = src_byte[:wbits] >> op.src_esize if wbits else Const(0, 1)
         dst_pos = dst_byte[:wbits] >> op.dst_esize if wbits else Const(0, 1)
         mask = Signal(P)
-        m.d.comb += mask.eq(Cat(*(((p >= op.part) & (p < op.part + op.parts)) for p in range(P))))
+        m.d.comb += mask.eq(span_mask(op.part, op.parts, P))
 
         # the source element of every partition
         held = Signal(8 * W * P)  # an SBUF word
@@ -104,26 +118,28 @@ class Evict(wiring.Component):
         acc = Signal(8 * W * P)
         strobe = Signal(W)
         placed = []
+        # destination element sizes the word holds (codes 0 to 2; a larger code writes the
+        # widest)
+        codes = [c for c in (0, 1, 2) if W >= 1 << c]
         for p in range(P):
             word = Signal(8 * W, name=f"placed{p}")
             with m.Switch(op.dst_esize):
-                for c in (0, 1, 2):
+                for c in codes:
                     w = 8 << c
-                    if 8 * W >= w:
-                        with m.Case(c):
-                            for j in range(8 * W // w):
-                                cur = acc[8 * W * p + w * j : 8 * W * p + w * (j + 1)]
-                                m.d.comb += word[w * j : w * (j + 1)].eq(
-                                    Mux(dst_pos == j, conv[p][:w], cur)
-                                )
+                    with m.Default() if c == codes[-1] else m.Case(c):
+                        for j in range(8 * W // w):
+                            cur = acc[8 * W * p + w * j : 8 * W * p + w * (j + 1)]
+                            m.d.comb += word[w * j : w * (j + 1)].eq(
+                                Mux(equals(dst_pos, j), conv[p][:w], cur)
+                            )
             placed.append(word)
         new_strobe = Signal(W)
         with m.Switch(op.dst_esize):
-            for c in (0, 1, 2):
-                if W >= 1 << c:
-                    with m.Case(c):
-                        ones = (1 << (1 << c)) - 1
-                        m.d.comb += new_strobe.eq(strobe | (Const(ones, W) << (dst_pos << c)))
+            for c in codes:
+                shifted = Signal(W, name=f"strobe{c}")
+                m.d.comb += shifted.eq(Const((1 << (1 << c)) - 1, W) << (dst_pos << c))
+                with m.Default() if c == codes[-1] else m.Case(c):
+                    m.d.comb += new_strobe.eq(strobe | shifted)
         last = i + 1 == op.n
         full = ((dst_pos + 1) << op.dst_esize) == W
 
@@ -136,61 +152,61 @@ class Evict(wiring.Component):
             preq.payload.row.eq(src_byte[2 : (geo.psum_bank_bytes - 1).bit_length()]),
             sreq.payload.mask.eq(mask),
         ]
-        with m.FSM(name="evict"):
-            with m.State("IDLE"):
-                m.d.comb += self.queue.op.ready.eq(1)
-                with m.If(self.queue.op.valid):
-                    m.d.sync += [
-                        op.eq(self.queue.op.payload),
-                        i.eq(0),
-                        held_ok.eq(0),
-                        acc.eq(0),
-                        strobe.eq(0),
-                    ]
-                    m.next = "FETCH"
-            with m.State("FETCH"):
-                with m.If(op.src_psum):
-                    m.d.comb += preq.valid.eq(1)
-                    with m.If(preq.ready):
-                        m.next = "PSUM"
-                with m.Elif(held_ok & (held_word == src_word)):
-                    m.next = "CONVERT"
-                with m.Else():
-                    m.d.comb += [sreq.valid.eq(1), sreq.payload.word.eq(src_word)]
-                    with m.If(sreq.ready):
-                        m.next = "SBUF"
-            with m.State("PSUM"):
-                m.d.comb += presp.ready.eq(1)
-                with m.If(presp.valid):
-                    m.d.sync += slot.eq(presp.payload)
-                    m.next = "CONVERT"
-            with m.State("SBUF"):
-                m.d.comb += sresp.ready.eq(1)
-                with m.If(sresp.valid):
-                    m.d.sync += [held.eq(sresp.payload), held_word.eq(src_word), held_ok.eq(1)]
-                    m.next = "CONVERT"
-            with m.State("CONVERT"):  # the converters' register
-                m.next = "PLACE"
-            with m.State("PLACE"):
-                m.d.sync += [acc.eq(Cat(*placed)), strobe.eq(new_strobe)]
-                with m.If(full | last):
-                    m.next = "WRITE"
-                with m.Else():
-                    m.d.sync += i.eq(i + 1)
-                    m.next = "FETCH"
-            with m.State("WRITE"):
-                m.d.comb += [
-                    sreq.valid.eq(1),
-                    sreq.payload.write.eq(1),
-                    sreq.payload.word.eq(dst_word),
-                    sreq.payload.data.eq(acc),
-                    sreq.payload.strobe.eq(strobe),
+        state, at = states(m, _Evict, "evict")
+        with m.If(at[_Evict.IDLE]):
+            m.d.comb += self.queue.op.ready.eq(1)
+            with m.If(self.queue.op.valid):
+                m.d.sync += [
+                    op.eq(self.queue.op.payload),
+                    i.eq(0),
+                    held_ok.eq(0),
+                    acc.eq(0),
+                    strobe.eq(0),
                 ]
+                m.d.sync += state.eq(_Evict.FETCH)
+        with m.If(at[_Evict.FETCH]):
+            with m.If(op.src_psum):
+                m.d.comb += preq.valid.eq(1)
+                with m.If(preq.ready):
+                    m.d.sync += state.eq(_Evict.PSUM)
+            with m.Elif(held_ok & (held_word == src_word)):
+                m.d.sync += state.eq(_Evict.CONVERT)
+            with m.Else():
+                m.d.comb += [sreq.valid.eq(1), sreq.payload.word.eq(src_word)]
                 with m.If(sreq.ready):
-                    m.d.sync += [acc.eq(0), strobe.eq(0), i.eq(i + 1)]
-                    with m.If(last):
-                        m.d.comb += self.queue.done.eq(1)
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "FETCH"
+                    m.d.sync += state.eq(_Evict.SBUF)
+        with m.If(at[_Evict.PSUM]):
+            m.d.comb += presp.ready.eq(1)
+            with m.If(presp.valid):
+                m.d.sync += slot.eq(presp.payload)
+                m.d.sync += state.eq(_Evict.CONVERT)
+        with m.If(at[_Evict.SBUF]):
+            m.d.comb += sresp.ready.eq(1)
+            with m.If(sresp.valid):
+                m.d.sync += [held.eq(sresp.payload), held_word.eq(src_word), held_ok.eq(1)]
+                m.d.sync += state.eq(_Evict.CONVERT)
+        with m.If(at[_Evict.CONVERT]):  # the converters' register
+            m.d.sync += state.eq(_Evict.PLACE)
+        with m.If(at[_Evict.PLACE]):
+            m.d.sync += [acc.eq(Cat(*placed)), strobe.eq(new_strobe)]
+            with m.If(full | last):
+                m.d.sync += state.eq(_Evict.WRITE)
+            with m.Else():
+                m.d.sync += i.eq(i + 1)
+                m.d.sync += state.eq(_Evict.FETCH)
+        with m.If(at[_Evict.WRITE]):
+            m.d.comb += [
+                sreq.valid.eq(1),
+                sreq.payload.write.eq(1),
+                sreq.payload.word.eq(dst_word),
+                sreq.payload.data.eq(acc),
+                sreq.payload.strobe.eq(strobe),
+            ]
+            with m.If(sreq.ready):
+                m.d.sync += [acc.eq(0), strobe.eq(0), i.eq(i + 1)]
+                with m.If(last):
+                    m.d.comb += self.queue.done.eq(1)
+                    m.d.sync += state.eq(_Evict.IDLE)
+                with m.Else():
+                    m.d.sync += state.eq(_Evict.FETCH)
         return m

@@ -5,6 +5,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.model.neuroncore.isa import COUNT_BITS
 
@@ -65,7 +66,7 @@ class EngineQueue(wiring.Component):
         have = wait.sem < self.streams
         level = Signal(COUNT_BITS)
         for s in range(self.streams):
-            with m.If(wait.sem == s):
+            with m.If(equals(wait.sem, s)):
                 m.d.comb += level.eq(self.sems.count[s])
         reached = have & (level >= wait.count)
         is_op = head.kind == 1

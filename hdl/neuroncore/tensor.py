@@ -2,10 +2,12 @@
 to the engine as its LoadStationary and MultiplyMoving beats, its PSUM write sent to PSUM."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.bits import equals, span_mask
+from ncrtl.hdl.common.fsm import states
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.psum.control import INSTR_LAYOUT as PSUM_INSTR_LAYOUT
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT as TE_INSTR_LAYOUT
@@ -21,16 +23,32 @@ LANE_BITS = 40
 
 
 def element(m, word, pos, code, name):
-    """The element at index ``pos`` of ``word`` (bytes), ``1 << code`` bytes wide,
-    zero-extended to 32 bits."""
+    """The element at index ``pos`` of ``word`` (bytes), ``1 << code`` bytes wide (codes 0 to 2;
+    a larger code reads the widest), zero-extended to 32 bits.
+
+    Each size's element is the low bits of ``word`` shifted right by whole elements, kept in a
+    word as wide as ``word`` (a shift cut to the element's width is WIDTHTRUNC for
+    ``verilator -Wall``)."""
     out = Signal(32, name=name)
+    codes = [c for c in (0, 1, 2) if len(word) >= 8 << c]
     with m.Switch(code):
-        for c in (0, 1, 2):
-            w = 8 << c
-            if len(word) >= w:
-                with m.Case(c):
-                    m.d.comb += out.eq(word.word_select(pos, w))
+        for c in codes:
+            shifted = Signal(len(word), name=f"{name}_sh{c}")
+            m.d.comb += shifted.eq(word >> (pos << (c + 3)))
+            with m.Default() if c == codes[-1] else m.Case(c):
+                m.d.comb += out.eq(shifted[: 8 << c])
     return out
+
+
+class _Feed(enum.Enum, shape=3):
+    """TensorFeed's states, in the order an operation passes them."""
+
+    IDLE = 0
+    LS_WORD = 1
+    S_READ = 2
+    LS_BEATS = 3
+    MM_WORD = 4
+    MOVE = 5
 
 
 class TensorFeed(wiring.Component):
@@ -99,7 +117,7 @@ class TensorFeed(wiring.Component):
         rd_open = Signal()  # this phase may issue reads now
         rows_mask = Signal(P)
         lo = ls.tile_row
-        m.d.comb += rows_mask.eq(Cat(*(((p >= lo) & (p < lo + ls.k)) for p in range(P))))
+        m.d.comb += rows_mask.eq(span_mask(lo, ls.k, P))
         req = self.sbuf.req
         m.d.comb += [
             req.payload.mask.eq(rows_mask),
@@ -169,70 +187,70 @@ class TensorFeed(wiring.Component):
             most = Mux(c > most, c, most)
         m.d.comb += ls_beats.eq(most)
 
-        with m.FSM(name="feed"):
-            with m.State("IDLE"):
-                m.d.comb += self.queue.op.ready.eq(~psum_pending)
-                with m.If(self.queue.op.valid & ~psum_pending):
-                    m.d.sync += [op.eq(self.queue.op.payload), psum_pending.eq(1)]
-                    m.next = "LS_WORD"
-            with m.State("LS_WORD"):
-                m.d.comb += [self.te_instr.payload.eq(ls), self.te_instr.valid.eq(1)]
-                with m.If(self.te_instr.ready):
-                    m.d.sync += [
-                        rd_base.eq(op.s_addr >> wbits),
-                        rd_count.eq(nwords(s_off, ls.m, op.s_esize)),
-                        rd_i.eq(0),
-                        got.eq(0),
-                    ]
-                    m.next = "S_READ"
-            with m.State("S_READ"):
-                m.d.comb += [rd_open.eq(1), resp.ready.eq(1)]
-                with m.If(resp.valid):
-                    for i, b in enumerate(buf):
-                        with m.If(got == i):
-                            m.d.sync += b.eq(resp.payload)
-                    m.d.sync += got.eq(got + 1)
-                with m.If((got == rd_count) | (resp.valid & (got + 1 == rd_count))):
-                    m.d.sync += beat.eq(0)
-                    m.next = "LS_BEATS"
-            with m.State("LS_BEATS"):
-                m.d.comb += self.stationary.valid.eq(1)
-                with m.If(self.stationary.ready):
-                    m.d.sync += beat.eq(beat + 1)
-                    with m.If(beat + 1 >= ls_beats):
-                        m.next = "MM_WORD"
-            with m.State("MM_WORD"):
-                m.d.comb += [self.te_instr.payload.eq(mm), self.te_instr.valid.eq(1)]
-                with m.If(self.te_instr.ready):
-                    m.d.sync += [
-                        rd_base.eq(op.m_addr >> wbits),
-                        rd_count.eq(nwords(m_off, mm.n, op.m_esize)),
-                        rd_i.eq(0),
-                        n.eq(0),
-                        mpos.eq(m_off >> op.m_esize),
-                    ]
-                    m.next = "MOVE"
-            with m.State("MOVE"):
-                inflight = Signal()
-                # a read is issued only with room for its word: the FIFO's words plus the one
-                # in flight stay within its depth
-                m.d.comb += [
-                    rd_open.eq(fifo.level + inflight < 2),
-                    fifo.w_data.eq(resp.payload),
-                    fifo.w_en.eq(resp.valid),
-                    resp.ready.eq(fifo.w_rdy),
+        state, at = states(m, _Feed, "feed")
+        with m.If(at[_Feed.IDLE]):
+            m.d.comb += self.queue.op.ready.eq(~psum_pending)
+            with m.If(self.queue.op.valid & ~psum_pending):
+                m.d.sync += [op.eq(self.queue.op.payload), psum_pending.eq(1)]
+                m.d.sync += state.eq(_Feed.LS_WORD)
+        with m.If(at[_Feed.LS_WORD]):
+            m.d.comb += [self.te_instr.payload.eq(ls), self.te_instr.valid.eq(1)]
+            with m.If(self.te_instr.ready):
+                m.d.sync += [
+                    rd_base.eq(op.s_addr >> wbits),
+                    rd_count.eq(nwords(s_off, ls.m, op.s_esize)),
+                    rd_i.eq(0),
+                    got.eq(0),
                 ]
-                with m.If(req.valid & req.ready):
-                    m.d.sync += inflight.eq(1)
-                with m.Elif(resp.valid & resp.ready):
-                    m.d.sync += inflight.eq(0)
-                m.d.comb += self.moving.valid.eq(fifo.r_rdy)
-                with m.If(self.moving.valid & self.moving.ready):
-                    last = n + 1 == mm.n
-                    m.d.sync += [n.eq(n + 1), mpos.eq(mpos + 1)]
-                    with m.If((mpos + 1 == per_word) | last):
-                        m.d.comb += fifo.r_en.eq(1)
-                        m.d.sync += mpos.eq(0)
-                    with m.If(last):
-                        m.next = "IDLE"
+                m.d.sync += state.eq(_Feed.S_READ)
+        with m.If(at[_Feed.S_READ]):
+            m.d.comb += [rd_open.eq(1), resp.ready.eq(1)]
+            with m.If(resp.valid):
+                for i, b in enumerate(buf):
+                    with m.If(equals(got, i)):
+                        m.d.sync += b.eq(resp.payload)
+                m.d.sync += got.eq(got + 1)
+            with m.If((got == rd_count) | (resp.valid & (got + 1 == rd_count))):
+                m.d.sync += beat.eq(0)
+                m.d.sync += state.eq(_Feed.LS_BEATS)
+        with m.If(at[_Feed.LS_BEATS]):
+            m.d.comb += self.stationary.valid.eq(1)
+            with m.If(self.stationary.ready):
+                m.d.sync += beat.eq(beat + 1)
+                with m.If(beat + 1 >= ls_beats):
+                    m.d.sync += state.eq(_Feed.MM_WORD)
+        with m.If(at[_Feed.MM_WORD]):
+            m.d.comb += [self.te_instr.payload.eq(mm), self.te_instr.valid.eq(1)]
+            with m.If(self.te_instr.ready):
+                m.d.sync += [
+                    rd_base.eq(op.m_addr >> wbits),
+                    rd_count.eq(nwords(m_off, mm.n, op.m_esize)),
+                    rd_i.eq(0),
+                    n.eq(0),
+                    mpos.eq(m_off >> op.m_esize),
+                ]
+                m.d.sync += state.eq(_Feed.MOVE)
+        with m.If(at[_Feed.MOVE]):
+            inflight = Signal()
+            # a read is issued only with room for its word: the FIFO's words plus the one
+            # in flight stay within its depth
+            m.d.comb += [
+                rd_open.eq(fifo.level + inflight < 2),
+                fifo.w_data.eq(resp.payload),
+                fifo.w_en.eq(resp.valid),
+                resp.ready.eq(fifo.w_rdy),
+            ]
+            with m.If(req.valid & req.ready):
+                m.d.sync += inflight.eq(1)
+            with m.Elif(resp.valid & resp.ready):
+                m.d.sync += inflight.eq(0)
+            m.d.comb += self.moving.valid.eq(fifo.r_rdy)
+            with m.If(self.moving.valid & self.moving.ready):
+                last = n + 1 == mm.n
+                m.d.sync += [n.eq(n + 1), mpos.eq(mpos + 1)]
+                with m.If((mpos + 1 == per_word) | last):
+                    m.d.comb += fifo.r_en.eq(1)
+                    m.d.sync += mpos.eq(0)
+                with m.If(last):
+                    m.d.sync += state.eq(_Feed.IDLE)
         return m

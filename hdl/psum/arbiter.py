@@ -83,7 +83,9 @@ class BankArbiter(wiring.Component):
         for i in range(n):
             for j in range(i + 1, n):
                 s = Signal(name=f"same_{PORTS[i]}_{PORTS[j]}")
-                m.d.comb += s.eq(present[i] & present[j] & (bank[i] == bank[j]))
+                # as a reduction: a port tied to bank 0 would make the comparison a multi-bit
+                # logical NOT (WIDTHTRUNC for verilator -Wall)
+                m.d.comb += s.eq(present[i] & present[j] & ~(bank[i] ^ bank[j]).any())
                 same[i, j] = same[j, i] = s
         grant, mover = [], []
         for i in range(n):

@@ -23,7 +23,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Example:
     """A shipped kernel: ``file`` (in this folder) and ``function``, ``inputs(rng)`` (the arrays
     it runs on), ``reference(*inputs)`` (float64 outputs), ``bound(reference)`` (the largest
-    error allowed, per element), ``kwargs`` and a one-line ``description``."""
+    error allowed, per element), ``kwargs`` and a one-line ``description``.
+
+    ``scales``: the kernel is written with ``nl.tile_size`` (no fixed 128 or 512), and
+    ``inputs(rng, p, f)`` gives its inputs for a core of ``p`` partitions whose PSUM bank row
+    holds ``f`` FP32 values (:meth:`arrays`): the same shapes in tiles of that core."""
 
     name: str
     file: str
@@ -34,6 +38,22 @@ class Example:
     description: str
     kwargs: dict = field(default_factory=dict)
     lnc: int = 1
+    scales: bool = False
+
+    def arrays(self, rng, core=None):
+        """The inputs for a kernel traced on ``core`` (a kernel
+        :class:`~ncrtl.model.kernel.stream.Core`; None: a NeuronCore's 128 partitions and
+        512-value bank rows).  ``ValueError`` for an example that does not scale to the
+        core."""
+        p, f = (128, 512) if core is None else (core.partitions, core.psum_bank_bytes // 4)
+        if (p, f) == (128, 512):
+            return self.inputs(rng)
+        if not self.scales:
+            raise ValueError(
+                f"example {self.name} is written for 128 partitions and PSUM bank rows of 512 "
+                f"FP32 values; it does not scale to {p} partitions and rows of {f}"
+            )
+        return self.inputs(rng, p, f)
 
     @property
     def path(self):
@@ -100,19 +120,21 @@ EXAMPLES = {
             "matmul_basic",
             "matmul.py",
             "matmul_basic",
-            lambda rng: [_bf16(rng, 128, 64), _bf16(rng, 128, 512)],
+            lambda rng, p=128, f=512: [_bf16(rng, p, p // 2), _bf16(rng, p, f)],
             _matmul_ref,
             _dot_bound(128, 2.0**-8),
             "one bf16 tile, 128 x 64 x 512 (the NKI tutorial's first kernel)",
+            scales=True,
         ),
         Example(
             "matmul_tiled",
             "matmul.py",
             "matmul_tiled",
-            lambda rng: [_bf16(rng, 256, 256), _bf16(rng, 256, 1024)],
+            lambda rng, p=128, f=512: [_bf16(rng, 2 * p, 2 * p), _bf16(rng, 2 * p, 2 * f)],
             _matmul_ref,
             _dot_bound(256, 2.0**-8),
             "bf16, tiles in loops, K accumulated in PSUM (256 x 256 x 1024)",
+            scales=True,
         ),
         Example(
             "matmul_hoist_load",

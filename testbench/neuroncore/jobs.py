@@ -1,0 +1,95 @@
+"""The kernels a run of the RTL NeuronCore's testbench executes (``test_neuroncore``).
+
+A job file (``NCRTL_NEURONCORE_JOB``, a pickle written by :func:`write`) holds the memory
+model's latency and a list of :class:`Job`: traced programs with their inputs (``ncrtl run
+--rtl`` writes one).  The testbench leaves each kernel's cycles and outputs beside it
+(:func:`save_results`, :func:`read_results`).  Without a job file the testbench runs
+:func:`conformance_jobs`: the shipped examples that scale with the core's geometry and random
+kernels (:mod:`ncrtl.testbench.neuroncore.random_kernels`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "JOB_ENV",
+    "Job",
+    "write",
+    "load",
+    "latency_of",
+    "save_results",
+    "read_results",
+    "example_job",
+    "conformance_jobs",
+    "CONFORMANCE_EXAMPLES",
+]
+
+#: The environment variable naming the job file.
+JOB_ENV = "NCRTL_NEURONCORE_JOB"
+
+#: The shipped examples every conformance run starts with (they scale with the geometry).
+CONFORMANCE_EXAMPLES = ("matmul_basic", "matmul_tiled")
+
+
+@dataclass
+class Job:
+    """One kernel: its name, its traced :class:`~ncrtl.model.kernel.stream.Program`, its
+    inputs (arrays in argument order) and the cycles after which a run counts as hung."""
+
+    name: str
+    program: object
+    inputs: list
+    max_cycles: int = 1_000_000
+
+
+def write(path, jobs, *, latency):
+    """Write the job file ``path``: ``jobs`` run on a memory of ``latency`` cycles."""
+    Path(path).write_bytes(pickle.dumps({"latency": int(latency), "jobs": list(jobs)}))
+
+
+def load(path):
+    return pickle.loads(Path(path).read_bytes())["jobs"]
+
+
+def latency_of(path):
+    return pickle.loads(Path(path).read_bytes())["latency"]
+
+
+def _results(path):
+    return Path(str(path) + ".results")
+
+
+def save_results(path, results):
+    """``{job name: {"cycles": int, "outputs": [arrays]}}`` beside the job file."""
+    _results(path).write_bytes(pickle.dumps(results))
+
+
+def read_results(path):
+    """What :func:`save_results` left, or None when the testbench left nothing."""
+    p = _results(path)
+    return pickle.loads(p.read_bytes()) if p.exists() else None
+
+
+def example_job(name, geo, rng):
+    """The shipped example ``name`` traced on ``geo``'s core, on random inputs of its shapes
+    at that geometry (``ValueError`` for an example that does not scale)."""
+    from ncrtl import kernels, nki
+
+    example, kernel = kernels.load(name)
+    core = geo.core()
+    arrays = example.arrays(rng, core)
+    program = nki.trace(kernel, arrays, dict(example.kwargs), core=core)
+    return Job(name, program, arrays)
+
+
+def conformance_jobs(geo, rng, count):
+    """The conformance set at ``geo``: :data:`CONFORMANCE_EXAMPLES`, then ``count`` random
+    kernels."""
+    from .random_kernels import random_job
+
+    out = [example_job(n, geo, rng) for n in CONFORMANCE_EXAMPLES]
+    out += [random_job(geo, rng, f"random{i}") for i in range(count)]
+    return out

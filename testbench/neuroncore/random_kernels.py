@@ -1,0 +1,136 @@
+"""Random NKI kernels for the RTL NeuronCore's conformance: shapes, dtypes, access patterns and
+dependencies across engines drawn from a seed, within what the core runs (docs/neuroncore.md).
+
+A kernel is one to three *groups*, each a matmul accumulated in PSUM over ``chunks``
+contraction tiles: the tiles DMA'd from windows of the device tensors (row windows of the
+contraction, a column window of the stationary and of the moving side), the product evicted
+by ``tensor_copy`` into SBUF in a drawn dtype (FP32 -> BF16 / FP16 rounded, or FP32 as it is),
+sometimes copied again SBUF -> SBUF, and DMA'd back into a window of an output tensor.  The
+groups share their input tensors and may reuse one SBUF tile name for the next group's
+operands (the tracer then orders the engines with semaphores: a DMA waits for the matmul that
+read the tile, the Tensor Engine for the DMAs, the eviction for the matmuls, the store for the
+eviction).  Every dimension is drawn up to the core's limits: K up to its PE rows, M up to its
+columns, N up to a PSUM bank row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["Group", "random_plan", "random_job", "build_kernel"]
+
+_IN_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+_OUT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One accumulated matmul: ``chunks`` tiles of ``k`` contraction rows from row ``k0`` of
+    the inputs, stationary columns ``m0 .. m0 + m`` and moving columns ``n0 .. n0 + n``; the
+    result in ``out_dtype`` (``copy``: copied SBUF -> SBUF once more before the store) at row
+    ``r0`` of output ``out`` (rows ``m``, columns ``n``)."""
+
+    chunks: int
+    k: int
+    k0: int
+    m: int
+    m0: int
+    n: int
+    n0: int
+    out_dtype: str
+    copy: bool
+    out: int
+
+
+def random_plan(geo, rng):
+    """``(in_dtype, shapes, groups)``: the inputs' dtype, ``[K, M]`` / ``[K, N]`` of the two
+    input tensors, and the :class:`Group` s."""
+    rows, cols, fmax = geo.rows, geo.cols, geo.psum_bank_bytes // 4
+    in_dtype = str(rng.choice(list(_IN_DTYPES)))
+    groups = []
+    K = rows * 3
+    M, N = cols + cols // 2, fmax + fmax // 2
+    for g in range(int(rng.integers(1, 4))):
+        chunks = int(rng.integers(1, 4))
+        k = int(rng.integers(1, rows + 1))
+        k0 = int(rng.integers(0, K - chunks * k + 1))
+        m = int(rng.integers(1, cols + 1))
+        n = int(rng.integers(1, fmax + 1))
+        groups.append(
+            Group(
+                chunks,
+                k,
+                k0,
+                m,
+                int(rng.integers(0, M - m + 1)),
+                n,
+                int(rng.integers(0, N - n + 1)),
+                str(rng.choice(_OUT_DTYPES)),
+                bool(rng.random() < 0.3),
+                g,
+            )
+        )
+    return in_dtype, ((K, M), (K, N)), groups
+
+
+def build_kernel(groups, reuse):
+    """The NKI kernel of ``groups``: ``kernel(lhsT, rhs)`` returning one output per group.
+    ``reuse``: the groups' operand tiles share one SBUF tensor per chunk (write after read
+    across groups)."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    def kernel(lhsT, rhs):
+        outs, shared = [], {}
+        for g in groups:
+            res = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.shared_hbm)
+            ps = nl.ndarray((g.m, g.n), dtype=nl.float32, buffer=nl.psum)
+            for c in range(g.chunks):
+                lo = g.k0 + c * g.k
+                if reuse:
+                    if c not in shared:
+                        ts = nl.tile_size
+                        shared[c] = (
+                            nl.ndarray((ts.pmax, ts.gemm_stationary_fmax), lhsT.dtype, nl.sbuf),
+                            nl.ndarray((ts.pmax, ts.gemm_moving_fmax), rhs.dtype, nl.sbuf),
+                        )
+                    a, b = shared[c][0][: g.k, : g.m], shared[c][1][: g.k, : g.n]
+                else:
+                    a = nl.ndarray((g.k, g.m), dtype=lhsT.dtype, buffer=nl.sbuf)
+                    b = nl.ndarray((g.k, g.n), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[lo : lo + g.k, g.m0 : g.m0 + g.m])
+                nisa.dma_copy(dst=b, src=rhs[lo : lo + g.k, g.n0 : g.n0 + g.n])
+                nisa.nc_matmul(dst=ps, stationary=a, moving=b)
+            o = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o, src=ps)
+            if g.copy:
+                o2 = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=o2, src=o)
+                o = o2
+            nisa.dma_copy(dst=res, src=o)
+            outs.append(res)
+        return tuple(outs)
+
+    return nki.jit(kernel)
+
+
+def random_job(geo, rng, name):
+    """A random kernel traced on ``geo``'s core, with random inputs
+    (:class:`~ncrtl.testbench.neuroncore.jobs.Job`)."""
+    from ncrtl import nki
+
+    from .jobs import Job
+
+    in_dtype, (s_shape, m_shape), groups = random_plan(geo, rng)
+    reuse = bool(rng.random() < 0.5)
+    dt = _IN_DTYPES[in_dtype]
+    inputs = [
+        rng.standard_normal(s_shape).astype(dt),
+        rng.standard_normal(m_shape).astype(dt),
+    ]
+    program = nki.trace(build_kernel(groups, reuse), inputs, {}, core=geo.core())
+    return Job(name, program, inputs)
