@@ -225,6 +225,18 @@ class Encoded:
     queues: dict
     totals: dict
 
+    def modes(self):
+        """The names of the PE modes its matmuls use (``ncrtl.model.modes``), in table order:
+        what a core built for fewer modes must still have."""
+        from ncrtl.model.modes import ENGINE_MODES, mode_by_code
+
+        used = {
+            mode_by_code(te_isa.decode(e.ls).mode).name
+            for e in self.queues.get("tensor", ())
+            if isinstance(e, MatmulOp)
+        }
+        return tuple(m.name for m in ENGINE_MODES if m.name in used)
+
 
 def _refuse(ins, why):
     raise Unsupported(f"{ins.where}: the RTL NeuronCore {why}")

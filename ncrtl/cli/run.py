@@ -90,10 +90,16 @@ def _cmd_run(args):
 
         options = {**kernel.options, "psum_rounding": args.psum_rounding}
         kernel = Kernel(kernel.fn, kernel.platform_target, kernel.lnc, **options)
+    geo = _geometry(args, kernel)
     if example is not None:
         if args.args:
             raise UsageError("--example runs on its own random inputs: leave out --args")
-        arrays = example.inputs(np.random.default_rng(args.seed))
+        try:
+            arrays = example.arrays(
+                np.random.default_rng(args.seed), geo.core() if geo is not None else None
+            )
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         kwargs = dict(example.kwargs)
     else:
         arrays = _arrays(args)
@@ -112,9 +118,18 @@ def _cmd_run(args):
         except ImportError:
             raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
     try:
-        program = nki.trace(kernel, arrays, kwargs, core=args.core)
+        program = nki.trace(
+            kernel, arrays, kwargs, core=geo.core() if geo is not None else args.core
+        )
     except (nki.NkiError, TypeError, AssertionError) as e:
         raise UsageError(_kernel_error(e)) from None
+    if geo is not None:
+        from ..model.neuroncore.isa import Unsupported, encode
+
+        try:
+            encode(program, geo)  # a kernel the RTL does not run is refused before any build
+        except Unsupported as e:
+            raise UsageError(str(e)) from None
     if args.dump_streams:
         for p in program if isinstance(program, tuple) else (program,):
             print(p.dump())
@@ -136,6 +151,8 @@ def _cmd_run(args):
     if example is not None and outputs:
         summary["reference"] = _check_example(example, arrays, outputs)
     _print(summary, report)
+    if geo is not None:
+        summary["rtl"] = _run_rtl(args, program, arrays, geo, outputs, summary)
     if args.out:
 
         def write(folder):
@@ -153,7 +170,90 @@ def _cmd_run(args):
         print(f"plot: {args.plot}")
     if example is not None and outputs and not summary["reference"]["within_bound"]:
         return 1
+    if geo is not None and not summary["rtl"]["outputs_equal"]:
+        return 1
     return 0
+
+
+def _geometry(args, kernel):
+    """The RTL core's :class:`~ncrtl.model.neuroncore.isa.Geometry` of ``--rtl`` and its size
+    options (None without ``--rtl``): the real core's, its PE columns and rows following
+    ``--partitions`` unless given."""
+    sizes = ("partitions", "rows", "cols", "dma_engines")
+    given = {k: getattr(args, k) for k in sizes if getattr(args, k) is not None}
+    if not args.rtl:
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise UsageError(f"{flags}: the RTL core's geometry, only with --rtl")
+        if args.pe_modes or args.stall:
+            raise UsageError("--pe-modes and --stall set the RTL run: only with --rtl")
+        return None
+    if args.timing_only:
+        raise UsageError(
+            "--rtl compares the RTL core's outputs with the golden's: not with --timing-only"
+        )
+    from ..model.neuroncore.isa import Geometry
+    from ..nki.kernel import NkiError, core_of
+
+    if "partitions" in given:
+        given.setdefault("cols", given["partitions"])
+        given.setdefault("rows", given["partitions"])
+    try:
+        version = core_of(args.core) if args.core else kernel.core
+        return Geometry(version=version, **given)
+    except (ValueError, NkiError) as e:
+        raise UsageError(f"--rtl: {e}") from None
+
+
+def _run_rtl(args, program, arrays, geo, outputs, summary):
+    """The kernel on the RTL core: its outputs against the golden's, bit for bit, and its
+    cycles against the timing model's; the ``rtl`` entry of report.json."""
+    import numpy as np
+
+    from ..testbench.neuroncore.run import LATENCY, run_rtl
+
+    if not 0 <= args.stall < 1:
+        raise UsageError(f"--stall {args.stall} must be in [0, 1)")
+    try:
+        res = run_rtl(
+            program,
+            arrays,
+            geo,
+            pe_modes=args.pe_modes,
+            stall=args.stall,
+            seed=args.seed,
+            progress=True,
+        )
+    except RuntimeError as e:
+        return _rtl_failed(str(e), geo)
+    equal = len(res.outputs) == len(outputs) and all(
+        np.asarray(g).tobytes() == np.asarray(w).tobytes() for g, w in zip(res.outputs, outputs)
+    )
+    model = summary["tensor_engine_cycles"]
+    out = {
+        "geometry": {k: v for k, v in geo.__dict__.items()},
+        "block": res.label,
+        "pe_modes": res.pe_modes,
+        "memory_latency_cycles": LATENCY,
+        "stall": args.stall,
+        "outputs_equal": equal,
+        "cycles": res.cycles,
+        "timing_model_cycles": model,
+        "cycles_ratio": round(res.cycles / model, 4) if model else None,
+        "seconds": {k: round(v, 2) for k, v in res.steps.items() if isinstance(v, float)},
+    }
+    print(
+        f"RTL core ({res.label}, PE modes {res.pe_modes}): outputs "
+        f"{'equal to' if equal else 'DIFFERENT from'} the golden's, bit for bit; "
+        f"{res.cycles:,} cycles, the timing model {model:,} "
+        f"({out['cycles_ratio']}x; docs/kernels.md says why they differ)"
+    )
+    return out
+
+
+def _rtl_failed(report, geo):
+    print(f"RTL core: the run FAILED\n{report}")
+    return {"geometry": dict(geo.__dict__), "outputs_equal": False, "failure": report}
 
 
 def _kernel_error(e):
@@ -251,4 +351,27 @@ def add_parser(sub, raw):
         help="reading SBUF / PSUM that nothing wrote warns instead of failing",
     )
     s.add_argument("--seed", type=int, default=0, help="inputs of --example (default 0)")
+    rtl = s.add_argument_group(
+        "RTL core (docs/neuroncore.md)",
+        "--rtl traces the kernel at the RTL core's geometry (the real core's unless set "
+        "here) and runs its streams on the Verilator build of the core as well: outputs "
+        "compared bit for bit with the golden's, cycles with the timing model's",
+    )
+    rtl.add_argument("--rtl", action="store_true", help="run on the RTL NeuronCore too")
+    rtl.add_argument("--partitions", type=int, help="SBUF partitions (default 128)")
+    rtl.add_argument("--rows", type=int, help="PE rows (default: --partitions)")
+    rtl.add_argument("--cols", type=int, help="PE columns, = partitions (default: --partitions)")
+    rtl.add_argument("--dma-engines", type=int, help="DMA engines, a power of two (default 16)")
+    rtl.add_argument(
+        "--pe-modes",
+        help="PE modes to build (ncrtl list: pe_modes; default: the modes the kernel's "
+        "matmuls use)",
+    )
+    rtl.add_argument(
+        "--stall",
+        type=float,
+        default=0.0,
+        help="probability of an idle queue-input cycle and of a not-ready or idle AXI4 cycle "
+        "(default 0: the cycles compare with the timing model's)",
+    )
     s.set_defaults(func=_cmd_run)

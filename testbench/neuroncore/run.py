@@ -1,0 +1,79 @@
+"""A traced kernel on the Verilator build of the RTL NeuronCore (what ``ncrtl run --rtl``
+does): the ``neuroncore`` block built at the program's geometry, for the PE modes its matmuls
+use, and its testbench run on a job file of this one kernel."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RtlResult", "block_params", "run_rtl", "LATENCY"]
+
+#: Cycles of the device memory model behind every DMA engine (``ncrtl run --rtl``): from an
+#: accepted read address to its first data beat, and from a write burst's last beat to its
+#: response (:class:`~ncrtl.testbench.dma.memory.AxiMemory`).
+LATENCY = 8
+
+
+@dataclass
+class RtlResult:
+    """A kernel's run on the RTL core: its outputs as the core left them in the device memory,
+    the core's cycles (first cycle out of reset to the one in which the last semaphore reached
+    its count), the block's label, the PE modes built and the seconds of each step."""
+
+    outputs: list
+    cycles: int
+    label: str
+    pe_modes: str
+    steps: dict
+
+
+def block_params(geo, pe_modes):
+    """The ``neuroncore`` block's parameters of ``geo``, built for ``pe_modes``."""
+    from ncrtl import blocks
+
+    names = [p.name for p in blocks.get("neuroncore").params]
+    values = {k: getattr(geo, k) for k in names if k != "pe_modes"}
+    return blocks.get("neuroncore").resolve(
+        {**{k: str(v) for k, v in values.items()}, "pe_modes": pe_modes}
+    )
+
+
+def run_rtl(
+    program, inputs, geo, *, pe_modes=None, stall=0.0, seed=1, latency=LATENCY, progress=False
+):
+    """Run ``program`` (traced at ``geo.core()``) on the Verilator build of the core; returns
+    an :class:`RtlResult`.  ``pe_modes``: the PE modes to build (default: the modes the
+    program's matmuls use, bf16 when it has none); ``stall``: the probability of an idle cycle
+    on every queue's input and of a not-ready or idle cycle on every AXI4 channel.  Raises
+    :class:`~ncrtl.model.neuroncore.isa.Unsupported` before anything is built for a kernel the
+    core does not run, ``RuntimeError`` when the run fails (a mismatch with the golden, an
+    error strobe, a hang), with the testbench's report."""
+    from ncrtl import blocks
+    from ncrtl.model.neuroncore.isa import encode
+    from ncrtl.testbench.conformance import run_block
+
+    from . import jobs
+
+    enc = encode(program, geo)  # refuses before anything is built
+    modes = pe_modes or "+".join(enc.modes() or ("bf16",))
+    params = block_params(geo, modes)
+    block = blocks.get("neuroncore")
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp) / "job.pkl"
+        jobs.write(job, [jobs.Job(program.kernel, program, list(inputs))], latency=latency)
+        res = run_block(
+            block,
+            params,
+            count=1,
+            seed=seed,
+            stall=stall,
+            extra_env={jobs.JOB_ENV: str(job)},
+            progress=progress,
+        )
+        results = jobs.read_results(job)
+    if not res.passed or results is None:
+        raise RuntimeError(res.report())
+    (got,) = results.values()
+    return RtlResult(got["outputs"], got["cycles"], res.label, modes, dict(res.steps))
