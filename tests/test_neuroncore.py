@@ -1,6 +1,8 @@
 """The RTL NeuronCore (docs/neuroncore.md): a kernel's streams as queue entries, its refusals,
-and kernels run on the core in the Amaranth simulator against the golden, bit for bit."""
+kernels run on the Verilator build of the core against the golden, bit for bit (the conformance
+set and ``ncrtl run --rtl``), the core's lint."""
 
+import json
 import os
 
 import ml_dtypes
@@ -8,29 +10,21 @@ import numpy as np
 import pytest
 
 import ncrtl.nki as nki
+from ncrtl import blocks
+from ncrtl.cli import main
 from ncrtl.hdl.neuroncore.isa import op_layouts, pack, queue_layout
 from ncrtl.kernels import load, load_file
-from ncrtl.model.kernel import golden
 from ncrtl.model.neuroncore import CopyOp, DmaOp, Geometry, MatmulOp, Unsupported, Wait, encode
 from ncrtl.nki.kernel import trace
-from ncrtl.testbench.neuroncore.pysim import run_core
+from ncrtl.testbench.conformance import run_block
 
 HERE = os.path.dirname(__file__)
 RTL = os.path.join(HERE, "kernels", "rtl.py")
 
-#: The smallest core the tests build: 8 partitions, an 8 x 8 Tensor Engine, 2 DMA engines.
-SMALL = Geometry(
-    partitions=8,
-    rows=8,
-    cols=8,
-    partition_bytes=1024,
-    dma_engines=2,
-    dma_queues=4,
-    hbm_bytes=1 << 12,
-    tile_unit=2,
-    psum_banks=2,
-    psum_bank_bytes=128,
-)
+#: The ``neuroncore`` group's small core (8 partitions, 8 x 8 PEs, 2 DMA engines, 4 DMA
+#: queues), bf16-family PEs: one Verilator build for the conformance run and ``ncrtl run``.
+((_, SMALL_PARAMS),) = blocks.GROUPS["neuroncore"]
+SMALL = blocks.neuroncore_geometry(blocks.get("neuroncore").resolve(SMALL_PARAMS))
 
 
 def _bf16(rng, *shape):
@@ -43,11 +37,6 @@ def _line(tag):
             if f"# LINE {tag}" in line:
                 return f"{RTL}:{i}"
     raise AssertionError(tag)
-
-
-def _same_bits(a, b):
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def test_matmul_streams_become_queue_entries():
@@ -134,28 +123,68 @@ def test_tile_sizes_follow_the_traced_core():
     assert nl.tile_size.pmax == 128 and nl.tile_size.gemm_moving_fmax == 512
 
 
-@pytest.mark.long
-def test_matmul_runs_bit_exact_on_the_core_with_memory_stalls():
-    """DMA loads, the matmul through the Tensor Engine into PSUM, the eviction with BF16
-    rounding, the DMA store: the device memory's output equals the golden's bit for bit, with
-    a fifth of the AXI4 and queue cycles stalled."""
-    rng = np.random.default_rng(1)
-    a, b = _bf16(rng, 8, 6), _bf16(rng, 8, 16)
-    prog = trace(load("matmul_basic")[1], [a, b], core=SMALL.core())
-    want, _ = golden.run(prog, [a, b])
-    got = run_core(prog, [a, b], SMALL, stall=0.2, seed=3)
-    assert _same_bits(got.outputs[0], want[0])
+def _param_flags(params):
+    return [x for k, v in params.items() for x in ("--param", f"{k}={v}")]
 
 
-@pytest.mark.long
-def test_evictions_convert_as_the_golden():
-    """FP32 -> BF16 and FP16 (round to nearest even, with ties, overflow, subnormals and NaN)
-    and an FP32 copy, SBUF -> SBUF."""
-    rng = np.random.default_rng(2)
-    x = (rng.standard_normal((8, 12)) * 2.0 ** rng.integers(-30, 20, (8, 12))).astype(np.float32)
-    x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 1e38, 65520.0, 1 + 2.0**-8]
-    prog = trace(load_file(RTL, "evictions"), [x], core=SMALL.core())
-    want, _ = golden.run(prog, [x])
-    got = run_core(prog, [x], SMALL)
-    for g, w in zip(got.outputs, want):
-        assert _same_bits(g, w)
+@pytest.mark.sim
+def test_conformance_small_core_with_stalls():
+    """The conformance set on the Verilator build of the small core, with a fifth of the queue
+    and AXI4 cycles stalled: matmul_basic, matmul_tiled, the evictions of special values and
+    random kernels, every output bit for bit against the golden; the memory models saw no
+    AXI4 beat lost or duplicated."""
+    block = blocks.get("neuroncore")
+    res = run_block(block, block.resolve(SMALL_PARAMS), count=4, seed=7, stall=0.2)
+    assert res.passed, res.report()
+    names = {u["name"].split(".")[0] for u in res.units}
+    assert {"matmul_basic", "matmul_tiled", "evictions"} <= names
+    assert sum(n.startswith("random") for n in names) == 4
+    assert res.mismatches == 0 and res.vectors > 1500
+
+
+@pytest.mark.sim
+def test_run_rtl_reports_outputs_and_cycles(tmp_path):
+    """``ncrtl run --example matmul_basic --rtl`` at the small core's geometry (the conformance
+    test's build): the RTL's outputs equal the golden's and report.json has the RTL's cycles
+    beside the timing model's."""
+    out = tmp_path / "out"
+    params = {k: v for k, v in SMALL_PARAMS.items() if k != "pe_modes"}
+    argv = ["run", "--example", "matmul_basic", "--rtl", "--out", str(out)]
+    assert main(argv + _param_flags(params)) == 0
+    rtl = json.loads((out / "report.json").read_text())["rtl"]
+    assert rtl["outputs_equal"] is True and rtl["pe_modes"] == "bf16"
+    assert rtl["geometry"]["partitions"] == 8 and rtl["cycles"] > 100
+    assert rtl["cycles_ratio"] == round(rtl["cycles"] / rtl["timing_model_cycles"], 4)
+
+
+def test_run_rtl_refuses_a_kernel_before_building(monkeypatch, capsys, tmp_path):
+    """A kernel with an instruction the core lacks: exit status 2 naming its line, nothing
+    built."""
+    from ncrtl.testbench import conformance
+
+    def no_build(*a, **k):
+        raise AssertionError("built")
+
+    monkeypatch.setattr(conformance, "build_block", no_build)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((8, 4), np.float32))
+    argv = ["run", f"{RTL}::uses_activation", "--args", str(x), "--rtl", "--partitions", "8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert _line("activation") in err and "no scalar stream" in err
+
+
+def test_run_rtl_options_need_rtl(capsys):
+    assert main(["run", "--example", "matmul_basic", "--partitions", "8"]) == 2
+    assert "only with --rtl" in capsys.readouterr().err
+    assert main(["run", "--example", "matmul_basic", "--rtl", "--cols", "4"]) == 2
+    assert "cols (4) must equal partitions (128)" in capsys.readouterr().err
+
+
+@pytest.mark.synth
+def test_small_core_lint_clean():
+    """The small core under ``verilator --lint-only -Wall`` (the waivers of hdl/lint.vlt)."""
+    from ncrtl.testbench.lint import lint_verilog
+
+    text, top = blocks.get("neuroncore").verilog(blocks.get("neuroncore").resolve(SMALL_PARAMS))
+    lint_verilog(text, top).check()

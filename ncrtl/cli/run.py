@@ -1,7 +1,7 @@
 """``ncrtl run``: an NKI kernel on the golden and the timing model of one NeuronCore."""
 
 from ..testbench.outputs import check_output, write_output
-from .common import UsageError, load_npy
+from .common import UsageError, _parse_params, load_npy
 
 
 def _kernel(args):
@@ -176,33 +176,46 @@ def _cmd_run(args):
 
 
 def _geometry(args, kernel):
-    """The RTL core's :class:`~ncrtl.model.neuroncore.isa.Geometry` of ``--rtl`` and its size
-    options (None without ``--rtl``): the real core's, its PE columns and rows following
-    ``--partitions`` unless given."""
-    sizes = ("partitions", "rows", "cols", "dma_engines")
-    given = {k: getattr(args, k) for k in sizes if getattr(args, k) is not None}
+    """The RTL core's :class:`~ncrtl.model.neuroncore.isa.Geometry` of ``--rtl`` (None without
+    it): the ``neuroncore`` block's parameters (``--param``, ``--partitions``, ``--rows``,
+    ``--cols``, ``--dma-engines``; the real core's by default, PE rows and columns following
+    ``--partitions`` unless given) at the kernel's core version."""
+    from dataclasses import replace
+
+    from .. import blocks
+    from ..nki.kernel import NkiError, core_of
+
+    user = _parse_params(args.param, args)
+    for flag in ("partitions", "dma_engines"):
+        value = getattr(args, flag)
+        if value is not None:
+            if flag in user:
+                raise UsageError(f"--{flag.replace('_', '-')} and --param {flag}: give it once")
+            user[flag] = str(value)
     if not args.rtl:
-        if given:
-            flags = ", ".join("--" + k.replace("_", "-") for k in given)
-            raise UsageError(f"{flags}: the RTL core's geometry, only with --rtl")
-        if args.pe_modes or args.stall:
-            raise UsageError("--pe-modes and --stall set the RTL run: only with --rtl")
+        if user:
+            raise UsageError(
+                f"{', '.join(sorted(user))}: parameters of the RTL core, only with --rtl"
+            )
+        if args.stall:
+            raise UsageError("--stall sets the RTL run: only with --rtl")
         return None
     if args.timing_only:
         raise UsageError(
             "--rtl compares the RTL core's outputs with the golden's: not with --timing-only"
         )
-    from ..model.neuroncore.isa import Geometry
-    from ..nki.kernel import NkiError, core_of
-
-    if "partitions" in given:
-        given.setdefault("cols", given["partitions"])
-        given.setdefault("rows", given["partitions"])
+    if "partitions" in user:
+        user.setdefault("cols", user["partitions"])
+        user.setdefault("rows", user["partitions"])
+    block = blocks.get("neuroncore")
     try:
+        params = block.resolve(user)
         version = core_of(args.core) if args.core else kernel.core
-        return Geometry(version=version, **given)
-    except (ValueError, NkiError) as e:
+        geo = replace(blocks.neuroncore_geometry(params), version=version)
+    except (blocks.BlockError, ValueError, NkiError) as e:
         raise UsageError(f"--rtl: {e}") from None
+    args.pe_modes = params["pe_modes"] if "pe_modes" in user else None
+    return geo
 
 
 def _run_rtl(args, program, arrays, geo, outputs, summary):
@@ -363,9 +376,11 @@ def add_parser(sub, raw):
     rtl.add_argument("--cols", type=int, help="PE columns, = partitions (default: --partitions)")
     rtl.add_argument("--dma-engines", type=int, help="DMA engines, a power of two (default 16)")
     rtl.add_argument(
-        "--pe-modes",
-        help="PE modes to build (ncrtl list: pe_modes; default: the modes the kernel's "
-        "matmuls use)",
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a parameter of the RTL core (ncrtl list: the neuroncore block's; pe_modes: "
+        "default the modes the kernel's matmuls use)",
     )
     rtl.add_argument(
         "--stall",

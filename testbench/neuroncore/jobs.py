@@ -5,7 +5,8 @@ model's latency and a list of :class:`Job`: traced programs with their inputs (`
 --rtl`` writes one).  The testbench leaves each kernel's cycles and outputs beside it
 (:func:`save_results`, :func:`read_results`).  Without a job file the testbench runs
 :func:`conformance_jobs`: the shipped examples that scale with the core's geometry and random
-kernels (:mod:`ncrtl.testbench.neuroncore.random_kernels`).
+kernels (:mod:`ncrtl.testbench.neuroncore.random_kernels`), after the evictions of special
+values.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 __all__ = [
     "JOB_ENV",
@@ -23,6 +26,7 @@ __all__ = [
     "save_results",
     "read_results",
     "example_job",
+    "evictions_job",
     "conformance_jobs",
     "CONFORMANCE_EXAMPLES",
 ]
@@ -85,11 +89,43 @@ def example_job(name, geo, rng):
     return Job(name, program, arrays)
 
 
+def evictions_job(geo, rng):
+    """FP32 values (ties, overflow, subnormals, infinities, NaN) DMA'd into SBUF, converted to
+    BF16 and FP16 and copied as they are by SBUF -> SBUF ``tensor_copy``, each DMA'd back."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    from ncrtl import nki as ncrtl_nki
+
+    @nki.jit
+    def evictions(x):
+        P, F = x.shape
+        a = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x)
+        outs = []
+        for dt in (nl.bfloat16, nl.float16, nl.float32):
+            b = nl.ndarray((P, F), dtype=dt, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=b, src=a)
+            o = nl.ndarray((P, F), dtype=dt, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=b)
+            outs.append(o)
+        return tuple(outs)
+
+    shape = (geo.partitions, 12)
+    x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-140, 130, shape)).astype(np.float32)
+    # NaN, infinities, BF16 and FP16 overflow, an FP16 tie, a BF16 tie, an FP32 subnormal
+    specials = [np.nan, np.inf, -np.inf, 3e38, 65520.0, 1 + 2.0**-11, 1 + 2.0**-8, 2.0**-140]
+    x.reshape(-1)[: len(specials)] = specials
+    program = ncrtl_nki.trace(evictions, [x], {}, core=geo.core())
+    return Job("evictions", program, [x])
+
+
 def conformance_jobs(geo, rng, count):
-    """The conformance set at ``geo``: :data:`CONFORMANCE_EXAMPLES`, then ``count`` random
-    kernels."""
+    """The conformance set at ``geo``: :data:`CONFORMANCE_EXAMPLES`, the evictions of special
+    values (:func:`evictions_job`), then ``count`` random kernels."""
     from .random_kernels import random_job
 
-    out = [example_job(n, geo, rng) for n in CONFORMANCE_EXAMPLES]
+    out = [example_job(n, geo, rng) for n in CONFORMANCE_EXAMPLES] + [evictions_job(geo, rng)]
     out += [random_job(geo, rng, f"random{i}") for i in range(count)]
     return out

@@ -5,7 +5,10 @@ A kernel is one to three *groups*, each a matmul accumulated in PSUM over ``chun
 contraction tiles: the tiles DMA'd from windows of the device tensors (row windows of the
 contraction, a column window of the stationary and of the moving side), the product evicted
 by ``tensor_copy`` into SBUF in a drawn dtype (FP32 -> BF16 / FP16 rounded, or FP32 as it is),
-sometimes copied again SBUF -> SBUF, and DMA'd back into a window of an output tensor.  The
+sometimes copied again SBUF -> SBUF (as it is, or evicted as FP32 and converted by the SBUF ->
+SBUF copy), and DMA'd back into a window of an output tensor.  The inputs span a wide exponent
+range with a few infinities and NaNs, so the evictions meet overflow, subnormals, ties and
+NaN.  The
 groups share their input tensors and may reuse one SBUF tile name for the next group's
 operands (the tracer then orders the engines with semaphores: a DMA waits for the matmul that
 read the tile, the Tensor Engine for the DMAs, the eviction for the matmuls, the store for the
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Group", "random_plan", "random_job", "build_kernel"]
+__all__ = ["Group", "random_plan", "random_job", "build_kernel", "wide_values"]
 
 _IN_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 _OUT_DTYPES = ("float32", "bfloat16", "float16")
@@ -30,8 +33,9 @@ _OUT_DTYPES = ("float32", "bfloat16", "float16")
 class Group:
     """One accumulated matmul: ``chunks`` tiles of ``k`` contraction rows from row ``k0`` of
     the inputs, stationary columns ``m0 .. m0 + m`` and moving columns ``n0 .. n0 + n``; the
-    result in ``out_dtype`` (``copy``: copied SBUF -> SBUF once more before the store) at row
-    ``r0`` of output ``out`` (rows ``m``, columns ``n``)."""
+    result in ``out_dtype`` in output ``out`` (``m`` x ``n``); ``copy``: ``""`` (evicted
+    into ``out_dtype`` and stored), ``"raw"`` (then copied SBUF -> SBUF as it is) or
+    ``"convert"`` (evicted as FP32, converted by an SBUF -> SBUF copy)."""
 
     chunks: int
     k: int
@@ -41,7 +45,7 @@ class Group:
     n: int
     n0: int
     out_dtype: str
-    copy: bool
+    copy: str
     out: int
 
 
@@ -69,7 +73,7 @@ def random_plan(geo, rng):
                 n,
                 int(rng.integers(0, N - n + 1)),
                 str(rng.choice(_OUT_DTYPES)),
-                bool(rng.random() < 0.3),
+                str(rng.choice(["", "", "raw", "convert"])),
                 g,
             )
         )
@@ -105,7 +109,8 @@ def build_kernel(groups, reuse):
                 nisa.dma_copy(dst=a, src=lhsT[lo : lo + g.k, g.m0 : g.m0 + g.m])
                 nisa.dma_copy(dst=b, src=rhs[lo : lo + g.k, g.n0 : g.n0 + g.n])
                 nisa.nc_matmul(dst=ps, stationary=a, moving=b)
-            o = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.sbuf)
+            first = nl.float32 if g.copy == "convert" else g.out_dtype
+            o = nl.ndarray((g.m, g.n), dtype=first, buffer=nl.sbuf)
             nisa.tensor_copy(dst=o, src=ps)
             if g.copy:
                 o2 = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.sbuf)
@@ -128,9 +133,18 @@ def random_job(geo, rng, name):
     in_dtype, (s_shape, m_shape), groups = random_plan(geo, rng)
     reuse = bool(rng.random() < 0.5)
     dt = _IN_DTYPES[in_dtype]
-    inputs = [
-        rng.standard_normal(s_shape).astype(dt),
-        rng.standard_normal(m_shape).astype(dt),
-    ]
+    inputs = [wide_values(rng, s_shape, dt), wide_values(rng, m_shape, dt)]
     program = nki.trace(build_kernel(groups, reuse), inputs, {}, core=geo.core())
     return Job(name, program, inputs)
+
+
+def wide_values(rng, shape, dtype):
+    """Normal values scaled over a wide exponent range (the dtype's own, so BF16 products
+    overflow FP16 and FP32 sums reach subnormal BF16 / FP16), a few infinities and NaNs."""
+    top = 60 if dtype is ml_dtypes.bfloat16 else 7
+    x = rng.standard_normal(shape) * 2.0 ** rng.integers(-top, top + 1, shape)
+    flat = x.reshape(-1)
+    for v in (np.inf, -np.inf, np.nan):
+        if rng.random() < 0.15:
+            flat[int(rng.integers(0, flat.size))] = v
+    return x.astype(dtype)
