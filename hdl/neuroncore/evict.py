@@ -13,7 +13,7 @@ from ncrtl.model.neuroncore.isa import Convert
 
 from .isa import copy_layout
 from .ports import InstrQueue, PsumPort, SbufPort
-from .tensor import element
+from .tensor import elements
 
 __all__ = ["Evict"]
 
@@ -89,10 +89,8 @@ class Evict(wiring.Component):
         held_word = Signal(len(src_word))
         held_ok = Signal()
         slot = Signal(32 * P)  # a PSUM row
-        values = []
-        for p in range(P):
-            e = element(m, held[8 * W * p : 8 * W * (p + 1)], src_pos, op.src_esize, f"e{p}")
-            values.append(Mux(op.src_psum, slot[32 * p : 32 * (p + 1)], e))
+        sel = elements(m, held, P, W, src_pos, op.src_esize, "sbuf_elements")
+        values = [Mux(op.src_psum, slot[32 * p :][:32], sel[32 * p :][:32]) for p in range(P)]
 
         # conversion: the converters register their result (latency 1)
         conv = []

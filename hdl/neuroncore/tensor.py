@@ -1,7 +1,7 @@
 """``TensorFeed``: the Tensor Engine's queue side: a matmul's operands read from SBUF and handed
 to the engine as its LoadStationary and MultiplyMoving beats, its PSUM write sent to PSUM."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -22,21 +22,34 @@ __all__ = ["TensorFeed", "LANE_BITS"]
 LANE_BITS = 40
 
 
-def element(m, word, pos, code, name):
-    """The element at index ``pos`` of ``word`` (bytes), ``1 << code`` bytes wide (codes 0 to 2;
-    a larger code reads the widest), zero-extended to 32 bits.
+def _codes(width):
+    """Element size codes (``1 << code`` bytes, 0 to 2) a ``width``-byte word holds."""
+    return [c for c in (0, 1, 2) if width >= 1 << c]
 
-    Each size's element is the low bits of ``word`` shifted right by whole elements, kept in a
-    word as wide as ``word`` (a shift cut to the element's width is WIDTHTRUNC for
-    ``verilator -Wall``)."""
-    out = Signal(32, name=name)
-    codes = [c for c in (0, 1, 2) if len(word) >= 8 << c]
+
+def elements(m, words, lanes, width, pos, code, name):
+    """Element ``pos`` (counted in elements of ``1 << code`` bytes; codes 0 to 2, a larger one
+    reads the widest) of every lane's ``width``-byte word in ``words`` (lane ``l`` at bits
+    ``8 * width * l``), zero-extended to 32 bits: ``lanes`` x 32 bits.
+
+    A switch over the size and the index whose every case is one concatenation of fixed slices
+    across the lanes: a multiplexer per lane bit, no shifter per lane (a 128-lane shifter of
+    the whole word is what made the full-size core too large to generate)."""
+    out = Signal(32 * lanes, name=name)
+    codes = _codes(width)
     with m.Switch(code):
         for c in codes:
-            shifted = Signal(len(word), name=f"{name}_sh{c}")
-            m.d.comb += shifted.eq(word >> (pos << (c + 3)))
+            w = 8 << c
+            n = 8 * width // w
             with m.Default() if c == codes[-1] else m.Case(c):
-                m.d.comb += out.eq(shifted[: 8 << c])
+                with m.Switch(pos):
+                    for j in range(n):
+                        lanes_j = (
+                            Cat(words[8 * width * lane + w * j :][:w], Const(0, 32 - w))
+                            for lane in range(lanes)
+                        )
+                        with m.Default() if j == n - 1 else m.Case(j):
+                            m.d.comb += out.eq(Cat(*lanes_j))
     return out
 
 
@@ -46,9 +59,10 @@ class _Feed(enum.Enum, shape=3):
     IDLE = 0
     LS_WORD = 1
     S_READ = 2
-    LS_BEATS = 3
-    MM_WORD = 4
-    MOVE = 5
+    S_FLUSH = 3
+    LS_BEATS = 4
+    MM_WORD = 5
+    MOVE = 6
 
 
 class TensorFeed(wiring.Component):
@@ -81,7 +95,7 @@ class TensorFeed(wiring.Component):
         self.chains = chain_count(geo.cols, geo.tile_unit)
         self.width = chain_width(geo.cols, geo.tile_unit)
         W = geo.word_bytes
-        # the stationary buffer: a tile's M elements of up to 4 bytes, from any byte of a word
+        # the SBUF words a stationary tile spans: M elements of up to 4 bytes from any byte
         self.s_words = -(-(W - 1 + 4 * geo.cols) // W)
         super().__init__(
             {
@@ -137,10 +151,53 @@ class TensorFeed(wiring.Component):
         def nwords(off, count, code):
             return (off + (count << code) + (W - 1)) >> wbits
 
-        # -- the stationary buffer and the LoadStationary beats --------------------------------
-        buf = [Signal(8 * W * P, name=f"sbuf_word{i}") for i in range(self.s_words)]
+        # -- the stationary tile in column registers and the LoadStationary beats -----------
+        # ``scol[c]``: PE column c's element of every row (32 bits per row).  The SBUF words
+        # of the tile are realigned so that aligned word ``i`` holds the elements of PE
+        # columns ``i * per .. i * per + per - 1`` (``per`` elements to a word): element e of
+        # the tile is at byte ``s_off + e * esize`` of the read words and belongs to column
+        # ``tile_col + e``, so aligned word i is the read words' bytes from ``W * i + d``,
+        # ``d = s_off - tile_col * esize``: two consecutive read words (a zero word before
+        # the first and after the last) shifted by ``d mod W`` bytes, at index ``j - 1 -
+        # floor(d / W)`` for the pair ending with read word j.  Each column then takes a
+        # fixed slice of the aligned word of its index: no multiplexer over the tile's bytes.
+        codes = _codes(W)
+        scol = [Signal(32 * R, name=f"scol{c}") for c in range(geo.cols)]
+        prev = Signal(8 * W * R)  # the previous read word of every PE row's partition
+        flush = Signal()  # the pair after the last read word
+        hi_word = Signal(8 * W * R)
+        m.d.comb += hi_word.eq(Mux(flush, 0, resp.payload[: 8 * W * R]))
+        d = Signal(signed(len(op.s_addr) + 10))
+        m.d.comb += d.eq(s_off - (ls.tile_col << op.s_esize))
+        aligned = Signal(8 * W * R)
+        with m.Switch(d[:wbits] if wbits else Const(0, 1)):
+            for b in range(W):
+                pairs = [
+                    Cat(prev[8 * W * r + 8 * b : 8 * W * (r + 1)], hi_word[8 * W * r :][: 8 * b])
+                    for r in range(R)
+                ]
+                with m.Default() if b == W - 1 else m.Case(b):
+                    m.d.comb += aligned.eq(Cat(*pairs))
+        a_we = Signal()
+        a_idx = Signal(signed(len(d) + 2))
+        m.d.comb += a_idx.eq(got - 1 - (d >> wbits))
+        with m.If(a_we):
+            for c, reg in enumerate(scol):
+                with m.Switch(op.s_esize):
+                    for code in codes:
+                        w, per = 8 << code, W >> code
+                        lanes_c = [
+                            Cat(aligned[8 * W * r + w * (c % per) :][:w], Const(0, 32 - w))
+                            for r in range(R)
+                        ]
+                        with m.Default() if code == codes[-1] else m.Case(code):
+                            with m.If(equals(a_idx, c // per)):
+                                m.d.sync += reg.eq(Cat(*lanes_c))
+
         beat = Signal(range(geo.cols + 1))
         hi = ls.tile_col + ls.m
+        row_bits = Signal(32 * R)  # ones in the 32 bits of every row inside the tile
+        m.d.comb += row_bits.eq(Cat(*(rows_mask[r].replicate(32) for r in range(R))))
         lanes, counts = [], []
         for k in range(self.chains):
             first = Signal(range(geo.cols + 1), name=f"first{k}")
@@ -153,17 +210,19 @@ class TensorFeed(wiring.Component):
                 count.eq(Mux(top > first, top - first, 0)),
             ]
             counts.append(count)
-            col = first + count - 1 - beat
-            live = beat < count
-            pos = Signal(range(self.s_words * W + 1), name=f"spos{k}")
-            # the element's index in the buffer, in elements of its size
-            m.d.comb += pos.eq(((col - ls.tile_col) + (s_off >> op.s_esize)))
-            for r in range(R):
-                bytes_r = Cat(*(b[8 * W * r : 8 * W * (r + 1)] for b in buf))
-                e = element(m, bytes_r, pos, op.s_esize, f"s{k}_{r}")
-                lanes.append(Mux(live & rows_mask[r], e, 0))
+            # beat j: column first + count - 1 - j of the chain's columns k0 .. k1 - 1
+            idx = Signal(range(k1 - k0 + 1), name=f"scol_idx{k}")
+            m.d.comb += idx.eq(first + count - 1 - beat - k0)
+            chain = Signal(32 * R, name=f"chain{k}")
+            with m.Switch(idx):
+                for c in range(k0, k1):
+                    with m.Default() if c == k1 - 1 else m.Case(c - k0):
+                        m.d.comb += chain.eq(scol[c])
+            live = Signal(name=f"live{k}")
+            m.d.comb += live.eq(beat < count)
+            lanes.append(Mux(live, chain & row_bits, 0))
         m.d.comb += self.stationary.payload.eq(
-            Cat(*(Cat(x, Const(0, LANE_BITS - 32)) for x in lanes))
+            Cat(*(Cat(x[32 * r :][:32], Const(0, LANE_BITS - 32)) for x in lanes for r in range(R)))
         )
 
         # -- the moving words and beats ---------------------------------------------------------
@@ -173,11 +232,12 @@ class TensorFeed(wiring.Component):
         mpos = Signal(range(W + 1))  # the beat's element in the head word
         per_word = Signal(range(W + 1))
         m.d.comb += per_word.eq(W >> op.m_esize)
-        mlanes = []
-        for r in range(R):
-            e = element(m, fifo.r_data[8 * W * r : 8 * W * (r + 1)], mpos, op.m_esize, f"m{r}")
-            mlanes.append(Cat(Mux(rows_mask[r], e, 0), Const(0, LANE_BITS - 32)))
-        m.d.comb += self.moving.payload.eq(Cat(*mlanes))
+        mel = elements(m, fifo.r_data, R, W, mpos, op.m_esize, "moving_elements")
+        mlanes = Signal(32 * R)
+        m.d.comb += mlanes.eq(mel & row_bits)
+        m.d.comb += self.moving.payload.eq(
+            Cat(*(Cat(mlanes[32 * r :][:32], Const(0, LANE_BITS - 32)) for r in range(R)))
+        )
 
         # -- the sequence ----------------------------------------------------------------------
         # an LS takes as many beats as its widest chain has columns
@@ -206,13 +266,13 @@ class TensorFeed(wiring.Component):
         with m.If(at[_Feed.S_READ]):
             m.d.comb += [rd_open.eq(1), resp.ready.eq(1)]
             with m.If(resp.valid):
-                for i, b in enumerate(buf):
-                    with m.If(equals(got, i)):
-                        m.d.sync += b.eq(resp.payload)
-                m.d.sync += got.eq(got + 1)
-            with m.If((got == rd_count) | (resp.valid & (got + 1 == rd_count))):
-                m.d.sync += beat.eq(0)
-                m.d.sync += state.eq(_Feed.LS_BEATS)
+                m.d.comb += a_we.eq(1)
+                m.d.sync += [prev.eq(resp.payload[: 8 * W * R]), got.eq(got + 1)]
+                with m.If(got + 1 == rd_count):
+                    m.d.sync += state.eq(_Feed.S_FLUSH)
+        with m.If(at[_Feed.S_FLUSH]):  # the last aligned word: the last read word's tail
+            m.d.comb += [flush.eq(1), a_we.eq(1)]
+            m.d.sync += [prev.eq(0), beat.eq(0), state.eq(_Feed.LS_BEATS)]
         with m.If(at[_Feed.LS_BEATS]):
             m.d.comb += self.stationary.valid.eq(1)
             with m.If(self.stationary.ready):

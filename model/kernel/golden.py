@@ -460,6 +460,7 @@ def _matmul_chunk(st, ins, dst, s, fs, x, fm):
             cols=core.cols,
             stationary_format=fs,
             moving_format=fm,
+            tile_unit=core.tile_unit,
         )
     except ValueError as e:
         raise KernelError(f"{_where(ins)}{e}") from None
@@ -521,6 +522,7 @@ def _matmul_mx(st, ins):
                 rows=core.rows,
                 cols=core.cols,
                 psum_dtype="bf16" if dst.view_dtype == "bfloat16" else "fp32",
+                tile_unit=core.tile_unit,
             )
         except ValueError as e:
             raise KernelError(f"{_where(ins)}{e}") from None

@@ -76,6 +76,9 @@ class Core:
     cols: int = 128
     dma_engines: int = 16
     dma_queues: int = 16
+    #: The Tensor Engine's tile granule (tile sizes ``tile_unit`` and ``2 x tile_unit``; 32 on
+    #: the hardware, smaller on the RTL core's small geometries).
+    tile_unit: int = 32
 
     @property
     def psum_partition_bytes(self):

@@ -145,6 +145,7 @@ class Geometry:
             psum_bank_bytes=self.psum_bank_bytes,
             dma_engines=self.dma_engines,
             dma_queues=self.dma_queues,
+            tile_unit=self.tile_unit,
         )
 
     def dma_geometry(self):
@@ -387,7 +388,7 @@ def encode(program, geo):
     docstring); raises :class:`Unsupported` for the first instruction it cannot run."""
     c = program.core
     want = geo.core()
-    for name in ("partitions", "rows", "cols", "psum_banks", "psum_bank_bytes"):
+    for name in ("partitions", "rows", "cols", "psum_banks", "psum_bank_bytes", "tile_unit"):
         if getattr(c, name) != getattr(want, name):
             raise Unsupported(
                 f"{program.kernel}: traced for {name} = {getattr(c, name)}, the RTL core has "

@@ -270,6 +270,7 @@ def nc_matmul(
             cols=tr.core.cols,
             stationary_format=fs,
             moving_format=fm,
+            tile_unit=tr.core.tile_unit,
         )
     except ValueError as e:
         fail(

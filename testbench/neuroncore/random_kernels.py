@@ -9,8 +9,9 @@ sometimes copied again SBUF -> SBUF (as it is, or evicted as FP32 and converted 
 SBUF copy), and DMA'd back into a window of an output tensor.  The inputs span a wide exponent
 range with a few infinities and NaNs, so the evictions meet overflow, subnormals, ties and
 NaN.  The
-groups share their input tensors and may reuse one SBUF tile name for the next group's
-operands (the tracer then orders the engines with semaphores: a DMA waits for the matmul that
+groups share their input tensors, may run on a Tensor Engine tile (``tile_position``: the
+operands on partitions from the tile's row, the result on PSUM and SBUF partitions from its
+column) and may reuse one SBUF tile for the next group's operands (the tracer then orders the engines with semaphores: a DMA waits for the matmul that
 read the tile, the Tensor Engine for the DMAs, the eviction for the matmuls, the store for the
 eviction).  Every dimension is drawn up to the core's limits: K up to its PE rows, M up to its
 columns, N up to a PSUM bank row.
@@ -35,7 +36,10 @@ class Group:
     the inputs, stationary columns ``m0 .. m0 + m`` and moving columns ``n0 .. n0 + n``; the
     result in ``out_dtype`` in output ``out`` (``m`` x ``n``); ``copy``: ``""`` (evicted
     into ``out_dtype`` and stored), ``"raw"`` (then copied SBUF -> SBUF as it is) or
-    ``"convert"`` (evicted as FP32, converted by an SBUF -> SBUF copy)."""
+    ``"convert"`` (evicted as FP32, converted by an SBUF -> SBUF copy); ``tile``: ``()`` (the
+    whole array) or ``(row, col, rows, cols)``, a Tensor Engine tile (``tile_position``,
+    ``tile_size``): the operands then sit on SBUF partitions from ``row``, the result on PSUM
+    and SBUF partitions from ``col``."""
 
     chunks: int
     k: int
@@ -47,6 +51,7 @@ class Group:
     out_dtype: str
     copy: str
     out: int
+    tile: tuple = ()
 
 
 def random_plan(geo, rng):
@@ -59,9 +64,19 @@ def random_plan(geo, rng):
     M, N = cols + cols // 2, fmax + fmax // 2
     for g in range(int(rng.integers(1, 4))):
         chunks = int(rng.integers(1, 4))
-        k = int(rng.integers(1, rows + 1))
+        tile, k_top, m_top = (), rows, cols
+        # a tile of rows x (tile_unit or 2 x tile_unit) columns, or the other way round
+        sizes = [s for s in (geo.tile_unit, 2 * geo.tile_unit) if s < min(rows, cols)]
+        if sizes and rng.random() < 0.4:
+            size = int(rng.choice(sizes))
+            if rng.random() < 0.5:
+                tile = (0, size * int(rng.integers(0, cols // size)), rows, size)
+            else:
+                tile = (size * int(rng.integers(0, rows // size)), 0, size, cols)
+            k_top, m_top = tile[2], tile[3]
+        k = int(rng.integers(1, k_top + 1))
         k0 = int(rng.integers(0, K - chunks * k + 1))
-        m = int(rng.integers(1, cols + 1))
+        m = int(rng.integers(1, m_top + 1))
         n = int(rng.integers(1, fmax + 1))
         groups.append(
             Group(
@@ -75,6 +90,7 @@ def random_plan(geo, rng):
                 str(rng.choice(_OUT_DTYPES)),
                 str(rng.choice(["", "", "raw", "convert"])),
                 g,
+                tile,
             )
         )
     return in_dtype, ((K, M), (K, N)), groups
@@ -91,8 +107,10 @@ def build_kernel(groups, reuse):
     def kernel(lhsT, rhs):
         outs, shared = [], {}
         for g in groups:
+            r0, c0 = g.tile[:2] if g.tile else (0, 0)
+            where = {"tile_position": g.tile[:2], "tile_size": g.tile[2:]} if g.tile else {}
             res = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.shared_hbm)
-            ps = nl.ndarray((g.m, g.n), dtype=nl.float32, buffer=nl.psum)
+            ps = nl.ndarray((c0 + g.m, g.n), dtype=nl.float32, buffer=nl.psum)[c0:, :]
             for c in range(g.chunks):
                 lo = g.k0 + c * g.k
                 if reuse:
@@ -102,18 +120,19 @@ def build_kernel(groups, reuse):
                             nl.ndarray((ts.pmax, ts.gemm_stationary_fmax), lhsT.dtype, nl.sbuf),
                             nl.ndarray((ts.pmax, ts.gemm_moving_fmax), rhs.dtype, nl.sbuf),
                         )
-                    a, b = shared[c][0][: g.k, : g.m], shared[c][1][: g.k, : g.n]
+                    a = shared[c][0][r0 : r0 + g.k, : g.m]
+                    b = shared[c][1][r0 : r0 + g.k, : g.n]
                 else:
-                    a = nl.ndarray((g.k, g.m), dtype=lhsT.dtype, buffer=nl.sbuf)
-                    b = nl.ndarray((g.k, g.n), dtype=rhs.dtype, buffer=nl.sbuf)
+                    a = nl.ndarray((r0 + g.k, g.m), dtype=lhsT.dtype, buffer=nl.sbuf)[r0:, :]
+                    b = nl.ndarray((r0 + g.k, g.n), dtype=rhs.dtype, buffer=nl.sbuf)[r0:, :]
                 nisa.dma_copy(dst=a, src=lhsT[lo : lo + g.k, g.m0 : g.m0 + g.m])
                 nisa.dma_copy(dst=b, src=rhs[lo : lo + g.k, g.n0 : g.n0 + g.n])
-                nisa.nc_matmul(dst=ps, stationary=a, moving=b)
+                nisa.nc_matmul(dst=ps, stationary=a, moving=b, **where)
             first = nl.float32 if g.copy == "convert" else g.out_dtype
-            o = nl.ndarray((g.m, g.n), dtype=first, buffer=nl.sbuf)
+            o = nl.ndarray((c0 + g.m, g.n), dtype=first, buffer=nl.sbuf)[c0:, :]
             nisa.tensor_copy(dst=o, src=ps)
             if g.copy:
-                o2 = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.sbuf)
+                o2 = nl.ndarray((c0 + g.m, g.n), dtype=g.out_dtype, buffer=nl.sbuf)[c0:, :]
                 nisa.tensor_copy(dst=o2, src=o)
                 o = o2
             nisa.dma_copy(dst=res, src=o)
