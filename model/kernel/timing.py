@@ -346,7 +346,10 @@ def simulate(program, *, params=None, trace=False):
             st = _Stream(key(c, name), instrs, clock)
             st.core, st.local = c, name
             streams[st.name] = st
-    seqs = [Sequencer(core.rows, core.cols, rules=params.te_rules) for _ in programs]
+    seqs = [
+        Sequencer(core.rows, core.cols, tile_unit=core.tile_unit, rules=params.te_rules)
+        for _ in programs
+    ]
     pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
     v2 = core.name == "v2"
     # Per core: the SBUF bus VectorE (in its performance mode; on v2, always) shares with

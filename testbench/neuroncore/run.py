@@ -20,13 +20,15 @@ LATENCY = 8
 class RtlResult:
     """A kernel's run on the RTL core: its outputs as the core left them in the device memory,
     the core's cycles (first cycle out of reset to the one in which the last semaphore reached
-    its count), the block's label, the PE modes built and the seconds of each step."""
+    its count), the block's label, the PE modes built, the seconds of each step, and per stream
+    the cycle in which each instruction completed."""
 
     outputs: list
     cycles: int
     label: str
     pe_modes: str
     steps: dict
+    done: dict
 
 
 def block_params(geo, pe_modes):
@@ -76,4 +78,4 @@ def run_rtl(
     if not res.passed or results is None:
         raise RuntimeError(res.report())
     (got,) = results.values()
-    return RtlResult(got["outputs"], got["cycles"], res.label, modes, dict(res.steps))
+    return RtlResult(got["outputs"], got["cycles"], res.label, modes, dict(res.steps), got["done"])

@@ -76,10 +76,11 @@ class CoreTB:
         return [int(c) for c in data.Const(self.sem_layout, int(self.dut.sem.value))]
 
     async def run(self, program, inputs, *, max_cycles):
-        """Run ``program`` from a reset; returns ``(state, cycles)``: the golden's
-        :class:`~ncrtl.model.kernel.golden.CoreState` reading the core's device memory, and
-        the cycles from the first cycle out of reset to the one in which the last semaphore
-        reached its count."""
+        """Run ``program`` from a reset; returns ``(state, cycles, done)``: the golden's
+        :class:`~ncrtl.model.kernel.golden.CoreState` reading the core's device memory, the
+        cycles from the first cycle out of reset to the one in which the last semaphore
+        reached its count, and per stream the cycle in which each instruction completed (its
+        semaphore counted it)."""
         geo, dut = self.geo, self.dut
         enc = encode(program, geo)
         state = golden.CoreState(program, inputs)
@@ -93,6 +94,7 @@ class CoreTB:
         for s in self.streams:
             self.queues[s].send([pack(e, geo) for e in enc.queues[s]])
         totals = [enc.totals[s] for s in self.streams]
+        done = {s: [] for s in self.streams}  # the cycle each instruction completed
         cycles = 0
         while True:
             await RisingEdge(dut.clk)
@@ -104,6 +106,8 @@ class CoreTB:
                     f"{code >> 4}: {_source(code >> 4)}, code {code & 15}) in cycle {cycles}"
                 )
             counts = self.counts()
+            for s, c in zip(self.streams, counts):
+                done[s] += [cycles] * (c - len(done[s]))
             if counts == totals:
                 break
             if cycles >= max_cycles:
@@ -117,7 +121,7 @@ class CoreTB:
         for m in self.mems:
             m.check_quiet()
         state.hbm = hbm
-        return state, cycles
+        return state, cycles, done
 
 
 def _source(src):
@@ -143,7 +147,7 @@ async def test_kernels(dut):
     total = 0
     for j in todo:
         want, _ = golden.run(j.program, j.inputs)
-        state, cycles = await tb.run(j.program, j.inputs, max_cycles=j.max_cycles)
+        state, cycles, done = await tb.run(j.program, j.inputs, max_cycles=j.max_cycles)
         got = [state.tensor(n) for n in j.program.outputs]
         for i, (g, w) in enumerate(zip(got, want)):
             w = np.asarray(w)
@@ -152,7 +156,7 @@ async def test_kernels(dut):
             view = np.dtype(f"u{w.dtype.itemsize}")
             sb.compare(np.asarray(g).view(view).ravel(), w.view(view).ravel())
             boards.append(sb)
-        results[j.name] = {"cycles": cycles, "outputs": got}
+        results[j.name] = {"cycles": cycles, "outputs": got, "done": done}
         total += cycles
         dut._log.info(f"{j.name}: {cycles} cycles")
     if job:
