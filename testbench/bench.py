@@ -134,7 +134,51 @@ def run_bench(args):
     psum = getattr(args, "psum_partitions", 0)
     if only in (None, "psum") and psum:
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
+    if only in (None, "neuroncore"):
+        ok &= _bench_neuroncore(getattr(args, "nc_size", 8))
     return 0 if ok else 1
+
+
+def _bench_neuroncore(size):
+    """The RTL NeuronCore at ``size`` partitions (8: the ``neuroncore`` group's small core; 128:
+    the real core's geometry with bf16-family PEs), built from scratch: Verilog generation,
+    Verilator build and the peak of the processes it started, then the shipped example
+    matmul_tiled at that geometry (``ncrtl run --example matmul_tiled --rtl``): its cycles,
+    the simulation's cycles per second end to end (the simulator process, start to exit), and
+    the timing model's cycles at the RTL's clock and DMA figures."""
+    from ncrtl.model.neuroncore.timing import simulate_at_rtl
+    from ncrtl.testbench.neuroncore import jobs
+    from ncrtl.testbench.neuroncore.run import LATENCY, block_params, run_rtl
+
+    block = blocks.get("neuroncore")
+    if size == 8:
+        params = block.resolve(blocks.GROUPS["neuroncore"][0][1])
+    else:
+        params = block.resolve({"pe_modes": "bf16"})
+    geo = blocks.neuroncore_geometry(params)
+    job = jobs.example_job("matmul_tiled", geo, np.random.default_rng(0))
+    print(f"\nneuroncore {block.label(block_params(geo, params['pe_modes']))}:")
+    print(f"  matmul_tiled {[list(a.shape) for a in job.inputs]} (from scratch: a fresh build)")
+    rss0 = _children_maxrss_mib()
+    with _fresh_build_dir():
+        try:
+            res = run_rtl(job.program, job.inputs, geo, pe_modes=params["pe_modes"], progress=True)
+        except RuntimeError as e:
+            print(f"  run FAILED: {e}")
+            return False
+    peak = max(_children_maxrss_mib(), rss0)
+    st = res.steps
+    print(
+        f"  Verilog generation {st['generate']:.1f} s, Verilator build {st['build']:.1f} s, "
+        f"peak child process (build or simulation) {peak:.0f} MiB"
+    )
+    model = round(simulate_at_rtl(job.program, geo, LATENCY).total_ns)
+    print(
+        f"  {res.cycles:,} cycles in {st['simulate']:.1f} s: {res.cycles / st['simulate']:.1f} "
+        f"cycles/s end to end (simulator start to exit); timing model at the RTL's figures "
+        f"{model:,} cycles ({res.cycles / model:.3f}x)"
+    )
+    return True
 
 
 def _bench_kernel(repeat=50_000):

@@ -21,6 +21,8 @@ def _cmd_bench(args):
         raise UsageError(f"--harness-size {args.harness_size} must be 0 or in 2..128")
     if args.harness_repeat < 1:
         raise UsageError(f"--harness-repeat must be >= 1, got {args.harness_repeat}")
+    if args.nc_size not in (8, 128):
+        raise UsageError(f"--nc-size {args.nc_size} must be 8 or 128")
     if args.psum_count < 1:
         raise UsageError(f"--psum-count must be >= 1, got {args.psum_count}")
     from ncrtl.model.modes import get_mode, pe_modes
@@ -61,12 +63,32 @@ def add_parser(sub, raw):
     )
     s.add_argument(
         "--only",
-        choices=("pe", "fp", "golden", "kernel", "harness", "te", "bands", "psum", "dma"),
+        choices=(
+            "pe",
+            "fp",
+            "golden",
+            "kernel",
+            "harness",
+            "te",
+            "bands",
+            "psum",
+            "dma",
+            "neuroncore",
+        ),
         help="run one section: pe (the PE in a C++ loop), fp (the FP units), golden (the "
         "bit-exact golden matmul per mode), harness (the "
         "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
-        "column bands on threads against one model; only when named), psum or dma (the DMA "
-        "engine's bandwidth) (default: all of them but bands)",
+        "column bands on threads against one model; only when named), psum, dma (the DMA "
+        "engine's bandwidth) or neuroncore (the RTL NeuronCore: build, simulation speed, the "
+        "tiled matmul's cycles against the timing model) (default: all of them but bands)",
+    )
+    s.add_argument(
+        "--nc-size",
+        type=int,
+        default=8,
+        help="--only neuroncore: the core's partitions (= PE rows and columns): 8 (default: the "
+        "neuroncore group's small core, 2 DMA engines) or 128 (the real core's geometry, 16 DMA "
+        "engines, bf16-family PEs)",
     )
     s.add_argument(
         "--pe-cycles",
