@@ -181,18 +181,28 @@ class TensorFeed(wiring.Component):
         a_we = Signal()
         a_idx = Signal(signed(len(d) + 2))
         m.d.comb += a_idx.eq(got - 1 - (d >> wbits))
-        with m.If(a_we):
-            for c, reg in enumerate(scol):
-                with m.Switch(op.s_esize):
-                    for code in codes:
-                        w, per = 8 << code, W >> code
-                        lanes_c = [
-                            Cat(aligned[8 * W * r + w * (c % per) :][:w], Const(0, 32 - w))
+        # ``slot[t]``: element ``t mod per`` of the aligned word, widened to 32 bits per row
+        # (the size chosen once); column c takes slot ``c mod W`` (``per`` divides W) when the
+        # aligned word is the one of its index
+        slot = [Signal(32 * R, name=f"sslot{t}") for t in range(W)]
+        with m.Switch(op.s_esize):
+            for code in codes:
+                w, per = 8 << code, W >> code
+                with m.Default() if code == codes[-1] else m.Case(code):
+                    for t, sig in enumerate(slot):
+                        rows_t = [
+                            Cat(aligned[8 * W * r + w * (t % per) :][:w], Const(0, 32 - w))
                             for r in range(R)
                         ]
-                        with m.Default() if code == codes[-1] else m.Case(code):
-                            with m.If(equals(a_idx, c // per)):
-                                m.d.sync += reg.eq(Cat(*lanes_c))
+                        m.d.comb += sig.eq(Cat(*rows_t))
+        for c, reg in enumerate(scol):
+            hit = Signal(name=f"scol_we{c}")
+            with m.Switch(op.s_esize):
+                for code in codes:
+                    with m.Default() if code == codes[-1] else m.Case(code):
+                        m.d.comb += hit.eq(a_we & equals(a_idx, c // (W >> code)))
+            with m.If(hit):
+                m.d.sync += reg.eq(slot[c % W])
 
         beat = Signal(range(geo.cols + 1))
         hi = ls.tile_col + ls.m
@@ -220,7 +230,10 @@ class TensorFeed(wiring.Component):
                         m.d.comb += chain.eq(scol[c])
             live = Signal(name=f"live{k}")
             m.d.comb += live.eq(beat < count)
-            lanes.append(Mux(live, chain & row_bits, 0))
+            # a signal, so that each row's slice below does not repeat the whole expression
+            lane = Signal(32 * R, name=f"slanes{k}")
+            m.d.comb += lane.eq(Mux(live, chain & row_bits, 0))
+            lanes.append(lane)
         m.d.comb += self.stationary.payload.eq(
             Cat(*(Cat(x[32 * r :][:32], Const(0, LANE_BITS - 32)) for x in lanes for r in range(R)))
         )
