@@ -188,3 +188,30 @@ def test_small_core_lint_clean():
 
     text, top = blocks.get("neuroncore").verilog(blocks.get("neuroncore").resolve(SMALL_PARAMS))
     lint_verilog(text, top).check()
+
+
+@pytest.mark.synth
+def test_core_units_synthesize_without_latches():
+    """Yosys synthesis of the core's own units at the small geometry, each latch-free; the
+    blocks they join (Tensor Engine, PSUM, DMA engines, DGEs, SBUF) are checked by their own
+    tests (Yosys takes over half an hour on the whole flattened core)."""
+    from ncrtl.hdl.neuroncore.arbiter import SbufArbiter
+    from ncrtl.hdl.neuroncore.dma import DmaIssue
+    from ncrtl.hdl.neuroncore.evict import Evict
+    from ncrtl.hdl.neuroncore.queue import EngineQueue
+    from ncrtl.hdl.neuroncore.tensor import TensorFeed
+    from ncrtl.hdl.verilog import convert
+    from ncrtl.testbench.lint import synth_check
+
+    geo = SMALL
+    units = {
+        "feed": TensorFeed(geo),
+        "evict": Evict(geo),
+        "issue": DmaIssue(geo),
+        "queue": EngineQueue(op_layouts(geo)["tensor"], len(geo.streams())),
+        "arbiter": SbufArbiter(
+            2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
+        ),
+    }
+    for name, unit in units.items():
+        synth_check(convert(unit, name, synthesis=True), name).check()
