@@ -133,6 +133,11 @@ class Block:
         program cannot run on (an MX program on an array smaller than its K granule, an SBUF
         too small for the program's regions); :meth:`check_program`, called by every run
         (``ncrtl conformance``, ``ncrtl sim``, the Python API) before it generates anything.
+    synth_parts : callable or None
+        ``synth_parts(**hardware) -> {name: component}``: what a synthesis check of the block
+        synthesizes, one by one, instead of the whole flattened design (for a block that joins
+        blocks checked on their own and that Yosys takes too long on as a whole); None: the
+        whole design.
     """
 
     name: str
@@ -147,6 +152,7 @@ class Block:
     training: object = None
     check: object = None
     program_check: object = None
+    synth_parts: object = None
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -198,6 +204,16 @@ class Block:
     def top_name(self, params):
         """The Verilog module name of the top for ``params`` (its hardware parameters)."""
         return self.top(**self.hardware(params))
+
+    def synthesis_units(self, params):
+        """``[(verilog_text, top)]`` of what a synthesis check of ``params`` synthesizes: the
+        synthesis view of the whole block, or of each of its :attr:`synth_parts`."""
+        from ncrtl.hdl.verilog import convert
+
+        if self.synth_parts is None:
+            return [self.verilog(params, synthesis=True)]
+        parts = self.synth_parts(**self.hardware(params))
+        return [(convert(c, name, synthesis=True), name) for name, c in parts.items()]
 
     def verilog(self, params, *, synthesis=False):
         """``(verilog_text, top_name)`` of the block for ``params``
@@ -1291,6 +1307,32 @@ def _make_neuroncore(
     return NeuronCore(neuroncore_geometry(hw), instance=True, modes=_pe_modes(pe_modes))
 
 
+def _neuroncore_parts(pe_modes="all", **hw):
+    """The core's own units (queues, TensorFeed, Evict, DmaIssue, SBUF arbiter): what its
+    synthesis check covers; the Tensor Engine, PSUM, DMA engines, DGEs and SBUF have their own
+    checks, and Yosys takes over half an hour on the whole flattened 8-partition core."""
+    from ncrtl.hdl.neuroncore.arbiter import SbufArbiter
+    from ncrtl.hdl.neuroncore.dma import DmaIssue
+    from ncrtl.hdl.neuroncore.evict import Evict
+    from ncrtl.hdl.neuroncore.isa import op_layouts
+    from ncrtl.hdl.neuroncore.queue import EngineQueue
+    from ncrtl.hdl.neuroncore.tensor import TensorFeed
+
+    geo = neuroncore_geometry(hw)
+    layouts = op_layouts(geo)
+    parts = {
+        "neuroncore_feed": TensorFeed(geo),
+        "neuroncore_evict": Evict(geo),
+        "neuroncore_issue": DmaIssue(geo),
+        "neuroncore_arbiter": SbufArbiter(
+            2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
+        ),
+    }
+    for s in ("tensor", "vector", "dma0"):
+        parts[f"neuroncore_queue_{s}"] = EngineQueue(layouts[s], len(geo.streams()))
+    return parts
+
+
 def _neuroncore_top(
     partitions,
     partition_bytes,
@@ -1397,6 +1439,7 @@ register(
         threads=lambda rows, cols, **_: _big_array_threads(rows, cols),
         check=_check_neuroncore,
         program_check=_check_neuroncore_program,
+        synth_parts=_neuroncore_parts,
         stimulus=lambda count, **_: (
             f"the shipped examples matmul_basic and matmul_tiled at the core's geometry, then "
             f"{count} random kernels (--count), each from a reset"

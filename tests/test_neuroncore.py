@@ -192,26 +192,12 @@ def test_small_core_lint_clean():
 
 @pytest.mark.synth
 def test_core_units_synthesize_without_latches():
-    """Yosys synthesis of the core's own units at the small geometry, each latch-free; the
-    blocks they join (Tensor Engine, PSUM, DMA engines, DGEs, SBUF) are checked by their own
-    tests (Yosys takes over half an hour on the whole flattened core)."""
-    from ncrtl.hdl.neuroncore.arbiter import SbufArbiter
-    from ncrtl.hdl.neuroncore.dma import DmaIssue
-    from ncrtl.hdl.neuroncore.evict import Evict
-    from ncrtl.hdl.neuroncore.queue import EngineQueue
-    from ncrtl.hdl.neuroncore.tensor import TensorFeed
-    from ncrtl.hdl.verilog import convert
+    """Yosys synthesis of the core's own units at the small geometry (the block's synthesis
+    parts, what ``ncrtl lint neuroncore`` synthesizes), each latch-free."""
     from ncrtl.testbench.lint import synth_check
 
-    geo = SMALL
-    units = {
-        "feed": TensorFeed(geo),
-        "evict": Evict(geo),
-        "issue": DmaIssue(geo),
-        "queue": EngineQueue(op_layouts(geo)["tensor"], len(geo.streams())),
-        "arbiter": SbufArbiter(
-            2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
-        ),
-    }
-    for name, unit in units.items():
-        synth_check(convert(unit, name, synthesis=True), name).check()
+    block = blocks.get("neuroncore")
+    units = block.synthesis_units(block.resolve(SMALL_PARAMS))
+    assert {name for _, name in units} >= {"neuroncore_feed", "neuroncore_evict"}
+    for text, name in units:
+        synth_check(text, name).check()

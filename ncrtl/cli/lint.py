@@ -15,7 +15,8 @@ def _cmd_lint(args):
         with progress.step(f"Verilator lint of {top}"):
             lint = lint_verilog(text, top)
         with progress.step(f"Yosys synthesis of {top}"):
-            synth = synth_check(block.verilog(params, synthesis=True)[0], top)
+            checks = [synth_check(t, name) for t, name in block.synthesis_units(params)]
+        synth = next((c for c in checks if not c.ok), checks[0])
         ok = lint.ok and synth.ok
         failed += not ok
         print(
