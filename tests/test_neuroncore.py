@@ -14,6 +14,7 @@ from ncrtl import blocks
 from ncrtl.cli import main
 from ncrtl.hdl.neuroncore.isa import op_layouts, pack, queue_layout
 from ncrtl.kernels import load, load_file
+from ncrtl.model.kernel import golden
 from ncrtl.model.neuroncore import CopyOp, DmaOp, Geometry, MatmulOp, Unsupported, Wait, encode
 from ncrtl.nki.kernel import trace
 from ncrtl.testbench.conformance import run_block
@@ -201,3 +202,22 @@ def test_core_units_synthesize_without_latches():
     assert {name for _, name in units} >= {"neuroncore_feed", "neuroncore_evict"}
     for text, name in units:
         synth_check(text, name).check()
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_matmul_tiled_full_size_core():
+    """``matmul_tiled`` (256 x 256 x 1024 bf16) on the real core's geometry: 128 partitions, a
+    128 x 128 Tensor Engine (bf16-family PEs), 8 PSUM banks, 16 DMA engines and queues, with a
+    tenth of the queue and AXI4 cycles stalled: the outputs bit for bit."""
+    from ncrtl.testbench.neuroncore import jobs
+    from ncrtl.testbench.neuroncore.run import run_rtl
+
+    block = blocks.get("neuroncore")
+    geo = blocks.neuroncore_geometry(block.resolve({}))
+    job = jobs.example_job("matmul_tiled", geo, np.random.default_rng(1))
+    want, _ = golden.run(job.program, job.inputs)
+    res = run_rtl(job.program, job.inputs, geo, pe_modes="bf16", stall=0.1)
+    assert len(res.outputs) == len(want)
+    for g, w in zip(res.outputs, want):
+        assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
