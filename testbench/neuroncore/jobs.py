@@ -92,11 +92,9 @@ def example_job(name, geo, rng):
 def evictions_job(geo, rng):
     """FP32 values (ties, overflow, subnormals, infinities, NaN) DMA'd into SBUF, converted to
     BF16 and FP16 and copied as they are by SBUF -> SBUF ``tensor_copy``, each DMA'd back."""
-    import nki
-    import nki.isa as nisa
-    import nki.language as nl
-
-    from ncrtl import nki as ncrtl_nki
+    import ncrtl.nki as nki
+    import ncrtl.nki.isa as nisa
+    import ncrtl.nki.language as nl
 
     @nki.jit
     def evictions(x):
@@ -117,7 +115,7 @@ def evictions_job(geo, rng):
     # NaN, infinities, BF16 and FP16 overflow, an FP16 tie, a BF16 tie, an FP32 subnormal
     specials = [np.nan, np.inf, -np.inf, 3e38, 65520.0, 1 + 2.0**-11, 1 + 2.0**-8, 2.0**-140]
     x.reshape(-1)[: len(specials)] = specials
-    program = ncrtl_nki.trace(evictions, [x], {}, core=geo.core())
+    program = nki.trace(evictions, [x], {}, core=geo.core())
     return Job("evictions", program, [x])
 
 

@@ -100,9 +100,9 @@ def build_kernel(groups, reuse):
     """The NKI kernel of ``groups``: ``kernel(lhsT, rhs)`` returning one output per group.
     ``reuse``: the groups' operand tiles share one SBUF tensor per chunk (write after read
     across groups)."""
-    import nki
-    import nki.isa as nisa
-    import nki.language as nl
+    import ncrtl.nki as nki
+    import ncrtl.nki.isa as nisa
+    import ncrtl.nki.language as nl
 
     def kernel(lhsT, rhs):
         outs, shared = [], {}
