@@ -1461,4 +1461,25 @@ NEURONCORE_SMALL = {
     "hbm_bytes": 16384,
     "tile_unit": 2,
 }
-GROUPS["neuroncore"] = [("neuroncore", {**NEURONCORE_SMALL, "pe_modes": "bf16"})]
+#: The ``neuroncore`` group: the small core, then one of 16 partitions with an 8-byte SBUF word,
+#: 4 DMA engines on 2 queues, 4 PSUM banks of 256 bytes and tile unit 4.
+GROUPS["neuroncore"] = [
+    ("neuroncore", {**NEURONCORE_SMALL, "pe_modes": "bf16"}),
+    (
+        "neuroncore",
+        {
+            "partitions": 16,
+            "partition_bytes": 1024,
+            "rows": 16,
+            "cols": 16,
+            "psum_banks": 4,
+            "psum_bank_bytes": 256,
+            "dma_engines": 4,
+            "dma_queues": 2,
+            "word_bytes": 8,
+            "hbm_bytes": 65536,
+            "tile_unit": 4,
+            "pe_modes": "bf16",
+        },
+    ),
+]

@@ -24,7 +24,7 @@ RTL = os.path.join(HERE, "kernels", "rtl.py")
 
 #: The ``neuroncore`` group's small core (8 partitions, 8 x 8 PEs, 2 DMA engines, 4 DMA
 #: queues), bf16-family PEs: one Verilator build for the conformance run and ``ncrtl run``.
-((_, SMALL_PARAMS),) = blocks.GROUPS["neuroncore"]
+SMALL_PARAMS = blocks.GROUPS["neuroncore"][0][1]
 SMALL = blocks.neuroncore_geometry(blocks.get("neuroncore").resolve(SMALL_PARAMS))
 
 

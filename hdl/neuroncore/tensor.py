@@ -67,9 +67,10 @@ class _Feed(enum.Enum, shape=3):
 
 class TensorFeed(wiring.Component):
     """One :class:`~ncrtl.model.neuroncore.isa.MatmulOp` at a time: the LoadStationary word to
-    the Tensor Engine, the stationary tile ``[K, M]`` read into a buffer (every word of it,
-    then its beats: chain ``k``'s beat ``j`` is column ``first + count - 1 - j`` of its columns,
-    :func:`~ncrtl.model.tensor_engine.timing.ls_chain_columns`), the MultiplyMoving word, then
+    the Tensor Engine, the stationary tile ``[K, M]`` read word by word into a register per PE
+    column (realigned on the way, see ``elaborate``), then its beats: chain ``k``'s beat ``j``
+    is column ``first + count - 1 - j`` of its columns
+    (:func:`~ncrtl.model.tensor_engine.timing.ls_chain_columns`), the MultiplyMoving word, then
     the moving tile ``[K, N]`` streamed word by word (two words buffered) into its ``N``
     beats; the PSUM write goes out when the operation is taken.  PE row ``r`` reads SBUF
     partition ``r``; rows outside the tile get zero lanes.
