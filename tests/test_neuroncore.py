@@ -221,3 +221,20 @@ def test_matmul_tiled_full_size_core():
     assert len(res.outputs) == len(want)
     for g, w in zip(res.outputs, want):
         assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+
+
+def test_a_failed_rtl_run_writes_nothing(monkeypatch, tmp_path, capsys):
+    """When the RTL run fails (a mismatch, an error strobe, a hang: the testbench's report),
+    ``ncrtl run --rtl`` prints the report, exits 1 and leaves ``--out`` unwritten."""
+    from ncrtl.testbench.neuroncore import run as rtl_run
+
+    def failing(*a, **k):
+        raise RuntimeError("neuroncore[...]: 3 mismatches in matmul_basic.out0")
+
+    monkeypatch.setattr(rtl_run, "run_rtl", failing)
+    out = tmp_path / "out"
+    argv = ["run", "--example", "matmul_basic", "--rtl", "--out", str(out)]
+    params = {k: v for k, v in SMALL_PARAMS.items() if k != "pe_modes"}
+    assert main(argv + _param_flags(params)) == 1
+    assert not out.exists()
+    assert "the run FAILED" in capsys.readouterr().out

@@ -153,6 +153,8 @@ def _cmd_run(args):
     _print(summary, report)
     if geo is not None:
         summary["rtl"] = _run_rtl(args, program, arrays, geo, outputs)
+        if not summary["rtl"]["outputs_equal"]:
+            return 1  # a failed run writes nothing
     if args.out:
 
         def write(folder):
@@ -169,8 +171,6 @@ def _cmd_run(args):
         write_output(args.plot, "--plot", lambda p: ktiming.plot(report, p))
         print(f"plot: {args.plot}")
     if example is not None and outputs and not summary["reference"]["within_bound"]:
-        return 1
-    if geo is not None and not summary["rtl"]["outputs_equal"]:
         return 1
     return 0
 
@@ -204,6 +204,8 @@ def _geometry(args, kernel):
         raise UsageError(
             "--rtl compares the RTL core's outputs with the golden's: not with --timing-only"
         )
+    if not 0 <= args.stall < 1:
+        raise UsageError(f"--stall {args.stall} must be in [0, 1)")
     if "partitions" in user:
         user.setdefault("cols", user["partitions"])
         user.setdefault("rows", user["partitions"])
@@ -223,14 +225,14 @@ def _run_rtl(args, program, arrays, geo, outputs):
     cycles against the timing model's at the RTL's clock and DMA figures
     (:func:`ncrtl.model.neuroncore.timing.simulate_at_rtl`); the ``rtl`` entry of
     report.json."""
+    from dataclasses import asdict
+
     import numpy as np
 
     from ..model.kernel import golden as kgolden
     from ..model.neuroncore.timing import simulate_at_rtl
     from ..testbench.neuroncore.run import LATENCY, run_rtl
 
-    if not 0 <= args.stall < 1:
-        raise UsageError(f"--stall {args.stall} must be in [0, 1)")
     try:
         res = run_rtl(
             program,
@@ -251,7 +253,7 @@ def _run_rtl(args, program, arrays, geo, outputs):
     except kgolden.KernelError as e:
         model, why = None, str(e)
     out = {
-        "geometry": {k: v for k, v in geo.__dict__.items()},
+        "geometry": asdict(geo),
         "block": res.label,
         "pe_modes": res.pe_modes,
         "memory_latency_cycles": LATENCY,
@@ -278,8 +280,10 @@ def _run_rtl(args, program, arrays, geo, outputs):
 
 
 def _rtl_failed(report, geo):
+    from dataclasses import asdict
+
     print(f"RTL core: the run FAILED\n{report}")
-    return {"geometry": dict(geo.__dict__), "outputs_equal": False, "failure": report}
+    return {"geometry": asdict(geo), "outputs_equal": False, "failure": report}
 
 
 def _kernel_error(e):
