@@ -2,11 +2,11 @@
 dtype conversion."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import enum, wiring
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import equals, span_mask
-from ncrtl.hdl.common.fsm import states
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.fp.convert import Fp32ToBf16, Fp32ToFp16
 from ncrtl.model.neuroncore.isa import Convert
@@ -18,26 +18,21 @@ from .tensor import elements
 __all__ = ["Evict"]
 
 
-class _Evict(enum.Enum, shape=3):
-    """Evict's states, in the order an element passes them."""
-
-    IDLE = 0
-    FETCH = 1
-    PSUM = 2
-    SBUF = 3
-    CONVERT = 4
-    PLACE = 5
-    WRITE = 6
-
-
 class Evict(wiring.Component):
-    """One :class:`~ncrtl.model.neuroncore.isa.CopyOp` at a time, element ``i`` of every
-    partition in its range per step: read (a PSUM slot row, or the SBUF word holding the
-    element, read once for all its elements), convert (``Convert``: the bytes as they are,
-    or FP32 rounded to nearest even to BF16 or FP16, :mod:`ncrtl.hdl.fp.convert`), and place
-    into the destination word, which is written (byte strobes: the partitions in range, the
-    bytes placed) when it is full or the copy ends.  ``queue.done`` strobes once the last
-    word is written.
+    """One :class:`~ncrtl.model.neuroncore.isa.CopyOp` at a time, an element of every partition
+    in its range per cycle in the steady state, in three stages:
+
+    * **read**: a PSUM row per element (its slot of every partition), or each SBUF word the
+      source spans once, at most two reads ahead of the consumer (a two-entry FIFO);
+    * **convert**: the element of every partition from the FIFO's head (``Convert``: the bytes
+      as they are, or FP32 rounded to nearest even to BF16 or FP16, :mod:`ncrtl.hdl.fp.convert`,
+      whose result is registered);
+    * **place**: into the destination word, which is written (byte strobes: the partitions in
+      range, the bytes placed) when it is full or the copy ends.  A write takes the SBUF port
+      before a read, and the next element waits while a word is being written (a cycle per
+      word).
+
+    ``queue.done`` strobes once the last word is written.
 
     Parameters
     ----------
@@ -67,32 +62,69 @@ class Evict(wiring.Component):
         geo = self.geo
         P, W = geo.partitions, geo.word_bytes
         wbits = (W - 1).bit_length()
+        bank_bits = (geo.psum_bank_bytes - 1).bit_length()
         op = Signal(copy_layout(geo))
-        i = Signal(len(op.n))
+        busy = Signal()
+        sreq, sresp = self.sbuf.req, self.sbuf.resp
+        preq, presp = self.psum.req, self.psum.resp
 
-        # byte positions of element i in its source and destination words
-        src_byte = Signal(len(op.src_addr) + len(op.n) + 2)
-        dst_byte = Signal(len(op.dst_addr) + len(op.n) + 2)
+        def byte_of(addr, index, code):
+            b = Signal(len(addr) + len(op.n) + 2)
+            m.d.comb += b.eq(addr + (index << code))
+            return b
+
+        def pos_of(byte, code):
+            return byte[:wbits] >> code if wbits else Const(0, 1)
+
+        # -- read: element ``ri`` (PSUM) or source word ``rw`` (SBUF), two reads ahead ---------
+        fifo = SyncFIFO(width=8 * W * P, depth=2)
+        m.submodules.source = fifo
+        ri = Signal(len(op.n) + 1)
+        r_byte = byte_of(op.src_addr, ri, op.src_esize)
+        rw = Signal(len(r_byte))  # the next SBUF word to read
+        last_word = Signal(len(r_byte))
+        m.d.comb += last_word.eq(byte_of(op.src_addr, op.n - 1, op.src_esize) >> wbits)
+        inflight = Signal(range(3))
+        room = fifo.level + inflight < 2
+        write_now = Signal()  # the SBUF port carries a write this cycle
+        issue_psum = busy & op.src_psum & (ri < op.n) & room
+        issue_sbuf = busy & ~op.src_psum & (rw <= last_word) & room & ~write_now
         m.d.comb += [
-            src_byte.eq(op.src_addr + (i << op.src_esize)),
-            dst_byte.eq(op.dst_addr + (i << op.dst_esize)),
+            preq.valid.eq(issue_psum),
+            preq.payload.we.eq(0),
+            preq.payload.mask.eq(0b11),
+            preq.payload.bank.eq(r_byte >> bank_bits),
+            preq.payload.row.eq(r_byte[2:bank_bits]),
         ]
-        src_word = src_byte >> wbits
-        dst_word = dst_byte >> wbits
-        src_pos = src_byte[:wbits] >> op.src_esize if wbits else Const(0, 1)
-        dst_pos = dst_byte[:wbits] >> op.dst_esize if wbits else Const(0, 1)
-        mask = Signal(P)
-        m.d.comb += mask.eq(span_mask(op.part, op.parts, P))
+        issued = Signal()
+        m.d.comb += issued.eq((preq.valid & preq.ready) | (issue_sbuf & sreq.ready))
+        with m.If(preq.valid & preq.ready):
+            m.d.sync += ri.eq(ri + 1)
+        with m.If(issue_sbuf & sreq.ready):
+            m.d.sync += rw.eq(rw + 1)
+        # responses into the FIFO (room was kept for every read in flight)
+        m.d.comb += [
+            presp.ready.eq(1),
+            sresp.ready.eq(1),
+            fifo.w_en.eq((presp.valid & op.src_psum) | (sresp.valid & ~op.src_psum)),
+            fifo.w_data.eq(Mux(op.src_psum, presp.payload, sresp.payload)),
+        ]
+        m.d.sync += inflight.eq(inflight + issued - fifo.w_en)
 
-        # the source element of every partition
-        held = Signal(8 * W * P)  # an SBUF word
-        held_word = Signal(len(src_word))
-        held_ok = Signal()
-        slot = Signal(32 * P)  # a PSUM row
-        sel = elements(m, held, P, W, src_pos, op.src_esize, "sbuf_elements")
-        values = [Mux(op.src_psum, slot[32 * p :][:32], sel[32 * p :][:32]) for p in range(P)]
-
-        # conversion: the converters register their result (latency 1)
+        # -- convert: element ``ci`` of the FIFO's head ----------------------------------------
+        ci = Signal(len(op.n) + 1)
+        c_byte = byte_of(op.src_addr, ci, op.src_esize)
+        c_pos = pos_of(c_byte, op.src_esize)
+        head = fifo.r_data
+        sel = elements(m, head, P, W, c_pos, op.src_esize, "sbuf_elements")
+        values = [Mux(op.src_psum, head[32 * p :][:32], sel[32 * p :][:32]) for p in range(P)]
+        blocked = Signal()  # a word is being written, or the placed element closes one
+        take = Signal()
+        m.d.comb += take.eq(busy & fifo.r_rdy & (ci < op.n) & ~blocked)
+        c_last_in_word = ((c_pos + 1) << op.src_esize) == W
+        with m.If(take):
+            m.d.sync += ci.eq(ci + 1)
+            m.d.comb += fifo.r_en.eq(op.src_psum | c_last_in_word | (ci + 1 == op.n))
         conv = []
         for p, v in enumerate(values):
             b = Fp32ToBf16()
@@ -112,13 +144,18 @@ class Evict(wiring.Component):
                     m.d.comb += out.eq(raw)
             conv.append(out)
 
-        # the destination word being filled
+        # -- place: the converted element (taken last cycle) into the destination word ------
+        pv = Signal()  # an element is in the converters' registers
+        pi = Signal(len(op.n) + 1)  # its index
+        m.d.sync += pv.eq(take)
+        with m.If(take):
+            m.d.sync += pi.eq(ci)
+        d_byte = byte_of(op.dst_addr, pi, op.dst_esize)
+        dst_pos = pos_of(d_byte, op.dst_esize)
         acc = Signal(8 * W * P)
         strobe = Signal(W)
+        codes = [c for c in (0, 1, 2) if W >= 1 << c]  # a larger code writes the widest
         placed = []
-        # destination element sizes the word holds (codes 0 to 2; a larger code writes the
-        # widest)
-        codes = [c for c in (0, 1, 2) if W >= 1 << c]
         for p in range(P):
             word = Signal(8 * W, name=f"placed{p}")
             with m.Switch(op.dst_esize):
@@ -138,73 +175,53 @@ class Evict(wiring.Component):
                 m.d.comb += shifted.eq(Const((1 << (1 << c)) - 1, W) << (dst_pos << c))
                 with m.Default() if c == codes[-1] else m.Case(c):
                     m.d.comb += new_strobe.eq(strobe | shifted)
-        last = i + 1 == op.n
-        full = ((dst_pos + 1) << op.dst_esize) == W
+        p_last = pi + 1 == op.n
+        closes = pv & ((((dst_pos + 1) << op.dst_esize) == W) | p_last)
 
-        sreq, sresp = self.sbuf.req, self.sbuf.resp
-        preq, presp = self.psum.req, self.psum.resp
-        m.d.comb += [
-            preq.payload.we.eq(0),
-            preq.payload.mask.eq(0b11),
-            preq.payload.bank.eq(src_byte >> (geo.psum_bank_bytes - 1).bit_length()),
-            preq.payload.row.eq(src_byte[2 : (geo.psum_bank_bytes - 1).bit_length()]),
-            sreq.payload.mask.eq(mask),
-        ]
-        state, at = states(m, _Evict, "evict")
-        with m.If(at[_Evict.IDLE]):
-            m.d.comb += self.queue.op.ready.eq(1)
-            with m.If(self.queue.op.valid):
+        # the word to write: held until the SBUF takes it
+        wpend = Signal()
+        wlast = Signal()
+        wword = Signal(len(d_byte))
+        wdata = Signal(8 * W * P)
+        wstrobe = Signal(W)
+        m.d.comb += blocked.eq(wpend | closes)
+        with m.If(pv):
+            with m.If(closes):
                 m.d.sync += [
-                    op.eq(self.queue.op.payload),
-                    i.eq(0),
-                    held_ok.eq(0),
+                    wpend.eq(1),
+                    wlast.eq(p_last),
+                    wword.eq(d_byte >> wbits),
+                    wdata.eq(Cat(*placed)),
+                    wstrobe.eq(new_strobe),
                     acc.eq(0),
                     strobe.eq(0),
                 ]
-                m.d.sync += state.eq(_Evict.FETCH)
-        with m.If(at[_Evict.FETCH]):
-            with m.If(op.src_psum):
-                m.d.comb += preq.valid.eq(1)
-                with m.If(preq.ready):
-                    m.d.sync += state.eq(_Evict.PSUM)
-            with m.Elif(held_ok & (held_word == src_word)):
-                m.d.sync += state.eq(_Evict.CONVERT)
             with m.Else():
-                m.d.comb += [sreq.valid.eq(1), sreq.payload.word.eq(src_word)]
-                with m.If(sreq.ready):
-                    m.d.sync += state.eq(_Evict.SBUF)
-        with m.If(at[_Evict.PSUM]):
-            m.d.comb += presp.ready.eq(1)
-            with m.If(presp.valid):
-                m.d.sync += slot.eq(presp.payload)
-                m.d.sync += state.eq(_Evict.CONVERT)
-        with m.If(at[_Evict.SBUF]):
-            m.d.comb += sresp.ready.eq(1)
-            with m.If(sresp.valid):
-                m.d.sync += [held.eq(sresp.payload), held_word.eq(src_word), held_ok.eq(1)]
-                m.d.sync += state.eq(_Evict.CONVERT)
-        with m.If(at[_Evict.CONVERT]):  # the converters' register
-            m.d.sync += state.eq(_Evict.PLACE)
-        with m.If(at[_Evict.PLACE]):
-            m.d.sync += [acc.eq(Cat(*placed)), strobe.eq(new_strobe)]
-            with m.If(full | last):
-                m.d.sync += state.eq(_Evict.WRITE)
-            with m.Else():
-                m.d.sync += i.eq(i + 1)
-                m.d.sync += state.eq(_Evict.FETCH)
-        with m.If(at[_Evict.WRITE]):
-            m.d.comb += [
-                sreq.valid.eq(1),
-                sreq.payload.write.eq(1),
-                sreq.payload.word.eq(dst_word),
-                sreq.payload.data.eq(acc),
-                sreq.payload.strobe.eq(strobe),
+                m.d.sync += [acc.eq(Cat(*placed)), strobe.eq(new_strobe)]
+        m.d.comb += [
+            write_now.eq(wpend),
+            sreq.valid.eq(wpend | issue_sbuf),
+            sreq.payload.write.eq(wpend),
+            sreq.payload.word.eq(Mux(wpend, wword, rw)),
+            sreq.payload.data.eq(wdata),
+            sreq.payload.strobe.eq(wstrobe),
+            sreq.payload.mask.eq(span_mask(op.part, op.parts, P)),
+        ]
+        with m.If(wpend & sreq.ready):
+            m.d.sync += wpend.eq(0)
+            with m.If(wlast):
+                m.d.comb += self.queue.done.eq(1)
+                m.d.sync += busy.eq(0)
+
+        # -- the next operation once this one is written ---------------------------------------
+        m.d.comb += self.queue.op.ready.eq(~busy)
+        with m.If(self.queue.op.valid & ~busy):
+            nxt = self.queue.op.payload
+            m.d.sync += [
+                op.eq(nxt),
+                busy.eq(1),
+                ri.eq(0),
+                ci.eq(0),
+                rw.eq(nxt.src_addr >> wbits),
             ]
-            with m.If(sreq.ready):
-                m.d.sync += [acc.eq(0), strobe.eq(0), i.eq(i + 1)]
-                with m.If(last):
-                    m.d.comb += self.queue.done.eq(1)
-                    m.d.sync += state.eq(_Evict.IDLE)
-                with m.Else():
-                    m.d.sync += state.eq(_Evict.FETCH)
         return m
