@@ -33,7 +33,7 @@ from .ports import ErrorStrobe
 from .queue import EngineQueue
 from .tensor import TensorFeed
 
-__all__ = ["NeuronCore", "ErrorSource"]
+__all__ = ["NeuronCore", "ErrorSource", "core_signature"]
 
 
 class ErrorSource:
@@ -43,6 +43,19 @@ class ErrorSource:
     PSUM = 2  #: PSUM rejected a write or a request
     QUEUE = 3  #: a queue dropped a wait on a semaphore the core lacks
     DGE = 4  #: a descriptor generator refused a transfer
+
+
+def core_signature(geo):
+    """The :class:`NeuronCore`'s ports at geometry ``geo`` (its Interface), without building
+    the core: what a testbench derives its drivers from."""
+    layouts = op_layouts(geo)
+    streams = geo.streams()
+    members = {f"q_{s}": In(stream.Signature(queue_layout(layouts[s]))) for s in streams}
+    for k in range(geo.dma_engines):
+        members[f"axi{k}"] = Out(AxiManager(geo.word_bytes, dma_widths(geo).addr_bits))
+    members["sem"] = Out(data.ArrayLayout(COUNT_BITS, len(streams)))
+    members["error"] = Out(ErrorStrobe(8))
+    return wiring.Signature(members)
 
 
 class NeuronCore(wiring.Component):
@@ -111,14 +124,7 @@ class NeuronCore(wiring.Component):
             2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
         )
         self.queues = {s: EngineQueue(self.layouts[s], len(self.streams)) for s in self.streams}
-        members = {
-            f"q_{s}": In(stream.Signature(queue_layout(self.layouts[s]))) for s in self.streams
-        }
-        for k in range(geo.dma_engines):
-            members[f"axi{k}"] = Out(AxiManager(geo.word_bytes, dma_widths(geo).addr_bits))
-        members["sem"] = Out(data.ArrayLayout(COUNT_BITS, len(self.streams)))
-        members["error"] = Out(ErrorStrobe(8))
-        super().__init__(members)
+        super().__init__(core_signature(geo))
 
     def queue_port(self, name):
         return getattr(self, f"q_{name}")

@@ -21,14 +21,16 @@ import os
 
 import cocotb
 import numpy as np
-from amaranth.lib import data
+from amaranth.lib import data, stream
+from amaranth.lib.wiring import In
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from ncrtl.hdl.neuroncore.isa import dma_widths, pack
-from ncrtl.hdl.neuroncore.top import ErrorSource
+from ncrtl.hdl.common.axi import AxiManager
+from ncrtl.hdl.neuroncore.isa import pack
+from ncrtl.hdl.neuroncore.top import ErrorSource, core_signature
 from ncrtl.model.kernel import golden
-from ncrtl.model.neuroncore.isa import COUNT_BITS, encode
+from ncrtl.model.neuroncore.isa import encode
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.memory import AxiMemory
 from ncrtl.testbench.neuroncore import jobs
@@ -50,27 +52,32 @@ class CoreTB:
         dut.rst.value = 1
         clk, rst = dut.clk, dut.rst
         self.streams = geo.streams()
-        self.queues = {
-            s: StreamSource(
-                StreamBus.from_prefix(dut, f"q_{s}"), clk, rst, stall=stall, seed=seed + i
-            )
-            for i, s in enumerate(self.streams)
-        }
+        # the drivers from the core's signature: a stream source per queue port, a memory
+        # model per AXI4 manager port
+        members = core_signature(geo).members
+        self.queues, self.mems = {}, []
         self.hbm = np.zeros(geo.hbm_bytes, np.uint8)
-        self.mems = [
-            AxiMemory(
-                dut,
-                f"axi{k}",
-                self.hbm,
-                data_bytes=geo.word_bytes,
-                addr_bits=dma_widths(geo).addr_bits,
-                latency=latency,
-                stall=stall,
-                seed=seed + 100 + 8 * k,
-            )
-            for k in range(geo.dma_engines)
-        ]
-        self.sem_layout = data.ArrayLayout(COUNT_BITS, len(self.streams))
+        for i, (name, member) in enumerate(members.items()):
+            sig = member.signature if member.is_signature else None
+            if isinstance(sig, stream.Signature) and member.flow == In:
+                bus = StreamBus.from_prefix(dut, name)
+                self.queues[name[2:]] = StreamSource(bus, clk, rst, stall=stall, seed=seed + i)
+            elif isinstance(sig, AxiManager):
+                self.mems.append(
+                    AxiMemory(
+                        dut,
+                        name,
+                        self.hbm,
+                        data_bytes=sig.data_bytes,
+                        addr_bits=sig.addr_bits,
+                        id_bits=sig.id_bits,
+                        latency=latency,
+                        stall=stall,
+                        seed=seed + 100 + 8 * i,
+                    )
+                )
+        assert set(self.queues) == set(self.streams) and len(self.mems) == geo.dma_engines
+        self.sem_layout = members["sem"].shape
 
     def counts(self):
         return [int(c) for c in data.Const(self.sem_layout, int(self.dut.sem.value))]
