@@ -238,3 +238,21 @@ def test_a_failed_rtl_run_writes_nothing(monkeypatch, tmp_path, capsys):
     assert main(argv + _param_flags(params)) == 1
     assert not out.exists()
     assert "the run FAILED" in capsys.readouterr().out
+
+
+def test_examples_scale_to_a_core_or_say_they_do_not():
+    """``Example.arrays``: a scaling example's inputs follow the core's partitions and PSUM bank
+    row; one written for 128 partitions is refused, naming the example and the core."""
+    from ncrtl.kernels import EXAMPLES
+
+    rng = np.random.default_rng(0)
+    a, b = EXAMPLES["matmul_tiled"].arrays(rng, SMALL.core())
+    assert a.shape == (16, 16) and b.shape == (16, 64)
+    assert [x.shape for x in EXAMPLES["matmul_basic"].arrays(rng)] == [(128, 64), (128, 512)]
+    with pytest.raises(ValueError, match="matmul_fully_optimized is written for 128 partitions"):
+        EXAMPLES["matmul_fully_optimized"].arrays(rng, SMALL.core())
+
+
+def test_bench_neuroncore_size_is_checked(capsys):
+    assert main(["bench", "--only", "neuroncore", "--nc-size", "16"]) == 2
+    assert "--nc-size 16 must be 8 or 128" in capsys.readouterr().err
