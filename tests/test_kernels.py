@@ -18,6 +18,7 @@ from ncrtl.model.kernel.stream import Instruction, Program
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine import matmul_bits
 from ncrtl.model.tensor_engine import timing as te_timing
+from tests.kernel_lines import kernel_line
 
 HERE = os.path.dirname(__file__)
 BAD = os.path.join(HERE, "kernels", "bad.py")
@@ -25,11 +26,7 @@ QUICK = [n for n in EXAMPLES if n != "matmul_fully_optimized"]
 
 
 def _line(tag):
-    with open(BAD) as f:
-        for i, line in enumerate(f, 1):
-            if f"# LINE {tag}" in line:
-                return f"{BAD}:{i}"
-    raise AssertionError(tag)
+    return kernel_line(BAD, tag)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from ncrtl.model.kernel import golden
 from ncrtl.model.neuroncore import CopyOp, DmaOp, Geometry, MatmulOp, Unsupported, Wait, encode
 from ncrtl.nki.kernel import trace
 from ncrtl.testbench.conformance import run_block
+from tests.kernel_lines import kernel_line
 
 HERE = os.path.dirname(__file__)
 RTL = os.path.join(HERE, "kernels", "rtl.py")
@@ -33,11 +34,7 @@ def _bf16(rng, *shape):
 
 
 def _line(tag):
-    with open(RTL) as f:
-        for i, line in enumerate(f, 1):
-            if f"# LINE {tag}" in line:
-                return f"{RTL}:{i}"
-    raise AssertionError(tag)
+    return kernel_line(RTL, tag)
 
 
 def test_matmul_streams_become_queue_entries():

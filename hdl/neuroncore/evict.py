@@ -13,7 +13,7 @@ from ncrtl.model.neuroncore.isa import Convert
 
 from .isa import copy_layout
 from .ports import InstrQueue, PsumPort, SbufPort
-from .tensor import elements
+from .tensor import element_codes, elements
 
 __all__ = ["Evict"]
 
@@ -154,7 +154,7 @@ class Evict(wiring.Component):
         dst_pos = pos_of(d_byte, op.dst_esize)
         acc = Signal(8 * W * P)
         strobe = Signal(W)
-        codes = [c for c in (0, 1, 2) if W >= 1 << c]  # a larger code writes the widest
+        codes = element_codes(W)  # a larger code writes the widest
         placed = []
         for p in range(P):
             word = Signal(8 * W, name=f"placed{p}")

@@ -16,13 +16,13 @@ from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 from .isa import matmul_layout
 from .ports import InstrQueue, SbufPort
 
-__all__ = ["TensorFeed", "LANE_BITS"]
+__all__ = ["TensorFeed", "LANE_BITS", "elements", "element_codes"]
 
 #: A Tensor Engine lane word: the element's container (up to 32 bits) and an MX scale.
 LANE_BITS = 40
 
 
-def _codes(width):
+def element_codes(width):
     """Element size codes (``1 << code`` bytes, 0 to 2) a ``width``-byte word holds."""
     return [c for c in (0, 1, 2) if width >= 1 << c]
 
@@ -36,7 +36,7 @@ def elements(m, words, lanes, width, pos, code, name):
     across the lanes: a multiplexer per lane bit, no shifter per lane (a 128-lane shifter of
     the whole word is what made the full-size core too large to generate)."""
     out = Signal(32 * lanes, name=name)
-    codes = _codes(width)
+    codes = element_codes(width)
     with m.Switch(code):
         for c in codes:
             w = 8 << c
@@ -149,8 +149,14 @@ class TensorFeed(wiring.Component):
         s_off = op.s_addr[:wbits] if wbits else Const(0, 1)
         m_off = op.m_addr[:wbits] if wbits else Const(0, 1)
 
-        def nwords(off, count, code):
-            return (off + (count << code) + (W - 1)) >> wbits
+        def read_window(addr, off, count, code):
+            """The reads of ``count`` elements of ``1 << code`` bytes from byte ``addr``
+            (``off`` its byte in the word): the words they span, from the first."""
+            return [
+                rd_base.eq(addr >> wbits),
+                rd_count.eq((off + (count << code) + (W - 1)) >> wbits),
+                rd_i.eq(0),
+            ]
 
         # -- the stationary tile in column registers and the LoadStationary beats -----------
         # ``scol[c]``: PE column c's element of every row (32 bits per row).  The SBUF words
@@ -162,7 +168,7 @@ class TensorFeed(wiring.Component):
         # the first and after the last) shifted by ``d mod W`` bytes, at index ``j - 1 -
         # floor(d / W)`` for the pair ending with read word j.  Each column then takes a
         # fixed slice of the aligned word of its index: no multiplexer over the tile's bytes.
-        codes = _codes(W)
+        codes = element_codes(W)
         scol = [Signal(32 * R, name=f"scol{c}") for c in range(geo.cols)]
         prev = Signal(8 * W * R)  # the previous read word of every PE row's partition
         flush = Signal()  # the pair after the last read word
@@ -270,12 +276,7 @@ class TensorFeed(wiring.Component):
         with m.If(at[_Feed.LS_WORD]):
             m.d.comb += [self.te_instr.payload.eq(ls), self.te_instr.valid.eq(1)]
             with m.If(self.te_instr.ready):
-                m.d.sync += [
-                    rd_base.eq(op.s_addr >> wbits),
-                    rd_count.eq(nwords(s_off, ls.m, op.s_esize)),
-                    rd_i.eq(0),
-                    got.eq(0),
-                ]
+                m.d.sync += read_window(op.s_addr, s_off, ls.m, op.s_esize) + [got.eq(0)]
                 m.d.sync += state.eq(_Feed.S_READ)
         with m.If(at[_Feed.S_READ]):
             m.d.comb += [rd_open.eq(1), resp.ready.eq(1)]
@@ -296,10 +297,7 @@ class TensorFeed(wiring.Component):
         with m.If(at[_Feed.MM_WORD]):
             m.d.comb += [self.te_instr.payload.eq(mm), self.te_instr.valid.eq(1)]
             with m.If(self.te_instr.ready):
-                m.d.sync += [
-                    rd_base.eq(op.m_addr >> wbits),
-                    rd_count.eq(nwords(m_off, mm.n, op.m_esize)),
-                    rd_i.eq(0),
+                m.d.sync += read_window(op.m_addr, m_off, mm.n, op.m_esize) + [
                     n.eq(0),
                     mpos.eq(m_off >> op.m_esize),
                 ]
