@@ -13,6 +13,7 @@ Verilog is emitted with ``emit_src=False``, so the text (and the simulation buil
 changes only when the hardware does.
 """
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from amaranth.hdl import Shape
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-__all__ = ["Cell", "LINT_CONFIG", "convert", "flat_module", "blackbox_module"]
+__all__ = ["Cell", "LINT_CONFIG", "convert", "flat_module", "blackbox_module", "loop_memory_inits"]
 
 #: The Verilator configuration file with the lint waivers of the Verilog :func:`convert` emits
 #: (each waiver and its reason: docs/hdl_fp.md, "Lint waivers").
@@ -101,7 +102,47 @@ def convert(design, name, *, synthesis=False, blackbox: Iterable[str] = ()):
         else:
             parts.append(_verilog.convert(component, name=cell.name, emit_src=False))
     parts.append(_verilog.convert(design, name=name, emit_src=False))
-    return "".join(parts)
+    return loop_memory_inits("".join(parts))
+
+
+_INIT_BLOCK = re.compile(
+    r"^(?P<indent>[ ]*)initial begin\n(?P<body>(?:[ ]*\\?[\w$.]+ ?\[\d+\] = [^;\n]+;\n)+)"
+    r"(?P=indent)end\n",
+    re.MULTILINE,
+)
+_INIT_LINE = re.compile(r"^[ ]*(?P<mem>\\?[\w$.]+ ?)\[(?P<index>\d+)\] = (?P<value>[^;\n]+);$")
+
+
+def loop_memory_inits(text):
+    """``text`` with every memory initialization that sets words ``0 .. n-1`` to one value
+    written as a loop.
+
+    Yosys writes a memory's initial contents a word per line; a partition memory of 14,336
+    words placed 128 times is then 1.8 million statements, which Verilator holds in memory
+    (over 20 GB) before it finds them equal.  A loop is the same contents in four lines."""
+
+    def fold(match):
+        lines = [_INIT_LINE.match(line) for line in match["body"].splitlines()]
+        if any(line is None for line in lines):
+            return match[0]
+        mems = {line["mem"] for line in lines}
+        values = {line["value"] for line in lines}
+        indices = [int(line["index"]) for line in lines]
+        if len(mems) != 1 or len(values) != 1 or indices != list(range(len(lines))):
+            return match[0]
+        if len(lines) < 16:
+            return match[0]
+        mem, value, ind = mems.pop(), values.pop(), match["indent"]
+        var = "init_word_" + re.sub(r"\W", "_", mem.strip()).strip("_")
+        return (
+            f"{ind}integer {var};\n"
+            f"{ind}initial begin\n"
+            f"{ind}  for ({var} = 0; {var} < {len(lines)}; {var} = {var} + 1)\n"
+            f"{ind}    {mem}[{var}] = {value};\n"
+            f"{ind}end\n"
+        )
+
+    return _INIT_BLOCK.sub(fold, text)
 
 
 def flat_module(component, name):

