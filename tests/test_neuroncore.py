@@ -253,3 +253,28 @@ def test_examples_scale_to_a_core_or_say_they_do_not():
 def test_bench_neuroncore_size_is_checked(capsys):
     assert main(["bench", "--only", "neuroncore", "--nc-size", "16"]) == 2
     assert "--nc-size 16 must be 8 or 128" in capsys.readouterr().err
+
+
+def test_timing_at_rtl_has_the_descriptor_generators_of_the_rtl():
+    """The timing model at the RTL's figures puts the RTL's two descriptor generators in
+    front of the DMA engines: transfers on one generator start at least ``DGE_CYCLES`` + parts
+    + 1 cycles apart, and none completes sooner than ``DGE_CYCLES`` after it starts; the
+    default model (the real core's figures) has no such stage."""
+    from ncrtl.model.dma.dge import DGE_CYCLES
+    from ncrtl.model.kernel import timing
+    from ncrtl.model.neuroncore.timing import DGES, rtl_params, simulate_at_rtl
+    from ncrtl.testbench.neuroncore import jobs
+
+    assert timing.Params().dge is None
+    assert rtl_params(SMALL, 8).dge == timing.DgeStage(DGE_CYCLES, DGES, SMALL.dma_inflight)
+    job = jobs.example_job("matmul_tiled", SMALL, np.random.default_rng(0))
+    rep = simulate_at_rtl(job.program, SMALL, 8)
+    starts = {g: [] for g in range(DGES)}
+    for name, records in rep.records.items():
+        if name.startswith("dma"):
+            for r in records:
+                starts[int(name[3:]) % DGES].append(rep.core.ns(r.start))
+                assert rep.core.ns(r.done - r.start) >= DGE_CYCLES
+    assert all(len(s) > 1 for s in starts.values())
+    for s in starts.values():
+        assert np.diff(sorted(s)).min() >= DGE_CYCLES + 2

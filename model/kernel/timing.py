@@ -44,7 +44,7 @@ from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine.timing import DOCUMENTED, Sequencer
 
-__all__ = ["simulate", "Report", "Params", "FIXED_LATENCY", "DMA_WORD_BYTES"]
+__all__ = ["simulate", "Report", "Params", "DgeStage", "FIXED_LATENCY", "DMA_WORD_BYTES"]
 
 #: Cycles from the end of a Vector / Scalar / GpSimd instruction's occupancy to its completion.
 FIXED_LATENCY = 100
@@ -55,12 +55,29 @@ DMA_OVERHEAD = 1820
 
 
 @dataclass(frozen=True)
+class DgeStage:
+    """Descriptor generators in front of the DMA engines, as the RTL core has them
+    (``ncrtl.hdl.neuroncore.dma.DmaIssue`` on ``ncrtl.hdl.dma.dge.Dge``): stream ``dma{q}``
+    issues to generator ``q % count``, which takes one transfer at a time (its first part
+    ``cycles`` DMA cycles after it takes it, a part per cycle, the next transfer
+    ``cycles + parts + 1`` cycles after; :meth:`ncrtl.model.dma.dge.DgeTiming.schedule`); a
+    stream keeps ``in_flight`` transfers issued and not complete.  Without it (the default) a
+    transfer's issue cost is part of the DMA engines' fixed overhead."""
+
+    cycles: int
+    count: int = 2
+    in_flight: int = 4
+
+
+@dataclass(frozen=True)
 class Params:
-    """The timing model's parameters: the Tensor Engine's rules, the DMA engines' timing."""
+    """The timing model's parameters: the Tensor Engine's rules, the DMA engines' timing, the
+    descriptor generators (:class:`DgeStage`; none by default)."""
 
     te_rules: object = DOCUMENTED
     dma: EngineTiming = EngineTiming(word_bytes=DMA_WORD_BYTES, overhead=DMA_OVERHEAD)
     fixed_latency: int = FIXED_LATENCY
+    dge: DgeStage | None = None
 
     @property
     def dma_latency(self):
@@ -204,11 +221,15 @@ class _Stream:
         "busy",
         "core",
         "local",
+        "issued",
+        "pending",
     )
 
     def __init__(self, name, instrs, clock):
         self.name, self.instrs, self.clock = name, instrs, clock
         self.pos = 0
+        self.issued = 0  # with a DgeStage: transfers issued (``pos``: completed)
+        self.pending = []  # with a DgeStage: issued transfers, oldest first
         self.sem = Semaphore(name)
         self.free = 0  # tick the engine can take its next instruction
         self.last_done = 0
@@ -351,6 +372,8 @@ def simulate(program, *, params=None, trace=False):
         for _ in programs
     ]
     pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
+    dge = params.dge
+    dge_free = [[0] * (dge.count if dge else 0) for _ in programs]
     v2 = core.name == "v2"
     # Per core: the SBUF bus VectorE (in its performance mode; on v2, always) shares with
     # GpSimdE, and each PSUM bank VectorE and ScalarE share (on v2, PSUM as one).
@@ -483,21 +506,70 @@ def simulate(program, *, params=None, trace=False):
             work, cap = dma_work(i)
             ev.at(start, pools[c].submit, work, cap, lambda c=c: one_moved(c))
 
-    def advance(s):
+    def waits_met(s, ins, again):
+        """``(ready, blocker)`` of ``ins``, or ``None`` with ``again`` called once they are."""
         c = s.core
+        for w, k in ins.waits:
+            sem = streams[key(c, w)].sem
+            if sem.count < k:
+                sem.wait(k, again, ins.seq)
+                return None
+        ready = 0
+        blocker = None
+        for w, k in ins.waits:
+            t = streams[key(c, w)].sem.reached_at(k)
+            if t > ready:
+                ready, blocker = t, (key(c, w), k - 1)
+        return ready, blocker
+
+    def issue_dge(s):
+        """A DMA stream's transfers through the descriptor generators (:class:`DgeStage`):
+        issued in order while the stream has a slot and its generator is free, moved on the
+        engines from the first part's cycle, completed in order."""
+        c, period = s.core, s.clock.period
+        g = int(s.local[3:]) % dge.count
+        while s.issued < len(s.instrs) and s.issued - s.pos < dge.in_flight:
+            ins = s.instrs[s.issued]
+            met = waits_met(s, ins, lambda s=s: issue_dge(s))
+            if met is None:
+                return
+            ready, blocker = met
+            if ins.op == "sendrecv":
+                raise KernelError(f"{ins.line}: {ins.call}: no descriptor generator path")
+            t0 = max(ready, ev.now, dge_free[c][g])
+            if t0 > ev.now:
+                ev.at(t0, issue_dge, s)
+                return
+            work, cap = dma_work(ins)
+            dge_free[c][g] = t0 + (dge.cycles + cap + 1) * period
+            waited = max(0, ready - s.free) if blocker else 0
+            entry = [ins, ready, t0, None, waited, blocker]
+            s.pending.append(entry)
+            s.issued += 1
+            s.free = t0 + period
+
+            def moved(s=s, entry=entry):
+                entry[3] = ev.now
+                while s.pending and s.pending[0][3] is not None:
+                    i, r, start, end, w, b = s.pending.pop(0)
+                    done = max(end + params.dma_latency * period, s.last_done)
+                    finish(s, i, r, start, end, done, w, b)
+                    s.free = max(s.free, start + period)
+                issue_dge(s)
+
+            ev.at(t0 + dge.cycles * period, pools[c].submit, work, cap, moved)
+
+    def advance(s):
+        if dge is not None and s.local.startswith("dma"):
+            issue_dge(s)
+            return
         while s.pos < len(s.instrs):
             ins = s.instrs[s.pos]
-            for w, k in ins.waits:
-                sem = streams[key(c, w)].sem
-                if sem.count < k:
-                    sem.wait(k, lambda s=s: advance(s), ins.seq)
-                    return
-            ready = 0
-            blocker = None
-            for w, k in ins.waits:
-                t = streams[key(c, w)].sem.reached_at(k)
-                if t > ready:
-                    ready, blocker = t, (key(c, w), k - 1)
+            met = waits_met(s, ins, lambda s=s: advance(s))
+            if met is None:
+                return
+            ready, blocker = met
+            c = s.core
             could = s.free
             waited = max(0, ready - could) if blocker else 0
             if ins.op == "sendrecv":

@@ -2,12 +2,12 @@
 its cycles compare with the RTL's (``ncrtl run --rtl``; docs/kernels.md, "The timing model
 against the RTL core").
 
-The RTL core runs every engine on one clock, its per-transfer DMA cost is its descriptor
-generators' latency (``ncrtl.hdl.dma.dge.Dge``; the DMA engines themselves have none) and its
-device memory answers after the testbench memory model's latency.  The timing model is run
-with the same: one clock of :data:`RTL_MHZ` for every engine (a cycle is a nanosecond), the DMA
-timing of the RTL's data word, reads in flight and memory latency, and the descriptor
-generators' latency as the fixed per-transfer cost.  What still differs
+The RTL core runs every engine on one clock, its per-transfer DMA cost is its two descriptor
+generators (``ncrtl.hdl.dma.dge.Dge``, one transfer at a time each; the DMA engines themselves
+have none) and its device memory answers after the testbench memory model's latency.  The
+timing model is run with the same: one clock of :data:`RTL_MHZ` for every engine (a cycle is a
+nanosecond), the DMA timing of the RTL's data word, reads in flight and memory latency, and
+the descriptor generators as a stage in front of the DMA engines.  What still differs
 is what the timing model approximates or what the RTL does not do yet; docs/kernels.md lists
 each with its measured size.
 """
@@ -20,7 +20,10 @@ from ncrtl.model.dma.dge import DGE_CYCLES
 from ncrtl.model.dma.timing import EngineTiming
 from ncrtl.model.kernel import timing
 
-__all__ = ["RTL_MHZ", "rtl_params", "simulate_at_rtl"]
+__all__ = ["RTL_MHZ", "DGES", "rtl_params", "simulate_at_rtl"]
+
+#: Descriptor generators of a core (``ncrtl.hdl.dma.core.DGES``, seed 000: two).
+DGES = 2
 
 #: The one clock of the RTL core, as the timing model's engine clocks: a cycle is 1 ns.
 RTL_MHZ = 1000
@@ -29,17 +32,19 @@ RTL_MHZ = 1000
 def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES):
     """The timing model's :class:`~ncrtl.model.kernel.timing.Params` at the RTL core's DMA
     figures: ``geo.word_bytes`` data words, ``outstanding`` reads in flight, a device memory
-    of ``latency`` cycles, and as the per-transfer cost the descriptor generators' latency
-    (``dge_cycles`` to the first part, one more cycle per DMA engine: the RTL's DMA engines
-    themselves have none)."""
+    of ``latency`` cycles, no fixed per-transfer overhead (the RTL's DMA engines have none),
+    and the RTL's two descriptor generators in front of the engines
+    (:class:`~ncrtl.model.kernel.timing.DgeStage`: ``dge_cycles`` to a transfer's first part,
+    one transfer at a time each, ``geo.dma_inflight`` transfers per queue)."""
     dma = EngineTiming(
         word_bytes=geo.word_bytes,
-        overhead=dge_cycles + geo.dma_engines,
+        overhead=0,
         outstanding=outstanding,
         read_latency=latency,
         write_latency=latency,
     )
-    return timing.Params(dma=dma)
+    dge = timing.DgeStage(cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight)
+    return timing.Params(dma=dma, dge=dge)
 
 
 def simulate_at_rtl(program, geo, latency, *, trace=False):
