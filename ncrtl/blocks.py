@@ -1308,15 +1308,16 @@ def _make_neuroncore(
 
 
 def _neuroncore_parts(pe_modes="all", **hw):
-    """The core's own units (queues, TensorFeed, Evict, DmaIssue, SBUF arbiter): what its
-    synthesis check covers; the Tensor Engine, PSUM, DMA engines, DGEs and SBUF have their own
-    checks, and Yosys takes over half an hour on the whole flattened 8-partition core."""
-    from ncrtl.hdl.neuroncore.arbiter import SbufArbiter
+    """The core's own units (queues, TensorFeed, Evict, DmaIssue, the SBUF's engine ports):
+    what its synthesis check covers; the Tensor Engine, PSUM, DMA engines, DGEs and SBUF have
+    their own checks, and Yosys takes over half an hour on the whole flattened 8-partition
+    core."""
     from ncrtl.hdl.neuroncore.dma import DmaIssue
     from ncrtl.hdl.neuroncore.evict import Evict
     from ncrtl.hdl.neuroncore.isa import op_layouts
     from ncrtl.hdl.neuroncore.queue import EngineQueue
     from ncrtl.hdl.neuroncore.tensor import TensorFeed
+    from ncrtl.hdl.sbuf.engines import EnginePorts
 
     geo = neuroncore_geometry(hw)
     layouts = op_layouts(geo)
@@ -1324,7 +1325,7 @@ def _neuroncore_parts(pe_modes="all", **hw):
         "neuroncore_feed": TensorFeed(geo),
         "neuroncore_evict": Evict(geo),
         "neuroncore_issue": DmaIssue(geo),
-        "neuroncore_arbiter": SbufArbiter(
+        "neuroncore_engine_ports": EnginePorts(
             2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
         ),
     }

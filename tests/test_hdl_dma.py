@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from ncrtl.hdl.common.axi import sim_memory
 from ncrtl.hdl.dma.agu import AddressGenerator
-from ncrtl.hdl.dma.sbuf import sim_load, sim_read
+from ncrtl.hdl.sbuf.memory import sim_load, sim_read
 from ncrtl.model.dma import Side, Space
 from ncrtl.model.dma.agu import command_fields, pattern_bounds, runs
 from ncrtl.model.dma.timing import EngineTiming, transfer_cycles
@@ -177,12 +177,12 @@ def test_address_generator_matches_the_golden_runs(word_bytes):
 def test_sbuf_ports_arbitration_and_data_cycle_for_cycle():
     """Both SBUF ports with random requests (DMA reads, writes and FP32 / BF16 read-add-writes,
     often on the word just accessed), idle cycles and response backpressure: every grant as
-    :class:`~ncrtl.model.dma.sbuf.SbufArbiter` decides it, every read returning the bytes the
+    :class:`~ncrtl.model.sbuf.memory.SbufArbiter` decides it, every read returning the bytes the
     golden memory holds at its grant (read-add-write sums written ``ADD_LATENCY`` cycles after
     theirs), nothing lost or duplicated, and a conflicting DMA request granted within
     ``dma_wait + 1`` cycles of the cycles it could be."""
-    from ncrtl.hdl.dma.sbuf import Sbuf
-    from ncrtl.model.dma.sbuf import ADD_LATENCY, Access, SbufArbiter, SbufMemory
+    from ncrtl.hdl.sbuf.memory import Sbuf
+    from ncrtl.model.sbuf.memory import ADD_LATENCY, Access, SbufArbiter, SbufMemory
 
     parts, pbytes, wb, wait = 4, 64, 4, 3
     dut = Sbuf(parts, pbytes, wb, dma_wait=wait)
@@ -440,7 +440,7 @@ class _EngineWithSbuf:
 
         from ncrtl.hdl.dma.check import Widths
         from ncrtl.hdl.dma.engine import DmaEngine
-        from ncrtl.hdl.dma.sbuf import Sbuf
+        from ncrtl.hdl.sbuf.memory import Sbuf
 
         self.engine = DmaEngine(
             word_bytes,

@@ -26,7 +26,7 @@ def _run(engines, seed, stall, n=8):
     from amaranth.sim import Simulator
 
     from ncrtl.hdl.common.axi import sim_memory
-    from ncrtl.hdl.dma.sbuf import sim_load, sim_read
+    from ncrtl.hdl.sbuf.memory import sim_load, sim_read
 
     rng = np.random.default_rng(seed)
     dut, mem = _core(engines, rng)
@@ -161,7 +161,7 @@ def _timed(engines, seed, n=6, depth=2):
     from amaranth.sim import Simulator
 
     from ncrtl.hdl.common.axi import sim_memory
-    from ncrtl.hdl.dma.sbuf import sim_load
+    from ncrtl.hdl.sbuf.memory import sim_load
 
     rng = np.random.default_rng(seed)
     dut, mem = _core(engines, rng, depth)

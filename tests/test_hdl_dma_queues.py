@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 from ncrtl.hdl.common.axi import sim_memory
 from ncrtl.hdl.dma.check import Widths
 from ncrtl.hdl.dma.queues import DmaQueues
-from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
+from ncrtl.hdl.sbuf.memory import Sbuf, sim_load, sim_read
 from ncrtl.model.dma import Geometry, execute
 from ncrtl.model.dma.isa import encode
 from ncrtl.model.dma.qos import CLASSES, PortArbiter, slot_table

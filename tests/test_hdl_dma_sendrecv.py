@@ -19,7 +19,7 @@ def _run(seed, stall, n_pairs=15, broken=0.3):
     from amaranth.lib import wiring
     from amaranth.sim import Simulator
 
-    from ncrtl.hdl.dma.sbuf import Sbuf, sim_load, sim_read
+    from ncrtl.hdl.sbuf.memory import Sbuf, sim_load, sim_read
 
     rng = np.random.default_rng(seed)
     programs = sendrecv_program(rng, P, B, PIPES, DEPTH, n_pairs, broken=broken, slot=SLOT)

@@ -64,7 +64,7 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
     ``numpy.random.Generator``).  Responses carry their address's id."""
     import numpy as np
 
-    from ncrtl.model.dma.sbuf import write_strobed
+    from ncrtl.model.sbuf.memory import write_strobed
 
     rng = rng if rng is not None else np.random.default_rng(0)
     wb = data_bytes

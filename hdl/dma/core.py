@@ -8,13 +8,13 @@ from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.axi import AxiManager
 from ncrtl.hdl.common.bits import equals
-from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.hdl.common.params import check_bool, check_int, validated_init
+from ncrtl.hdl.sbuf.memory import MultiPortSbuf, SbufDmaPort, engine_request_layout
 from ncrtl.model.dma.dge import DGE_CYCLES, ENGINES
 
 from .check import Widths, descriptor_layout
 from .dge import Dge, dge_status_layout
 from .engine import DmaEngine
-from .sbuf import MultiPortSbuf, engine_request_layout
 
 __all__ = ["DmaCore", "instruction_layout", "direct_layout"]
 
@@ -41,7 +41,7 @@ def direct_layout(widths, engines, semaphores):
 
 class DmaCore(wiring.Component):
     """``engines`` :class:`~ncrtl.hdl.dma.engine.DmaEngine`\\ s on a
-    :class:`~ncrtl.hdl.dma.sbuf.MultiPortSbuf`, fed by two :class:`~ncrtl.hdl.dma.dge.Dge`\\ s
+    :class:`~ncrtl.hdl.sbuf.memory.MultiPortSbuf`, fed by two :class:`~ncrtl.hdl.dma.dge.Dge`\\ s
     and by precomputed descriptors, each completion counted on a semaphore.
 
     An instruction names a semaphore; its DGE cuts it into parts for the engines
@@ -56,7 +56,9 @@ class DmaCore(wiring.Component):
     may.
 
     Every engine has its AXI4 manager port (``axi{k}``, the fabric joins them) and its SBUF
-    port; the SBUF's engine port is the compute engines' (and a testbench's).
+    port: on the :class:`~ncrtl.hdl.sbuf.memory.MultiPortSbuf` inside, whose engine port is
+    then the compute engines' (and a testbench's), or with ``sbuf=False`` as the core's own
+    port ``sbuf{k}`` for the SBUF of a larger design (the NeuronCore's).
 
     Parameters
     ----------
@@ -73,6 +75,8 @@ class DmaCore(wiring.Component):
         Descriptors each engine's queue holds.
     instance : bool
         The SBUF's partitions as instances of one Verilog module.
+    sbuf : bool
+        Place the SBUF (True) or leave it out, the engines' SBUF ports as the core's (False).
 
     Interface
     ---------
@@ -83,7 +87,9 @@ class DmaCore(wiring.Component):
     sem_error : Out(data.ArrayLayout(4, semaphores))
     axi0 .. axi{engines-1} : Out(AxiManager(word_bytes, widths.addr_bits))
     eng_req, eng_resp
-        The SBUF's engine port.
+        The SBUF's engine port (with ``sbuf``).
+    sbuf{k} : Out(SbufDmaPort(partitions, words, word_bytes))
+        DMA engine ``k``'s SBUF port (without ``sbuf``).
     """
 
     @validated_init
@@ -102,6 +108,7 @@ class DmaCore(wiring.Component):
         semaphores=4,
         depth=2,
         instance=False,
+        sbuf=True,
     ):
         self.word_bytes = word_bytes
         self.partitions, self.partition_bytes = partitions, partition_bytes
@@ -120,8 +127,10 @@ class DmaCore(wiring.Component):
             DmaEngine(word_bytes, widths=self.wd, overhead=overhead, outstanding=outstanding, **geo)
             for _ in range(engines)
         ]
-        self.sbuf = MultiPortSbuf(
-            engines, partitions, partition_bytes, word_bytes, instance=instance
+        self.sbuf = (
+            MultiPortSbuf(engines, partitions, partition_bytes, word_bytes, instance=instance)
+            if check_bool(sbuf, "DmaCore sbuf")
+            else None
         )
         words = partition_bytes // word_bytes
         members = {}
@@ -133,26 +142,36 @@ class DmaCore(wiring.Component):
         members["sem_error"] = Out(data.ArrayLayout(4, semaphores))
         for k in range(engines):
             members[f"axi{k}"] = Out(AxiManager(word_bytes, self.wd.addr_bits))
-        members["eng_req"] = In(
-            stream.Signature(engine_request_layout(partitions, words, word_bytes))
-        )
-        members["eng_resp"] = Out(stream.Signature(8 * word_bytes * partitions))
+        if self.sbuf is not None:
+            members["eng_req"] = In(
+                stream.Signature(engine_request_layout(partitions, words, word_bytes))
+            )
+            members["eng_resp"] = Out(stream.Signature(8 * word_bytes * partitions))
+        else:
+            for k in range(engines):
+                members[f"sbuf{k}"] = Out(SbufDmaPort(partitions, words, word_bytes))
         super().__init__(members)
 
     def axi(self, k):
         return getattr(self, f"axi{k}")
 
+    def sbuf_port(self, k):
+        """DMA engine ``k``'s SBUF port (without ``sbuf``)."""
+        return getattr(self, f"sbuf{k}")
+
     def cells(self):
-        """The SBUF's partition memory module."""
-        return self.sbuf.cells()
+        """The SBUF's partition memory module (none without ``sbuf``)."""
+        return self.sbuf.cells() if self.sbuf is not None else []
 
     def elaborate(self, platform):
         m = Module()
         E, S = self.engines, self.semaphores
         queued = data.StructLayout({"sem": range(max(S, 2)), "desc": descriptor_layout(self.wd)})
-        m.submodules.sbuf = sb = self.sbuf
-        wiring.connect(m, wiring.flipped(self.eng_req), sb.eng_req)
-        wiring.connect(m, sb.eng_resp, wiring.flipped(self.eng_resp))
+        sb = self.sbuf
+        if sb is not None:
+            m.submodules.sbuf = sb
+            wiring.connect(m, wiring.flipped(self.eng_req), sb.eng_req)
+            wiring.connect(m, sb.eng_resp, wiring.flipped(self.eng_resp))
 
         # the DGEs: instruction in (its semaphore kept until its parts are out), status out
         dge_sem = []
@@ -218,8 +237,13 @@ class DmaCore(wiring.Component):
                 m.d.sync += sem.eq(head.sem)
             m.d.comb += eng.status.ready.eq(1)
             wiring.connect(m, eng.axi, wiring.flipped(self.axi(k)))
-            wiring.connect(m, eng.sbuf_req, sb.dma_req_port(k))
-            wiring.connect(m, sb.dma_resp_port(k), eng.sbuf_resp)
+            if sb is not None:
+                wiring.connect(m, eng.sbuf_req, sb.dma_req_port(k))
+                wiring.connect(m, sb.dma_resp_port(k), eng.sbuf_resp)
+            else:
+                port = self.sbuf_port(k)
+                wiring.connect(m, eng.sbuf_req, wiring.flipped(port.req))
+                wiring.connect(m, wiring.flipped(port.resp), eng.sbuf_resp)
             done.append((eng.status.valid, sem, eng.status.payload.error))
         for s in range(S):
             hits = [valid & equals(sem, s) for valid, sem, _ in done]

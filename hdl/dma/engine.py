@@ -9,13 +9,13 @@ from amaranth.lib.wiring import In, Out
 from ncrtl.hdl.common.axi import BURST_INCR, AxiManager
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.hdl.sbuf.memory import dma_request_layout
 from ncrtl.model.dma.isa import Error, Op, Space
-from ncrtl.model.dma.sbuf import Access
+from ncrtl.model.sbuf.memory import Access
 
 from .agu import AddressGenerator
 from .check import DescriptorCheck, Widths, descriptor_layout, lead_level, lead_num
 from .gearbox import ByteQueue
-from .sbuf import dma_request_layout
 from .tile import TileTranspose
 
 __all__ = ["DmaEngine", "status_layout"]
@@ -29,7 +29,7 @@ def status_layout():
 
 class DmaEngine(wiring.Component):
     """A DMA engine: descriptors in, completions out; the device memory behind an AXI4
-    manager port, the SBUF behind its DMA port (:class:`ncrtl.hdl.dma.sbuf.Sbuf`).
+    manager port, the SBUF behind its DMA port (:class:`ncrtl.hdl.sbuf.memory.Sbuf`).
 
     A descriptor (:func:`ncrtl.model.dma.isa.encode`) is taken when the engine is idle and
     checked (:class:`~ncrtl.hdl.dma.check.DescriptorCheck`); a broken rule completes it with

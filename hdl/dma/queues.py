@@ -8,13 +8,13 @@ from amaranth.lib.wiring import In, Out
 from ncrtl.hdl.common.axi import AxiManager
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
+from ncrtl.hdl.sbuf.memory import dma_request_layout
 from ncrtl.model.dma.qos import CLASSES, POLICIES, QUEUES, SLOTS
-from ncrtl.model.dma.sbuf import Access
+from ncrtl.model.sbuf.memory import Access
 
 from .check import descriptor_layout
 from .engine import DmaEngine
 from .qos import PortArbiter, slot_layout
-from .sbuf import dma_request_layout
 
 __all__ = ["DmaQueues", "queued_layout", "queue_status_layout"]
 

@@ -8,10 +8,9 @@ from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
-from ncrtl.model.dma.sbuf import Access
+from ncrtl.hdl.sbuf.memory import check_geometry, dma_request_layout
 from ncrtl.model.dma.sendrecv import GPSIMD_LIMITS, GPSIMD_PARTITIONS, Code
-
-from .sbuf import check_geometry, dma_request_layout
+from ncrtl.model.sbuf.memory import Access
 
 __all__ = [
     "SendRecv",
@@ -165,7 +164,7 @@ class SendRecv(wiring.Component):
     rx : In(stream.Signature(link_layout(...)))
     sbuf_req : Out(stream.Signature(dma_request_layout(...)))
     sbuf_resp : In(stream.Signature(8 * word_bytes))
-        A DMA port of the core's :class:`~ncrtl.hdl.dma.sbuf.Sbuf`.
+        A DMA port of the core's :class:`~ncrtl.hdl.sbuf.memory.Sbuf`.
     """
 
     @validated_init

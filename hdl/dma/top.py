@@ -9,18 +9,18 @@ from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.axi import AxiManager
 from ncrtl.hdl.common.params import validated_init
+from ncrtl.hdl.sbuf.memory import Sbuf, engine_request_layout
 
 from .check import descriptor_layout
 from .engine import DmaEngine, status_layout
 from .queues import DmaQueues, queue_status_layout, queued_layout
-from .sbuf import Sbuf, engine_request_layout
 from .sendrecv import SendRecv, sendrecv_layout, sendrecv_status_layout
 
 __all__ = ["DmaSystem", "DmaQueuesSystem", "SendRecvPair"]
 
 
 class DmaSystem(wiring.Component):
-    """:class:`~ncrtl.hdl.dma.engine.DmaEngine` joined to an :class:`~ncrtl.hdl.dma.sbuf.Sbuf`:
+    """:class:`~ncrtl.hdl.dma.engine.DmaEngine` joined to an :class:`~ncrtl.hdl.sbuf.memory.Sbuf`:
     descriptors and completions, the AXI4 manager port to the device memory, and the SBUF's
     engine port (a compute engine's access, or a testbench's loading and reading back).
 
@@ -77,7 +77,7 @@ class DmaSystem(wiring.Component):
         )
 
     def cells(self):
-        """The SBUF's partition memory module (:meth:`ncrtl.hdl.dma.sbuf.Sbuf.cells`)."""
+        """The SBUF's partition memory module (:meth:`ncrtl.hdl.sbuf.memory.Sbuf.cells`)."""
         return self.sbuf.cells()
 
     def elaborate(self, platform):
@@ -95,7 +95,7 @@ class DmaSystem(wiring.Component):
 
 
 class DmaQueuesSystem(wiring.Component):
-    """:class:`~ncrtl.hdl.dma.queues.DmaQueues` joined to an :class:`~ncrtl.hdl.dma.sbuf.Sbuf`.
+    """:class:`~ncrtl.hdl.dma.queues.DmaQueues` joined to an :class:`~ncrtl.hdl.sbuf.memory.Sbuf`.
 
     Parameters are the queues' (``word_bytes``, ``policy``, ``depth``, ``widths``,
     ``hbm_bytes``, ``overhead``, ``outstanding``) and the SBUF's (``partitions``,
@@ -158,7 +158,7 @@ class DmaQueuesSystem(wiring.Component):
         )
 
     def cells(self):
-        """The SBUF's partition memory module (:meth:`ncrtl.hdl.dma.sbuf.Sbuf.cells`)."""
+        """The SBUF's partition memory module (:meth:`ncrtl.hdl.sbuf.memory.Sbuf.cells`)."""
         return self.sbuf.cells()
 
     def elaborate(self, platform):
@@ -179,7 +179,7 @@ class DmaQueuesSystem(wiring.Component):
 class SendRecvPair(wiring.Component):
     """The two cores of an LNC = 2 logical core for ``sendrecv``: core ``r`` is a
     :class:`~ncrtl.hdl.dma.sendrecv.SendRecv` unit of rank ``r`` on its own
-    :class:`~ncrtl.hdl.dma.sbuf.Sbuf`, the units' links joined (core 0's ``tx`` to core 1's
+    :class:`~ncrtl.hdl.sbuf.memory.Sbuf`, the units' links joined (core 0's ``tx`` to core 1's
     ``rx`` and back).
 
     Parameters are the units' (``word_bytes``, ``pipes``, ``depth``) and the SBUFs'

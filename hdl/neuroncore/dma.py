@@ -5,12 +5,12 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.arbiter import round_robin
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.dma.core import DGES, instruction_layout
 from ncrtl.hdl.dma.dge import dge_status_layout
 
-from .arbiter import round_robin
 from .isa import dma_layout, dma_widths
 from .ports import ErrorStrobe, InstrQueue
 

@@ -6,10 +6,13 @@ testbench derives its drivers from the same objects."""
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ncrtl.hdl.dma.sbuf import engine_request_layout
 from ncrtl.hdl.psum.psum import req_layout
+from ncrtl.hdl.sbuf.memory import SbufDmaPort, SbufPort
 
-__all__ = ["ErrorStrobe", "SbufPort", "PsumPort", "InstrQueue", "Semaphores"]
+__all__ = ["ErrorStrobe", "SbufPort", "SbufDmaPort", "PsumPort", "InstrQueue", "Semaphores"]
+
+# ``SbufPort`` and ``SbufDmaPort`` are the SBUF's (``ncrtl.hdl.sbuf.memory``), listed here with
+# the other engine ports.
 
 
 class ErrorStrobe(wiring.Signature):
@@ -19,21 +22,6 @@ class ErrorStrobe(wiring.Signature):
     def __init__(self, code_bits):
         self.code_bits = code_bits
         super().__init__({"valid": Out(1), "code": Out(code_bits)})
-
-
-class SbufPort(wiring.Signature):
-    """An engine's SBUF port: requests (:func:`~ncrtl.hdl.dma.sbuf.engine_request_layout`: one
-    word of every partition in a mask, read or write) out, read responses (every partition's
-    word, in request order) in."""
-
-    def __init__(self, partitions, words, word_bytes):
-        self.partitions, self.words, self.word_bytes = partitions, words, word_bytes
-        super().__init__(
-            {
-                "req": Out(stream.Signature(engine_request_layout(partitions, words, word_bytes))),
-                "resp": In(stream.Signature(8 * word_bytes * partitions)),
-            }
-        )
 
 
 class PsumPort(wiring.Signature):

@@ -5,8 +5,8 @@
      q_tensor ──> EngineQueue ──> TensorFeed ──LS/MM words, beats──> TensorEngine ──> PSUM
      q_vector ──> EngineQueue ──> Evict ─────────────────────────── ve port ──────────┘
      q_dma{q} ──> EngineQueue ──> DmaIssue ──> DGE 0 / DGE 1 ──> DMA engines ──> axi{k}
-                                                                      │
-     TensorFeed, Evict ──> SbufArbiter ──> SBUF engine port ── SBUF ──┘ (a port per engine)
+                                                                      │ sbuf{k}
+     TensorFeed ── engine0 ──> SBUF <── engine1 ── Evict      (a port per engine)
 
 Every queue waits on the semaphores of all streams (``sem``, the streams' completion counts)
 and counts its own engine's completions: a matmul when PSUM has written its group, a copy when
@@ -22,10 +22,10 @@ from ncrtl.hdl.common.axi import AxiManager
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.core.top import MatmulCore
 from ncrtl.hdl.dma.core import DmaCore
+from ncrtl.hdl.sbuf.memory import MultiPortSbuf
 from ncrtl.model.dma.dge import DGE_CYCLES
 from ncrtl.model.neuroncore.isa import COUNT_BITS, Geometry
 
-from .arbiter import SbufArbiter
 from .dma import DmaIssue
 from .evict import Evict
 from .isa import dma_widths, op_layouts, queue_layout
@@ -33,7 +33,10 @@ from .ports import ErrorStrobe
 from .queue import EngineQueue
 from .tensor import TensorFeed
 
-__all__ = ["NeuronCore", "ErrorSource", "core_signature"]
+__all__ = ["NeuronCore", "ErrorSource", "core_signature", "SBUF_CLIENTS"]
+
+#: The compute engines on the SBUF's engine ports, in port order.
+SBUF_CLIENTS = ("tensor", "vector")
 
 
 class ErrorSource:
@@ -118,10 +121,15 @@ class NeuronCore(wiring.Component):
             outstanding=outstanding,
             dge_cycles=dge_cycles,
             semaphores=self.issue.semaphores,
-            instance=instance,
+            sbuf=False,
         )
-        self.arbiter = SbufArbiter(
-            2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
+        self.sbuf = MultiPortSbuf(
+            geo.dma_engines,
+            geo.partitions,
+            geo.partition_bytes,
+            geo.word_bytes,
+            engine_ports=len(SBUF_CLIENTS),
+            instance=instance,
         )
         self.queues = {s: EngineQueue(self.layouts[s], len(self.streams)) for s in self.streams}
         super().__init__(core_signature(geo))
@@ -134,7 +142,7 @@ class NeuronCore(wiring.Component):
 
     def cells(self):
         """The modules placed with ``Instance``: the matmul path's, then the SBUF's."""
-        return self.matmul.cells() + self.dma.cells()
+        return self.matmul.cells() + self.sbuf.cells()
 
     def elaborate(self, platform):
         m = Module()
@@ -144,7 +152,7 @@ class NeuronCore(wiring.Component):
         m.submodules.evict = ev = self.evict
         m.submodules.issue = iss = self.issue
         m.submodules.dma = dc = self.dma
-        m.submodules.arbiter = arb = self.arbiter
+        m.submodules.sbuf = sb = self.sbuf
 
         # the queues, the semaphores
         counts = []
@@ -171,11 +179,13 @@ class NeuronCore(wiring.Component):
         connect(m, mc.ve_resp, ev.psum.resp)
         m.d.comb += [mc.se_req.valid.eq(0), mc.se_resp.ready.eq(1), mc.seed.valid.eq(0)]
 
-        # the SBUF: the compute engines' port, the DMA engines' own
-        connect(m, feed.sbuf, arb.client0)
-        connect(m, ev.sbuf, arb.client1)
-        connect(m, arb.sbuf.req, dc.eng_req)
-        connect(m, dc.eng_resp, arb.sbuf.resp)
+        # the SBUF: a port per compute engine, a port per DMA engine
+        for j, engine in enumerate((feed, ev)):
+            connect(m, engine.sbuf, sb.engine_port(j))
+        for k in range(geo.dma_engines):
+            sport = dc.sbuf_port(k)
+            connect(m, sport.req, sb.dma_req_port(k))
+            connect(m, sb.dma_resp_port(k), sport.resp)
 
         # the DMA
         for d in range(2):

@@ -6,7 +6,7 @@ part waiting while its engine's queue is full or an earlier source writes it), t
 queues (``depth`` descriptors, a descriptor readable the cycle after it enters), the engines
 (the channel of :mod:`ncrtl.model.dma.queues`: the engine of :mod:`ncrtl.model.dma.timing` as
 a state machine) and, every cycle, the engines' SBUF requests through the golden
-:class:`~ncrtl.model.dma.sbuf.PortsArbiter`.  It gives every part's passage, cycle for cycle
+:class:`~ncrtl.model.sbuf.memory.PortsArbiter`.  It gives every part's passage, cycle for cycle
 the RTL's when
 
 * every engine's device memory never says not-ready and answers with fixed latencies (as in
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from ncrtl.model.dma.dge import ENGINES, DgeTiming, generate
 from ncrtl.model.dma.isa import Error
 from ncrtl.model.dma.queues import _Channel, _plan
-from ncrtl.model.dma.sbuf import PortsArbiter
 from ncrtl.model.dma.timing import DMA_MHZ, EngineTiming
 from ncrtl.model.event import Clock, EventCore
+from ncrtl.model.sbuf.memory import PortsArbiter
 
 __all__ = ["CorePart", "CoreInstruction", "core_schedule"]
 

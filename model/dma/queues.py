@@ -14,7 +14,7 @@ Each channel is the engine of :mod:`ncrtl.model.dma.timing` as a state machine (
 the dynamic-offset reads, the overhead, the move of :class:`~ncrtl.model.dma.timing.Mover`,
 the completion), and every cycle the channels' requests go through the golden arbiters of
 :mod:`ncrtl.model.dma.qos`: the device memory's read channel, its write channels and the SBUF's
-DMA port (whose :class:`~ncrtl.model.dma.sbuf.SbufArbiter` then applies the read-add-write
+DMA port (whose :class:`~ncrtl.model.sbuf.memory.SbufArbiter` then applies the read-add-write
 waits), and the completions (the highest class first).
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from ncrtl.model.dma.agu import runs
 from ncrtl.model.dma.isa import Error, Op, Space, _vector, check, dynamic_offsets, side_addresses
 from ncrtl.model.dma.qos import CLASSES, QUEUES, SLOTS, PortArbiter, QueueSelect
-from ncrtl.model.dma.sbuf import Access, SbufArbiter
 from ncrtl.model.dma.timing import _STATIC_RULES, DMA_MHZ, EngineTiming, Mover, tiled_transpose
 from ncrtl.model.event import Clock, EventCore
+from ncrtl.model.sbuf.memory import Access, SbufArbiter
 
 __all__ = ["Served", "queue_schedule"]
 

@@ -11,7 +11,7 @@ The RTL (``ncrtl.hdl.dma.engine``) matches it exactly when
   cycle, as the engine issues them) and the write response of a write whose address and data are
   accepted in cycle ``t`` in cycle ``t + write_latency``;
 * the SBUF's compute-engine port is idle (the DMA port is granted unless a read-add-write in
-  flight holds it back: :class:`ncrtl.model.dma.sbuf.SbufArbiter`).
+  flight holds it back: :class:`ncrtl.model.sbuf.memory.SbufArbiter`).
 
 The phases, in the engine's order (docs/dma.md, "The engine"):
 
@@ -55,8 +55,8 @@ from ncrtl.model.dma.isa import (
     dynamic_offsets,
     side_addresses,
 )
-from ncrtl.model.dma.sbuf import Access, SbufArbiter
 from ncrtl.model.event import Clock, EventCore
+from ncrtl.model.sbuf.memory import Access, SbufArbiter
 
 __all__ = ["EngineTiming", "Transfer", "transfer_cycles", "tiled_transpose", "DMA_MHZ"]
 

@@ -62,7 +62,7 @@ def core_cycles(engines, instructions, geo, *, word_bytes=16, outstanding=8, lat
     from amaranth.sim import Simulator
 
     from ncrtl.hdl.common.axi import sim_memory
-    from ncrtl.hdl.dma.sbuf import sim_load, sim_read
+    from ncrtl.hdl.sbuf.memory import sim_load, sim_read
 
     rng = np.random.default_rng(seed)
     dut = make_core(

@@ -22,7 +22,7 @@ import cocotb
 from amaranth.lib import data
 
 from ncrtl.hdl.common.axi import AxiManager
-from ncrtl.model.dma.sbuf import write_strobed
+from ncrtl.model.sbuf.memory import write_strobed
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
 __all__ = ["AxiMemory"]

@@ -13,8 +13,8 @@ import numpy as np
 
 from ncrtl import blocks
 from ncrtl.model.dma import AddDtype, Descriptor, Geometry, Indirect, Op, Side, Space
-from ncrtl.model.dma.sbuf import Access
 from ncrtl.model.dma.sendrecv import GPSIMD_PARTITIONS, SendRecv, Tile
+from ncrtl.model.sbuf.memory import Access
 
 __all__ = [
     "random_copy",
@@ -369,7 +369,7 @@ def sendrecv_program(
 def sbuf_requests(
     rng, partitions, words, word_bytes, n, *, again=0.3, hot=0.0, mix=(0.3, 0.3, 0.4)
 ):
-    """``n`` random requests of an SBUF DMA port (``ncrtl.hdl.dma.sbuf.dma_request_layout``
+    """``n`` random requests of an SBUF DMA port (``ncrtl.hdl.sbuf.memory.dma_request_layout``
     fields): reads, writes and read-add-writes in the proportions ``mix``, FP32 or BF16, random
     data and strobes; with probability ``hot`` on partition 0 (ports meeting there), else with
     probability ``again`` on the word just drawn (read-add-write hazards)."""

@@ -25,7 +25,7 @@ from ncrtl.model.dma.isa import encode
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.memory import AxiMemory
 from ncrtl.testbench.dma.program import random_descriptors, random_memories
-from ncrtl.testbench.dma.sbuf import SbufEnginePort
+from ncrtl.testbench.sbuf.port import SbufEnginePort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 

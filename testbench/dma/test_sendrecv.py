@@ -22,7 +22,7 @@ from ncrtl.hdl.dma.sendrecv import encode_sendrecv, sendrecv_layout, sendrecv_st
 from ncrtl.model.dma.sendrecv import PENDING, exchange
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.program import sendrecv_program
-from ncrtl.testbench.dma.sbuf import SbufEnginePort
+from ncrtl.testbench.sbuf.port import SbufEnginePort
 from ncrtl.testbench.scoreboard import Scoreboard, write_counters
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 

@@ -9,7 +9,7 @@ from ncrtl.hdl.common.bits import decode, equals, pick
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.psum.bank import BankMemory, place_bank
 from ncrtl.hdl.verilog import Cell
-from ncrtl.model.dma.sbuf import DMA_WAIT, Access
+from ncrtl.model.sbuf.memory import DMA_WAIT, Access
 
 from .raw import AddWords
 
@@ -17,6 +17,8 @@ __all__ = [
     "check_geometry",
     "Sbuf",
     "MultiPortSbuf",
+    "SbufPort",
+    "SbufDmaPort",
     "partition_module",
     "dma_request_layout",
     "engine_request_layout",
@@ -36,7 +38,7 @@ def partition_module(word_bytes, words):
 
 
 def dma_request_layout(partitions, words, word_bytes):
-    """``partition``, ``word``, ``access`` (an :class:`ncrtl.model.dma.sbuf.Access`: read,
+    """``partition``, ``word``, ``access`` (an :class:`ncrtl.model.sbuf.memory.Access`: read,
     write or read-add-write), ``dtype`` (a read-add-write's
     :class:`ncrtl.model.dma.isa.AddDtype`), ``data`` (``word_bytes`` bytes, byte ``i`` in bits
     ``[8i, 8i + 8)``), ``strobe`` (a bit per byte written)."""
@@ -67,6 +69,35 @@ def engine_request_layout(partitions, words, word_bytes):
     )
 
 
+class SbufPort(wiring.Signature):
+    """An engine's SBUF port: requests (:func:`engine_request_layout`: one
+    word of every partition in a mask, read or write) out, read responses (every partition's
+    word, in request order) in."""
+
+    def __init__(self, partitions, words, word_bytes):
+        self.partitions, self.words, self.word_bytes = partitions, words, word_bytes
+        super().__init__(
+            {
+                "req": Out(stream.Signature(engine_request_layout(partitions, words, word_bytes))),
+                "resp": In(stream.Signature(8 * word_bytes * partitions)),
+            }
+        )
+
+
+class SbufDmaPort(wiring.Signature):
+    """A DMA engine's SBUF port: requests (:func:`dma_request_layout`: one word of one
+    partition, a read, a write or a read-add-write) out, read responses (the word) in."""
+
+    def __init__(self, partitions, words, word_bytes):
+        self.partitions, self.words, self.word_bytes = partitions, words, word_bytes
+        super().__init__(
+            {
+                "req": Out(stream.Signature(dma_request_layout(partitions, words, word_bytes))),
+                "resp": In(stream.Signature(8 * word_bytes)),
+            }
+        )
+
+
 def check_geometry(owner, partitions, partition_bytes, word_bytes):
     """Validate an SBUF geometry for ``owner`` (the class name in the messages):
     ``partitions`` 1 to 128, ``word_bytes`` a power of two from 4 to 64, ``partition_bytes`` a
@@ -86,7 +117,7 @@ def check_geometry(owner, partitions, partition_bytes, word_bytes):
 
 class MultiPortSbuf(wiring.Component):
     """The SBUF with a DMA port per DMA engine of a core, and the engine port:
-    :class:`ncrtl.model.dma.sbuf.PortsArbiter` cycle for cycle.
+    :class:`ncrtl.model.sbuf.memory.PortsArbiter` cycle for cycle.
 
     Each DMA port is :class:`Sbuf`'s (a read, a write or a read-add-write of one word of one
     partition per request, one read response in flight, its own read-add-write pipeline and
@@ -97,12 +128,19 @@ class MultiPortSbuf(wiring.Component):
     follows :class:`Sbuf`'s rule (the engine first unless that DMA port has waited
     ``dma_wait`` cycles).
 
+    With ``engine_ports`` above one, every compute engine has its own :class:`SbufPort`
+    (``engine{j}``), shared round robin on the engine port
+    (:class:`~ncrtl.hdl.sbuf.engines.EnginePorts`: a request per grant, a read granted once
+    the previous read's response is taken).
+
     Parameters
     ----------
     ports : int
         DMA ports, 1 to 32.
     partitions, partition_bytes, word_bytes, dma_wait, instance
         As :class:`Sbuf`.
+    engine_ports : int
+        Compute-engine ports, 1 to 8.
 
     Interface
     ---------
@@ -110,7 +148,9 @@ class MultiPortSbuf(wiring.Component):
     dma{i}_resp : Out(stream.Signature(8 * word_bytes))
         DMA port ``i`` (also :meth:`dma_req_port` / :meth:`dma_resp_port`).
     eng_req, eng_resp
-        As :class:`Sbuf`.
+        As :class:`Sbuf` (one engine port).
+    engine{j} : In(SbufPort(partitions, words, word_bytes))
+        Engine port ``j`` (more than one engine port; also :meth:`engine_port`).
     """
 
     @validated_init
@@ -121,11 +161,13 @@ class MultiPortSbuf(wiring.Component):
         partition_bytes=192 * 1024,
         word_bytes=16,
         *,
+        engine_ports=1,
         dma_wait=DMA_WAIT,
         instance=False,
     ):
         owner = type(self).__name__
         self.ports = check_int(ports, f"{owner} ports", minimum=1, maximum=32)
+        self.engine_ports = check_int(engine_ports, f"{owner} engine_ports", minimum=1, maximum=8)
         self.instance = check_bool(instance, f"{owner} instance")
         self.partitions, self.partition_bytes, self.word_bytes, self.words = check_geometry(
             owner, partitions, partition_bytes, word_bytes
@@ -137,10 +179,14 @@ class MultiPortSbuf(wiring.Component):
                 stream.Signature(dma_request_layout(partitions, self.words, word_bytes))
             )
             members[f"{self._port_name(i)}_resp"] = Out(stream.Signature(8 * word_bytes))
-        members["eng_req"] = In(
-            stream.Signature(engine_request_layout(partitions, self.words, word_bytes))
-        )
-        members["eng_resp"] = Out(stream.Signature(8 * word_bytes * partitions))
+        if engine_ports == 1:
+            members["eng_req"] = In(
+                stream.Signature(engine_request_layout(partitions, self.words, word_bytes))
+            )
+            members["eng_resp"] = Out(stream.Signature(8 * word_bytes * partitions))
+        else:
+            for j in range(engine_ports):
+                members[f"engine{j}"] = In(SbufPort(partitions, self.words, word_bytes))
         super().__init__(members)
         # the arbiter's turn (a timing model starts from its value, as the golden's ``turn``)
         self.turn = Signal(range(max(ports, 2)))
@@ -155,6 +201,10 @@ class MultiPortSbuf(wiring.Component):
     def dma_resp_port(self, i):
         """DMA port ``i``'s response stream."""
         return getattr(self, f"{self._port_name(i)}_resp")
+
+    def engine_port(self, j):
+        """Engine port ``j`` (with more than one engine port)."""
+        return getattr(self, f"engine{j}")
 
     def cells(self):
         """The partition memory module placed with ``Instance`` (none with ``instance=False``);
@@ -182,7 +232,16 @@ class MultiPortSbuf(wiring.Component):
         w8 = 8 * W
         reqs = [self.dma_req_port(i) for i in range(n)]
         resps = [self.dma_resp_port(i) for i in range(n)]
-        eq_ = self.eng_req.payload
+        if self.engine_ports == 1:
+            eng_req, eng_resp = self.eng_req, self.eng_resp
+        else:
+            from .engines import EnginePorts  # (it takes this module's SbufPort)
+
+            m.submodules.engines = arb = EnginePorts(self.engine_ports, P, self.words, W)
+            for j in range(self.engine_ports):
+                wiring.connect(m, wiring.flipped(self.engine_port(j)), arb.client(j))
+            eng_req, eng_resp = arb.sbuf.req, arb.sbuf.resp
+        eq_ = eng_req.payload
         slot = data.StructLayout({"valid": 1, "partition": range(P), "word": range(self.words)})
         s1 = [Signal(slot, name=f"s1_{i}") for i in range(n)]
         s2 = [Signal(slot, name=f"s2_{i}") for i in range(n)]
@@ -236,7 +295,7 @@ class MultiPortSbuf(wiring.Component):
             m.d.comb += w.eq(active[i] & ~beaten)
             win.append(w)
         mask_bits = list(eq_.mask)
-        eng_blocked = (~eq_.write & self.eng_resp.valid & ~self.eng_resp.ready) | waits(
+        eng_blocked = (~eq_.write & eng_resp.valid & ~eng_resp.ready) | waits(
             lambda p: pick(mask_bits, p), eq_.word, eq_.write
         )
         waited = [Signal(range(self.dma_wait + 2), name=f"waited{i}") for i in range(n)]
@@ -245,13 +304,13 @@ class MultiPortSbuf(wiring.Component):
         for i in range(n):
             c = Signal(name=f"conflict{i}")
             hit = pick(mask_bits, reqs[i].payload.partition)
-            m.d.comb += c.eq(win[i] & self.eng_req.valid & hit)
+            m.d.comb += c.eq(win[i] & eng_req.valid & hit)
             conflict.append(c)
             first = first | (c & (waited[i] >= self.dma_wait))
         eng_go = Signal()
         m.d.comb += [
-            eng_go.eq(self.eng_req.valid & ~eng_blocked & ~first),
-            self.eng_req.ready.eq(eng_go),
+            eng_go.eq(eng_req.valid & ~eng_blocked & ~first),
+            eng_req.ready.eq(eng_go),
         ]
         go = []
         for i in range(n):
@@ -281,9 +340,9 @@ class MultiPortSbuf(wiring.Component):
         eng_fresh = Signal()
         m.d.sync += eng_fresh.eq(eng_go & ~eq_.write)
         with m.If(eng_go & ~eq_.write):
-            m.d.sync += self.eng_resp.valid.eq(1)
-        with m.Elif(self.eng_resp.ready):
-            m.d.sync += self.eng_resp.valid.eq(0)
+            m.d.sync += eng_resp.valid.eq(1)
+        with m.Elif(eng_resp.ready):
+            m.d.sync += eng_resp.valid.eq(0)
         for i in range(n):
             reading = go[i] & equals(reqs[i].payload.access, Access.READ)
             m.d.sync += fresh[i].eq(reading)
@@ -382,28 +441,28 @@ class MultiPortSbuf(wiring.Component):
             with m.If(fresh[i]):
                 m.d.sync += hold.eq(live)
             m.d.comb += resps[i].payload.eq(Mux(fresh[i], live, hold))
-        eng_hold = Signal.like(self.eng_resp.payload)
+        eng_hold = Signal.like(eng_resp.payload)
         with m.If(eng_fresh):
             m.d.sync += eng_hold.eq(all_rdata)
-        m.d.comb += self.eng_resp.payload.eq(Mux(eng_fresh, all_rdata, eng_hold))
+        m.d.comb += eng_resp.payload.eq(Mux(eng_fresh, all_rdata, eng_hold))
         return m
 
 
 class Sbuf(MultiPortSbuf):
-    """The SBUF: ``partitions`` x ``partition_bytes``, as :mod:`ncrtl.model.dma.sbuf` defines it.
+    """The SBUF: ``partitions`` x ``partition_bytes``, as :mod:`ncrtl.model.sbuf.memory` defines it.
 
     Each partition is an SRAM of ``partition_bytes / word_bytes`` words with a read port and a
     write port (byte write enables, zeros out of power-on, a read returns the word before the
     cycle's write).  The DMA port reaches one word of one partition per request (a read, a
     write or a read-add-write); the engine port one word of every partition in its mask.  A
     conflict on the DMA's partition goes to the engine unless the DMA request has waited
-    ``dma_wait`` cycles (:class:`ncrtl.model.dma.sbuf.SbufArbiter`, cycle for cycle).  It is
+    ``dma_wait`` cycles (:class:`ncrtl.model.sbuf.memory.SbufArbiter`, cycle for cycle).  It is
     :class:`MultiPortSbuf` with one DMA port, named ``dma_req`` / ``dma_resp``.
 
     The read-add-write unit sits beside the partitions: a read-add-write reads its word at the
     grant, adds the request's data lane by lane in the next cycle
-    (:class:`~ncrtl.hdl.dma.raw.AddWords`, FP32 or BF16) and writes the sum's strobed bytes
-    :data:`~ncrtl.model.dma.sbuf.ADD_LATENCY` cycles after the grant on the write port, while
+    (:class:`~ncrtl.hdl.sbuf.raw.AddWords`, FP32 or BF16) and writes the sum's strobed bytes
+    :data:`~ncrtl.model.sbuf.memory.ADD_LATENCY` cycles after the grant on the write port, while
     the read port serves the next request: one per cycle, a DMA write's rate.  A request that
     touches a word still being added, or writes a partition whose sum is written that cycle,
     waits.

@@ -1,38 +1,22 @@
-"""``SbufArbiter``: the compute engines' SBUF ports onto the SBUF's one engine port."""
+"""``EnginePorts``: the compute engines' SBUF ports onto the SBUF's one engine port."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.arbiter import round_robin
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 
-from .ports import SbufPort
+from .memory import SbufPort
 
-__all__ = ["SbufArbiter", "round_robin"]
-
-
-def round_robin(m, requests, name):
-    """Round-robin choice among ``requests`` (1-bit values): ``(pick, any, last)``, ``pick``
-    the first asking after ``last`` (a register the caller sets to ``pick`` on a grant)."""
-    n = len(requests)
-    last = Signal(range(max(n, 2)), name=f"{name}_last")
-    pick = Signal(range(max(n, 2)), name=f"{name}_pick")
-    any_ = Signal(name=f"{name}_any")
-    for off in reversed(range(1, n + 1)):
-        i = Signal(range(max(n, 2)), name=f"{name}_cand{off}")
-        m.d.comb += i.eq(Mux(last + off >= n, last + off - n, last + off))
-        asks = 0
-        for k, r in enumerate(requests):
-            asks = asks | (equals(i, k) & r)
-        with m.If(asks):
-            m.d.comb += [pick.eq(i), any_.eq(1)]
-    return pick, any_, last
+__all__ = ["EnginePorts"]
 
 
-class SbufArbiter(wiring.Component):
-    """``clients`` engines' :class:`~ncrtl.hdl.neuroncore.ports.SbufPort` s shared round
-    robin on one.
+class EnginePorts(wiring.Component):
+    """``clients`` compute engines' :class:`SbufPort` s shared round robin on the SBUF's
+    engine port (:class:`~ncrtl.hdl.sbuf.memory.MultiPortSbuf` places it in front of that
+    port when it has more than one engine port).
 
     A request is granted when the SBUF takes it, among the clients that ask, the first from a
     turn just past the last client granted.  A read's response goes back to its client; a
@@ -48,7 +32,7 @@ class SbufArbiter(wiring.Component):
 
     @validated_init
     def __init__(self, clients, partitions, words, word_bytes):
-        self.clients = check_int(clients, "SbufArbiter clients", minimum=1, maximum=8)
+        self.clients = check_int(clients, "EnginePorts clients", minimum=1, maximum=8)
         sig = SbufPort(partitions, words, word_bytes)
         members = {f"client{i}": In(sig) for i in range(clients)}
         members["sbuf"] = Out(sig)

@@ -27,7 +27,7 @@ back (``blocked``, it takes no part in the arbitration that cycle) when
 sum's strobed bytes :data:`ADD_LATENCY` cycles after the grant, on the write port, while the
 read port serves the next request: one read-add-write per cycle, the rate of a DMA write.
 
-:class:`SbufArbiter` is that rule cycle by cycle, which the RTL (``ncrtl.hdl.dma.sbuf``)
+:class:`SbufArbiter` is that rule cycle by cycle, which the RTL (``ncrtl.hdl.sbuf.memory``)
 matches; :class:`SbufMemory` is the storage, ``[partitions, partition_bytes]`` bytes.
 """
 

@@ -1,10 +1,10 @@
 """The SBUF's engine port in cocotb testbenches: load the whole SBUF and read it back, a word
-of every partition per beat (:func:`ncrtl.hdl.dma.sbuf.engine_request_layout`)."""
+of every partition per beat (:func:`ncrtl.hdl.sbuf.memory.engine_request_layout`)."""
 
 import numpy as np
 from amaranth.hdl import Const
 
-from ncrtl.hdl.dma.sbuf import engine_request_layout
+from ncrtl.hdl.sbuf.memory import engine_request_layout
 from ncrtl.testbench.stream import StreamBus, StreamSink, StreamSource
 
 __all__ = ["SbufEnginePort"]

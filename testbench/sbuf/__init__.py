@@ -1,0 +1,1 @@
+"""The state buffer's ports in cocotb testbenches (:mod:`~ncrtl.testbench.sbuf.port`)."""
