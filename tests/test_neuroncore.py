@@ -266,7 +266,9 @@ def test_timing_at_rtl_has_the_descriptor_generators_of_the_rtl():
     from ncrtl.testbench.neuroncore import jobs
 
     assert timing.Params().dge is None
-    assert rtl_params(SMALL, 8).dge == timing.DgeStage(DGE_CYCLES, DGES, SMALL.dma_inflight)
+    assert rtl_params(SMALL, 8).dge == timing.DgeStage(
+        DGE_CYCLES, DGES, SMALL.dma_inflight, SMALL.dma_queues
+    )
     job = jobs.example_job("matmul_tiled", SMALL, np.random.default_rng(0))
     rep = simulate_at_rtl(job.program, SMALL, 8)
     starts = {g: [] for g in range(DGES)}

@@ -58,15 +58,18 @@ DMA_OVERHEAD = 1820
 class DgeStage:
     """Descriptor generators in front of the DMA engines, as the RTL core has them
     (``ncrtl.hdl.neuroncore.dma.DmaIssue`` on ``ncrtl.hdl.dma.dge.Dge``): stream ``dma{q}``
-    issues to generator ``q % count``, which takes one transfer at a time (its first part
-    ``cycles`` DMA cycles after it takes it, a part per cycle, the next transfer
-    ``cycles + parts + 1`` cycles after; :meth:`ncrtl.model.dma.dge.DgeTiming.schedule`); a
-    stream keeps ``in_flight`` transfers issued and not complete.  Without it (the default) a
-    transfer's issue cost is part of the DMA engines' fixed overhead."""
+    (of ``queues``) issues to generator ``q % count``, which takes one transfer at a time (its
+    first part ``cycles`` DMA cycles after it takes it, a part per cycle, the next transfer
+    ``cycles + parts + 1`` cycles after; :meth:`ncrtl.model.dma.dge.DgeTiming.schedule`),
+    among the streams asking round robin from the one after the last it took (the second of
+    its queues first); a stream keeps ``in_flight`` transfers issued and not complete.
+    Without it (the default) a transfer's issue cost is part of the DMA engines' fixed
+    overhead."""
 
     cycles: int
     count: int = 2
     in_flight: int = 4
+    queues: int = 16
 
 
 @dataclass(frozen=True)
@@ -373,7 +376,10 @@ def simulate(program, *, params=None, trace=False):
     ]
     pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
     dge = params.dge
-    dge_free = [[0] * (dge.count if dge else 0) for _ in programs]
+    dge_state = [
+        [{"free": 0, "last": 0, "asking": {}} for _ in range(dge.count if dge else 0)]
+        for _ in programs
+    ]
     v2 = core.name == "v2"
     # Per core: the SBUF bus VectorE (in its performance mode; on v2, always) shares with
     # GpSimdE, and each PSUM bank VectorE and ScalarE share (on v2, PSUM as one).
@@ -523,41 +529,65 @@ def simulate(program, *, params=None, trace=False):
         return ready, blocker
 
     def issue_dge(s):
-        """A DMA stream's transfers through the descriptor generators (:class:`DgeStage`):
-        issued in order while the stream has a slot and its generator is free, moved on the
-        engines from the first part's cycle, completed in order."""
-        c, period = s.core, s.clock.period
+        """A DMA stream's next transfer asks its descriptor generator (:class:`DgeStage`) once
+        its waits are met and it has a slot; the generator takes the askers round robin."""
+        c = s.core
+        if s.issued >= len(s.instrs) or s.issued - s.pos >= dge.in_flight:
+            return
         g = int(s.local[3:]) % dge.count
-        while s.issued < len(s.instrs) and s.issued - s.pos < dge.in_flight:
-            ins = s.instrs[s.issued]
-            met = waits_met(s, ins, lambda s=s: issue_dge(s))
-            if met is None:
-                return
-            ready, blocker = met
-            if ins.op == "sendrecv":
-                raise KernelError(f"{ins.line}: {ins.call}: no descriptor generator path")
-            t0 = max(ready, ev.now, dge_free[c][g])
-            if t0 > ev.now:
-                ev.at(t0, issue_dge, s)
-                return
-            work, cap = dma_work(ins)
-            dge_free[c][g] = t0 + (dge.cycles + cap + 1) * period
-            waited = max(0, ready - s.free) if blocker else 0
-            entry = [ins, ready, t0, None, waited, blocker]
-            s.pending.append(entry)
-            s.issued += 1
-            s.free = t0 + period
+        gen = dge_state[c][g]
+        if s in gen["asking"]:
+            return
+        ins = s.instrs[s.issued]
+        met = waits_met(s, ins, lambda s=s: issue_dge(s))
+        if met is None:
+            return
+        if ins.op == "sendrecv":
+            raise KernelError(f"{ins.line}: {ins.call}: no descriptor generator path")
+        gen["asking"][s] = met
+        ev.at(max(met[0], ev.now, gen["free"]), take_dge, c, g)
 
-            def moved(s=s, entry=entry):
-                entry[3] = ev.now
-                while s.pending and s.pending[0][3] is not None:
-                    i, r, start, end, w, b = s.pending.pop(0)
-                    done = max(end + params.dma_latency * period, s.last_done)
-                    finish(s, i, r, start, end, done, w, b)
-                    s.free = max(s.free, start + period)
-                issue_dge(s)
+    def take_dge(c, g):
+        """Generator ``g`` takes the first asking stream after the last one it took (its
+        queues in order, ``q // count`` each: ``DmaIssue``'s round robin), if it is free."""
+        gen = dge_state[c][g]
+        now = ev.now
+        if now < gen["free"]:
+            ev.at(gen["free"], take_dge, c, g)
+            return
+        asking = {
+            int(st.local[3:]) // dge.count: st for st, (r, _) in gen["asking"].items() if r <= now
+        }
+        if not asking:
+            return
+        n = len(range(g, dge.queues, dge.count))
+        j = next(j for off in range(1, n + 1) if (j := (gen["last"] + off) % n) in asking)
+        s = asking[j]
+        gen["last"] = j
+        ready, blocker = gen["asking"].pop(s)
+        period = s.clock.period
+        ins = s.instrs[s.issued]
+        work, cap = dma_work(ins)
+        gen["free"] = now + (dge.cycles + cap + 1) * period
+        waited = max(0, ready - s.free) if blocker else 0
+        entry = [ins, ready, now, None, waited, blocker]
+        s.pending.append(entry)
+        s.issued += 1
+        s.free = now + period
 
-            ev.at(t0 + dge.cycles * period, pools[c].submit, work, cap, moved)
+        def moved(s=s, entry=entry):
+            entry[3] = ev.now
+            while s.pending and s.pending[0][3] is not None:
+                i, r, start, end, w, b = s.pending.pop(0)
+                done = max(end + params.dma_latency * period, s.last_done)
+                finish(s, i, r, start, end, done, w, b)
+                s.free = max(s.free, start + period)
+            issue_dge(s)
+
+        ev.at(now + dge.cycles * period, pools[c].submit, work, cap, moved)
+        issue_dge(s)
+        if gen["asking"]:
+            ev.at(gen["free"], take_dge, c, g)
 
     def advance(s):
         if dge is not None and s.local.startswith("dma"):

@@ -43,7 +43,9 @@ def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES):
         read_latency=latency,
         write_latency=latency,
     )
-    dge = timing.DgeStage(cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight)
+    dge = timing.DgeStage(
+        cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight, queues=geo.dma_queues
+    )
     return timing.Params(dma=dma, dge=dge)
 
 
