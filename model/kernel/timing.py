@@ -581,7 +581,6 @@ def simulate(program, *, params=None, trace=False):
                 i, r, start, end, w, b = s.pending.pop(0)
                 done = max(end + params.dma_latency * period, s.last_done)
                 finish(s, i, r, start, end, done, w, b)
-                s.free = max(s.free, start + period)
             issue_dge(s)
 
         ev.at(now + dge.cycles * period, pools[c].submit, work, cap, moved)
