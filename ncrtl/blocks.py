@@ -799,7 +799,7 @@ _DMA_PARAMS = (
 )
 
 
-def _make_dma(word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding):
+def _make_dma(word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, burst):
     from ncrtl.hdl.dma.top import DmaSystem
 
     _check_words("dma", partition_bytes, word_bytes)
@@ -811,8 +811,30 @@ def _make_dma(word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outs
         hbm_bytes=hbm_bytes,
         overhead=overhead,
         outstanding=outstanding,
+        burst=burst,
         instance=True,
     )
+
+
+#: A DMA engine's most beats per device-memory read burst (the rule: ``check_burst``).
+_BURST_PARAM = Param(
+    "burst", int, 16, "most beats of a device-memory read burst", minimum=1, maximum=256
+)
+
+
+def _check_dma(block):
+    """A block's check of its DMA engines' parameters: whole words, a legal burst."""
+
+    def check(partition_bytes, word_bytes, burst, **_):
+        from ncrtl.model.dma.timing import check_burst
+
+        _check_words(block, partition_bytes, word_bytes)
+        try:
+            check_burst(burst, word_bytes, f"{block}: parameter")
+        except ValueError as e:
+            raise BlockError(str(e)) from None
+
+    return check
 
 
 register(
@@ -821,16 +843,15 @@ register(
         "DMA engine with its SBUF: copies, DMA transposes, SBUF read-add-write; AXI4 to HBM",
         (
             *_DMA_PARAMS,
-            Param("outstanding", int, 8, "reads in flight", minimum=1, maximum=64),
+            Param("outstanding", int, 8, "reads (bursts) in flight", minimum=1, maximum=64),
+            _BURST_PARAM,
         ),
         _make_dma,
-        lambda word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding: (
+        lambda word_bytes, partitions, partition_bytes, hbm_bytes, **_: (
             f"dma_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma",
-        check=lambda partition_bytes, word_bytes, **_: _check_words(
-            "dma", partition_bytes, word_bytes
-        ),
+        check=_check_dma("dma"),
         program_check=_check_dma_program("dma"),
         stimulus=lambda count, **_: (
             f"{max(1, min(count, 400))} random descriptors (--count, at most 400)"
@@ -840,7 +861,7 @@ register(
 
 
 def _make_dma_queues(
-    word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, policy, depth
+    word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, burst, policy, depth
 ):
     from ncrtl.hdl.dma.top import DmaQueuesSystem
 
@@ -855,6 +876,7 @@ def _make_dma_queues(
         hbm_bytes=hbm_bytes,
         overhead=overhead,
         outstanding=outstanding,
+        burst=burst,
         instance=True,
     )
 
@@ -866,7 +888,10 @@ register(
         "priority, traffic shaping) sharing the AXI4 and SBUF ports",
         (
             *_DMA_PARAMS,
-            Param("outstanding", int, 8, "reads in flight per channel", minimum=1, maximum=64),
+            Param(
+                "outstanding", int, 8, "reads (bursts) in flight per channel", minimum=1, maximum=64
+            ),
+            _BURST_PARAM,
             Param(
                 "policy",
                 str,
@@ -877,13 +902,11 @@ register(
             Param("depth", int, 4, "descriptors each queue holds", minimum=1, maximum=64),
         ),
         _make_dma_queues,
-        lambda word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, policy, depth: (
+        lambda word_bytes, partitions, partition_bytes, hbm_bytes, policy, **_: (
             f"dma_queues_{policy}_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma_queues",
-        check=lambda partition_bytes, word_bytes, **_: _check_words(
-            "dma_queues", partition_bytes, word_bytes
-        ),
+        check=_check_dma("dma_queues"),
         program_check=_check_dma_program("dma_queues"),
         stimulus=lambda count, **_: (
             f"about {max(1, min(count, 400))} random descriptors over the 16 queues (--count, at "

@@ -459,12 +459,13 @@ class _EngineWithSbuf:
         self.top = m
 
 
-def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3):
+def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3, log=None):
     """Run ``descs`` through the engine with the SBUF and the device memory of ``mem``
     (:class:`ncrtl.model.dma.Memories`) and an AXI4 memory model (``latency`` cycles from an
     address to its data or write response, ``stall`` the probability of a not-ready cycle on
     every channel it receives); return ``(statuses, sbuf, hbm, cycles)``, ``cycles`` per
-    descriptor from its acceptance to its completion's valid."""
+    descriptor from its acceptance to its completion's valid; ``log`` gets every read
+    address's ``(addr, len)``."""
     from ncrtl.model.dma.isa import encode
 
     h = _EngineWithSbuf(geo, word_bytes, overhead)
@@ -500,7 +501,7 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     sim = Simulator(h.top)
     sim.add_clock(1e-6)
     sim.add_testbench(load_and_run)
-    read, write = sim_memory(eng.axi, hbm, wb, latency=latency, stall=stall, rng=rng)
+    read, write = sim_memory(eng.axi, hbm, wb, latency=latency, stall=stall, rng=rng, log=log)
     sim.add_testbench(read, background=True)
     sim.add_testbench(write, background=True)
     sim.run()
@@ -540,12 +541,16 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
             if kind in (getattr(d.src.indirect, "kind", None), getattr(d.dst.indirect, "kind", 0))
         ]
         assert sum(done) >= 2, kind
+    log = []
     status, sbuf, hbm, cycles = _run_engine(
-        geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1
+        geo, word_bytes, mem, descs, latency=latency, stall=stall, seed=1, log=log
     )
     assert status == want
     assert np.array_equal(hbm, gold.hbm)
     assert np.array_equal(sbuf, gold.sbuf)
+    # The reads of contiguous runs are multi-beat bursts, each inside its 16-word boundary.
+    assert max(n for _, n in log) >= 3
+    assert all(a % word_bytes == 0 and (a // word_bytes) % 16 + n < 16 for a, n in log)
     if not stall:
         # Without stalls the timing model gives every descriptor's cycles exactly.
         assert cycles == timing

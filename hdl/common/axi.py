@@ -54,14 +54,16 @@ class AxiManager(wiring.Signature):
 # -- simulation helpers (Amaranth simulator) -------------------------------------------------
 
 
-def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
-    """Two Amaranth simulator testbenches serving the AXI4 manager port ``axi`` (single-beat
-    bursts) from ``memory`` (a uint8 array, read and written in place): ``(read, write)``,
-    to add with ``background=True``.  A read address accepted in cycle ``t`` has its data
-    valid from cycle ``t + latency``; a write's response ``latency`` cycles after its address
-    and data are both in; ``stall`` is the probability of a not-ready cycle on ``ar``, ``aw``
+def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None, log=None):
+    """Two Amaranth simulator testbenches serving the AXI4 manager port ``axi`` (``INCR`` reads
+    of any length, single-beat writes) from ``memory`` (a uint8 array, read and written in
+    place): ``(read, write)``, to add with ``background=True``.  The first beat of a read
+    address accepted in cycle ``t`` is valid from cycle ``t + latency``, the others one per
+    cycle after it, every burst's beats after those of the bursts before it; a write's response
+    ``latency`` cycles after its address and data are both in; ``stall`` is the probability of a not-ready cycle on ``ar``, ``aw``
     and ``w`` and of an idle cycle on ``r`` while a beat is due (``rng``: a
-    ``numpy.random.Generator``).  Responses carry their address's id."""
+    ``numpy.random.Generator``).  Responses carry their address's id.  ``log``: a list that
+    gets ``(addr, len)`` of every read address accepted."""
     import numpy as np
 
     from ncrtl.model.sbuf.memory import write_strobed
@@ -77,11 +79,14 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None):
             await ctx.delay(1e-9)
             if ready and ctx.get(axi.ar.valid):
                 p = ctx.get(axi.ar.payload)
-                pending.append((cycle + latency, p.addr, p.id))
+                if log is not None:
+                    log.append((p.addr, p.len))
+                for i in range(p.len + 1):
+                    pending.append((cycle + latency, p.addr + i * wb, p.id, i == p.len))
             if pending and pending[0][0] <= cycle and (not stall or rng.random() >= stall):
-                _, addr, ident = pending[0]
+                _, addr, ident, last = pending[0]
                 value = int.from_bytes(memory[addr : addr + wb].tobytes(), "little")
-                ctx.set(axi.r.payload, {"id": ident, "data": value, "resp": 0, "last": 1})
+                ctx.set(axi.r.payload, {"id": ident, "data": value, "resp": 0, "last": last})
                 ctx.set(axi.r.valid, 1)
                 await ctx.delay(1e-9)
                 if ctx.get(axi.r.ready):

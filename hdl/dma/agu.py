@@ -37,15 +37,19 @@ def command_layout(addr_bits, index_bits, count_bits, part_bits):
     )
 
 
-def run_layout(addr_bits, part_bits, word_bytes):
+def run_layout(addr_bits, part_bits, word_bytes, count_bits=16):
     """One access: ``partition``, ``addr`` (byte address, or byte in the partition), ``bytes``
-    (1 to ``word_bytes``, inside one aligned word), ``last`` (the pattern's last access)."""
+    (1 to ``word_bytes``, inside one aligned word), ``last`` (the pattern's last access),
+    ``span`` (bytes from ``addr`` to the end of the contiguous elements this run begins: the
+    rest of its innermost iteration along a step of 1, else ``bytes``; a reader sizes its
+    bursts by it)."""
     return data.StructLayout(
         {
             "partition": part_bits,
             "addr": addr_bits,
             "bytes": word_bytes.bit_length(),
             "last": 1,
+            "span": count_bits + 3,
         }
     )
 
@@ -115,7 +119,9 @@ class AddressGenerator(wiring.Component):
                         command_layout(addr_bits, self.index_bits, count_bits, part_bits)
                     )
                 ),
-                "run": Out(stream.Signature(run_layout(addr_bits, part_bits, word_bytes))),
+                "run": Out(
+                    stream.Signature(run_layout(addr_bits, part_bits, word_bytes, count_bits))
+                ),
                 "lead_at": Out(part_bits),
                 "lead_index": In(signed(self.index_bits)),
                 "lead_part": In(part_bits),
@@ -181,6 +187,7 @@ class AddressGenerator(wiring.Component):
             self.run.payload.addr.eq(addr),
             self.run.payload.bytes.eq(nbytes),
             self.run.payload.last.eq(wraps[0]),
+            self.run.payload.span.eq(Mux(contiguous, left, nbytes)),
         ]
         with m.If(self.run.valid & self.run.ready):
             with m.If(~wraps[inner]):

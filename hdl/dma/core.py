@@ -66,7 +66,7 @@ class DmaCore(wiring.Component):
     engines : int
         A power of two (16 on NeuronCore-v3).
     widths : Widths
-    partitions, partition_bytes, hbm_bytes, overhead, outstanding
+    partitions, partition_bytes, hbm_bytes, overhead, outstanding, burst
         As :class:`~ncrtl.hdl.dma.engine.DmaEngine`.
     dge_cycles : int
         :class:`~ncrtl.hdl.dma.dge.Dge` ``cycles``.
@@ -104,6 +104,7 @@ class DmaCore(wiring.Component):
         hbm_bytes=1 << 30,
         overhead=0,
         outstanding=8,
+        burst=16,
         dge_cycles=DGE_CYCLES,
         semaphores=4,
         depth=2,
@@ -124,7 +125,14 @@ class DmaCore(wiring.Component):
         self.geo = geo
         self.dges = [Dge(self.wd, engines=engines, cycles=dge_cycles, **geo) for _ in range(DGES)]
         self.dma_engines = [
-            DmaEngine(word_bytes, widths=self.wd, overhead=overhead, outstanding=outstanding, **geo)
+            DmaEngine(
+                word_bytes,
+                widths=self.wd,
+                overhead=overhead,
+                outstanding=outstanding,
+                burst=burst,
+                **geo,
+            )
             for _ in range(engines)
         ]
         self.sbuf = (

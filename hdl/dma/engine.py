@@ -11,6 +11,7 @@ from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_int, validated_init
 from ncrtl.hdl.sbuf.memory import dma_request_layout
 from ncrtl.model.dma.isa import Error, Op, Space
+from ncrtl.model.dma.timing import check_burst
 from ncrtl.model.sbuf.memory import Access
 
 from .agu import AddressGenerator
@@ -89,6 +90,7 @@ class DmaEngine(wiring.Component):
         hbm_bytes=1 << 30,
         overhead=0,
         outstanding=8,
+        burst=16,
     ):
         self.word_bytes = check_int(word_bytes, "DmaEngine word_bytes", minimum=4, maximum=64)
         if word_bytes & (word_bytes - 1):
@@ -99,6 +101,7 @@ class DmaEngine(wiring.Component):
         self.hbm_bytes = check_int(hbm_bytes, "DmaEngine hbm_bytes", minimum=4)
         self.overhead = check_int(overhead, "DmaEngine overhead", minimum=0, maximum=1 << 16)
         self.outstanding = check_int(outstanding, "DmaEngine outstanding", minimum=1, maximum=64)
+        self.burst = check_burst(burst, word_bytes, "DmaEngine")
         words = partition_bytes // word_bytes
         super().__init__(
             {
@@ -129,10 +132,10 @@ class DmaEngine(wiring.Component):
         m.submodules.queue = queue = ByteQueue(w)
         m.submodules.tile = tile = TileTranspose(w)
         m.submodules.tile_queue = tile_queue = ByteQueue(w)
-        # The reads in flight (offset, bytes): an unbuffered FIFO, readable the cycle after the
-        # issue, when an SBUF read's response arrives.
+        # The beats in flight (offset, bytes, the read's last beat): an unbuffered FIFO, readable
+        # the cycle after the run is taken, when an SBUF read's response arrives.
         m.submodules.inflight = inflight = SyncFIFO(
-            width=wb + (w).bit_length(), depth=self.outstanding
+            width=wb + (w).bit_length() + 1, depth=self.outstanding * self.burst
         )
 
         d = Signal.like(self.desc.payload)
@@ -465,24 +468,49 @@ class DmaEngine(wiring.Component):
             with m.If(self.status.ready):
                 m.d.sync += state.eq(IDLE)
 
-        # -- reader: one read per source run -------------------------------------------------
-        # Every read has a slot reserved in ``rbuf`` when it is issued, so a read response is
-        # always taken at once: the SBUF's responses (the reader's and the writer's, in order)
-        # never wait behind each other, and the AXI4 R channel is never held up.
+        # -- reader: a read per source run, or a burst of them ----------------------------
+        # A read of the device memory is an AXI4 INCR burst of the source's consecutive words:
+        # from a run's word to the end of the contiguous elements it begins (its ``span``), at
+        # most ``burst`` beats, never across a ``burst``-word boundary (so never across 4 KiB).
+        # The burst's first run issues the address; its other runs follow a run per cycle, each
+        # with its own entry in ``inflight``.  An SBUF read is one word.  Every read holds one of
+        # ``outstanding`` slots from its issue until its last beat's bytes are in the byte queue,
+        # and a slot in ``rbuf`` per beat, so a read response is always taken at once: the
+        # SBUF's responses (the reader's and the writer's, in order) never wait behind each
+        # other, and the AXI4 R channel is never held up.
         sr = src_agu.run.payload
+        bb = (self.burst - 1).bit_length()
         writer_sbuf = Signal()  # the writer uses the SBUF port this cycle
-        issue = Signal()
-        held = Signal(range(self.outstanding + 1))  # reads issued, not yet in the byte queue
+        issue = Signal()  # a read's address (or SBUF request) is taken
+        follow = Signal()  # a run of the burst in flight is taken
+        beats_left = Signal(range(self.burst))  # runs of the burst still to take
+        held = Signal(range(self.outstanding + 1))  # reads whose last beat is not yet queued
+        # The burst's beats: to the end of the span, at most to the burst boundary.
+        span_words = Signal(len(sr.span) + 1)
+        m.d.comb += span_words.eq((sr.addr[:wb] + sr.span + (w - 1)) >> wb)
+        room = Signal(bb + 1)
+        m.d.comb += room.eq(self.burst - (sr.addr[wb : wb + bb] if bb else 0))
+        beats = Signal(bb + 1)
+        m.d.comb += beats.eq(Mux(span_words < room, span_words, room))
+        first = ~beats_left.any()
         m.d.comb += [
-            inflight.w_data.eq(sr.addr[:wb] | (sr.bytes << wb)),
+            inflight.w_data.eq(
+                Cat(sr.addr[:wb], sr.bytes, Mux(first, (beats == 1) | ~src_hbm, beats_left == 1))
+            ),
             self.axi.ar.payload.addr.eq(Cat(Const(0, wb), sr.addr[wb:])),
-            self.axi.ar.payload.len.eq(0),
+            self.axi.ar.payload.len.eq(beats - 1),
             self.axi.ar.payload.size.eq(wb),
             self.axi.ar.payload.burst.eq(BURST_INCR),
         ]
-        can = src_agu.run.valid & (held < self.outstanding)
-        with m.If(src_hbm):
+        can = src_agu.run.valid & first & (held < self.outstanding)
+        with m.If(~first):
+            m.d.comb += follow.eq(src_agu.run.valid)  # always: the span's runs come a cycle each
+            with m.If(follow):
+                m.d.sync += beats_left.eq(beats_left - 1)
+        with m.Elif(src_hbm):
             m.d.comb += [self.axi.ar.valid.eq(can), issue.eq(can & self.axi.ar.ready)]
+            with m.If(issue):
+                m.d.sync += beats_left.eq(beats - 1)
         with m.Else():
             with m.If(can & ~writer_sbuf):
                 m.d.comb += [
@@ -492,13 +520,14 @@ class DmaEngine(wiring.Component):
                     self.sbuf_req.payload.access.eq(Access.READ),
                     issue.eq(self.sbuf_req.ready),
                 ]
-        m.d.comb += [src_agu.run.ready.eq(issue), inflight.w_en.eq(issue)]
+        m.d.comb += [src_agu.run.ready.eq(issue | follow), inflight.w_en.eq(issue | follow)]
 
         m.submodules.rbuf = rbuf = SyncFIFOBuffered(
-            width=8 * w + (w).bit_length(), depth=self.outstanding
+            width=8 * w + (w).bit_length() + 1, depth=self.outstanding * self.burst
         )
         off = inflight.r_data[:wb]
-        nbytes = inflight.r_data[wb:]
+        nbytes = inflight.r_data[wb : wb + (w).bit_length()]
+        end = inflight.r_data[-1]  # the read's last beat
         r_fire = Signal()
         m.d.comb += [
             self.axi.r.ready.eq(src_hbm & inflight.r_rdy),
@@ -514,18 +543,19 @@ class DmaEngine(wiring.Component):
                 Cat(
                     Mux(src_hbm, self.axi.r.payload.data, self.sbuf_resp.payload) >> (off << 3),
                     nbytes,
+                    end,
                 )
             ),
             inflight.r_en.eq(r_fire),
             queue.push.valid.eq(rbuf.r_rdy),
             queue.push.payload.data.eq(rbuf.r_data[: 8 * w]),
-            queue.push.payload.bytes.eq(rbuf.r_data[8 * w :]),
+            queue.push.payload.bytes.eq(rbuf.r_data[8 * w : -1]),
             rbuf.r_en.eq(queue.push.ready),
         ]
-        popped = rbuf.r_rdy & queue.push.ready
-        with m.If(issue & ~popped):
+        done = rbuf.r_rdy & queue.push.ready & rbuf.r_data[-1]
+        with m.If(issue & ~done):
             m.d.sync += held.eq(held + 1)
-        with m.Elif(popped & ~issue):
+        with m.Elif(done & ~issue):
             m.d.sync += held.eq(held - 1)
 
         # -- tiled transpose: the queue's words through the tile buffer -----------------------

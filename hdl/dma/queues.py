@@ -65,7 +65,7 @@ class DmaQueues(wiring.Component):
 
     Parameters
     ----------
-    word_bytes, widths, partitions, partition_bytes, hbm_bytes, overhead, outstanding
+    word_bytes, widths, partitions, partition_bytes, hbm_bytes, overhead, outstanding, burst
         Every channel's (:class:`~ncrtl.hdl.dma.engine.DmaEngine`).
     policy : str
         ``"round_robin"`` or ``"priority"``.
@@ -100,6 +100,7 @@ class DmaQueues(wiring.Component):
         hbm_bytes=1 << 30,
         overhead=0,
         outstanding=8,
+        burst=16,
     ):
         if policy not in POLICIES:
             raise ValueError(f"DmaQueues policy must be one of {POLICIES}, not {policy!r}")
@@ -115,6 +116,7 @@ class DmaQueues(wiring.Component):
                 hbm_bytes=hbm_bytes,
                 overhead=overhead,
                 outstanding=outstanding,
+                burst=burst,
             )
             for _ in range(self.channels)
         ]

@@ -25,7 +25,7 @@ class DmaSystem(wiring.Component):
     engine port (a compute engine's access, or a testbench's loading and reading back).
 
     Parameters are the engine's (``word_bytes``, ``widths``, ``hbm_bytes``, ``overhead``,
-    ``outstanding``) and the SBUF's (``partitions``, ``partition_bytes``, ``dma_wait``,
+    ``outstanding``, ``burst``) and the SBUF's (``partitions``, ``partition_bytes``, ``dma_wait``,
     ``instance``: its partitions as instances of one Verilog module, for Verilog generation).
 
     Interface
@@ -47,6 +47,7 @@ class DmaSystem(wiring.Component):
         hbm_bytes=1 << 30,
         overhead=0,
         outstanding=8,
+        burst=16,
         dma_wait=4,
         instance=False,
     ):
@@ -58,6 +59,7 @@ class DmaSystem(wiring.Component):
             hbm_bytes=hbm_bytes,
             overhead=overhead,
             outstanding=outstanding,
+            burst=burst,
         )
         self.sbuf = Sbuf(
             partitions, partition_bytes, word_bytes, dma_wait=dma_wait, instance=instance
@@ -98,7 +100,7 @@ class DmaQueuesSystem(wiring.Component):
     """:class:`~ncrtl.hdl.dma.queues.DmaQueues` joined to an :class:`~ncrtl.hdl.sbuf.memory.Sbuf`.
 
     Parameters are the queues' (``word_bytes``, ``policy``, ``depth``, ``widths``,
-    ``hbm_bytes``, ``overhead``, ``outstanding``) and the SBUF's (``partitions``,
+    ``hbm_bytes``, ``overhead``, ``outstanding``, ``burst``) and the SBUF's (``partitions``,
     ``partition_bytes``, ``dma_wait``, ``instance``).
 
     Interface
@@ -122,6 +124,7 @@ class DmaQueuesSystem(wiring.Component):
         hbm_bytes=1 << 30,
         overhead=0,
         outstanding=8,
+        burst=16,
         dma_wait=4,
         instance=False,
     ):
@@ -135,6 +138,7 @@ class DmaQueuesSystem(wiring.Component):
             hbm_bytes=hbm_bytes,
             overhead=overhead,
             outstanding=outstanding,
+            burst=burst,
         )
         self.sbuf = Sbuf(
             partitions, partition_bytes, word_bytes, dma_wait=dma_wait, instance=instance

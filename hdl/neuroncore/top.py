@@ -76,7 +76,9 @@ class NeuronCore(wiring.Component):
     dge_cycles : int
         The descriptor generators' latency (:class:`~ncrtl.hdl.dma.dge.Dge`).
     outstanding : int
-        Device-memory reads each DMA engine keeps in flight.
+        Device-memory reads (bursts) each DMA engine keeps in flight.
+    burst : int
+        The most beats of a DMA engine's device-memory read.
 
     Interface
     ---------
@@ -91,7 +93,14 @@ class NeuronCore(wiring.Component):
 
     @validated_init
     def __init__(
-        self, geo=None, *, instance=False, modes=None, dge_cycles=DGE_CYCLES, outstanding=8
+        self,
+        geo=None,
+        *,
+        instance=False,
+        modes=None,
+        dge_cycles=DGE_CYCLES,
+        outstanding=8,
+        burst=16,
     ):
         geo = geo if geo is not None else Geometry()
         if not isinstance(geo, Geometry):
@@ -119,6 +128,7 @@ class NeuronCore(wiring.Component):
             partition_bytes=geo.partition_bytes,
             hbm_bytes=geo.hbm_bytes,
             outstanding=outstanding,
+            burst=burst,
             dge_cycles=dge_cycles,
             semaphores=self.issue.semaphores,
             sbuf=False,

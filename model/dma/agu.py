@@ -27,9 +27,11 @@ __all__ = ["runs", "pattern_bounds", "command_fields", "DIMS"]
 DIMS = 5
 
 
-def runs(side, word_bytes, dynamic=None, *, transpose=False, tiled=None):
+def runs(side, word_bytes, dynamic=None, *, transpose=False, tiled=None, spans=False):
     """The runs of ``side`` in loop order: an int64 array ``[n, 3]`` of ``(partition, byte
-    address, bytes)``.  ``transpose``: the columns of the side's 2-D view ``[A, B]`` one after
+    address, bytes)``; with ``spans`` ``[n, 4]``, the fourth the run's span (bytes from its
+    address to the end of its innermost iteration where that is contiguous, else its bytes:
+    what a reader sizes its bursts by).  ``transpose``: the columns of the side's 2-D view ``[A, B]`` one after
     the other (the order a DMA transpose reads its source in on its element path), each element
     its own run unless the view's outer step is 1 in the device memory.
 
@@ -70,14 +72,15 @@ def runs(side, word_bytes, dynamic=None, *, transpose=False, tiled=None):
         i = 0
         while i < inner:
             if not contiguous:
-                out.append((p_row[i], b_row[i], esize))
+                out.append((p_row[i], b_row[i], esize, esize))
                 i += 1
                 continue
             room = word_bytes - b_row[i] % word_bytes
             take = min((inner - i) * esize, room) // esize
-            out.append((p_row[i], b_row[i], take * esize))
+            out.append((p_row[i], b_row[i], take * esize, (inner - i) * esize))
             i += take
-    return np.asarray(out, dtype=np.int64).reshape(-1, 3)
+    out = np.asarray(out, dtype=np.int64).reshape(-1, 4)
+    return out if spans else out[:, :3]
 
 
 def command_fields(side, dynamic=None, *, transpose=False, tiled=None, word_bytes=None):

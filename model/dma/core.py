@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ncrtl.model.dma.dge import ENGINES, DgeTiming, generate
 from ncrtl.model.dma.isa import Error
 from ncrtl.model.dma.queues import _Channel, _plan
-from ncrtl.model.dma.timing import DMA_MHZ, EngineTiming
+from ncrtl.model.dma.timing import DMA_MHZ, EngineTiming, ReadPort
 from ncrtl.model.event import Clock, EventCore
 from ncrtl.model.sbuf.memory import PortsArbiter
 
@@ -132,6 +132,7 @@ def core_schedule(
     channels = [_Channel(k) for k in range(engines)]
     for ch in channels:
         ch.w = timing.word_bytes
+        ch.port = ReadPort()  # each engine has its own device-memory port
     arb = PortsArbiter(engines, turn=turn % engines)
     queues = [deque() for _ in range(engines)]  # (readable from, source, index, engine, sem, desc)
     parts = [[[] for _ in d.stream] for d in dges]
@@ -181,7 +182,7 @@ def core_schedule(
             ch.status = False
         for ch in start:
             item = queues[ch.k].popleft()
-            phases, code = _plan(item[5], geo, mem, timing)
+            phases, code = _plan(item[5], geo, mem, timing, ch.port)
             ch.start(item, phases, code, c)
         for d, dg in enumerate(dges):
             dg.edge(c, taken[d])

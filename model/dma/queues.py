@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from ncrtl.model.dma.agu import runs
 from ncrtl.model.dma.isa import Error, Op, Space, _vector, check, dynamic_offsets, side_addresses
 from ncrtl.model.dma.qos import CLASSES, QUEUES, SLOTS, PortArbiter, QueueSelect
-from ncrtl.model.dma.timing import _STATIC_RULES, DMA_MHZ, EngineTiming, Mover, tiled_transpose
+from ncrtl.model.dma.timing import (
+    _STATIC_RULES,
+    DMA_MHZ,
+    EngineTiming,
+    Mover,
+    ReadPort,
+    tiled_transpose,
+)
 from ncrtl.model.event import Clock, EventCore
 from ncrtl.model.sbuf.memory import Access, SbufArbiter
 
@@ -46,9 +53,10 @@ class Served:
     error: Error
 
 
-def _plan(desc, geo, mem, timing):
+def _plan(desc, geo, mem, timing, port=None):
     """The phases of ``desc`` after its acceptance: ``("fixed", cycles)``, ``("fetch", side,
-    values)``, ``("move", Mover)``; then the completion with its code."""
+    values)``, ``("move", Mover)`` (reading through ``port``, a
+    :class:`~ncrtl.model.dma.timing.ReadPort`); then the completion with its code."""
     broken = check(desc, geo, mem.sbuf)
     code = Error.NONE if broken is None else broken[0]
     dynamic = desc.src.indirect is not None or desc.dst.indirect is not None
@@ -92,12 +100,12 @@ def _plan(desc, geo, mem, timing):
     dyn_src = dynamic_offsets(desc.src, mem.sbuf)
     dyn_dst = dynamic_offsets(desc.dst, mem.sbuf)
     if tiled_transpose(desc, w):
-        src = runs(desc.src, w, dyn_src, tiled="source")
+        src = runs(desc.src, w, dyn_src, tiled="source", spans=True)
         dst = runs(desc.dst, w, dyn_dst, tiled="destination")
-        mover = Mover(desc, src, dst, True, timing)
+        mover = Mover(desc, src, dst, True, timing, port)
     else:
-        src = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE)
-        mover = Mover(desc, src, runs(desc.dst, w, dyn_dst), False, timing)
+        src = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE, spans=True)
+        mover = Mover(desc, src, runs(desc.dst, w, dyn_dst), False, timing, port)
     phases.append(("move", mover))
     return phases, Error.NONE
 
@@ -193,6 +201,7 @@ def queue_schedule(
     for ch in channels:
         ch.w = timing.word_bytes
     arbs = [PortArbiter(table, slot) for _ in range(3)]
+    port = ReadPort()  # the channels share the device memory's read data channel
     sbuf_arb = SbufArbiter()
     selects = [QueueSelect() for _ in range(n)]
     queues = [deque() for _ in range(QUEUES)]  # (item, cycle readable)
@@ -249,7 +258,7 @@ def queue_schedule(
             ch.status = False
         for ch, q in taken:
             item = queues[q].popleft()[0]
-            phases, code = _plan(item[1], geo, mem, timing)
+            phases, code = _plan(item[1], geo, mem, timing, port)
             ch.start(item, phases, code, c)
         if push is not None:
             queues[push[0]].append((push, c + 1))

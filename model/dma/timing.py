@@ -6,10 +6,11 @@ The RTL (``ncrtl.hdl.dma.engine``) matches it exactly when
 
 * the completion is taken the cycle it is valid (the next descriptor can then be accepted one
   cycle later: a descriptor occupies ``cycles + 1`` cycles of a back-to-back stream);
-* the device memory never says not-ready and answers with a fixed latency: the data beat of a
-  read address accepted in cycle ``t`` is valid in cycle ``t + read_latency`` (one beat per
-  cycle, as the engine issues them) and the write response of a write whose address and data are
-  accepted in cycle ``t`` in cycle ``t + write_latency``;
+* the device memory never says not-ready and answers with a fixed latency per burst: the first
+  data beat of a read address accepted in cycle ``t`` is valid in cycle ``t + read_latency``,
+  the others one per cycle after it, and a burst's beats follow the beats of the bursts
+  accepted before it (one read data channel: :class:`ReadPort`); the write response of a write
+  whose address and data are accepted in cycle ``t`` is valid in cycle ``t + write_latency``;
 * the SBUF's compute-engine port is idle (the DMA port is granted unless a read-add-write in
   flight holds it back: :class:`ncrtl.model.sbuf.memory.SbufArbiter`).
 
@@ -24,18 +25,23 @@ The phases, in the engine's order (docs/dma.md, "The engine"):
    bounds; then a cycle for the overlap rule.
 2. **Overhead**: ``overhead + 1`` cycles, then a cycle to start the two address generators.
 3. **Move**: the generators' runs (:func:`ncrtl.model.dma.agu.runs`), one per cycle each; a
-   source run is one read, at most ``outstanding`` in flight until their bytes are in the byte
-   queue; a read's data passes a two-cycle buffer into the queue; a destination run is written
+   read of the device memory is a burst of the source's runs (:func:`burst_beats`: from a run's
+   word to the end of its contiguous span, at most ``burst`` words, not across a
+   ``burst``-word boundary), issued with its first run, its other runs taken a cycle each after
+   it; an SBUF read is one run; at most ``outstanding`` reads in flight until their last
+   beat's bytes are in the byte queue; a beat's data passes a two-cycle buffer into the queue; a destination run is written
    when its bytes are all in the queue (a tiled transpose: after the tile buffer); the SBUF's
    one DMA port takes the writer's request before the reader's.  This phase is a cycle-stepped
    walk of those queues and counters, the same state the RTL keeps, so it is exact for any
    pattern, not only the steady state.
 4. **Complete**: the cycle after the last write is done and every write response is in.
 
-Steady state, for the record: reads issue at ``min(1, outstanding / (read_latency + 3))`` per
-cycle from the device memory (a read holds its slot from its issue to the cycle after its bytes
-enter the queue), so a long copy of whole words takes about ``words x max(1, (read_latency + 3)
-/ outstanding)`` cycles after the overhead.
+Steady state, for the record: a read of ``b`` beats holds its slot from its issue to the cycle
+after its last bytes enter the queue, ``read_latency + 2 + b`` cycles, so reads of ``b`` words
+stream at ``min(1, outstanding x b / (read_latency + 2 + b))`` words per cycle: a long copy of
+whole words takes about ``words x max(1, (read_latency + 2 + b) / (outstanding x b))`` cycles
+after the overhead (:func:`bandwidth_cycles`), and single-word reads (a tiled transpose's rows)
+stream at ``outstanding / (read_latency + 3)``.
 """
 
 from __future__ import annotations
@@ -58,7 +64,63 @@ from ncrtl.model.dma.isa import (
 from ncrtl.model.event import Clock, EventCore
 from ncrtl.model.sbuf.memory import Access, SbufArbiter
 
-__all__ = ["EngineTiming", "Transfer", "transfer_cycles", "tiled_transpose", "DMA_MHZ"]
+__all__ = [
+    "EngineTiming",
+    "ReadPort",
+    "Transfer",
+    "transfer_cycles",
+    "tiled_transpose",
+    "burst_beats",
+    "check_burst",
+    "DMA_MHZ",
+]
+
+#: AXI4: a burst does not cross a 4 KiB boundary, nor hold more than 256 beats.
+AXI_BOUNDARY = 4096
+AXI_MAX_BEATS = 256
+
+
+def check_burst(burst, word_bytes, owner="EngineTiming"):
+    """``burst`` (the most beats of a DMA engine's read) checked: a power of two from 1 to 256
+    whose bytes (``burst x word_bytes``) fit AXI4's 4 KiB boundary, so that a burst that stays
+    inside its ``burst``-word boundary never crosses it."""
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise TypeError(f"{owner} burst must be an int, not {burst!r}")
+    if not 1 <= burst <= AXI_MAX_BEATS or burst & (burst - 1):
+        raise ValueError(
+            f"{owner} burst must be a power of two from 1 to {AXI_MAX_BEATS} beats, not {burst}"
+        )
+    if burst * word_bytes > AXI_BOUNDARY:
+        raise ValueError(
+            f"{owner} burst of {burst} beats x {word_bytes} bytes crosses AXI4's "
+            f"{AXI_BOUNDARY}-byte boundary: at most {AXI_BOUNDARY // word_bytes} beats"
+        )
+    return burst
+
+
+def burst_beats(addr, span, word_bytes, burst):
+    """The beats of the read that begins with a run at byte ``addr`` whose contiguous span
+    (``ncrtl.model.dma.agu.runs(..., spans=True)``) is ``span`` bytes: the words from the run's
+    to the span's last, at most to the next ``burst``-word boundary."""
+    words = (addr % word_bytes + span + word_bytes - 1) // word_bytes
+    room = burst - (addr // word_bytes) % burst
+    return min(words, room)
+
+
+class ReadPort:
+    """The device memory's read data channel as the timing sees it: one beat per cycle, the
+    bursts in the order their addresses were accepted.  Shared by the channels of an engine
+    (``ncrtl.model.dma.queues``); every :class:`Mover` of one engine gets the same."""
+
+    def __init__(self):
+        self.free = 0  # the first cycle no beat is due in
+
+    def beats(self, c, n, latency):
+        """The cycles the ``n`` beats of a read accepted in cycle ``c`` are valid in."""
+        first = max(c + latency, self.free)
+        self.free = first + n
+        return range(first, first + n)
+
 
 #: The DMA engines' clock, MHz (the figures of docs/dma.md are at 1.4 GHz): the clock domain of
 #: the engines' processes on the event core (:mod:`ncrtl.model.event`).
@@ -85,7 +147,9 @@ class EngineTiming:
     overhead : int
         Cycles of the fixed per-transfer cost.
     outstanding : int
-        Reads in flight.
+        Reads in flight (a read: a burst of the device memory, or an SBUF word).
+    burst : int
+        The most beats of a device memory read (:func:`check_burst`).
     part_bits : int
         Width of a partition number (the descriptor's ``Widths.part_bits``): the SBUF
         division of a scalar offset takes that many steps.
@@ -96,6 +160,7 @@ class EngineTiming:
     word_bytes: int = 16
     overhead: int = 0
     outstanding: int = 8
+    burst: int = 16
     part_bits: int = 7
     read_latency: int = 6
     write_latency: int = 6
@@ -108,6 +173,7 @@ class EngineTiming:
                 )
         if self.overhead < 0:
             raise ValueError(f"EngineTiming overhead must be at least 0, not {self.overhead}")
+        check_burst(self.burst, self.word_bytes)
 
 
 @dataclass(frozen=True)
@@ -195,11 +261,11 @@ def transfer_cycles(desc, geo, mem, timing=None):
     dyn_dst = dynamic_offsets(desc.dst, mem.sbuf)
     w = timing.word_bytes
     if tiled_transpose(desc, w):
-        src_runs = runs(desc.src, w, dyn_src, tiled="source")
+        src_runs = runs(desc.src, w, dyn_src, tiled="source", spans=True)
         dst_runs = runs(desc.dst, w, dyn_dst, tiled="destination")
         tiled = True
     else:
-        src_runs = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE)
+        src_runs = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE, spans=True)
         dst_runs = runs(desc.dst, w, dyn_dst)
         tiled = False
     end = _move(desc, src_runs, dst_runs, tiled, start, timing)
@@ -252,9 +318,10 @@ class Mover:
     exit (the last write done and every write response in: the completion is valid the next
     cycle)."""
 
-    def __init__(self, desc, src_runs, dst_runs, tiled, timing):
+    def __init__(self, desc, src_runs, dst_runs, tiled, timing, port=None):
         w = self.w = timing.word_bytes
         self.timing = timing
+        self.port = port if port is not None else ReadPort()
         self.tiled = tiled
         self.src_hbm = desc.src.space == Space.HBM
         self.dst_hbm = desc.dst.space == Space.HBM
@@ -262,16 +329,23 @@ class Mover:
         self.s_part = src_runs[:, 0].tolist()
         self.s_word = (src_runs[:, 1] // w).tolist()
         self.s_bytes = src_runs[:, 2].tolist()
+        if self.src_hbm and src_runs.shape[1] > 3:
+            self.s_beats = [
+                burst_beats(a, n, w, timing.burst) for a, n in src_runs[:, [1, 3]].tolist()
+            ]
+        else:
+            self.s_beats = [1] * len(self.s_bytes)
         self.d_part = dst_runs[:, 0].tolist()
         self.d_word = (dst_runs[:, 1] // w).tolist()
         self.d_bytes = dst_runs[:, 2].tolist()
         self.ns, self.nd = len(self.s_bytes), len(self.d_bytes)
         self.si = self.di = 0
-        self.held = 0  # reads issued whose bytes are not yet in the byte queue
-        self.inflight = deque()  # bytes of the reads issued, answered in order
-        self.answers = deque()  # cycles the answers of the reads issued arrive
-        self.inner = deque()  # the read buffer's first stage: (cycle readable, bytes)
-        self.out = None  # its output register: bytes, or None
+        self.follow = 0  # runs of the burst in flight still to take
+        self.held = 0  # reads issued whose last beat's bytes are not yet in the byte queue
+        self.inflight = deque()  # (bytes, the read's last beat) of the runs taken, in order
+        self.answers = deque()  # cycles the beats of the reads issued arrive
+        self.inner = deque()  # the read buffer's first stage: (cycle readable, bytes, last)
+        self.out = None  # its output register: (bytes, last), or None
         self.count = 0  # bytes in the byte queue
         # The tile buffer of a tiled transpose and the queue after it.
         self.e = w // desc.src.esize
@@ -291,7 +365,7 @@ class Mover:
         return self.di < self.nd and wcount >= self.d_bytes[self.di]
 
     def _can(self):
-        return self.si < self.ns and self.held < self.timing.outstanding
+        return not self.follow and self.si < self.ns and self.held < self.timing.outstanding
 
     def wants(self):
         have, can = self._have(), self._can()
@@ -309,13 +383,14 @@ class Mover:
         have, can = self._have(), self._can()
         reader_sbuf = not self.src_hbm and can and (self.dst_hbm or not have)
         issue = can and (ar if self.src_hbm else reader_sbuf and sbuf)
+        follow = bool(self.follow)
         complete = have and (write if self.dst_hbm else sbuf)
         # Read answers: the device memory's beat, or the SBUF's response the cycle after the
         # grant; either way taken at once (a slot is reserved for each).
         fire = bool(self.answers) and self.answers[0] <= c
         # The read buffer's output into the byte queue, while the queue holds at most a word.
         push = self.out is not None and self.count <= w
-        pushed = self.out if push else 0
+        pushed, done = self.out if push else (0, False)
         take = 0
         if self.tiled:
             row_fire = self.count >= w and not self.full[self.fill]
@@ -324,15 +399,24 @@ class Mover:
         elif complete:
             take = self.d_bytes[self.di]
         if issue:
-            self.inflight.append(self.s_bytes[self.si])
-            self.answers.append(c + (timing.read_latency if self.src_hbm else 1))
+            n = self.s_beats[self.si]
+            self.inflight.append((self.s_bytes[self.si], n == 1))
+            if self.src_hbm:
+                self.answers.extend(self.port.beats(c, n, timing.read_latency))
+            else:
+                self.answers.append(c + 1)
+            self.follow = n - 1
+            self.si += 1
+        elif follow:
+            self.follow -= 1
+            self.inflight.append((self.s_bytes[self.si], self.follow == 0))
             self.si += 1
         if fire:
             self.answers.popleft()
-            self.inner.append((c + 1, self.inflight.popleft()))
+            self.inner.append((c + 1, *self.inflight.popleft()))
         if push or self.out is None:
-            self.out = self.inner.popleft()[1] if self.inner and self.inner[0][0] <= c else None
-        self.held += int(issue) - int(push)
+            self.out = self.inner.popleft()[1:] if self.inner and self.inner[0][0] <= c else None
+        self.held += int(issue) - int(done)
         self.count = self.count - take + pushed
         if self.tiled:
             if row_fire:
@@ -356,8 +440,11 @@ class Mover:
             self.written = self.di == self.nd
 
 
-def bandwidth_cycles(words, timing=None):
+def bandwidth_cycles(words, timing=None, beats=None):
     """The steady-state estimate of the module docstring: cycles to read ``words`` whole words
-    from the device memory after the overhead."""
+    from the device memory after the overhead, in reads of ``beats`` words (default: the
+    longest burst, as a long contiguous copy reads)."""
     timing = timing or EngineTiming()
-    return int(np.ceil(words * max(1.0, (timing.read_latency + 3) / timing.outstanding)))
+    b = timing.burst if beats is None else max(1, min(beats, timing.burst))
+    slot = (timing.read_latency + 2 + b) / (timing.outstanding * b)
+    return int(np.ceil(words * max(1.0, slot)))

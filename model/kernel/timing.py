@@ -16,7 +16,8 @@ approximation):
 * **DMA**: a transfer's elements are split by partition over the 16 engines (at most one part
   per partition group); each part moves its words (16-byte data-path words, counted per
   contiguous run of either side) at the rate of :func:`ncrtl.model.dma.timing.bandwidth_cycles`
-  on its engine (1.4 GHz), one part after another per engine, and completes the fixed latency
+  (device-memory reads in bursts of a source run's words, a DMA transpose's a word each) on
+  its engine (1.4 GHz), one part after another per engine, and completes the fixed latency
   of the engine's timing later (the documented 1.3 us per-transfer overhead, the address
   generators' start and the memory's latency), which the engine overlaps with other parts'
   data; an SBUF -> SBUF transpose moves at half the rate (the block model's measured 0.50).  The
@@ -323,8 +324,9 @@ def _earliest(holds, t, dur, engine):
     return t
 
 
-def _runs_words(ref):
-    """Data-path words to move the view ``ref``: per contiguous run of bytes, its words."""
+def _runs_words(ref, *, per_run=False):
+    """Data-path words to move the view ``ref``: per contiguous run of bytes, its words (with
+    ``per_run``: the words of one run, the longest read burst the view allows)."""
     isz = ref.element.itemsize
     pat = ref.pattern
     run = isz
@@ -339,7 +341,8 @@ def _runs_words(ref):
         step *= num
     total = ref.size * isz
     runs = max(1, total // max(run, 1))
-    return runs * -(-run // DMA_WORD_BYTES)
+    words = -(-run // DMA_WORD_BYTES)
+    return words if per_run else runs * words
 
 
 def simulate(program, *, params=None, trace=False):
@@ -429,7 +432,12 @@ def simulate(program, *, params=None, trace=False):
             1, min(core.dma_engines, dst.view_shape[0] if dst.on_chip else src.view_shape[0])
         )
         words = max(_runs_words(dst), _runs_words(src))
-        cycles = bandwidth_cycles(-(-words // parts), params.dma)
+        # Reads from the device memory are bursts of a source run's words; a DMA transpose
+        # reads a word per tile row.
+        beats = None
+        if not src.on_chip:
+            beats = 1 if ins.op == "dma_transpose" else _runs_words(src, per_run=True)
+        cycles = bandwidth_cycles(-(-words // parts), params.dma, beats)
         if ins.op == "dma_transpose" and src.on_chip and dst.on_chip:
             cycles *= 2
         return cycles * parts * clocks["dma"].period, parts

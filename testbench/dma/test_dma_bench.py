@@ -59,6 +59,7 @@ async def test_bandwidth(dut):
         word_bytes=params["word_bytes"],
         overhead=params["overhead"],
         outstanding=params["outstanding"],
+        burst=params["burst"],
         part_bits=tb.wd.part_bits,
         read_latency=tb.mem.latency,
         write_latency=tb.mem.latency,
