@@ -464,8 +464,8 @@ def _run_engine(geo, word_bytes, mem, descs, *, latency, stall, seed, overhead=3
     (:class:`ncrtl.model.dma.Memories`) and an AXI4 memory model (``latency`` cycles from an
     address to its data or write response, ``stall`` the probability of a not-ready cycle on
     every channel it receives); return ``(statuses, sbuf, hbm, cycles)``, ``cycles`` per
-    descriptor from its acceptance to its completion's valid; ``log`` gets every read
-    address's ``(addr, len)``."""
+    descriptor from its acceptance to its completion's valid; ``log`` gets every address's
+    ``(channel, addr, len)``."""
     from ncrtl.model.dma.isa import encode
 
     h = _EngineWithSbuf(geo, word_bytes, overhead)
@@ -548,9 +548,11 @@ def test_engine_copies_bit_for_bit(word_bytes, latency, stall):
     assert status == want
     assert np.array_equal(hbm, gold.hbm)
     assert np.array_equal(sbuf, gold.sbuf)
-    # The reads of contiguous runs are multi-beat bursts, each inside its 16-word boundary.
-    assert max(n for _, n in log) >= 3
-    assert all(a % word_bytes == 0 and (a // word_bytes) % 16 + n < 16 for a, n in log)
+    # The reads and writes of contiguous runs are multi-beat bursts, each inside its 16-word
+    # boundary.
+    for ch in ("ar", "aw"):
+        assert max(n for c, _, n in log if c == ch) >= 3, ch
+    assert all(a % word_bytes == 0 and (a // word_bytes) % 16 + n < 16 for _, a, n in log)
     if not stall:
         # Without stalls the timing model gives every descriptor's cycles exactly.
         assert cycles == timing

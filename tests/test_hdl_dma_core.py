@@ -98,8 +98,10 @@ def _run(engines, seed, stall, n=8):
         await sim_load(ctx, dut, mem.sbuf)
         loaded["done"] = True
         while finished["streams"] < 3:
+            # an engine moving data: an address, a read beat or a write beat on its port
             busy = sum(
-                ctx.get(dut.axi(k).ar.valid) or ctx.get(dut.axi(k).aw.valid) for k in range(engines)
+                any(ctx.get(getattr(dut.axi(k), ch).valid) for ch in ("ar", "r", "aw", "w"))
+                for k in range(engines)
             )
             stats["together"] += busy > 1
             await ctx.tick()

@@ -55,15 +55,15 @@ class AxiManager(wiring.Signature):
 
 
 def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None, log=None):
-    """Two Amaranth simulator testbenches serving the AXI4 manager port ``axi`` (``INCR`` reads
-    of any length, single-beat writes) from ``memory`` (a uint8 array, read and written in
+    """Two Amaranth simulator testbenches serving the AXI4 manager port ``axi`` (``INCR``
+    bursts of any length) from ``memory`` (a uint8 array, read and written in
     place): ``(read, write)``, to add with ``background=True``.  The first beat of a read
     address accepted in cycle ``t`` is valid from cycle ``t + latency``, the others one per
-    cycle after it, every burst's beats after those of the bursts before it; a write's response
-    ``latency`` cycles after its address and data are both in; ``stall`` is the probability of a not-ready cycle on ``ar``, ``aw``
-    and ``w`` and of an idle cycle on ``r`` while a beat is due (``rng``: a
-    ``numpy.random.Generator``).  Responses carry their address's id.  ``log``: a list that
-    gets ``(addr, len)`` of every read address accepted."""
+    cycle after it, every burst's beats after those of the bursts before it; a write burst's
+    response ``latency`` cycles after its address and its last data beat are both in;
+    ``stall`` is the probability of a not-ready cycle on ``ar``, ``aw`` and ``w`` and of an
+    idle cycle on ``r`` while a beat is due (``rng``: a ``numpy.random.Generator``).  Responses carry their address's id.  ``log``: a list that
+    gets ``(channel, addr, len)`` of every address accepted (``"ar"`` or ``"aw"``)."""
     import numpy as np
 
     from ncrtl.model.sbuf.memory import write_strobed
@@ -80,7 +80,7 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None, log=N
             if ready and ctx.get(axi.ar.valid):
                 p = ctx.get(axi.ar.payload)
                 if log is not None:
-                    log.append((p.addr, p.len))
+                    log.append(("ar", p.addr, p.len))
                 for i in range(p.len + 1):
                     pending.append((cycle + latency, p.addr + i * wb, p.id, i == p.len))
             if pending and pending[0][0] <= cycle and (not stall or rng.random() >= stall):
@@ -105,12 +105,16 @@ def sim_memory(axi, memory, data_bytes, *, latency=4, stall=0.0, rng=None, log=N
             await ctx.delay(1e-9)
             if ra and ctx.get(axi.aw.valid):
                 p = ctx.get(axi.aw.payload)
-                aws.append((p.addr, p.id))
+                aws.append((p.addr, p.len + 1, p.id))
+                if log is not None:
+                    log.append(("aw", p.addr, p.len))
             if rw and ctx.get(axi.w.valid):
                 ws.append((ctx.get(axi.w.payload.data), ctx.get(axi.w.payload.strb)))
-            while aws and ws:
-                (addr, ident), (value, strb) = aws.pop(0), ws.pop(0)
-                write_strobed(memory[addr : addr + wb], value, strb)
+            while aws and len(ws) >= aws[0][1]:
+                addr, n, ident = aws.pop(0)
+                for i in range(n):
+                    value, strb = ws.pop(0)
+                    write_strobed(memory[addr + i * wb : addr + (i + 1) * wb], value, strb)
                 bs.append((cycle + latency, ident))
             if bs and bs[0][0] <= cycle:
                 ctx.set(axi.b.valid, 1)

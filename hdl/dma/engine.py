@@ -28,6 +28,21 @@ def status_layout():
     return data.StructLayout({"tag": 8, "error": 4})
 
 
+def burst_beats(m, run, word_bytes, burst, name):
+    """The beats of a burst that begins with ``run`` (an address generator's run):
+    :func:`ncrtl.model.dma.timing.burst_beats` combinationally, from its word to the end of its
+    span, at most to the next ``burst``-word boundary."""
+    wb = (word_bytes - 1).bit_length()
+    bb = (burst - 1).bit_length()
+    words = Signal(len(run.span) + 1, name=f"{name}_span_words")
+    m.d.comb += words.eq((run.addr[:wb] + run.span + (word_bytes - 1)) >> wb)
+    room = Signal(bb + 1, name=f"{name}_room")
+    m.d.comb += room.eq(burst - (run.addr[wb : wb + bb] if bb else 0))
+    beats = Signal(bb + 1, name=f"{name}_beats")
+    m.d.comb += beats.eq(Mux(words < room, words, room))
+    return beats
+
+
 class DmaEngine(wiring.Component):
     """A DMA engine: descriptors in, completions out; the device memory behind an AXI4
     manager port, the SBUF behind its DMA port (:class:`ncrtl.hdl.sbuf.memory.Sbuf`).
@@ -36,12 +51,15 @@ class DmaEngine(wiring.Component):
     checked (:class:`~ncrtl.hdl.dma.check.DescriptorCheck`); a broken rule completes it with
     the rule's code at once, before any access.  Otherwise, after ``overhead`` cycles (the
     fixed per-transfer cost), two :class:`~ncrtl.hdl.dma.agu.AddressGenerator` walk the source
-    and the destination patterns.  The **reader** turns every source run into one read (an
-    AXI4 single-beat ``INCR`` burst of the aligned word, or an SBUF word read), at most
-    ``outstanding`` in flight, and pushes the run's bytes into a
-    :class:`~ncrtl.hdl.dma.gearbox.ByteQueue` in order; the **writer** takes each destination
-    run's bytes from the queue once they are all there, shifts them to the run's place in its
-    word and writes it with byte strobes (an AXI4 ``aw`` + ``w`` pair, or an SBUF word write).
+    and the destination patterns.  The **reader** reads the source runs (an SBUF word read
+    per run; from the device memory an AXI4 ``INCR`` burst per run of consecutive words: from
+    a run's word to the end of its contiguous span, at most ``burst`` beats, never across a
+    ``burst``-word boundary, :func:`burst_beats`), at most ``outstanding`` reads in flight,
+    and pushes each run's bytes into a :class:`~ncrtl.hdl.dma.gearbox.ByteQueue` in order; the
+    **writer** takes each destination run's bytes from the queue once they are all there,
+    shifts them to the run's place in its word and writes it with byte strobes (an SBUF word
+    write, or a data beat of an AXI4 write burst sized as a read's: the burst's first run sends
+    its address with its beat, one response per burst).
     The descriptor completes when its last write is done and every AXI4 write response is in;
     a response other than OKAY does not stop it (the memory model never gives one).  SBUF
     reads and writes of one descriptor share the SBUF's DMA port, writes first.
@@ -68,7 +86,10 @@ class DmaEngine(wiring.Component):
     overhead : int
         Cycles between a legal descriptor's check and its first access.
     outstanding : int
-        Reads in flight.
+        Reads in flight (a device-memory burst or an SBUF word each).
+    burst : int
+        The most beats of an AXI4 burst (a power of two, at most 4 KiB:
+        :func:`ncrtl.model.dma.timing.check_burst`).
 
     Interface
     ---------
@@ -479,19 +500,12 @@ class DmaEngine(wiring.Component):
         # SBUF's responses (the reader's and the writer's, in order) never wait behind each
         # other, and the AXI4 R channel is never held up.
         sr = src_agu.run.payload
-        bb = (self.burst - 1).bit_length()
         writer_sbuf = Signal()  # the writer uses the SBUF port this cycle
         issue = Signal()  # a read's address (or SBUF request) is taken
         follow = Signal()  # a run of the burst in flight is taken
         beats_left = Signal(range(self.burst))  # runs of the burst still to take
         held = Signal(range(self.outstanding + 1))  # reads whose last beat is not yet queued
-        # The burst's beats: to the end of the span, at most to the burst boundary.
-        span_words = Signal(len(sr.span) + 1)
-        m.d.comb += span_words.eq((sr.addr[:wb] + sr.span + (w - 1)) >> wb)
-        room = Signal(bb + 1)
-        m.d.comb += room.eq(self.burst - (sr.addr[wb : wb + bb] if bb else 0))
-        beats = Signal(bb + 1)
-        m.d.comb += beats.eq(Mux(span_words < room, span_words, room))
+        beats = burst_beats(m, sr, w, self.burst, "read")
         first = ~beats_left.any()
         m.d.comb += [
             inflight.w_data.eq(
@@ -581,17 +595,23 @@ class DmaEngine(wiring.Component):
             strobe.eq(((Const(1, w + 1) << dr.bytes) - 1) << doff),
         ]
         have = dst_agu.run.valid & (count >= dr.bytes)
+        # A write to the device memory is a burst too, sized as a read: its first run sends the
+        # address with its data beat, its other runs their data beats as their bytes arrive.
+        wbeats = burst_beats(m, dr, w, self.burst, "write")
+        wleft = Signal(range(self.burst))  # data beats of the burst still to send
+        wfirst = ~wleft.any()
+        wlast = Mux(wfirst, wbeats == 1, wleft == 1)
         aw_done = Signal()
         w_done = Signal()
         complete = Signal()
         m.d.comb += [
             self.axi.aw.payload.addr.eq(Cat(Const(0, wb), dr.addr[wb:])),
-            self.axi.aw.payload.len.eq(0),
+            self.axi.aw.payload.len.eq(wbeats - 1),
             self.axi.aw.payload.size.eq(wb),
             self.axi.aw.payload.burst.eq(BURST_INCR),
             self.axi.w.payload.data.eq(wdata),
             self.axi.w.payload.strb.eq(strobe),
-            self.axi.w.payload.last.eq(1),
+            self.axi.w.payload.last.eq(wlast),
         ]
         # Read-add-write: the SBUF's near-memory unit reads, adds and writes the word; to the
         # engine it is a write of the run's bytes.
@@ -611,12 +631,15 @@ class DmaEngine(wiring.Component):
 
         with m.If(dst_hbm):
             m.d.comb += [
-                self.axi.aw.valid.eq(have & ~aw_done),
+                self.axi.aw.valid.eq(have & wfirst & ~aw_done),
                 self.axi.w.valid.eq(have & ~w_done),
-                complete.eq(have & (aw_done | self.axi.aw.ready) & (w_done | self.axi.w.ready)),
+                complete.eq(
+                    have & (aw_done | ~wfirst | self.axi.aw.ready) & (w_done | self.axi.w.ready)
+                ),
             ]
             with m.If(complete):
                 m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+                m.d.sync += wleft.eq(Mux(wfirst, wbeats - 1, wleft - 1))
             with m.Else():
                 with m.If(self.axi.aw.valid & self.axi.aw.ready):
                     m.d.sync += aw_done.eq(1)
@@ -637,9 +660,9 @@ class DmaEngine(wiring.Component):
         with m.If(complete & dr.last):
             m.d.sync += written.eq(1)
 
-        # AXI4 write responses: every one counted before the descriptor completes.
+        # AXI4 write responses, one per burst: every one counted before the descriptor completes.
         m.d.comb += self.axi.b.ready.eq(1)
-        inc = complete & dst_hbm
+        inc = complete & dst_hbm & wlast
         dec = self.axi.b.valid
         with m.If(inc & ~dec):
             m.d.sync += outstanding_b.eq(outstanding_b + 1)

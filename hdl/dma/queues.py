@@ -56,7 +56,7 @@ class DmaQueues(wiring.Component):
     the channel whose read it answers) through a :class:`~ncrtl.hdl.dma.qos.PortArbiter` per
     port with the ``calendar``.  A grant on an AXI4 channel is held while its beat waits
     for ``ready`` (AXI4: a payload is held until taken), and the write channels stay with one
-    channel until both its address and its data beat are taken, so the data follow the
+    channel until its burst's address and last data beat are taken, so the data follow the
     addresses in order.
 
     Completions leave on ``status`` with their queue, the highest class first when several
@@ -309,12 +309,17 @@ class DmaQueues(wiring.Component):
                 ws[k].ready.eq(w_grant[k] & axi.w.ready),
             ]
         aw_now = aw_got | (axi.aw.valid & axi.aw.ready)
-        w_now = w_got | (axi.w.valid & axi.w.ready)
+        last_now = w_got | (axi.w.valid & axi.w.ready & axi.w.payload.last)
         with m.If(w_grant.any()):
-            with m.If(aw_now & w_now):  # the pair is complete
+            with m.If(aw_now & last_now):  # the burst is complete: its address and last beat
                 m.d.sync += [w_lock.eq(0), aw_got.eq(0), w_got.eq(0)]
             with m.Else():
-                m.d.sync += [w_lock.eq(1), w_owner.eq(w_k), aw_got.eq(aw_now), w_got.eq(w_now)]
+                m.d.sync += [
+                    w_lock.eq(1),
+                    w_owner.eq(w_k),
+                    aw_got.eq(aw_now),
+                    w_got.eq(last_now),
+                ]
         for k, e in enumerate(engines):
             m.d.comb += [
                 e.axi.b.valid.eq(axi.b.valid & equals(axi.b.payload.id, k)),

@@ -101,11 +101,12 @@ def _plan(desc, geo, mem, timing, port=None):
     dyn_dst = dynamic_offsets(desc.dst, mem.sbuf)
     if tiled_transpose(desc, w):
         src = runs(desc.src, w, dyn_src, tiled="source", spans=True)
-        dst = runs(desc.dst, w, dyn_dst, tiled="destination")
+        dst = runs(desc.dst, w, dyn_dst, tiled="destination", spans=True)
         mover = Mover(desc, src, dst, True, timing, port)
     else:
         src = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE, spans=True)
-        mover = Mover(desc, src, runs(desc.dst, w, dyn_dst), False, timing, port)
+        dst = runs(desc.dst, w, dyn_dst, spans=True)
+        mover = Mover(desc, src, dst, False, timing, port)
     phases.append(("move", mover))
     return phases, Error.NONE
 
@@ -150,6 +151,11 @@ class _Channel:
             ind = head[1].indirect
             return False, False, (ind.partition + self.issued, ind.byte // self.w, Access.READ)
         return False, False, None
+
+    def writing(self):
+        """Its move has a write burst with data beats still to send."""
+        head = self.phases[0] if self.phases else None
+        return head is not None and head[0] == "move" and head[1].writing()
 
     def edge(self, c, ar, write, sbuf):
         """The clock edge at the end of cycle ``c`` with this channel's grants."""
@@ -202,6 +208,7 @@ def queue_schedule(
         ch.w = timing.word_bytes
     arbs = [PortArbiter(table, slot) for _ in range(3)]
     port = ReadPort()  # the channels share the device memory's read data channel
+    lock = [None]  # the channel whose write burst holds the write channels
     sbuf_arb = SbufArbiter()
     selects = [QueueSelect() for _ in range(n)]
     queues = [deque() for _ in range(QUEUES)]  # (item, cycle readable)
@@ -218,6 +225,8 @@ def queue_schedule(
         wants += [(False, False, None)] * (CLASSES - n)
         ar = arbs[0].step([w[0] for w in wants])
         wr = arbs[1].step([w[1] for w in wants])
+        if lock[0] is not None:  # a write burst holds the write channels to its last beat
+            wr = lock[0]
         sel = arbs[2].step([w[2] is not None for w in wants])
         granted = False
         if sel is not None:
@@ -250,6 +259,7 @@ def queue_schedule(
         # -- the clock edge --------------------------------------------------------------
         for ch in channels:
             ch.edge(c, ch.k == ar, ch.k == wr, ch.k == sel and granted)
+        lock[0] = wr if wr is not None and channels[wr].writing() else None
         if done is not None:
             ch = channels[done]
             q, desc = ch.item

@@ -262,11 +262,11 @@ def transfer_cycles(desc, geo, mem, timing=None):
     w = timing.word_bytes
     if tiled_transpose(desc, w):
         src_runs = runs(desc.src, w, dyn_src, tiled="source", spans=True)
-        dst_runs = runs(desc.dst, w, dyn_dst, tiled="destination")
+        dst_runs = runs(desc.dst, w, dyn_dst, tiled="destination", spans=True)
         tiled = True
     else:
         src_runs = runs(desc.src, w, dyn_src, transpose=desc.op == Op.TRANSPOSE, spans=True)
-        dst_runs = runs(desc.dst, w, dyn_dst)
+        dst_runs = runs(desc.dst, w, dyn_dst, spans=True)
         tiled = False
     end = _move(desc, src_runs, dst_runs, tiled, start, timing)
     return Transfer(end, Error.NONE, start, len(src_runs), len(dst_runs))
@@ -338,6 +338,13 @@ class Mover:
         self.d_part = dst_runs[:, 0].tolist()
         self.d_word = (dst_runs[:, 1] // w).tolist()
         self.d_bytes = dst_runs[:, 2].tolist()
+        if self.dst_hbm and dst_runs.shape[1] > 3:
+            self.d_beats = [
+                burst_beats(a, n, w, timing.burst) for a, n in dst_runs[:, [1, 3]].tolist()
+            ]
+        else:
+            self.d_beats = [1] * len(self.d_bytes)
+        self.wfollow = 0  # data beats of the write burst in flight still to send
         self.ns, self.nd = len(self.s_bytes), len(self.d_bytes)
         self.si = self.di = 0
         self.follow = 0  # runs of the burst in flight still to take
@@ -359,6 +366,10 @@ class Mover:
 
     def finished(self):
         return self.written and self.pending_b == 0
+
+    def writing(self):
+        """A write burst has data beats still to send (it holds a shared write channel)."""
+        return self.wfollow > 0
 
     def _have(self):
         wcount = self.tile_count if self.tiled else self.count
@@ -434,8 +445,13 @@ class Mover:
             self.pending_b -= 1
         if complete:
             if self.dst_hbm:
-                self.responses.append(c + timing.write_latency)
-                self.pending_b += 1
+                if self.wfollow:
+                    self.wfollow -= 1
+                else:
+                    self.wfollow = self.d_beats[self.di] - 1
+                if not self.wfollow:  # the burst's last beat: its response is due
+                    self.responses.append(c + timing.write_latency)
+                    self.pending_b += 1
             self.di += 1
             self.written = self.di == self.nd
 
