@@ -97,7 +97,7 @@ async def test_latency_under_load(dut):
         tb.configure(klass, slot_table(shares))
         for load in range(LOW_QUEUES + 1):
             lat, probes = [], 0
-            start, reads = int(tb.status.cycle), len(tb.mem.ar.words)
+            start, reads = int(tb.status.cycle), tb.mem.read_beats
             probe_sent = None
             pause = int(tb.status.cycle) + 200
             while probes < PROBES:
@@ -117,7 +117,7 @@ async def test_latency_under_load(dut):
                         probe_sent = None
                         pause = cycle + int(rng.integers(100, 1000))
             window = int(tb.status.cycle) - start
-            moved = len(tb.mem.ar.words) - reads  # one word per read (single-beat bursts)
+            moved = tb.mem.read_beats - reads  # a word per read data beat
             figures.update(
                 {
                     f"{prefix}lat_sum_{load}": sum(lat),
