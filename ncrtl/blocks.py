@@ -847,7 +847,7 @@ register(
             _BURST_PARAM,
         ),
         _make_dma,
-        lambda word_bytes, partitions, partition_bytes, hbm_bytes, **_: (
+        lambda word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, burst: (
             f"dma_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma",
@@ -902,7 +902,7 @@ register(
             Param("depth", int, 4, "descriptors each queue holds", minimum=1, maximum=64),
         ),
         _make_dma_queues,
-        lambda word_bytes, partitions, partition_bytes, hbm_bytes, policy, **_: (
+        lambda word_bytes, partitions, partition_bytes, hbm_bytes, overhead, outstanding, burst, policy, depth: (
             f"dma_queues_{policy}_w{word_bytes}_{partitions}x{partition_bytes}_h{hbm_bytes}"
         ),
         "ncrtl.testbench.dma.test_dma_queues",
