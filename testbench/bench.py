@@ -148,7 +148,7 @@ def _bench_neuroncore(size):
     the timing model's cycles at the RTL's clock and DMA figures."""
     from ncrtl.model.neuroncore.timing import simulate_at_rtl
     from ncrtl.testbench.neuroncore import jobs
-    from ncrtl.testbench.neuroncore.run import LATENCY, block_params, run_rtl
+    from ncrtl.testbench.neuroncore.run import LATENCY, block_params, completions, run_rtl
 
     block = blocks.get("neuroncore")
     if size == 8:
@@ -172,12 +172,24 @@ def _bench_neuroncore(size):
         f"  Verilog generation {st['generate']:.1f} s, Verilator build {st['build']:.1f} s, "
         f"peak child process (build or simulation) {peak:.0f} MiB"
     )
-    model = round(simulate_at_rtl(job.program, geo, LATENCY).total_ns)
+    report = simulate_at_rtl(job.program, geo, LATENCY)
+    model = round(report.total_ns)
     print(
         f"  {res.cycles:,} cycles in {st['simulate']:.1f} s: {res.cycles / st['simulate']:.1f} "
         f"cycles/s end to end (simulator start to exit); timing model at the RTL's figures "
         f"{model:,} cycles ({res.cycles / model:.3f}x)"
     )
+    # Where the two differ: per stream, each instruction's completion, RTL minus model.
+    print("  per stream, completion cycles RTL - model: first, largest, last (instruction index)")
+    for name, pairs in completions(res.done, report).items():
+        if not pairs:
+            continue
+        diffs = [a - b for a, b in pairs]
+        big = max(range(len(diffs)), key=lambda i: abs(diffs[i]))
+        print(
+            f"    {name:8s} {len(pairs):3d} instructions: {diffs[0]:+d} (0), {diffs[big]:+d} "
+            f"({big}), {diffs[-1]:+d} ({len(diffs) - 1})"
+        )
     return True
 
 

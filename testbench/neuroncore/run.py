@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RtlResult", "block_params", "run_rtl", "LATENCY"]
+__all__ = ["RtlResult", "block_params", "run_rtl", "completions", "LATENCY"]
 
 #: Cycles of the device memory model behind every DMA engine (``ncrtl run --rtl``): from an
 #: accepted read address to its first data beat, and from a write burst's last beat to its
@@ -79,3 +79,14 @@ def run_rtl(
         raise RuntimeError(res.report())
     (got,) = results.values()
     return RtlResult(got["outputs"], got["cycles"], res.label, modes, dict(res.steps), got["done"])
+
+
+def completions(done, report):
+    """Per stream, ``(rtl, model)`` completion cycles of each instruction in order: the RTL's
+    (``done``: :attr:`RtlResult.done`) and the timing model's at the RTL's figures (``report``:
+    :func:`ncrtl.model.neuroncore.timing.simulate_at_rtl`'s)."""
+    out = {}
+    for name, recs in report.records.items():
+        model = [round(report.core.ns(r.done)) for r in recs]
+        out[name] = list(zip(done.get(name, []), model))
+    return out
