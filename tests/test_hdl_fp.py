@@ -23,7 +23,7 @@ from ncrtl.hdl.common.bits import shift_left, shift_right_sticky
 from ncrtl.hdl.common.stream import StreamLanes
 from ncrtl.hdl.fp.add import Fp32Add
 from ncrtl.hdl.fp.add_round import AddRound
-from ncrtl.hdl.fp.convert import Bf16Rounding, Fp32ToBf16, Fp32ToFp16
+from ncrtl.hdl.fp.convert import Bf16Rounding, Fp32ToBf16, Fp32ToFloat, Fp32ToFp16
 from ncrtl.hdl.fp.dot_add import FusedDotAdd
 from ncrtl.hdl.fp.exact import ExactLayout, fixed_point_window
 from ncrtl.hdl.fp.mul import ExactMul
@@ -961,6 +961,49 @@ def test_fp32_to_fp16():
     assert_bits_equal(want[nn], ref.view(np.uint16), "golden fp16 vs numpy")
 
 
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4", "fp16"])
+def test_fp32_to_float_is_the_golden_conversion(fmt):
+    """FP32 -> each narrower format ``tensor_copy`` writes: bit for bit the golden's
+    conversion (``ncrtl.model.kernel.golden.convert``: one rounding to nearest even), on values
+    around the format's range (subnormals, the largest finite and just past it, ties), zeros,
+    infinities and NaNs."""
+    from ncrtl.model.fp import get_format
+    from ncrtl.model.kernel.golden import convert as golden
+
+    f = get_format(fmt)
+    rng = np.random.default_rng(len(fmt))
+    n = 1500
+    x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.int64)
+    # Most inputs from below the smallest subnormal to past the largest finite value.
+    lo = int(np.log2(f.smallest_subnormal)) - 3
+    hi = int(np.log2(f.max_finite)) + 3
+    band = (x & 0x807FFFFF) | (rng.integers(127 + lo, 127 + hi, n) << 23)
+    x = np.where(rng.random(n) < 0.85, band, x)
+    m = float(f.max_finite)
+    ulp = 2.0 ** (np.floor(np.log2(m)) - f.man_bits)
+    edges = f32(
+        [
+            m,
+            -m,
+            m + ulp / 2,
+            m + ulp / 2 * 0.999,
+            m + ulp,
+            f.smallest_subnormal,
+            f.smallest_subnormal / 2,
+            f.smallest_subnormal * 0.51,
+            1.0 + 2.0 ** -(f.man_bits + 1),
+        ]
+    )
+    x = np.concatenate([FP32_CORNERS, edges, x])
+    got = simulate(Fp32ToFloat(fmt), [{"i_value": int(v)} for v in x])["o_result"]
+    xf = x.astype(np.uint32).view(np.float32)
+    want = np.asarray(golden(xf, {"fp16": "float16"}.get(fmt, "float" + fmt[2:])))
+    want = want.view(np.uint8 if f.bits == 8 else np.uint16).astype(np.int64)
+    assert_bits_equal(got, want, f"Fp32ToFloat({fmt})", (x,))
+    with pytest.raises(ValueError, match="converts to one of"):
+        Fp32ToFloat("bf16")
+
+
 def test_converter_holds_when_disabled():
     dut = Fp32ToFp16()
 
@@ -1241,6 +1284,8 @@ LINT_UNITS = {
     "fp32_add": Fp32Add,
     "to_bf16": Fp32ToBf16,
     "to_fp16": Fp32ToFp16,
+    "to_fp8_e4m3fn": lambda: Fp32ToFloat("fp8_e4m3fn"),
+    "to_fp8_e5m2": lambda: Fp32ToFloat("fp8_e5m2"),
     "xorwow": Xorwow,
 }
 

@@ -1,18 +1,20 @@
-"""FP32 -> BF16 (RNE or stochastic rounding) and FP32 -> FP16 (RNE) converters."""
+"""FP32 -> BF16 (RNE or stochastic rounding), FP32 -> FP16 and FP32 -> FP8 (RNE) converters."""
 
 import enum
 
+import numpy as np
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ncrtl.hdl.common.params import validated_init
 from ncrtl.model.fp.codec import QNAN
 from ncrtl.model.fp.formats import get_format
 
-from .round import round_pack
+from .round import round_pack, rounding_grid
 from .unpack import Unpack
 
-__all__ = ["Bf16Rounding", "Fp32ToBf16", "Fp32ToFp16"]
+__all__ = ["Bf16Rounding", "Fp32ToBf16", "Fp32ToFp16", "Fp32ToFloat"]
 
 
 class Bf16Rounding(enum.IntEnum):
@@ -93,13 +95,17 @@ class Fp32ToBf16(wiring.Component):
         return m
 
 
-class Fp32ToFp16(wiring.Component):
-    """FP32 -> FP16 conversion, round to nearest even (the golden :func:`fp32_to_fp16`).
+class Fp32ToFloat(wiring.Component):
+    """FP32 -> ``fmt``, round to nearest even: the golden ``ncrtl.model.fp.encode`` of the value
+    (what ``tensor_copy`` does to an FP32 written as ``fmt``).
 
-    Gradual underflow into FP16 subnormals, overflow to +-Inf, Inf passes, NaN gives ``0x7E00``,
-    the sign of zero (and of values that round to zero) is kept.  FP32 subnormals (below
-    ``2**-126``) are far below half the smallest FP16 subnormal (``2**-25``) and round to +-0;
-    the rounding logic therefore takes the FP32 significand as is, without normalizing it.
+    ``fmt`` is a narrower format of :mod:`ncrtl.model.fp`: IEEE-style (``fp16``, ``fp8_e4m3``,
+    ``fp8_e5m2``, ``fp8_e3m4``: gradual underflow into subnormals, overflow to +-Inf, Inf
+    passes, NaN gives the format's quiet NaN) or ``fp8_e4m3fn`` (no Inf: a value that rounds
+    past the largest finite, 448, and an Inf give the NaN code with the value's sign, a NaN
+    ``0x7F``).  The sign of zero (and of values that round to zero) is kept.  FP32 subnormals
+    (below ``2**-126``) are far below half the smallest subnormal of any of these formats and
+    round to +-0, so the rounding takes the FP32 significand as is, without normalizing it.
 
     Attributes
     ----------
@@ -112,42 +118,76 @@ class Fp32ToFp16(wiring.Component):
         Clock enable.
     i_value : In(32)
         FP32 encoding.
-    o_result : Out(16)
-        FP16 encoding, ``latency`` enabled cycles later.
+    o_result : Out(fmt.bits)
+        The encoding, ``latency`` enabled cycles later.
     """
 
     latency = 1
+    #: The formats it converts to.
+    FORMATS = ("fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp8_e3m4")
 
-    def __init__(self):
+    @validated_init
+    def __init__(self, fmt):
+        if fmt not in self.FORMATS:
+            raise ValueError(f"Fp32ToFloat converts to one of {self.FORMATS}, not {fmt!r}")
+        self.fmt = get_format(fmt)
         super().__init__(
             {
                 "en": In(1, init=1),
                 "i_value": In(32),
-                "o_result": Out(16),
+                "o_result": Out(self.fmt.bits),
             }
         )
 
     def elaborate(self, platform):
+        from ncrtl.model.fp import encode
+
         m = Module()
-        fp16 = get_format("fp16")
+        fmt = self.fmt
+        n = fmt.bits
         m.submodules.unpack = up = Unpack(["fp32"])
         m.d.comb += up.i_bits.eq(self.i_value)
         # MSB exponent assuming the implicit bit: exact for normals; subnormals end up far
-        # below the FP16 range either way (see the class docstring).
+        # below the target's range either way (see the class docstring).
         e_top = Signal(range(-160, 160), name="e_top")
         v = up.o_value
         m.d.comb += e_top.eq(v.exp + (up.sig_width - 1))
-        mag, ovf = round_pack(m, fp16, e_top, v.sig, Const(0, 1), name="rnd")
-        inf_code = ((1 << fp16.exp_bits) - 1) << fp16.man_bits
-        result = Signal(16, name="result")
-        with m.If(v.nan):
-            m.d.comb += result.eq(QNAN["fp16"])
-        with m.Elif(v.inf | ovf):
-            m.d.comb += result.eq(Cat(Const(inf_code, 15), v.sign))
-        with m.Else():
-            m.d.comb += result.eq(Cat(mag, v.sign))
-        out = Signal(16, name="out", reset_less=True)
+        ieee = fmt.special == "ieee"
+        grid = fmt if ieee else rounding_grid(fmt)
+        mag, ovf = round_pack(m, grid, e_top, v.sig, Const(0, 1), name="rnd")
+        nan_code = int(encode(np.array([np.nan]), fmt)[0])
+        result = Signal(n, name="result")
+        if ieee:
+            inf_code = ((1 << fmt.exp_bits) - 1) << fmt.man_bits
+            with m.If(v.nan):
+                m.d.comb += result.eq(nan_code)
+            with m.Elif(v.inf | ovf):
+                m.d.comb += result.eq(Cat(Const(inf_code, n - 1), v.sign))
+            with m.Elif(v.zero):
+                m.d.comb += result.eq(Cat(Const(0, n - 1), v.sign))
+            with m.Else():
+                m.d.comb += result.eq(Cat(mag, v.sign))
+        else:
+            top = int(encode(np.array([fmt.max_finite]), fmt)[0])
+            with m.If(v.nan):
+                m.d.comb += result.eq(nan_code)
+            with m.Elif(v.inf | ovf | (mag > top)):
+                m.d.comb += result.eq(Cat(Const(nan_code, n - 1), v.sign))
+            with m.Elif(v.zero):
+                m.d.comb += result.eq(Cat(Const(0, n - 1), v.sign))
+            with m.Else():
+                m.d.comb += result.eq(Cat(mag[: n - 1], v.sign))  # the grid's code fits
+        out = Signal(n, name="out", reset_less=True)
         with m.If(self.en):
             m.d.sync += out.eq(result)
         m.d.comb += self.o_result.eq(out)
         return m
+
+
+class Fp32ToFp16(Fp32ToFloat):
+    """FP32 -> FP16, round to nearest even (the golden :func:`fp32_to_fp16`):
+    ``Fp32ToFloat("fp16")``.  Gradual underflow into FP16 subnormals, overflow to +-Inf, Inf
+    passes, NaN gives ``0x7E00``, the sign of zero (and of values that round to zero) kept."""
+
+    def __init__(self):
+        super().__init__("fp16")

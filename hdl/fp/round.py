@@ -1,10 +1,33 @@
 """Round-to-nearest-even packing of a normalized significand into an IEEE format."""
 
+import dataclasses
+
 from amaranth.hdl import Cat, Mux, Signal
 
 from ncrtl.hdl.common.bits import bits_for_range, clamp, shift_right_sticky
+from ncrtl.model.fp import get_format
 
-__all__ = ["round_pack"]
+__all__ = ["round_pack", "rounding_grid"]
+
+
+def rounding_grid(fmt):
+    """The IEEE-style format :func:`round_pack` rounds a format without Inf on (e4m3fn, e2m1fn):
+    the same bias, mantissa and subnormals, one more exponent bit.  Every finite value of
+    ``fmt`` keeps its encoding; a value rounded past the top binade (e4m3fn's NaN code, e5m2's
+    Inf, 8.0 for e2m1fn) becomes a code above :func:`ncrtl.model.vector_engine.max_code` instead
+    of wrapping or being taken for a special, so saturation (or the NaN of an overflow) is one
+    comparison."""
+    fmt = get_format(fmt)
+    return dataclasses.replace(
+        fmt,
+        name=f"{fmt.name}_grid",
+        exp_bits=fmt.exp_bits + 1,
+        special="ieee",
+        overflow="inf",
+        dtype=None,
+        container_bits=0,
+        aliases=(),
+    )
 
 
 def round_pack(m, fmt, e_top, sig, sticky_in, *, name):

@@ -1,21 +1,71 @@
 """``Evict``: the eviction engine, ``tensor_copy`` from PSUM or SBUF into SBUF with the golden's
 dtype conversion."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import equals, span_mask
 from ncrtl.hdl.common.params import validated_init
-from ncrtl.hdl.fp.convert import Fp32ToBf16, Fp32ToFp16
+from ncrtl.hdl.fp.convert import Fp32ToBf16, Fp32ToFloat
+from ncrtl.hdl.verilog import Cell
 from ncrtl.model.neuroncore.isa import Convert
 
 from .isa import copy_layout
 from .ports import InstrQueue, PsumPort, SbufPort
 from .tensor import element_codes, elements
 
-__all__ = ["Evict"]
+__all__ = ["Evict", "EvictLane", "LANE_MODULE"]
+
+#: The Verilog module of :class:`EvictLane`, placed once per partition.
+LANE_MODULE = "ncrtl_evict_lane"
+
+#: The converter of each ``Convert`` code but ``RAW`` and ``BF16`` (its format).
+_FORMATS = {
+    Convert.FP16: "fp16",
+    Convert.FP8_E4M3: "fp8_e4m3",
+    Convert.FP8_E4M3FN: "fp8_e4m3fn",
+    Convert.FP8_E5M2: "fp8_e5m2",
+    Convert.FP8_E3M4: "fp8_e3m4",
+}
+
+
+class EvictLane(wiring.Component):
+    """One partition's element through the eviction engine's conversion: the FP32 ``value``
+    rounded to nearest even into the format of ``convert`` (BF16, FP16, an FP8 format: the
+    golden's conversion, :mod:`ncrtl.hdl.fp.convert`), or its bits as they are (``RAW``), one
+    cycle later (every converter's result is registered; ``convert`` selects among them
+    combinationally and is held while a copy runs).  A narrower result sits in the low bits.
+
+    Interface
+    ---------
+    value : In(32)
+    convert : In(3)
+    result : Out(32)
+    """
+
+    def __init__(self):
+        super().__init__({"value": In(32), "convert": In(3), "result": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bf16 = b = Fp32ToBf16()
+        m.d.comb += [b.i_value.eq(self.value), b.i_mode.eq(0)]
+        results = {Convert.BF16: b.o_result}
+        for code, fmt in _FORMATS.items():
+            m.submodules[fmt] = c = Fp32ToFloat(fmt)
+            m.d.comb += c.i_value.eq(self.value)
+            results[code] = c.o_result
+        raw = Signal(32)
+        m.d.sync += raw.eq(self.value)
+        with m.Switch(self.convert):
+            for code, r in results.items():
+                with m.Case(code):
+                    m.d.comb += self.result.eq(r)
+            with m.Default():
+                m.d.comb += self.result.eq(raw)
+        return m
 
 
 class Evict(wiring.Component):
@@ -24,9 +74,9 @@ class Evict(wiring.Component):
 
     * **read**: a PSUM row per element (its slot of every partition), or each SBUF word the
       source spans once, at most two reads ahead of the consumer (a two-entry FIFO);
-    * **convert**: the element of every partition from the FIFO's head (``Convert``: the bytes
-      as they are, or FP32 rounded to nearest even to BF16 or FP16, :mod:`ncrtl.hdl.fp.convert`,
-      whose result is registered);
+    * **convert**: the element of every partition from the FIFO's head through its partition's
+      :class:`EvictLane` (``Convert``: the bytes as they are, or FP32 rounded to nearest even
+      to BF16, FP16 or an FP8 format; the result registered);
     * **place**: into the destination word, which is written (byte strobes: the partitions in
       range, the bytes placed) when it is full or the copy ends.  A write takes the SBUF port
       before a read, and the next element waits while a word is being written (a cycle per
@@ -37,6 +87,9 @@ class Evict(wiring.Component):
     Parameters
     ----------
     geo : ncrtl.model.neuroncore.Geometry
+    instance : bool
+        The partitions' :class:`EvictLane` as instances of one Verilog module
+        (:data:`LANE_MODULE`, :meth:`cells`) or Amaranth submodules.
 
     Interface
     ---------
@@ -46,8 +99,9 @@ class Evict(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, geo):
+    def __init__(self, geo, *, instance=False):
         self.geo = geo
+        self.instance = bool(instance)
         self.words = geo.partition_bytes // geo.word_bytes
         super().__init__(
             {
@@ -56,6 +110,11 @@ class Evict(wiring.Component):
                 "sbuf": Out(SbufPort(geo.partitions, self.words, geo.word_bytes)),
             }
         )
+
+    def cells(self):
+        """The lane module, placed with ``Instance`` once per partition (none with
+        ``instance=False``)."""
+        return [Cell(LANE_MODULE, EvictLane)] if self.instance else []
 
     def elaborate(self, platform):
         m = Module()
@@ -127,21 +186,19 @@ class Evict(wiring.Component):
             m.d.comb += fifo.r_en.eq(op.src_psum | c_last_in_word | (ci + 1 == op.n))
         conv = []
         for p, v in enumerate(values):
-            b = Fp32ToBf16()
-            h = Fp32ToFp16()
-            m.submodules[f"bf16_{p}"] = b
-            m.submodules[f"fp16_{p}"] = h
-            m.d.comb += [b.i_value.eq(v), b.i_mode.eq(0), h.i_value.eq(v)]
-            raw = Signal(32, name=f"raw{p}")
-            m.d.sync += raw.eq(v)
             out = Signal(32, name=f"out{p}")
-            with m.Switch(op.convert):
-                with m.Case(Convert.BF16):
-                    m.d.comb += out.eq(b.o_result)
-                with m.Case(Convert.FP16):
-                    m.d.comb += out.eq(h.o_result)
-                with m.Default():
-                    m.d.comb += out.eq(raw)
+            if self.instance:
+                m.submodules[f"lane{p}"] = Instance(
+                    LANE_MODULE,
+                    i_clk=ClockSignal(),
+                    i_rst=ResetSignal(),
+                    i_value=v,
+                    i_convert=op.convert,
+                    o_result=out,
+                )
+            else:
+                m.submodules[f"lane{p}"] = lane = EvictLane()
+                m.d.comb += [lane.value.eq(v), lane.convert.eq(op.convert), out.eq(lane.result)]
             conv.append(out)
 
         # -- place: the converted element (taken last cycle) into the destination word ------

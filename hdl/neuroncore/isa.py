@@ -62,7 +62,7 @@ def copy_layout(geo):
             "n": geo.addr_bits + 1,
             "src_esize": 2,
             "dst_esize": 2,
-            "convert": 2,
+            "convert": 3,
         }
     )
 

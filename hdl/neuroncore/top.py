@@ -70,7 +70,8 @@ class NeuronCore(wiring.Component):
         Its parameters (:class:`ncrtl.model.neuroncore.isa.Geometry`: NeuronCore-v3's by
         default).
     instance : bool
-        PEs, PSUM slots and memories as Verilog instances (True) or Amaranth submodules.
+        PEs, PSUM slots, memories and eviction lanes as Verilog instances (True) or Amaranth
+        submodules.
     modes : str or None
         The PE modes built (:class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`).
     dge_cycles : int
@@ -118,7 +119,7 @@ class NeuronCore(wiring.Component):
             modes=modes,
         )
         self.feed = TensorFeed(geo)
-        self.evict = Evict(geo)
+        self.evict = Evict(geo, instance=instance)
         self.issue = DmaIssue(geo)
         self.dma = DmaCore(
             geo.word_bytes,
@@ -151,8 +152,9 @@ class NeuronCore(wiring.Component):
         return getattr(self, f"axi{k}")
 
     def cells(self):
-        """The modules placed with ``Instance``: the matmul path's, then the SBUF's."""
-        return self.matmul.cells() + self.sbuf.cells()
+        """The modules placed with ``Instance``: the matmul path's, the SBUF's, the eviction
+        engine's."""
+        return self.matmul.cells() + self.sbuf.cells() + self.evict.cells()
 
     def elaborate(self, platform):
         m = Module()

@@ -1,14 +1,12 @@
 """One QuantizeMX element: a BF16 / FP16 value divided by its group's scale, rounded into an MX
 element format (combinational)."""
 
-import dataclasses
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.bits import count_leading_zeros
-from ncrtl.hdl.fp.round import round_pack
+from ncrtl.hdl.fp.round import round_pack, rounding_grid
 from ncrtl.hdl.fp.unpack import Unpack, unpack_geometry
 from ncrtl.model.fp import get_format
 from ncrtl.model.vector_engine import (
@@ -21,25 +19,6 @@ from ncrtl.model.vector_engine import (
 __all__ = ["QuantizeLane", "rounding_grid"]
 
 _FP32_BIAS = get_format("fp32").bias
-
-
-def rounding_grid(fmt):
-    """The IEEE-style format :func:`~ncrtl.hdl.fp.round.round_pack` rounds an element format on:
-    the same bias, mantissa and subnormals, one more exponent bit.  Every finite value of
-    ``fmt`` keeps its encoding; a value rounded past the top binade (e4m3fn's NaN code, e5m2's
-    Inf, 8.0 for e2m1fn) becomes a code above :func:`ncrtl.model.vector_engine.max_code` instead
-    of wrapping or being taken for a special, so saturation is one comparison."""
-    fmt = get_format(fmt)
-    return dataclasses.replace(
-        fmt,
-        name=f"{fmt.name}_grid",
-        exp_bits=fmt.exp_bits + 1,
-        special="ieee",
-        overflow="inf",
-        dtype=None,
-        container_bits=0,
-        aliases=(),
-    )
 
 
 class QuantizeLane(wiring.Component):

@@ -178,16 +178,27 @@ class MatmulOp:
 
 
 class Convert:
-    """What an eviction does to each element: ``RAW`` copies its bytes, ``BF16`` / ``FP16``
-    round an FP32 to nearest even."""
+    """What an eviction does to each element: ``RAW`` copies its bytes, the others round an
+    FP32 to nearest even into BF16, FP16 or an FP8 format (the golden's conversion)."""
 
     RAW = 0
     BF16 = 1
     FP16 = 2
+    FP8_E4M3 = 3
+    FP8_E4M3FN = 4
+    FP8_E5M2 = 5
+    FP8_E3M4 = 6
 
 
 #: (source dtype, destination dtype) -> Convert, for the pairs that convert.
-CONVERSIONS = {("float32", "bfloat16"): Convert.BF16, ("float32", "float16"): Convert.FP16}
+CONVERSIONS = {
+    ("float32", "bfloat16"): Convert.BF16,
+    ("float32", "float16"): Convert.FP16,
+    ("float32", "float8_e4m3"): Convert.FP8_E4M3,
+    ("float32", "float8_e4m3fn"): Convert.FP8_E4M3FN,
+    ("float32", "float8_e5m2"): Convert.FP8_E5M2,
+    ("float32", "float8_e3m4"): Convert.FP8_E3M4,
+}
 
 
 @dataclass(frozen=True)
@@ -330,8 +341,8 @@ def _copy(ins, geo):
     else:
         _refuse(
             ins,
-            f"converts float32 to bfloat16 or float16, or copies a dtype as it is; not {sd} to "
-            f"{dd}",
+            f"converts float32 to {', '.join(d for _, d in CONVERSIONS)}, or copies a dtype as "
+            f"it is; not {sd} to {dd}",
         )
     if src.space == "psum" and sd != "float32":
         _refuse(ins, f"reads FP32 PSUM only, not {sd}")

@@ -91,7 +91,8 @@ def example_job(name, geo, rng):
 
 def evictions_job(geo, rng):
     """FP32 values (ties, overflow, subnormals, infinities, NaN) DMA'd into SBUF, converted to
-    BF16 and FP16 and copied as they are by SBUF -> SBUF ``tensor_copy``, each DMA'd back."""
+    BF16, FP16 and the four FP8 formats and copied as they are by SBUF -> SBUF
+    ``tensor_copy``, each DMA'd back."""
     import ncrtl.nki as nki
     import ncrtl.nki.isa as nisa
     import ncrtl.nki.language as nl
@@ -102,7 +103,15 @@ def evictions_job(geo, rng):
         a = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=a, src=x)
         outs = []
-        for dt in (nl.bfloat16, nl.float16, nl.float32):
+        for dt in (
+            nl.bfloat16,
+            nl.float16,
+            nl.float32,
+            nl.float8_e4m3,
+            nl.float8_e4m3fn,
+            nl.float8_e5m2,
+            nl.float8_e3m4,
+        ):
             b = nl.ndarray((P, F), dtype=dt, buffer=nl.sbuf)
             nisa.tensor_copy(dst=b, src=a)
             o = nl.ndarray((P, F), dtype=dt, buffer=nl.shared_hbm)
@@ -112,8 +121,13 @@ def evictions_job(geo, rng):
 
     shape = (geo.partitions, 12)
     x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-140, 130, shape)).astype(np.float32)
-    # NaN, infinities, BF16 and FP16 overflow, an FP16 tie, a BF16 tie, an FP32 subnormal
+    # a third of them in the FP8 formats' range (their subnormals to past their largest)
+    near = (rng.standard_normal(shape) * 2.0 ** rng.integers(-12, 18, shape)).astype(np.float32)
+    x = np.where(rng.random(shape) < 0.35, near, x)
+    # NaN, infinities, BF16 and FP16 overflow, an FP16 tie, a BF16 tie, an FP32 subnormal,
+    # e4m3fn's largest and its NaN past it, an e4m3 tie
     specials = [np.nan, np.inf, -np.inf, 3e38, 65520.0, 1 + 2.0**-11, 1 + 2.0**-8, 2.0**-140]
+    specials += [448.0, -464.5, 1 + 2.0**-4]
     x.reshape(-1)[: len(specials)] = specials
     program = nki.trace(evictions, [x], {}, core=geo.core())
     return Job("evictions", program, [x])
