@@ -228,3 +228,54 @@ def test_engine_ports_shared_round_robin_with_stalls(clients):
                 if word is not None:
                     assert (value >> (8 * wb * p)) & mask == int.from_bytes(word, "little")
     assert len(turns) > 10 and all(j == after for j, after in turns)
+
+
+@pytest.mark.parametrize(("items", "index_bits"), [(1, 2), (3, 2), (5, 4), (8, 3), (16, 5)])
+def test_pick_and_decode_select_and_give_zero_past_the_end(items, index_bits):
+    """The SBUF's selects (``ncrtl.hdl.common.bits``): ``pick`` gives item ``index`` and zero
+    for every index past the end, ``decode`` bit ``index`` of ``n`` (none past the end), for
+    every index the port can hold; the Verilog is lint-clean."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+    from amaranth.sim import Simulator
+
+    from ncrtl.hdl.common.bits import decode, pick
+    from ncrtl.hdl.verilog import convert
+    from ncrtl.testbench.lint import lint_verilog
+
+    width = 6
+
+    class Top(wiring.Component):
+        def __init__(self):
+            super().__init__(
+                {"data": In(width * items), "index": In(index_bits), "item": Out(width)}
+                | {"onehot": Out(items)}
+            )
+
+        def elaborate(self, platform):
+            m = Module()
+            parts = [self.data[width * i : width * (i + 1)] for i in range(items)]
+            m.d.comb += [
+                self.item.eq(pick(parts, self.index)),
+                self.onehot.eq(decode(self.index, items)),
+            ]
+            return m
+
+    rng = np.random.default_rng(items)
+    values = [int(v) for v in rng.integers(1, 1 << width, items)]
+    dut = Top()
+
+    async def bench(ctx):
+        ctx.set(dut.data, sum(v << (width * i) for i, v in enumerate(values)))
+        for i in range(1 << index_bits):
+            ctx.set(dut.index, i)
+            await ctx.delay(1e-9)
+            assert ctx.get(dut.item) == (values[i] if i < items else 0), i
+            assert ctx.get(dut.onehot) == ((1 << i) if i < items else 0), i
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    text = convert(Top(), "pick_top")
+    lint_verilog(text, "pick_top").check()

@@ -167,21 +167,30 @@ def span_mask(first, count, n):
 def pick(items, index):
     """``items[index]``, ``items`` values of one width; zero for an ``index`` past the end.
 
-    Written as the concatenation shifted right by ``index`` items into a wire of its own
-    width, then the low item sliced off: a variable ``word_select`` is the same shift
-    truncated by its assignment, which ``verilator -Wall`` reports (WIDTHTRUNC); a case
-    statement or a chain of conditionals per item is many times the C++ a simulator
-    compiles (the full-size SBUF's selects: 49 MB of C++ as case statements, 19 MB as
-    shifts)."""
+    Written as a tree of two-way multiplexers on the bits of ``index``, the least significant
+    first (the items padded with zeros to a power of two): a cell per pair of items, whose
+    output bits each depend on three inputs.  A shift of the items' concatenation (one cell
+    whose every output bit depends on every input bit) costs the Verilog generator time in the
+    square of the concatenation's width: over an hour for the full-size SBUF's selects; a
+    variable ``word_select`` is that shift truncated by its assignment, which ``verilator
+    -Wall`` reports (WIDTHTRUNC); a case statement per item is many times the C++ a simulator
+    compiles."""
     items = [Value.cast(v) for v in items]
     width = len(items[0])
     if any(len(v) != width for v in items):
         raise ValueError(f"pick: items of one width, not {[len(v) for v in items]}")
-    if len(items) == 1:
-        return Mux(equals(index, 0), items[0], 0)
-    k = width.bit_length() - 1
-    amount = Cat(Const(0, k), index) if width == 1 << k else index * width
-    return (Cat(*items) >> amount)[:width]
+    index = Value.cast(index)
+    levels = (len(items) - 1).bit_length()  # the index bits the tree uses
+    level = list(items)
+    for k in range(levels):
+        if len(level) % 2:
+            level.append(Const(0, width))
+        bit = index[k] if k < len(index) else Const(0, 1)
+        level = [Mux(bit, level[j + 1], level[j]) for j in range(0, len(level), 2)]
+    # Index bits above the tree's: any of them set is past the end.
+    if len(index) > levels:
+        return Mux(index[levels:].any(), 0, level[0])
+    return level[0]
 
 
 def decode(index, n):
