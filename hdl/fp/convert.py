@@ -152,31 +152,24 @@ class Fp32ToFloat(wiring.Component):
         e_top = Signal(range(-160, 160), name="e_top")
         v = up.o_value
         m.d.comb += e_top.eq(v.exp + (up.sig_width - 1))
+        # A format without Inf (e4m3fn) rounds on a grid one exponent bit wider; past its
+        # largest finite value it gives its NaN code, where an IEEE-style format gives Inf.
         ieee = fmt.special == "ieee"
         grid = fmt if ieee else rounding_grid(fmt)
         mag, ovf = round_pack(m, grid, e_top, v.sig, Const(0, 1), name="rnd")
         nan_code = int(encode(np.array([np.nan]), fmt)[0])
-        result = Signal(n, name="result")
         if ieee:
-            inf_code = ((1 << fmt.exp_bits) - 1) << fmt.man_bits
-            with m.If(v.nan):
-                m.d.comb += result.eq(nan_code)
-            with m.Elif(v.inf | ovf):
-                m.d.comb += result.eq(Cat(Const(inf_code, n - 1), v.sign))
-            with m.Elif(v.zero):
-                m.d.comb += result.eq(Cat(Const(0, n - 1), v.sign))
-            with m.Else():
-                m.d.comb += result.eq(Cat(mag, v.sign))
+            over, over_code = ovf, ((1 << fmt.exp_bits) - 1) << fmt.man_bits
         else:
             top = int(encode(np.array([fmt.max_finite]), fmt)[0])
-            with m.If(v.nan):
-                m.d.comb += result.eq(nan_code)
-            with m.Elif(v.inf | ovf | (mag > top)):
-                m.d.comb += result.eq(Cat(Const(nan_code, n - 1), v.sign))
-            with m.Elif(v.zero):
-                m.d.comb += result.eq(Cat(Const(0, n - 1), v.sign))
-            with m.Else():
-                m.d.comb += result.eq(Cat(mag[: n - 1], v.sign))  # the grid's code fits
+            over, over_code = ovf | (mag > top), nan_code
+        result = Signal(n, name="result")
+        with m.If(v.nan):
+            m.d.comb += result.eq(nan_code)
+        with m.Elif(v.inf | over):
+            m.d.comb += result.eq(Cat(Const(over_code, n - 1), v.sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(mag[: n - 1], v.sign))
         out = Signal(n, name="out", reset_less=True)
         with m.If(self.en):
             m.d.sync += out.eq(result)
