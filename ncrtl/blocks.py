@@ -1278,6 +1278,7 @@ _NEURONCORE_GEOMETRY = (
     "word_bytes",
     "hbm_bytes",
     "tile_unit",
+    "version",
 )
 
 
@@ -1321,6 +1322,7 @@ def _make_neuroncore(
     word_bytes,
     hbm_bytes,
     tile_unit,
+    version,
     pe_modes,
 ):
     hw = dict(locals())
@@ -1331,22 +1333,22 @@ def _make_neuroncore(
 
 
 def _neuroncore_parts(pe_modes="all", **hw):
-    """The core's own units (queues, TensorFeed, Evict, DmaIssue, the SBUF's engine ports):
-    what its synthesis check covers; the Tensor Engine, PSUM, DMA engines, DGEs and SBUF have
-    their own checks, and Yosys takes over half an hour on the whole flattened 8-partition
-    core."""
+    """The core's own units (queues, TensorFeed, the Vector Engine, DmaIssue, the SBUF's engine
+    ports): what its synthesis check covers; the Tensor Engine, PSUM, DMA engines, DGEs and
+    SBUF have their own checks, and Yosys takes over half an hour on the whole flattened
+    8-partition core."""
     from ncrtl.hdl.neuroncore.dma import DmaIssue
-    from ncrtl.hdl.neuroncore.evict import Evict
     from ncrtl.hdl.neuroncore.isa import op_layouts
     from ncrtl.hdl.neuroncore.queue import EngineQueue
     from ncrtl.hdl.neuroncore.tensor import TensorFeed
+    from ncrtl.hdl.neuroncore.vector import VectorEngine
     from ncrtl.hdl.sbuf.engines import EnginePorts
 
     geo = neuroncore_geometry(hw)
     layouts = op_layouts(geo)
     parts = {
         "neuroncore_feed": TensorFeed(geo),
-        "neuroncore_evict": Evict(geo),
+        "neuroncore_vector": VectorEngine(geo),
         "neuroncore_issue": DmaIssue(geo),
         "neuroncore_engine_ports": EnginePorts(
             2, geo.partitions, geo.partition_bytes // geo.word_bytes, geo.word_bytes
@@ -1369,6 +1371,7 @@ def _neuroncore_top(
     word_bytes,
     hbm_bytes,
     tile_unit,
+    version,
     pe_modes,
 ):
     """``neuroncore``, then every parameter that is not the real core's (``_p8_r8_c8`` ...)."""
@@ -1387,6 +1390,7 @@ def _neuroncore_top(
         "word_bytes": "w",
         "hbm_bytes": "hbm",
         "tile_unit": "u",
+        "version": "",
     }
     defaults = {p.name: p.default for p in _NEURONCORE_PARAMS}
     name = "neuroncore" + "".join(
@@ -1443,6 +1447,13 @@ _NEURONCORE_PARAMS = (
         choices=(1, 2, 4, 8, 16, 32),
     ),
     Param(
+        "version",
+        str,
+        "v3",
+        "core version: v4 adds QuantizeMX to the Vector Engine (with partitions a multiple of 32)",
+        choices=("v2", "v3", "v4"),
+    ),
+    Param(
         "pe_modes",
         str,
         "all",
@@ -1464,9 +1475,11 @@ register(
         check=_check_neuroncore,
         program_check=_check_neuroncore_program,
         synth_parts=_neuroncore_parts,
-        stimulus=lambda count, **_: (
-            f"the shipped examples matmul_basic and matmul_tiled at the core's geometry, then "
-            f"{count} random kernels (--count), each from a reset"
+        stimulus=lambda count, version="v3", **_: (
+            "the shipped examples matmul_basic and matmul_tiled at the core's geometry, the "
+            "evictions of special values"
+            + (", the quantizations (QuantizeMX)" if version == "v4" else "")
+            + f", then {count} random kernels (--count), each from a reset"
         ),
     )
 )
@@ -1485,8 +1498,22 @@ NEURONCORE_SMALL = {
     "hbm_bytes": 16384,
     "tile_unit": 2,
 }
-#: The ``neuroncore`` group: the small core, then one of 16 partitions with an 8-byte SBUF word,
-#: 4 DMA engines on 2 queues, 4 PSUM banks of 256 bytes and tile unit 4.
+#: A NeuronCore-v4 of one quadrant: 32 partitions, 32 x 32 PEs, QuantizeMX in its Vector Engine.
+NEURONCORE_V4_QUADRANT = {
+    "partitions": 32,
+    "partition_bytes": 2048,
+    "rows": 32,
+    "cols": 32,
+    "psum_banks": 2,
+    "psum_bank_bytes": 128,
+    "dma_engines": 2,
+    "dma_queues": 4,
+    "hbm_bytes": 65536,
+    "tile_unit": 8,
+    "version": "v4",
+}
+#: The ``neuroncore`` group: the small core, one of 16 partitions with an 8-byte SBUF word,
+#: 4 DMA engines on 2 queues, 4 PSUM banks of 256 bytes and tile unit 4, and the v4 quadrant.
 GROUPS["neuroncore"] = [
     ("neuroncore", {**NEURONCORE_SMALL, "pe_modes": "bf16"}),
     (
@@ -1506,4 +1533,5 @@ GROUPS["neuroncore"] = [
             "pe_modes": "bf16",
         },
     ),
+    ("neuroncore", {**NEURONCORE_V4_QUADRANT, "pe_modes": "bf16"}),
 ]

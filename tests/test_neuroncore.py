@@ -12,10 +12,11 @@ import pytest
 import ncrtl.nki as nki
 from ncrtl import blocks
 from ncrtl.cli import main
-from ncrtl.hdl.neuroncore.isa import op_layouts, pack, queue_layout
+from ncrtl.hdl.neuroncore.isa import VectorKind, op_layouts, pack, queue_layout
 from ncrtl.kernels import load, load_file
 from ncrtl.model.kernel import golden
 from ncrtl.model.neuroncore import CopyOp, DmaOp, Geometry, MatmulOp, Unsupported, Wait, encode
+from ncrtl.model.neuroncore.isa import QuantizeOp
 from ncrtl.nki.kernel import trace
 from ncrtl.testbench.conformance import run_block
 from tests.kernel_lines import kernel_line
@@ -27,6 +28,8 @@ RTL = os.path.join(HERE, "kernels", "rtl.py")
 #: queues), bf16-family PEs: one Verilator build for the conformance run and ``ncrtl run``.
 SMALL_PARAMS = blocks.GROUPS["neuroncore"][0][1]
 SMALL = blocks.neuroncore_geometry(blocks.get("neuroncore").resolve(SMALL_PARAMS))
+#: The group's NeuronCore-v4 quadrant (32 partitions, 32 x 32 PEs, QuantizeMX).
+V4_PARAMS = blocks.GROUPS["neuroncore"][2][1]
 
 
 def _bf16(rng, *shape):
@@ -71,12 +74,74 @@ def test_matmul_streams_become_queue_entries():
                 assert got == (e.ls, e.mm, e.psum, e.s_addr, e.m_addr)
                 assert (1 << op.s_esize, 1 << op.m_esize) == (e.s_esize, e.m_esize)
             elif isinstance(e, CopyOp):
+                assert op.kind == VectorKind.COPY
+                op = op.body.copy
                 got = (op.src_psum, op.src_addr, op.dst_addr, op.part, op.parts, op.n, op.convert)
                 assert got == (e.src_psum, e.src_addr, e.dst_addr, e.part, e.parts, e.n, e.convert)
                 assert (1 << op.src_esize, 1 << op.dst_esize) == (e.src_esize, e.dst_esize)
             else:
                 assert op.parts == e.parts
                 assert (op.desc.src.base, op.desc.dst.base) == (e.desc.src.base, e.desc.dst.base)
+
+
+def _quantize_kernel(col, part):
+    import ncrtl.nki.isa as nisa
+    import ncrtl.nki.language as nl
+
+    @nki.jit
+    def quantize(x):
+        P, F = x.shape
+        a = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x)
+        n = 9
+        q = nl.ndarray((P, n), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+        s = nl.ndarray((P, n), dtype=nl.uint8, buffer=nl.sbuf)
+        rows = slice(part, part + 32)
+        nisa.quantize_mx(dst=q[rows, :], src=a[rows, col : col + 36], dst_scale=s[rows, :])
+        out = nl.ndarray((32, n), dtype=nl.float8_e5m2_x4, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=q[rows, :])
+        return out
+
+    return quantize
+
+
+def test_quantize_streams_become_queue_entries():
+    """A ``quantize_mx`` on the v4 quadrant is a :class:`QuantizeOp` in the vector queue, packed
+    where the Vector Engine reads it; one from a partition that does not begin a quadrant, or
+    from a source that is not 8-byte aligned, is refused naming the kernel line and the rule."""
+    from dataclasses import replace
+
+    geo = blocks.neuroncore_geometry(blocks.get("neuroncore").resolve(V4_PARAMS))
+    x = np.zeros((32, 40), np.float16)
+    enc = encode(trace(_quantize_kernel(4, 0), [x], core=geo.core()), geo)
+    (wait, op) = enc.queues["vector"]
+    assert wait == Wait(2, 1) and isinstance(op, QuantizeOp)
+    assert (op.src_addr % 64, op.part, op.parts, op.n, op.src_fmt, op.elem_fmt) == (
+        8,
+        0,
+        32,
+        36,
+        1,
+        1,
+    )
+    layout = queue_layout(op_layouts(geo)["vector"])
+    word = layout.from_bits(pack(op, geo))
+    assert word.kind == 1 and word.body.op.kind == VectorKind.QUANTIZE
+    q = word.body.op.body.quantize
+    got = (q.src_addr, q.dst_addr, q.scale_addr, q.part, q.parts, q.n, q.src_fmt, q.elem_fmt)
+    assert got == (op.src_addr, op.dst_addr, op.scale_addr, op.part, op.parts, op.n, 1, 1)
+    # two quadrants: the second one's partitions are a quantization of their own
+    geo64 = replace(geo, partitions=64, rows=64, cols=64)
+    x64 = np.zeros((64, 40), np.float16)
+    (_, op) = encode(trace(_quantize_kernel(0, 32), [x64], core=geo64.core()), geo64).queues[
+        "vector"
+    ]
+    assert (op.part, op.parts) == (32, 32)
+    for col, part, rule in ((2, 0, "aligned 8-byte slot"), (0, 16, "whole 32-partition quadrants")):
+        with pytest.raises(Unsupported, match=rule) as e:
+            encode(trace(_quantize_kernel(col, part), [x64], core=geo64.core()), geo64)
+        assert "nisa.quantize_mx" in str(e.value)
+    # a v3 core has no QuantizeMX: the front end refuses the kernel when it is traced
 
 
 def test_an_instruction_the_core_lacks_is_refused_naming_it():
@@ -196,8 +261,37 @@ def test_core_units_synthesize_without_latches():
 
     block = blocks.get("neuroncore")
     units = block.synthesis_units(block.resolve(SMALL_PARAMS))
-    assert {name for _, name in units} >= {"neuroncore_feed", "neuroncore_evict"}
+    assert {name for _, name in units} >= {"neuroncore_feed", "neuroncore_vector"}
     for text, name in units:
+        synth_check(text, name).check()
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_conformance_v4_quadrant_with_quantize():
+    """The conformance set on the NeuronCore-v4 quadrant (32 partitions, QuantizeMX in its
+    Vector Engine), a fifth of the cycles stalled: the quantizations' codes and scales bit for
+    bit with the examples, evictions and random kernels."""
+    block = blocks.get("neuroncore")
+    res = run_block(block, block.resolve(V4_PARAMS), count=2, seed=5, stall=0.2)
+    assert res.passed, res.report()
+    names = {u["name"].split(".")[0] for u in res.units}
+    assert {"matmul_basic", "matmul_tiled", "evictions", "quantize"} <= names
+    assert res.mismatches == 0
+
+
+@pytest.mark.synth
+@pytest.mark.slow
+def test_v4_quadrant_lint_clean_and_units_latch_free():
+    """The v4 quadrant core under ``verilator --lint-only -Wall`` and its own units (the
+    Vector Engine with its quantizer among them) latch-free in Yosys."""
+    from ncrtl.testbench.lint import lint_verilog, synth_check
+
+    block = blocks.get("neuroncore")
+    params = block.resolve(V4_PARAMS)
+    text, top = block.verilog(params)
+    lint_verilog(text, top).check()
+    for text, name in block.synthesis_units(params):
         synth_check(text, name).check()
 
 

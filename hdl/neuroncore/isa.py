@@ -10,13 +10,24 @@ from ncrtl.hdl.dma.check import Widths, descriptor_layout
 from ncrtl.hdl.psum.control import INSTR_LAYOUT as PSUM_INSTR_LAYOUT
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT as TE_INSTR_LAYOUT
 from ncrtl.model.dma.isa import encode as dma_encode
-from ncrtl.model.neuroncore.isa import COUNT_BITS, SEM_BITS, CopyOp, DmaOp, MatmulOp, Wait
+from ncrtl.model.neuroncore.isa import (
+    COUNT_BITS,
+    SEM_BITS,
+    CopyOp,
+    DmaOp,
+    MatmulOp,
+    QuantizeOp,
+    Wait,
+)
 
 __all__ = [
     "ESIZE_CODES",
     "wait_layout",
     "matmul_layout",
     "copy_layout",
+    "quantize_layout",
+    "vector_layout",
+    "VectorKind",
     "dma_layout",
     "queue_layout",
     "dma_widths",
@@ -67,6 +78,40 @@ def copy_layout(geo):
     )
 
 
+def quantize_layout(geo):
+    """:class:`~ncrtl.model.neuroncore.isa.QuantizeOp`."""
+    part = max(1, (geo.partitions - 1).bit_length())
+    return data.StructLayout(
+        {
+            "src_addr": geo.addr_bits,
+            "dst_addr": geo.addr_bits,
+            "scale_addr": geo.addr_bits,
+            "part": part,
+            "parts": geo.partitions.bit_length(),
+            "n": geo.addr_bits + 1,
+            "src_fmt": 1,
+            "elem_fmt": 2,
+        }
+    )
+
+
+class VectorKind:
+    """``vector_layout``'s ``kind``: which unit of the Vector Engine runs the operation."""
+
+    COPY = 0  #: ``tensor_copy`` (:class:`~ncrtl.hdl.neuroncore.evict.Evict`)
+    QUANTIZE = 1  #: ``quantize_mx`` (:class:`~ncrtl.hdl.neuroncore.quantize.Quantize`)
+
+
+def vector_layout(geo):
+    """A Vector Engine operation: ``kind`` (:class:`VectorKind`) and the operation."""
+    return data.StructLayout(
+        {
+            "kind": 1,
+            "body": data.UnionLayout({"copy": copy_layout(geo), "quantize": quantize_layout(geo)}),
+        }
+    )
+
+
 def dma_widths(geo):
     """The DMA descriptor field widths of a core geometry."""
     return Widths.for_memories(geo.hbm_bytes, geo.partitions)
@@ -88,7 +133,7 @@ def queue_layout(op):
 
 def op_layouts(geo):
     """``{stream: operation layout}`` of every stream of ``geo``."""
-    out = {"tensor": matmul_layout(geo), "vector": copy_layout(geo)}
+    out = {"tensor": matmul_layout(geo), "vector": vector_layout(geo)}
     for q in range(geo.dma_queues):
         out[f"dma{q}"] = dma_layout(geo)
     return out
@@ -115,8 +160,8 @@ def pack(entry, geo):
             value |= entry.psum << op["psum"].offset
             return 1 | value << 1  # kind 1, the operation in the body
         if isinstance(entry, CopyOp):
-            op = copy_layout(geo)
-            fields = {
+            op = vector_layout(geo)
+            copy = {
                 "src_psum": int(entry.src_psum),
                 "src_addr": entry.src_addr,
                 "dst_addr": entry.dst_addr,
@@ -127,6 +172,20 @@ def pack(entry, geo):
                 "dst_esize": ESIZE_CODES[entry.dst_esize],
                 "convert": entry.convert,
             }
+            fields = {"kind": VectorKind.COPY, "body": {"copy": copy}}
+        elif isinstance(entry, QuantizeOp):
+            op = vector_layout(geo)
+            quantize = {
+                "src_addr": entry.src_addr,
+                "dst_addr": entry.dst_addr,
+                "scale_addr": entry.scale_addr,
+                "part": entry.part,
+                "parts": entry.parts,
+                "n": entry.n,
+                "src_fmt": entry.src_fmt,
+                "elem_fmt": entry.elem_fmt,
+            }
+            fields = {"kind": VectorKind.QUANTIZE, "body": {"quantize": quantize}}
         elif isinstance(entry, DmaOp):
             op = dma_layout(geo)
             fields = {"desc": dma_encode(entry.desc), "parts": entry.parts}

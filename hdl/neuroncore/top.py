@@ -3,14 +3,15 @@
 ::
 
      q_tensor ──> EngineQueue ──> TensorFeed ──LS/MM words, beats──> TensorEngine ──> PSUM
-     q_vector ──> EngineQueue ──> Evict ─────────────────────────── ve port ──────────┘
+     q_vector ──> EngineQueue ──> VectorEngine: Evict ───────────── ve port ──────────┘
+                                                Quantize (v4)
      q_dma{q} ──> EngineQueue ──> DmaIssue ──> DGE 0 / DGE 1 ──> DMA engines ──> axi{k}
                                                                       │ sbuf{k}
-     TensorFeed ── engine0 ──> SBUF <── engine1 ── Evict      (a port per engine)
+     TensorFeed ── engine0 ──> SBUF <── engine1 ── VectorEngine   (a port per engine)
 
 Every queue waits on the semaphores of all streams (``sem``, the streams' completion counts)
 and counts its own engine's completions: a matmul when PSUM has written its group, a copy when
-its last word is written, a DMA transfer when all its parts are done (in queue order).  See
+its last word is written, a ``quantize_mx`` when its last codes and scales are, a DMA transfer when all its parts are done (in queue order).  See
 docs/neuroncore.md and :mod:`ncrtl.model.neuroncore.isa`.
 """
 
@@ -27,11 +28,11 @@ from ncrtl.model.dma.dge import DGE_CYCLES
 from ncrtl.model.neuroncore.isa import COUNT_BITS, Geometry
 
 from .dma import DmaIssue
-from .evict import Evict
 from .isa import dma_widths, op_layouts, queue_layout
 from .ports import ErrorStrobe
 from .queue import EngineQueue
 from .tensor import TensorFeed
+from .vector import VectorEngine
 
 __all__ = ["NeuronCore", "ErrorSource", "core_signature", "SBUF_CLIENTS"]
 
@@ -46,6 +47,7 @@ class ErrorSource:
     PSUM = 2  #: PSUM rejected a write or a request
     QUEUE = 3  #: a queue dropped a wait on a semaphore the core lacks
     DGE = 4  #: a descriptor generator refused a transfer
+    VECTOR = 5  #: the Vector Engine refused an operation (``vector.VectorError``)
 
 
 def core_signature(geo):
@@ -70,8 +72,8 @@ class NeuronCore(wiring.Component):
         Its parameters (:class:`ncrtl.model.neuroncore.isa.Geometry`: NeuronCore-v3's by
         default).
     instance : bool
-        PEs, PSUM slots, memories and eviction lanes as Verilog instances (True) or Amaranth
-        submodules.
+        PEs, PSUM slots, memories and the Vector Engine's lanes as Verilog instances (True) or
+        Amaranth submodules.
     modes : str or None
         The PE modes built (:class:`~ncrtl.hdl.tensor_engine.top.TensorEngine`).
     dge_cycles : int
@@ -119,7 +121,7 @@ class NeuronCore(wiring.Component):
             modes=modes,
         )
         self.feed = TensorFeed(geo)
-        self.evict = Evict(geo, instance=instance)
+        self.vector = VectorEngine(geo, instance=instance)
         self.issue = DmaIssue(geo)
         self.dma = DmaCore(
             geo.word_bytes,
@@ -152,16 +154,16 @@ class NeuronCore(wiring.Component):
         return getattr(self, f"axi{k}")
 
     def cells(self):
-        """The modules placed with ``Instance``: the matmul path's, the SBUF's, the eviction
-        engine's."""
-        return self.matmul.cells() + self.sbuf.cells() + self.evict.cells()
+        """The modules placed with ``Instance``: the matmul path's, the SBUF's, the Vector
+        Engine's."""
+        return self.matmul.cells() + self.sbuf.cells() + self.vector.cells()
 
     def elaborate(self, platform):
         m = Module()
         geo = self.geo
         m.submodules.matmul = mc = self.matmul
         m.submodules.feed = feed = self.feed
-        m.submodules.evict = ev = self.evict
+        m.submodules.vector = ve = self.vector
         m.submodules.issue = iss = self.issue
         m.submodules.dma = dc = self.dma
         m.submodules.sbuf = sb = self.sbuf
@@ -177,7 +179,7 @@ class NeuronCore(wiring.Component):
             m.d.comb += self.queues[s].sems.count.eq(Cat(*counts))
         m.d.comb += self.sem.eq(Cat(*counts))
         connect(m, self.queues["tensor"].engine, feed.queue)
-        connect(m, self.queues["vector"].engine, ev.queue)
+        connect(m, self.queues["vector"].engine, ve.queue)
         for q in range(geo.dma_queues):
             connect(m, self.queues[f"dma{q}"].engine, getattr(iss, f"queue{q}"))
 
@@ -187,12 +189,12 @@ class NeuronCore(wiring.Component):
         connect(m, feed.moving, mc.moving)
         connect(m, feed.psum_instr, mc.psum_instr)
         m.d.comb += feed.psum_done.eq(mc.o_done)
-        connect(m, ev.psum.req, mc.ve_req)
-        connect(m, mc.ve_resp, ev.psum.resp)
+        connect(m, ve.psum.req, mc.ve_req)
+        connect(m, mc.ve_resp, ve.psum.resp)
         m.d.comb += [mc.se_req.valid.eq(0), mc.se_resp.ready.eq(1), mc.seed.valid.eq(0)]
 
         # the SBUF: a port per compute engine, a port per DMA engine
-        for j, engine in enumerate((feed, ev)):
+        for j, engine in enumerate((feed, ve)):
             connect(m, engine.sbuf, sb.engine_port(j))
         for k in range(geo.dma_engines):
             sport = dc.sbuf_port(k)
@@ -212,6 +214,7 @@ class NeuronCore(wiring.Component):
             (mc.o_te_error, ErrorSource.TENSOR, mc.o_te_error_code),
             (mc.o_psum_error | mc.o_ve_error, ErrorSource.PSUM, mc.o_psum_error_code),
             (iss.error.valid, ErrorSource.DGE, iss.error.code),
+            (ve.error.valid, ErrorSource.VECTOR, ve.error.code),
         ]
         sources += [(q.error.valid, ErrorSource.QUEUE, q.error.code) for q in self.queues.values()]
         for valid, src, code in reversed(sources):

@@ -1,11 +1,13 @@
 """What the RTL NeuronCore's instruction queues take, made from a kernel's streams.
 
 The core (``ncrtl.hdl.neuroncore``) has one instruction queue per stream it runs: the Tensor
-Engine's (``tensor``), the eviction engine's (``vector``: ``tensor_copy``) and one per DMA queue
+Engine's (``tensor``), the Vector Engine's (``vector``: ``tensor_copy`` and, on NeuronCore-v4,
+``quantize_mx``) and one per DMA queue
 (``dma0`` ...).  A queue holds two kinds of entry:
 
 * :class:`Wait` ``(sem, count)``: the queue stops until semaphore ``sem`` has reached ``count``;
-* an operation of its engine: :class:`MatmulOp`, :class:`CopyOp` or :class:`DmaOp`.
+* an operation of its engine: :class:`MatmulOp`, :class:`CopyOp`, :class:`QuantizeOp` or
+  :class:`DmaOp`.
 
 Every stream has one semaphore, in the order of :meth:`Geometry.streams` (``tensor``,
 ``vector``, ``dma0`` ...), counting the stream's completed instructions; a stream's
@@ -34,6 +36,7 @@ from ncrtl.model.kernel.stream import CORES
 from ncrtl.model.psum.isa import Dtype
 from ncrtl.model.psum.isa import encode as psum_encode
 from ncrtl.model.tensor_engine import isa as te_isa
+from ncrtl.model.tensor_engine.matmul import QUADRANT
 
 __all__ = [
     "SEM_BITS",
@@ -42,6 +45,8 @@ __all__ = [
     "Wait",
     "MatmulOp",
     "CopyOp",
+    "QuantizeOp",
+    "QUANTIZE_FORMATS",
     "Convert",
     "DmaOp",
     "Encoded",
@@ -148,6 +153,12 @@ class Geometry:
             tile_unit=self.tile_unit,
         )
 
+    @property
+    def quantize_mx(self):
+        """Whether the core has QuantizeMX: a NeuronCore-v4 whose partitions are whole
+        32-partition quadrants (a quadrant holds its groups' scales)."""
+        return self.version == "v4" and self.partitions % QUADRANT == 0
+
     def dma_geometry(self):
         return DmaGeometry(self.partitions, self.partition_bytes, self.hbm_bytes)
 
@@ -216,6 +227,34 @@ class CopyOp:
     src_esize: int
     dst_esize: int
     convert: int
+
+
+#: The element formats of QuantizeMX's ``_x4`` destinations, as its ``elem_fmt`` codes
+#: (:class:`ncrtl.hdl.vector_engine.quantize_mx.QuantizeMX`).
+QUANTIZE_FORMATS = {"float8_e4m3fn_x4": 0, "float8_e5m2_x4": 1}
+#: QuantizeMX's source formats, as its ``src_fmt`` codes.
+QUANTIZE_SOURCES = {"bfloat16": 0, "float16": 1}
+#: The bytes of a QuantizeMX beat's four source elements of a partition: one aligned slot.
+QUANTIZE_SLOT = 8
+
+
+@dataclass(frozen=True)
+class QuantizeOp:
+    """One ``quantize_mx`` (NeuronCore-v4): ``n`` BF16 / FP16 (``src_fmt`` 0 / 1) elements in
+    each of ``parts`` partitions from ``part`` at byte ``src_addr``, in groups of 8 partitions
+    x 4 elements, to ``elem_fmt`` codes (:data:`QUANTIZE_FORMATS`) at byte ``dst_addr`` (four
+    codes, an ``_x4`` element, per four source elements) and E8M0 scales at byte
+    ``scale_addr`` (a byte per four source elements; a quadrant's groups' scales on its first
+    four partitions, the other 28 written 0)."""
+
+    src_addr: int
+    dst_addr: int
+    scale_addr: int
+    part: int
+    parts: int
+    n: int
+    src_fmt: int
+    elem_fmt: int
 
 
 @dataclass(frozen=True)
@@ -359,6 +398,52 @@ def _copy(ins, geo):
     )
 
 
+def _quantize(ins, geo):
+    (dst, scale), (src,) = ins.dsts, ins.srcs
+    if not geo.quantize_mx:
+        _refuse(
+            ins,
+            f"has QuantizeMX on NeuronCore-v4 with whole 32-partition quadrants only, not on "
+            f"{geo.version} with {geo.partitions} partitions",
+        )
+    rows = {}
+    for ref, what in ((src, "source"), (dst, "destination"), (scale, "scales")):
+        r = _rows(ref)
+        if r is None:
+            _refuse(ins, f"quantizes rows of contiguous elements; the {what} {ref} is not")
+        rows[what] = r
+    s, d, c = rows["source"], rows["destination"], rows["scales"]
+    if s[0] % QUADRANT:
+        _refuse(
+            ins,
+            f"quantizes whole 32-partition quadrants (its groups and their scales' layout are "
+            f"the quadrant's): the source starts at partition {s[0]}",
+        )
+    if d[:2] != s[:2] or c[:2] != s[:2] or d[3] != s[3] // 4 or c[3] != s[3] // 4:
+        _refuse(
+            ins,
+            f"writes partition p's elements and scales to partition p: source partitions "
+            f"{s[0]}..{s[0] + s[1] - 1} x {s[3]}, destination {d[0]}.. x {d[3]}, scales "
+            f"{c[0]}.. x {c[3]}",
+        )
+    if geo.word_bytes % QUANTIZE_SLOT or s[2] % QUANTIZE_SLOT:
+        _refuse(
+            ins,
+            f"reads each partition's four source elements of a group from one aligned "
+            f"{QUANTIZE_SLOT}-byte slot: the source starts at byte {s[2]}",
+        )
+    return QuantizeOp(
+        s[2],
+        d[2],
+        c[2],
+        s[0],
+        s[1],
+        s[3],
+        QUANTIZE_SOURCES[src.view_dtype],
+        QUANTIZE_FORMATS[dst.view_dtype],
+    )
+
+
 def side_of(ref):
     """The DMA :class:`~ncrtl.model.dma.isa.Side` of a kernel operand."""
     shape = ref.tensor_shape()
@@ -391,7 +476,10 @@ def _dma(ins, geo):
     return DmaOp(desc, len(gen.parts))
 
 
-_OPS = {"tensor": {"matmul": _matmul}, "vector": {"tensor_copy": _copy}}
+_OPS = {
+    "tensor": {"matmul": _matmul},
+    "vector": {"tensor_copy": _copy, "quantize_mx": _quantize},
+}
 
 
 def encode(program, geo):

@@ -27,6 +27,7 @@ __all__ = [
     "read_results",
     "example_job",
     "evictions_job",
+    "quantize_job",
     "conformance_jobs",
     "CONFORMANCE_EXAMPLES",
 ]
@@ -133,11 +134,59 @@ def evictions_job(geo, rng):
     return Job("evictions", program, [x])
 
 
+def quantize_job(geo, rng):
+    """BF16 and FP16 tiles (wide and narrow exponents, infinities, NaN, zero groups) DMA'd into
+    SBUF and quantized by ``quantize_mx`` to MXFP8 e4m3fn and e5m2, the second from a column
+    window of its source; codes and scales DMA'd back (a core with QuantizeMX:
+    ``geo.quantize_mx``)."""
+    import ml_dtypes
+
+    import ncrtl.nki as nki
+    import ncrtl.nki.isa as nisa
+    import ncrtl.nki.language as nl
+
+    @nki.jit
+    def quantize(x, y):
+        P, F = x.shape
+        outs = []
+        for src, dt, lo in ((x, nl.float8_e4m3fn_x4, 0), (y, nl.float8_e5m2_x4, 4)):
+            a = nl.ndarray((P, F), dtype=src.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a, src=src)
+            n = (F - lo) // 4
+            q = nl.ndarray((P, n), dtype=dt, buffer=nl.sbuf)
+            s = nl.ndarray((P, n), dtype=nl.uint8, buffer=nl.sbuf)
+            nisa.quantize_mx(dst=q, src=a[:, lo:F], dst_scale=s)
+            oq = nl.ndarray((P, n), dtype=dt, buffer=nl.shared_hbm)
+            os_ = nl.ndarray((P, n), dtype=nl.uint8, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=oq, src=q)
+            nisa.dma_copy(dst=os_, src=s)
+            outs += [oq, os_]
+        return tuple(outs)
+
+    shape = (geo.partitions, 40)
+
+    def values(dtype):
+        v = rng.standard_normal(shape) * 2.0 ** rng.integers(-30, 30, shape)
+        near = rng.standard_normal(shape) * 2.0 ** rng.integers(-4, 4, shape)
+        v = np.where(rng.random(shape) < 0.5, near, v).astype(dtype)
+        flat = v.reshape(-1)
+        flat[:6] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 65504.0]
+        v[8:16, 8:12] = 0  # a group of zeros
+        return v
+
+    x, y = values(ml_dtypes.bfloat16), values(np.float16)
+    program = nki.trace(quantize, [x, y], {}, core=geo.core())
+    return Job("quantize", program, [x, y])
+
+
 def conformance_jobs(geo, rng, count):
     """The conformance set at ``geo``: :data:`CONFORMANCE_EXAMPLES`, the evictions of special
-    values (:func:`evictions_job`), then ``count`` random kernels."""
+    values (:func:`evictions_job`), the quantizations (:func:`quantize_job`, on a core with
+    QuantizeMX), then ``count`` random kernels."""
     from .random_kernels import random_job
 
     out = [example_job(n, geo, rng) for n in CONFORMANCE_EXAMPLES] + [evictions_job(geo, rng)]
+    if geo.quantize_mx:
+        out.append(quantize_job(geo, rng))
     out += [random_job(geo, rng, f"random{i}") for i in range(count)]
     return out
