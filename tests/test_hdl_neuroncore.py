@@ -5,6 +5,7 @@ port passes from unit to unit), refused operations, all under random stalls of t
 SBUF's grants and its read responses."""
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -75,6 +76,49 @@ def source_bytes(rng, shape):
     return np.where(pick, wild, bits).astype(np.uint16).view(np.uint8).reshape(shape[0], -1)
 
 
+class SbufPortModel:
+    """An engine's SBUF port (:class:`~ncrtl.hdl.sbuf.memory.SbufPort`) on the SBUF model
+    ``mem``: requests granted with probability ``1 - stall``, a read only once the last read's
+    response is taken (one in flight, as the SBUF's engine ports), its response 1 to 3 cycles
+    after the grant (1 without stalls), writes applied at the grant with their strobes."""
+
+    def __init__(self, port, mem, rng, stall):
+        self.port, self.mem, self.rng, self.stall = port, mem, rng, stall
+        self.response = None  # [cycles still to wait, payload]
+        self.deliver = False
+
+    def offer(self, ctx):
+        """Before the cycle's logic settles: the response due this cycle."""
+        self.deliver = self.response is not None and self.response[0] == 0
+        ctx.set(self.port.resp.valid, self.deliver)
+        if self.deliver:
+            ctx.set(self.port.resp.payload, self.response[1])
+
+    async def serve(self, ctx):
+        """Once the engine's request has settled: the grant, and what it does."""
+        req, mem = self.port.req, self.mem
+        W, P = mem.word_bytes, mem.data.shape[0]
+        write = ctx.get(req.payload.write)
+        grant = self.rng.random() >= self.stall and (write or self.response is None or self.deliver)
+        ctx.set(req.ready, grant)
+        await ctx.delay(1e-9)
+        if self.deliver and ctx.get(self.port.resp.ready):
+            self.response = None
+        elif self.response is not None and self.response[0] > 0:
+            self.response[0] -= 1
+        if ctx.get(req.valid) and grant:
+            mask, word = ctx.get(req.payload.mask), ctx.get(req.payload.word)
+            if write:
+                data, strobe = ctx.get(req.payload.data), ctx.get(req.payload.strobe)
+                for p in range(P):
+                    if mask >> p & 1:
+                        mem.write(p, word, (data >> (8 * W * p)) & ((1 << 8 * W) - 1), strobe)
+            else:
+                value = int.from_bytes(mem.data[:, word * W : (word + 1) * W].tobytes(), "little")
+                delay = int(self.rng.integers(0, 3)) if self.stall else 0
+                self.response = [delay, value]
+
+
 def run_vector(ops, contents, *, stall, seed):
     """The ops through a :class:`VectorEngine` at :data:`GEO` on an SBUF holding
     ``contents``; returns ``(sbuf bytes after, errors [(op index, code)], done count,
@@ -83,56 +127,29 @@ def run_vector(ops, contents, *, stall, seed):
     rng = np.random.default_rng(seed)
     mem = SbufMemory(GEO.partitions, GEO.partition_bytes, GEO.word_bytes)
     mem.data[:] = contents
-    W, P = GEO.word_bytes, GEO.partitions
+    sbuf = SbufPortModel(dut.sbuf, mem, rng, stall)
     words = [pack(op, GEO) >> 1 for op in ops]  # the queue word without its kind bit
     mask = (1 << vector_layout(GEO).size) - 1
     errors, state = [], {"done": 0, "cycles": 0}
 
     async def bench(ctx):
-        q, sreq, sresp = dut.queue.op, dut.sbuf.req, dut.sbuf.resp
+        q = dut.queue.op
         ctx.set(dut.psum.req.ready, 0)
         ctx.set(dut.psum.resp.valid, 0)
-        pos, taken = 0, 0
-        response = None  # [cycles to wait, payload]
+        pos = 0
         for cycle in range(200 * (len(ops) + 4)):
             offer = pos < len(ops) and rng.random() >= stall
             ctx.set(q.valid, offer)
             if offer:
                 ctx.set(q.payload.as_value(), words[pos] & mask)
-            deliver = response is not None and response[0] == 0
-            ctx.set(sresp.valid, deliver)
-            if deliver:
-                ctx.set(sresp.payload, response[1])
+            sbuf.offer(ctx)
             await ctx.delay(1e-9)
-            # one read response in flight: a read is granted once the last one is taken
-            write = ctx.get(sreq.payload.write)
-            grant = rng.random() >= stall and (write or response is None or deliver)
-            ctx.set(sreq.ready, grant)
-            await ctx.delay(1e-9)
-            if deliver and ctx.get(sresp.ready):
-                response = None
-            elif response is not None and response[0] > 0:
-                response[0] -= 1
-            if ctx.get(sreq.valid) and grant:
-                req = {k: ctx.get(getattr(sreq.payload, k)) for k in ("mask", "word", "write")}
-                if write:
-                    data, strobe = ctx.get(sreq.payload.data), ctx.get(sreq.payload.strobe)
-                    for p in range(P):
-                        if req["mask"] >> p & 1:
-                            mem.write(
-                                p, req["word"], (data >> (8 * W * p)) & ((1 << 8 * W) - 1), strobe
-                            )
-                else:
-                    value = int.from_bytes(
-                        mem.data[:, req["word"] * W : (req["word"] + 1) * W].tobytes(), "little"
-                    )
-                    response = [int(rng.integers(0, 3)) if stall else 0, value]
+            await sbuf.serve(ctx)
             if ctx.get(dut.error.valid):
-                errors.append((taken, ctx.get(dut.error.code)))
+                errors.append((pos, ctx.get(dut.error.code)))
             state["done"] += ctx.get(dut.queue.done)
             if offer and ctx.get(q.ready):
                 pos += 1
-                taken += 1
             await ctx.tick()
             if pos == len(ops) and state["done"] == len(ops):
                 state["cycles"] = cycle + 1
@@ -213,8 +230,6 @@ def test_quantize_streams_a_beat_per_cycle():
 def test_quantize_needs_a_quantizer():
     """A v3 core's Vector Engine has no QuantizeMX: a ``quantize_mx`` is refused with its own
     code, writes nothing, and the engine goes on."""
-    from dataclasses import replace
-
     global GEO
     saved = GEO
     GEO = replace(saved, version="v3")
@@ -233,3 +248,98 @@ def test_quantize_needs_a_quantizer():
         assert (got == want.data).all()
     finally:
         GEO = saved
+
+
+def test_mx_feed_beats():
+    """The Tensor Engine's feed (``TensorFeed(mx=True)``) on an MX matmul, on a model of its
+    SBUF port with stalls and stalled streams: the LoadStationary and MultiplyMoving words in
+    order, every stationary and moving lane word the ``_x4`` element of its row and column
+    with, in bits ``[32, 40)``, the E8M0 byte of its row's scale partition (``32 (r // 32) +
+    (r % 32) // 8``) at its column, from byte addresses that are not word-aligned."""
+    from ncrtl.hdl.neuroncore.tensor import TensorFeed
+    from ncrtl.hdl.tensor_engine.top import stationary_beats
+    from ncrtl.model.fp import from_bits
+    from ncrtl.model.neuroncore.isa import MatmulOp
+    from ncrtl.model.tensor_engine import isa as te_isa
+    from ncrtl.model.tensor_engine.matmul import mx_instructions, mx_scale_partition
+    from ncrtl.model.tensor_engine.timing import chain_count
+
+    geo = replace(GEO, rows=32)
+    K, M, N = 32, 20, 24
+    e4m3 = get_format("fp8_e4m3fn")
+    ls, mm = mx_instructions(
+        from_bits(np.zeros((K, M, 4), np.uint8), e4m3),
+        from_bits(np.zeros((K, N, 4), np.uint8), e4m3),
+        rows=geo.rows,
+        cols=geo.cols,
+        tile_unit=geo.tile_unit,
+    )
+    op = MatmulOp(te_isa.encode(ls), te_isa.encode(mm), 0, 52, 200, 4, 4, True, 301, 407)
+    rng = np.random.default_rng(4)
+    mem = SbufMemory(geo.partitions, geo.partition_bytes, geo.word_bytes)
+    mem.data[:] = rng.integers(0, 256, mem.data.shape, dtype=np.uint8)
+
+    def lanes(addr, scale_addr, count):
+        """``[count, K]`` lane words: element x of row r, its row's scale at x."""
+        out = np.zeros((count, K), dtype=np.uint64)
+        for r in range(K):
+            sp = int(mx_scale_partition(r))
+            for x in range(count):
+                value = int.from_bytes(
+                    mem.data[r, addr + 4 * x : addr + 4 * x + 4].tobytes(), "little"
+                )
+                out[x, r] = value | int(mem.data[sp, scale_addr + x]) << 32
+        return out
+
+    want_s = stationary_beats(lanes(52, 301, M), ls, geo.rows, geo.cols, geo.tile_unit)
+    want_m = lanes(200, 407, N)
+    dut = TensorFeed(geo, mx=True)
+    sbuf = SbufPortModel(dut.sbuf, mem, rng, 0.3)
+    words = pack(op, geo) >> 1
+    got = {"instr": [], "stationary": [], "moving": []}
+    chains = chain_count(geo.cols, geo.tile_unit)
+
+    async def bench(ctx):
+        ctx.set(
+            dut.queue.op.payload.as_value(),
+            words & ((1 << len(dut.queue.op.payload.as_value())) - 1),
+        )
+        ctx.set(dut.queue.op.valid, 1)
+        ctx.set(dut.psum_done, 0)
+        for _ in range(3000):
+            ready = {
+                k: rng.random() >= 0.3 for k in ("te_instr", "stationary", "moving", "psum_instr")
+            }
+            for k, v in ready.items():
+                ctx.set(getattr(dut, k).ready, v)
+            sbuf.offer(ctx)
+            await ctx.delay(1e-9)
+            await sbuf.serve(ctx)
+            taken = ctx.get(dut.queue.op.ready)
+            for k, key in (
+                ("te_instr", "instr"),
+                ("stationary", "stationary"),
+                ("moving", "moving"),
+            ):
+                port = getattr(dut, k)
+                if ctx.get(port.valid) and ready[k]:
+                    v = ctx.get(port.payload)
+                    got[key].append(v.as_value().value if hasattr(v, "as_value") else v)
+            await ctx.tick()
+            if taken:
+                ctx.set(dut.queue.op.valid, 0)
+            if len(got["moving"]) == N:
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got["instr"] == [op.ls, op.mm]
+    mask40 = (1 << 40) - 1
+    s_beats = [
+        [(b >> (40 * i)) & mask40 for i in range(chains * geo.rows)] for b in got["stationary"]
+    ]
+    assert s_beats == want_s.tolist()
+    m_beats = [[(b >> (40 * r)) & mask40 for r in range(geo.rows)] for b in got["moving"]]
+    assert m_beats == want_m.tolist()

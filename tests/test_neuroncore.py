@@ -268,15 +268,16 @@ def test_core_units_synthesize_without_latches():
 
 @pytest.mark.sim
 @pytest.mark.slow
-def test_conformance_v4_quadrant_with_quantize():
+def test_conformance_v4_quadrant_with_quantize_and_mx():
     """The conformance set on the NeuronCore-v4 quadrant (32 partitions, QuantizeMX in its
-    Vector Engine), a fifth of the cycles stalled: the quantizations' codes and scales bit for
-    bit with the examples, evictions and random kernels."""
+    Vector Engine, MX PEs), a fifth of the cycles stalled: the quantizations' codes and scales
+    and ``matmul_mx``'s results bit for bit with the examples, evictions and random
+    kernels."""
     block = blocks.get("neuroncore")
     res = run_block(block, block.resolve(V4_PARAMS), count=2, seed=5, stall=0.2)
     assert res.passed, res.report()
     names = {u["name"].split(".")[0] for u in res.units}
-    assert {"matmul_basic", "matmul_tiled", "evictions", "quantize"} <= names
+    assert {"matmul_basic", "matmul_tiled", "evictions", "quantize", "matmul_mx"} <= names
     assert res.mismatches == 0
 
 
@@ -284,7 +285,8 @@ def test_conformance_v4_quadrant_with_quantize():
 @pytest.mark.slow
 def test_v4_quadrant_lint_clean_and_units_latch_free():
     """The v4 quadrant core under ``verilator --lint-only -Wall`` and its own units (the
-    Vector Engine with its quantizer among them) latch-free in Yosys."""
+    Vector Engine with its quantizer and the Tensor Engine's feed with its MX scale paths among
+    them) latch-free in Yosys."""
     from ncrtl.testbench.lint import lint_verilog, synth_check
 
     block = blocks.get("neuroncore")

@@ -45,7 +45,8 @@ def wait_layout():
 
 def matmul_layout(geo):
     """:class:`~ncrtl.model.neuroncore.isa.MatmulOp`: the two Tensor Engine words, the PSUM
-    write, the operands' SBUF byte addresses and element size codes."""
+    write, the operands' SBUF byte addresses and element size codes, and for an MX matmul
+    (``mx``) its scales' byte addresses."""
     return data.StructLayout(
         {
             "ls": TE_INSTR_LAYOUT,
@@ -55,6 +56,9 @@ def matmul_layout(geo):
             "m_addr": geo.addr_bits,
             "s_esize": 2,
             "m_esize": 2,
+            "mx": 1,
+            "s_scale_addr": geo.addr_bits,
+            "m_scale_addr": geo.addr_bits,
         }
     )
 
@@ -153,6 +157,9 @@ def pack(entry, geo):
                 "m_addr": entry.m_addr,
                 "s_esize": ESIZE_CODES[entry.s_esize],
                 "m_esize": ESIZE_CODES[entry.m_esize],
+                "mx": int(entry.mx),
+                "s_scale_addr": entry.s_scale_addr,
+                "m_scale_addr": entry.m_scale_addr,
             }
             value = op.const(fields).as_bits()
             value |= entry.ls << op["ls"].offset

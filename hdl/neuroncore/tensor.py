@@ -11,6 +11,7 @@ from ncrtl.hdl.common.fsm import states
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.psum.control import INSTR_LAYOUT as PSUM_INSTR_LAYOUT
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT as TE_INSTR_LAYOUT
+from ncrtl.model.tensor_engine.matmul import MX_GROUP_PARTITIONS, QUADRANT
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
 from .isa import matmul_layout
@@ -54,7 +55,8 @@ def elements(m, words, lanes, width, pos, code, name):
 
 
 class _Feed(enum.Enum, shape=3):
-    """TensorFeed's states, in the order an operation passes them."""
+    """TensorFeed's states, in the order an operation passes them (an MX matmul passes
+    ``S_READ`` and ``S_FLUSH`` twice: its stationary elements, then their scales)."""
 
     IDLE = 0
     LS_WORD = 1
@@ -63,6 +65,11 @@ class _Feed(enum.Enum, shape=3):
     LS_BEATS = 4
     MM_WORD = 5
     MOVE = 6
+
+
+def scale_partition(r):
+    """The partition of PE row ``r``'s MX scales (seed 001's quadrant layout)."""
+    return QUADRANT * (r // QUADRANT) + (r % QUADRANT) // MX_GROUP_PARTITIONS
 
 
 class TensorFeed(wiring.Component):
@@ -75,9 +82,17 @@ class TensorFeed(wiring.Component):
     beats; the PSUM write goes out when the operation is taken.  PE row ``r`` reads SBUF
     partition ``r``; rows outside the tile get zero lanes.
 
+    An MX matmul (``op.mx``, with ``mx=True``) reads its stationary scales after the elements,
+    the same way into a byte per row and PE column, and streams its moving scales beside the
+    moving elements (a second two-word FIFO; a scale word holds ``word_bytes`` beats' scales,
+    an element word ``word_bytes / 4``); row ``r``'s scale comes from partition
+    :func:`scale_partition` ``(r)`` (fixed wires) into bits ``[32, 40)`` of its lane word.
+
     Parameters
     ----------
     geo : ncrtl.model.neuroncore.Geometry
+    mx : bool
+        Build the MX scale paths (a core whose PEs have the MX mode).
 
     Interface
     ---------
@@ -90,8 +105,9 @@ class TensorFeed(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, geo):
+    def __init__(self, geo, *, mx=False):
         self.geo = geo
+        self.mx = bool(mx)
         self.words = geo.partition_bytes // geo.word_bytes
         self.chains = chain_count(geo.cols, geo.tile_unit)
         self.width = chain_width(geo.cols, geo.tile_unit)
@@ -134,14 +150,26 @@ class TensorFeed(wiring.Component):
         lo = ls.tile_row
         m.d.comb += rows_mask.eq(span_mask(lo, ls.k, P))
         req = self.sbuf.req
-        m.d.comb += [
-            req.payload.mask.eq(rows_mask),
-            req.payload.word.eq(rd_base + rd_i),
-            req.payload.write.eq(0),
-            req.valid.eq(rd_open & (rd_i < rd_count)),
-        ]
+        m.d.comb += [req.payload.mask.eq(rows_mask), req.payload.write.eq(0)]
+        # the moving scales' reads (MX): ``sc_count`` words from ``sc_base``, when ``use_sc``
+        sc_base = Signal(range(self.words + 1))
+        sc_count = Signal(range(self.words + 2))
+        sc_i = Signal(range(self.words + 2))
+        sc_open = Signal()
+        use_sc = Signal()
+        word, valid = rd_base + rd_i, rd_open & (rd_i < rd_count)
+        if self.mx:
+            word = Mux(use_sc, sc_base + sc_i, word)
+            valid = Mux(use_sc, sc_open & (sc_i < sc_count), valid)
+        m.d.comb += [req.payload.word.eq(word), req.valid.eq(valid)]
         with m.If(req.valid & req.ready):
-            m.d.sync += rd_i.eq(rd_i + 1)
+            if self.mx:
+                with m.If(use_sc):
+                    m.d.sync += sc_i.eq(sc_i + 1)
+                with m.Else():
+                    m.d.sync += rd_i.eq(rd_i + 1)
+            else:
+                m.d.sync += rd_i.eq(rd_i + 1)
         resp = self.sbuf.resp
         got = Signal(range(self.s_words + 1))
 
@@ -168,14 +196,21 @@ class TensorFeed(wiring.Component):
         # the first and after the last) shifted by ``d mod W`` bytes, at index ``j - 1 -
         # floor(d / W)`` for the pair ending with read word j.  Each column then takes a
         # fixed slice of the aligned word of its index: no multiplexer over the tile's bytes.
+        # An MX matmul then reads its scales (``sc_phase``) the same way, a byte per element,
+        # into ``sscale[c]``: row r's byte from partition ``scale_partition(r)``.
         codes = element_codes(W)
+        sc_phase = Signal()
+        cur_code = Signal(2)
+        m.d.comb += cur_code.eq(Mux(sc_phase, 0, op.s_esize))
+        sc_off = op.s_scale_addr[:wbits] if wbits else Const(0, 1)
         scol = [Signal(32 * R, name=f"scol{c}") for c in range(geo.cols)]
+        sscale = [Signal(8 * R, name=f"sscale{c}") for c in range(geo.cols)] if self.mx else []
         prev = Signal(8 * W * R)  # the previous read word of every PE row's partition
         flush = Signal()  # the pair after the last read word
         hi_word = Signal(8 * W * R)
         m.d.comb += hi_word.eq(Mux(flush, 0, resp.payload[: 8 * W * R]))
         d = Signal(signed(len(op.s_addr) + 10))
-        m.d.comb += d.eq(s_off - (ls.tile_col << op.s_esize))
+        m.d.comb += d.eq(Mux(sc_phase, sc_off - ls.tile_col, s_off - (ls.tile_col << op.s_esize)))
         aligned = Signal(8 * W * R)
         with m.Switch(d[:wbits] if wbits else Const(0, 1)):
             for b in range(W):
@@ -192,7 +227,7 @@ class TensorFeed(wiring.Component):
         # (the size chosen once); column c takes slot ``c mod W`` (``per`` divides W) when the
         # aligned word is the one of its index
         slot = [Signal(32 * R, name=f"sslot{t}") for t in range(W)]
-        with m.Switch(op.s_esize):
+        with m.Switch(cur_code):
             for code in codes:
                 w, per = 8 << code, W >> code
                 with m.Default() if code == codes[-1] else m.Case(code):
@@ -204,18 +239,25 @@ class TensorFeed(wiring.Component):
                         m.d.comb += sig.eq(Cat(*rows_t))
         for c, reg in enumerate(scol):
             hit = Signal(name=f"scol_we{c}")
-            with m.Switch(op.s_esize):
+            with m.Switch(cur_code):
                 for code in codes:
                     with m.Default() if code == codes[-1] else m.Case(code):
                         m.d.comb += hit.eq(a_we & equals(a_idx, c // (W >> code)))
-            with m.If(hit):
+            with m.If(hit & ~sc_phase):
                 m.d.sync += reg.eq(slot[c % W])
+            if self.mx:
+                with m.If(hit & sc_phase):
+                    m.d.sync += sscale[c].eq(
+                        Cat(*(slot[c % W][32 * scale_partition(r) :][:8] for r in range(R)))
+                    )
 
         beat = Signal(range(geo.cols + 1))
         hi = ls.tile_col + ls.m
         row_bits = Signal(32 * R)  # ones in the 32 bits of every row inside the tile
         m.d.comb += row_bits.eq(Cat(*(rows_mask[r].replicate(32) for r in range(R))))
-        lanes, counts = [], []
+        row_bytes = Signal(8 * R)  # the same for a scale byte per row
+        m.d.comb += row_bytes.eq(Cat(*(rows_mask[r].replicate(8) for r in range(R))))
+        lanes, scales, counts = [], [], []
         for k in range(self.chains):
             first = Signal(range(geo.cols + 1), name=f"first{k}")
             count = Signal(range(geo.cols + 1), name=f"count{k}")
@@ -241,8 +283,23 @@ class TensorFeed(wiring.Component):
             lane = Signal(32 * R, name=f"slanes{k}")
             m.d.comb += lane.eq(Mux(live, chain & row_bits, 0))
             lanes.append(lane)
+            scale = Signal(8 * R, name=f"sscales{k}")
+            if self.mx:
+                schain = Signal(8 * R, name=f"sscale_chain{k}")
+                with m.Switch(idx):
+                    for c in range(k0, k1):
+                        with m.Default() if c == k1 - 1 else m.Case(c - k0):
+                            m.d.comb += schain.eq(sscale[c])
+                m.d.comb += scale.eq(Mux(live & op.mx, schain & row_bytes, 0))
+            scales.append(scale)
         m.d.comb += self.stationary.payload.eq(
-            Cat(*(Cat(x[32 * r :][:32], Const(0, LANE_BITS - 32)) for x in lanes for r in range(R)))
+            Cat(
+                *(
+                    Cat(x[32 * r :][:32], sc[8 * r :][: LANE_BITS - 32])
+                    for x, sc in zip(lanes, scales)
+                    for r in range(R)
+                )
+            )
         )
 
         # -- the moving words and beats ---------------------------------------------------------
@@ -255,8 +312,26 @@ class TensorFeed(wiring.Component):
         mel = elements(m, fifo.r_data, R, W, mpos, op.m_esize, "moving_elements")
         mlanes = Signal(32 * R)
         m.d.comb += mlanes.eq(mel & row_bits)
+        # the moving scales (MX): beat n's byte of the scale word, row r's from its partition
+        sfifo = SyncFIFO(width=8 * W * R, depth=2) if self.mx else None
+        spos = Signal(range(W + 1))
+        mscale = Signal(8 * R)
+        if self.mx:
+            m.submodules.moving_scales = sfifo
+            with m.Switch(spos):
+                for j in range(W):
+                    with m.Default() if j == W - 1 else m.Case(j):
+                        m.d.comb += mscale.eq(
+                            Cat(
+                                *(
+                                    sfifo.r_data[8 * W * scale_partition(r) + 8 * j :][:8]
+                                    for r in range(R)
+                                )
+                            )
+                            & row_bytes
+                        )
         m.d.comb += self.moving.payload.eq(
-            Cat(*(Cat(mlanes[32 * r :][:32], Const(0, LANE_BITS - 32)) for r in range(R)))
+            Cat(*(Cat(mlanes[32 * r :][:32], mscale[8 * r :][: LANE_BITS - 32]) for r in range(R)))
         )
 
         # -- the sequence ----------------------------------------------------------------------
@@ -287,7 +362,11 @@ class TensorFeed(wiring.Component):
                     m.d.sync += state.eq(_Feed.S_FLUSH)
         with m.If(at[_Feed.S_FLUSH]):  # the last aligned word: the last read word's tail
             m.d.comb += [flush.eq(1), a_we.eq(1)]
-            m.d.sync += [prev.eq(0), beat.eq(0), state.eq(_Feed.LS_BEATS)]
+            m.d.sync += [prev.eq(0), sc_phase.eq(0), beat.eq(0), state.eq(_Feed.LS_BEATS)]
+            if self.mx:
+                with m.If(op.mx & ~sc_phase):  # then the stationary's scales
+                    m.d.sync += read_window(op.s_scale_addr, sc_off, ls.m, 0) + [got.eq(0)]
+                    m.d.sync += [sc_phase.eq(1), state.eq(_Feed.S_READ)]
         with m.If(at[_Feed.LS_BEATS]):
             m.d.comb += self.stationary.valid.eq(1)
             with m.If(self.stationary.ready):
@@ -301,28 +380,53 @@ class TensorFeed(wiring.Component):
                     n.eq(0),
                     mpos.eq(m_off >> op.m_esize),
                 ]
+                if self.mx:
+                    msc_off = op.m_scale_addr[:wbits] if wbits else Const(0, 1)
+                    m.d.sync += [
+                        sc_base.eq(op.m_scale_addr >> wbits),
+                        sc_count.eq(Mux(op.mx, (msc_off + mm.n + (W - 1)) >> wbits, 0)),
+                        sc_i.eq(0),
+                        spos.eq(msc_off),
+                    ]
                 m.d.sync += state.eq(_Feed.MOVE)
         with m.If(at[_Feed.MOVE]):
             inflight = Signal()
+            resp_sc = Signal()  # the read in flight is a scale word's
             # a read is issued only with room for its word: the FIFO's words plus the one
             # in flight stay within its depth
             m.d.comb += [
-                rd_open.eq(fifo.level + inflight < 2),
+                rd_open.eq(fifo.level + (inflight & ~resp_sc) < 2),
                 fifo.w_data.eq(resp.payload),
-                fifo.w_en.eq(resp.valid),
-                resp.ready.eq(fifo.w_rdy),
+                fifo.w_en.eq(resp.valid & ~resp_sc),
+                resp.ready.eq(Mux(resp_sc, sfifo.w_rdy if self.mx else 0, fifo.w_rdy)),
             ]
+            if self.mx:
+                # a scale word first when the scales' FIFO is empty or no element word is due
+                data_due = rd_open & (rd_i < rd_count)
+                m.d.comb += [
+                    sc_open.eq(sfifo.level + (inflight & resp_sc) < 2),
+                    use_sc.eq(sc_open & (sc_i < sc_count) & (~sfifo.level.any() | ~data_due)),
+                    sfifo.w_data.eq(resp.payload[: 8 * W * R]),
+                    sfifo.w_en.eq(resp.valid & resp_sc),
+                ]
             with m.If(req.valid & req.ready):
-                m.d.sync += inflight.eq(1)
+                m.d.sync += [inflight.eq(1), resp_sc.eq(use_sc)]
             with m.Elif(resp.valid & resp.ready):
                 m.d.sync += inflight.eq(0)
-            m.d.comb += self.moving.valid.eq(fifo.r_rdy)
+            scales_ready = (sfifo.r_rdy | ~op.mx) if self.mx else 1
+            m.d.comb += self.moving.valid.eq(fifo.r_rdy & scales_ready)
             with m.If(self.moving.valid & self.moving.ready):
                 last = n + 1 == mm.n
                 m.d.sync += [n.eq(n + 1), mpos.eq(mpos + 1)]
                 with m.If((mpos + 1 == per_word) | last):
                     m.d.comb += fifo.r_en.eq(1)
                     m.d.sync += mpos.eq(0)
+                if self.mx:
+                    with m.If(op.mx):
+                        m.d.sync += spos.eq(spos + 1)
+                        with m.If((spos + 1 == W) | last):
+                            m.d.comb += sfifo.r_en.eq(1)
+                            m.d.sync += spos.eq(0)
                 with m.If(last):
                     m.d.sync += state.eq(_Feed.IDLE)
         return m

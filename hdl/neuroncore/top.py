@@ -120,7 +120,9 @@ class NeuronCore(wiring.Component):
             tile_unit=geo.tile_unit,
             modes=modes,
         )
-        self.feed = TensorFeed(geo)
+        # the MX scale paths where the PEs have the MX mode
+        mx = any(mode.name == "mx" for mode in self.matmul.te.modes)
+        self.feed = TensorFeed(geo, mx=mx)
         self.vector = VectorEngine(geo, instance=instance)
         self.issue = DmaIssue(geo)
         self.dma = DmaCore(

@@ -177,7 +177,10 @@ class MatmulOp:
     (:func:`ncrtl.model.tensor_engine.isa.encode` words), the PSUM write ``psum``
     (:func:`ncrtl.model.psum.isa.encode` word) of its result, and where its operands are: the
     stationary ``[K, M]`` at byte ``s_addr`` of partitions ``tile_row ..``, the moving ``[K,
-    N]`` at ``m_addr``, ``s_esize`` / ``m_esize`` bytes per element."""
+    N]`` at ``m_addr``, ``s_esize`` / ``m_esize`` bytes per element.  An ``nc_matmul_mx``
+    (``mx``) has ``_x4`` operands (four elements in 4 bytes) and their E8M0 scales at bytes
+    ``s_scale_addr`` / ``m_scale_addr`` of the same partitions (row ``r``'s scales on
+    partition ``32 (r // 32) + (r % 32) // 8``: the quadrant layout)."""
 
     ls: int
     mm: int
@@ -186,6 +189,9 @@ class MatmulOp:
     m_addr: int
     s_esize: int
     m_esize: int
+    mx: bool = False
+    s_scale_addr: int = 0
+    m_scale_addr: int = 0
 
 
 class Convert:
@@ -358,6 +364,30 @@ def _matmul(ins, geo):
     )
 
 
+def _matmul_mx(ins, geo):
+    """An ``nc_matmul_mx``: :func:`_matmul`'s rules, and its scales on the operands'
+    partitions from a quadrant's first (the rows' scale partitions are then fixed wires)."""
+    if ins.args.get("chunks"):
+        _refuse(ins, f"has no matmul multi-bank chunks yet (chunks={ins.args['chunks']!r})")
+    stat, mov, s_scale, m_scale = ins.srcs
+    op = _matmul(replace(ins, srcs=(stat, mov)), geo)
+    row = te_isa.decode(op.ls).whole(geo.rows, geo.cols).tile_row
+    addrs = []
+    for ref, what in ((s_scale, "stationary_scale"), (m_scale, "moving_scale")):
+        r = _rows(ref)
+        if r is None or ref.space != "sbuf":
+            _refuse(ins, f"reads {what} as rows of contiguous SBUF bytes; {ref} is not")
+        if r[0] != row or row % QUADRANT:
+            _refuse(
+                ins,
+                f"reads a row's MX scale from its quadrant's scale partitions: {what} must "
+                f"start at the operands' partition {row}, a multiple of {QUADRANT}; it starts "
+                f"at {r[0]}",
+            )
+        addrs.append(r[2])
+    return replace(op, mx=True, s_scale_addr=addrs[0], m_scale_addr=addrs[1])
+
+
 def _copy(ins, geo):
     (dst,), (src,) = ins.dsts, ins.srcs
     if dst.space != "sbuf":
@@ -477,7 +507,7 @@ def _dma(ins, geo):
 
 
 _OPS = {
-    "tensor": {"matmul": _matmul},
+    "tensor": {"matmul": _matmul, "matmul_mx": _matmul_mx},
     "vector": {"tensor_copy": _copy, "quantize_mx": _quantize},
 }
 

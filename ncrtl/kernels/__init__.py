@@ -95,10 +95,10 @@ def _fp8(rng, *shape):
 
 def _mx_ref(lhsT, rhs):
     a, b = _f64(lhsT), _f64(rhs)
-    m, n = a.shape[1] // 4, b.shape[1] // 4
-    # partition p, free 4f + j holds contraction index j * 128 + p of column f
-    a = a.reshape(128, m, 4).transpose(2, 0, 1).reshape(512, m)
-    b = b.reshape(128, n, 4).transpose(2, 0, 1).reshape(512, n)
+    (p, m), n = (a.shape[0], a.shape[1] // 4), b.shape[1] // 4
+    # partition p, free 4f + j holds contraction index j * P + p of column f
+    a = a.reshape(p, m, 4).transpose(2, 0, 1).reshape(4 * p, m)
+    b = b.reshape(p, n, 4).transpose(2, 0, 1).reshape(4 * p, n)
     return [a.T @ b]
 
 
@@ -106,11 +106,11 @@ def _mx_bound(ref, inputs):
     # MXFP8 e4m3fn keeps 3 fraction bits: each quantized element within 2^-4 relative of its
     # input (plus the group's flush of tiny elements); bound by 2^-3 of the magnitudes' product.
     a, b = (_f64(x) for x in inputs)
-    m, n = a.shape[1] // 4, b.shape[1] // 4
-    a = np.abs(a).reshape(128, m, 4).transpose(2, 0, 1).reshape(512, m)
-    b = np.abs(b).reshape(128, n, 4).transpose(2, 0, 1).reshape(512, n)
+    (p, m), n = (a.shape[0], a.shape[1] // 4), b.shape[1] // 4
+    a = np.abs(a).reshape(p, m, 4).transpose(2, 0, 1).reshape(4 * p, m)
+    b = np.abs(b).reshape(p, n, 4).transpose(2, 0, 1).reshape(4 * p, n)
     amax = max(np.abs(a).max(), np.abs(b).max())
-    return 2.0**-3 * (a.T @ b) + 512 * 2.0**-6 * amax * amax
+    return 2.0**-3 * (a.T @ b) + 4 * p * 2.0**-6 * amax * amax
 
 
 EXAMPLES = {
@@ -177,10 +177,11 @@ EXAMPLES = {
             "matmul_mx",
             "more.py",
             "matmul_mx",
-            lambda rng: [_bf16(rng, 128, 4 * 128), _bf16(rng, 128, 4 * 512)],
+            lambda rng, p=128, f=512: [_bf16(rng, p, 4 * p), _bf16(rng, p, 4 * f)],
             _mx_ref,
             _mx_bound,
             "MXFP8 on NeuronCore-v4: quantize_mx of both operands, then nc_matmul_mx",
+            scales=True,
         ),
         Example(
             "transpose_tensor_engine",

@@ -33,7 +33,8 @@ def matmul_mx(lhsT, rhs):
     P, F = lhsT.shape  # [128, 4 * M]: partition p holds contraction indices j * 128 + p
     P_, G = rhs.shape  # [128, 4 * N]
     M, N = F // 4, G // 4
-    assert P == P_ == 128 and M <= 128 and N <= 512
+    assert P == P_ == nl.tile_size.pmax and M <= nl.tile_size.gemm_stationary_fmax
+    assert N <= nl.tile_size.gemm_moving_fmax
     result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     a = nl.ndarray((P, F), dtype=lhsT.dtype, buffer=nl.sbuf)
     b = nl.ndarray((P, G), dtype=rhs.dtype, buffer=nl.sbuf)

@@ -181,12 +181,13 @@ def quantize_job(geo, rng):
 
 def conformance_jobs(geo, rng, count):
     """The conformance set at ``geo``: :data:`CONFORMANCE_EXAMPLES`, the evictions of special
-    values (:func:`evictions_job`), the quantizations (:func:`quantize_job`, on a core with
-    QuantizeMX), then ``count`` random kernels."""
+    values (:func:`evictions_job`), on a NeuronCore-v4 with QuantizeMX the quantizations
+    (:func:`quantize_job`) and the shipped ``matmul_mx`` (QuantizeMX, then the MX matmul: a
+    core built with the MX PE mode), then ``count`` random kernels."""
     from .random_kernels import random_job
 
     out = [example_job(n, geo, rng) for n in CONFORMANCE_EXAMPLES] + [evictions_job(geo, rng)]
     if geo.quantize_mx:
-        out.append(quantize_job(geo, rng))
+        out += [quantize_job(geo, rng), example_job("matmul_mx", geo, rng)]
     out += [random_job(geo, rng, f"random{i}") for i in range(count)]
     return out
