@@ -119,47 +119,54 @@ class SbufPortModel:
                 self.response = [delay, value]
 
 
-def run_vector(ops, contents, *, stall, seed):
-    """The ops through a :class:`VectorEngine` at :data:`GEO` on an SBUF holding
-    ``contents``; returns ``(sbuf bytes after, errors [(op index, code)], done count,
-    cycles)``."""
-    dut = VectorEngine(GEO)
+def run_vector(phases, *, seed, geo=None):
+    """Operations through one :class:`VectorEngine` (at :data:`GEO` unless ``geo``), phase
+    after phase: each ``(ops, contents, stall)`` on an SBUF holding ``contents``, its queue and
+    SBUF port stalled with probability ``stall``; returns per phase ``(sbuf bytes after, errors
+    [(op index, code)], done count, cycles)``."""
+    geo = geo or GEO
+    dut = VectorEngine(geo)
     rng = np.random.default_rng(seed)
-    mem = SbufMemory(GEO.partitions, GEO.partition_bytes, GEO.word_bytes)
-    mem.data[:] = contents
-    sbuf = SbufPortModel(dut.sbuf, mem, rng, stall)
-    words = [pack(op, GEO) >> 1 for op in ops]  # the queue word without its kind bit
-    mask = (1 << vector_layout(GEO).size) - 1
-    errors, state = [], {"done": 0, "cycles": 0}
+    mask = (1 << vector_layout(geo).size) - 1
+    results = []
 
     async def bench(ctx):
         q = dut.queue.op
         ctx.set(dut.psum.req.ready, 0)
         ctx.set(dut.psum.resp.valid, 0)
-        pos = 0
-        for cycle in range(200 * (len(ops) + 4)):
-            offer = pos < len(ops) and rng.random() >= stall
-            ctx.set(q.valid, offer)
-            if offer:
-                ctx.set(q.payload.as_value(), words[pos] & mask)
-            sbuf.offer(ctx)
-            await ctx.delay(1e-9)
-            await sbuf.serve(ctx)
-            if ctx.get(dut.error.valid):
-                errors.append((pos, ctx.get(dut.error.code)))
-            state["done"] += ctx.get(dut.queue.done)
-            if offer and ctx.get(q.ready):
-                pos += 1
+        for ops, contents, stall in phases:
+            mem = SbufMemory(geo.partitions, geo.partition_bytes, geo.word_bytes)
+            mem.data[:] = contents
+            sbuf = SbufPortModel(dut.sbuf, mem, rng, stall)
+            words = [pack(op, geo) >> 1 for op in ops]  # the queue word without its kind bit
+            pos, done, errors, cycles = 0, 0, [], 0
+            for cycle in range(200 * (len(ops) + 4)):
+                offer = pos < len(ops) and rng.random() >= stall
+                ctx.set(q.valid, offer)
+                if offer:
+                    ctx.set(q.payload.as_value(), words[pos] & mask)
+                sbuf.offer(ctx)
+                await ctx.delay(1e-9)
+                await sbuf.serve(ctx)
+                if ctx.get(dut.error.valid):
+                    errors.append((pos, ctx.get(dut.error.code)))
+                done += ctx.get(dut.queue.done)
+                if offer and ctx.get(q.ready):
+                    pos += 1
+                await ctx.tick()
+                if pos == len(ops) and done == len(ops):
+                    cycles = cycle + 1
+                    break
+            ctx.set(q.valid, 0)
+            ctx.set(dut.sbuf.resp.valid, 0)
             await ctx.tick()
-            if pos == len(ops) and state["done"] == len(ops):
-                state["cycles"] = cycle + 1
-                break
+            results.append((mem.data.copy(), errors, done, cycles))
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    return mem.data.copy(), errors, state["done"], state["cycles"]
+    return results
 
 
 def quantize(rng, n, src_addr, dst_addr, scale_addr, part=0, parts=32):
@@ -180,10 +187,17 @@ def test_quantize_and_copy_on_the_sbuf_with_stalls():
     addresses and unaligned destinations (codes and scales sharing words with other data,
     which must keep their bytes), an SBUF -> SBUF copy between them, and three refused
     operations (an FP4 element format, a partition range that is not a quadrant, an element
-    count that is not a multiple of 4) that write nothing and strobe their error: the SBUF
-    afterwards is the golden's byte for byte, every operation completes once."""
-    stall = 0.3
+    count that is not a multiple of 4) that write nothing and strobe their error, with stalls:
+    the SBUF afterwards is the golden's byte for byte, every operation completes once.  Before
+    them, without stalls, a quantization of ``F`` elements per partition takes ``F / 4``
+    cycles and a few of latency: a beat per cycle while it reads, quantizes and writes on one
+    port."""
     rng = np.random.default_rng(7)
+    # without stalls: the rate
+    first = np.zeros((GEO.partitions, GEO.partition_bytes), dtype=np.uint8)
+    first[:, :256] = source_bytes(rng, (GEO.partitions, 128))
+    alone = quantize(rng, 128, 0, 256, 384)
+    # with stalls: the values
     contents = rng.integers(0, 256, (GEO.partitions, GEO.partition_bytes), dtype=np.uint8)
     contents[:, :192] = source_bytes(rng, (GEO.partitions, 96))
     good = [
@@ -199,11 +213,19 @@ def test_quantize_and_copy_on_the_sbuf_with_stalls():
         QuantizeOp(0, 256, 400, 0, 32, 18, 0, 0),  # 18 elements
     ]
     ops = good[:2] + bad[:1] + good[2:4] + bad[1:] + good[4:]
+    (rate, run) = run_vector([([alone], first, 0.0), (ops, contents, 0.3)], seed=11)
+
     want = SbufMemory(GEO.partitions, GEO.partition_bytes, GEO.word_bytes)
+    want.data[:] = first
+    apply(want, alone)
+    got, errors, done, cycles = rate
+    assert (errors, done) == ([], 1) and (got == want.data).all()
+    assert 32 <= cycles <= 32 + 8, cycles
+
     want.data[:] = contents
     for op in good:
         apply(want, op)
-    got, errors, done, _ = run_vector(ops, contents, stall=stall, seed=11)
+    got, errors, done, _ = run
     assert done == len(ops)
     q = VectorError.QUANTIZE << 2
     assert errors == [
@@ -215,39 +237,21 @@ def test_quantize_and_copy_on_the_sbuf_with_stalls():
     assert diff.size == 0, f"{len(diff)} bytes differ, first at (partition, byte) {diff[:4]}"
 
 
-def test_quantize_streams_a_beat_per_cycle():
-    """Without stalls a quantization of ``F`` elements per partition takes ``F / 4`` cycles
-    and a few of latency: a beat per cycle while it reads, quantizes and writes on one port."""
-    rng = np.random.default_rng(1)
-    contents = np.zeros((GEO.partitions, GEO.partition_bytes), dtype=np.uint8)
-    contents[:, :256] = source_bytes(rng, (GEO.partitions, 128))
-    op = quantize(rng, 128, 0, 256, 384)
-    _, errors, done, cycles = run_vector([op], contents, stall=0.0, seed=1)
-    assert (errors, done) == ([], 1)
-    assert 32 <= cycles <= 32 + 8, cycles
-
-
 def test_quantize_needs_a_quantizer():
     """A v3 core's Vector Engine has no QuantizeMX: a ``quantize_mx`` is refused with its own
     code, writes nothing, and the engine goes on."""
-    global GEO
-    saved = GEO
-    GEO = replace(saved, version="v3")
-    try:
-        assert VectorEngine(GEO).quantize is None
-        contents = np.random.default_rng(2).integers(0, 256, (32, 512), dtype=np.uint8)
-        copy = CopyOp(False, 0, 256, 0, 32, 16, 2, 2, Convert.RAW)
-        got, errors, done, _ = run_vector(
-            [QuantizeOp(0, 256, 400, 0, 32, 16, 0, 0), copy], contents, stall=0.0, seed=3
-        )
-        want = SbufMemory(32, 512, 16)
-        want.data[:] = contents
-        apply(want, copy)
-        assert done == 2
-        assert errors == [(0, VectorError.NO_QUANTIZER << 2)]
-        assert (got == want.data).all()
-    finally:
-        GEO = saved
+    v3 = replace(GEO, version="v3")
+    assert VectorEngine(v3).quantize is None
+    contents = np.random.default_rng(2).integers(0, 256, (32, 512), dtype=np.uint8)
+    copy = CopyOp(False, 0, 256, 0, 32, 16, 2, 2, Convert.RAW)
+    ops = [QuantizeOp(0, 256, 400, 0, 32, 16, 0, 0), copy]
+    ((got, errors, done, _),) = run_vector([(ops, contents, 0.0)], seed=3, geo=v3)
+    want = SbufMemory(32, 512, 16)
+    want.data[:] = contents
+    apply(want, copy)
+    assert done == 2
+    assert errors == [(0, VectorError.NO_QUANTIZER << 2)]
+    assert (got == want.data).all()
 
 
 def test_mx_feed_beats():
