@@ -9,7 +9,7 @@ design in a top module whose Verilog does that work instead:
   until the transfer, and writes the cycle of every transfer to a log;
 * a **sink recorder** per output stream drives ``ready`` (random backpressure from a seeded
   xorshift generator, or always ready) and writes the cycle and payload of every transfer;
-* a **strobe monitor** per event output (``o_error``) writes the cycle and the value of every
+* a **strobe monitor** per event output (``error__valid``) writes the cycle and the value of every
   cycle it is high.
 
 Files live in the simulator's working directory under ``player/``: ``<stream>.in`` (written by

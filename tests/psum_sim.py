@@ -83,7 +83,7 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
                 ctx.set(dut.seed.payload.as_value(), src["seed"].word())
                 ready = {}
                 for e in ENGINES:
-                    req, resp = getattr(dut, f"{e}_req"), getattr(dut, f"{e}_resp")
+                    req, resp = getattr(dut, e).req, getattr(dut, e).resp
                     ctx.set(req.valid, src[e].present())
                     ctx.set(req.payload.as_value(), src[e].word())
                     ready[e] = not (p and rng.random() < p)
@@ -95,20 +95,20 @@ def run_phases(dut, phases, *, stall=0.0, seed=0, max_cycles=100000):
                     seed=sv and bool(ctx.get(dut.seed.ready)),
                     grant=ctx.get(dut.o_grant),
                 )
-                if ctx.get(dut.o_error):
-                    s.error = ctx.get(dut.o_error_code)
+                if ctx.get(dut.error.valid):
+                    s.error = ctx.get(dut.error.code)
                 if ctx.get(dut.o_done):
                     s.done = ctx.get(dut.o_done_bank)
                 for e in ENGINES:
                     v = src[e].valid
                     s.req_valid[e] = v
-                    req, resp = getattr(dut, f"{e}_req"), getattr(dut, f"{e}_resp")
+                    req, resp = getattr(dut, e).req, getattr(dut, e).resp
                     s.req_ready[e] = v and bool(ctx.get(req.ready))
                     s.resp[e] = ready[e] and bool(ctx.get(resp.valid))
                     if s.resp[e]:
                         responses[e].append(ctx.get(resp.payload))
-                    if ctx.get(getattr(dut, f"o_{e}_error")):
-                        s.eng_error[e] = ctx.get(getattr(dut, f"o_{e}_error_code"))
+                    if ctx.get(getattr(dut, f"{e}_error").valid):
+                        s.eng_error[e] = ctx.get(getattr(dut, f"{e}_error").code)
                 replay.step(s)
                 for name, flag in (("instr", s.instr), ("data", s.data), ("seed", s.seed)):
                     if flag:

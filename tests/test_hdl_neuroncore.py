@@ -347,3 +347,76 @@ def test_mx_feed_beats():
     assert s_beats == want_s.tolist()
     m_beats = [[(b >> (40 * r)) & mask40 for r in range(geo.rows)] for b in got["moving"]]
     assert m_beats == want_m.tolist()
+
+
+def test_instruction_fetch_streams_every_queue_in_order():
+    """``InstrFetch`` on the small core's streams: queue words of random bits laid out as
+    :func:`~ncrtl.hdl.neuroncore.isa.program_image` lays them (each in its power-of-two words,
+    the streams one after another), a start per stream, the memory and the queues
+    stalled at random: every queue gets its words in order, none lost or repeated; every read
+    is one entry's burst at an address aligned to its size; a start for a stream the core lacks
+    strobes the error and changes nothing."""
+    from ncrtl.hdl.common.axi import sim_memory
+    from ncrtl.hdl.neuroncore.fetch import FetchError, InstrFetch, start_layout
+    from ncrtl.hdl.neuroncore.isa import entry_words, op_layouts, queue_layout
+
+    geo = replace(GEO, partitions=8, cols=8, rows=8, tile_unit=2, version="v3")
+    layouts = op_layouts(geo)
+    dut = InstrFetch(geo, layouts, depth=2, outstanding=4)
+    rng = np.random.default_rng(5)
+    memory = np.zeros(geo.hbm_bytes, np.uint8)
+    want, starts, addr = {}, [], 1024
+    for i, (s, count) in enumerate((("tensor", 7), ("vector", 0), ("dma0", 5), ("dma3", 9))):
+        bits = queue_layout(layouts[s]).size
+        size = entry_words(layouts[s], geo) * geo.word_bytes
+        addr = -(-addr // size) * size
+        want[s] = [
+            int.from_bytes(rng.bytes(-(-bits // 8)), "little") % (1 << bits) for _ in range(count)
+        ]
+        for k, w in enumerate(want[s]):
+            memory[addr + k * size : addr + (k + 1) * size] = np.frombuffer(
+                w.to_bytes(size, "little"), np.uint8
+            )
+        if count:
+            starts.append((geo.streams().index(s), addr, count))
+        addr += count * size
+    starts.insert(2, (31, 0, 5))  # no such stream
+    got = {s: [] for s in geo.streams()}
+    errors, log = [], []
+    layout = start_layout(geo)
+    read, _ = sim_memory(dut.axi, memory, geo.word_bytes, latency=5, stall=0.3, rng=rng, log=log)
+
+    async def bench(ctx):
+        pos = 0
+        for _ in range(2000):
+            offer = pos < len(starts) and rng.random() >= 0.3
+            ctx.set(dut.start.valid, offer)
+            if offer:
+                s, a, n = starts[pos]
+                ctx.set(dut.start.payload, layout.const({"stream": s, "addr": a, "entries": n}))
+            ready = {s: rng.random() >= 0.3 for s in geo.streams()}
+            for s, r in ready.items():
+                ctx.set(dut.queue(s).ready, r)
+            await ctx.delay(1e-9)
+            if ctx.get(dut.error.valid):
+                errors.append((pos, ctx.get(dut.error.code)))
+            for s in geo.streams():
+                q = dut.queue(s)
+                if ready[s] and ctx.get(q.valid):
+                    got[s].append(ctx.get(q.payload.as_value()))
+            if offer and ctx.get(dut.start.ready):
+                pos += 1
+            await ctx.tick()
+            if all(len(got[s]) == len(w) for s, w in want.items()) and pos == len(starts):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.add_testbench(read, background=True)
+    sim.run()
+    for s in geo.streams():
+        assert got[s] == want.get(s, []), s
+    assert errors == [(2, FetchError.STREAM)]
+    for _, a, n in log:
+        assert a % ((n + 1) * geo.word_bytes) == 0 and n + 1 in (1, 2, 4, 8)

@@ -92,7 +92,7 @@ def test_geometry_and_latencies():
         4,
     )
     assert len(p.data.payload.data) == 128 * 32
-    assert len(p.ve_req.payload.as_value()) == 18 + 128 * 32
+    assert len(p.ve.req.payload.as_value()) == 18 + 128 * 32
     assert len(p.seed.payload.as_value()) == 8 + 6 * 32 and len(p.o_grant) == 3
     small = Psum(4, 4, 64)
     assert repr(small) == "Psum(4, 4, 64)"

@@ -601,8 +601,8 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
                                 assert not any(vec[i * G : (i + 1) * G]), "lanes of no vector"
                     else:
                         ev["out"][None].append((cyc, vec, ctx.get(te.result.payload.last)))
-                if ctx.get(te.o_error):
-                    ev["err"].append((cyc, ctx.get(te.o_error_code)))
+                if ctx.get(te.error.valid):
+                    ev["err"].append((cyc, ctx.get(te.error.code)))
                 await ctx.tick()
                 done = (
                     qi == len(words)

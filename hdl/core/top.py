@@ -9,10 +9,12 @@ PSUM write instruction on its own port, one per MM the Tensor Engine accepts, in
 stalls its write stream (``o_ready`` low freezes the whole engine for that cycle).
 
 Ports: the Tensor Engine's input streams ``te_instr``, ``stationary``, ``moving`` and its error
-strobe ``o_te_error`` / ``o_te_error_code``; PSUM's ``psum_instr`` stream and error strobe
-``o_psum_error`` / ``o_psum_error_code``, and its other ports under their own names
-(``o_done*``, ``ve_req`` / ``ve_resp`` / ``o_ve_error*``, the same for ``se``, ``seed``,
-``o_grant``).  See :mod:`ncrtl.hdl.tensor_engine.top` and :mod:`ncrtl.hdl.psum.psum` for each.
+strobe ``te_error``; PSUM's ``psum_instr`` stream and error strobe ``psum_error``, and its other
+ports under their own names (``o_done``, ``o_done_bank``, the engine ports ``ve`` / ``se``
+(:class:`~ncrtl.hdl.psum.psum.PsumPort`) with their ``ve_error`` / ``se_error``, ``seed``,
+``o_grant``), each the member of its block's signature
+(:func:`~ncrtl.hdl.common.ports.exposed`).  See :mod:`ncrtl.hdl.tensor_engine.top` and
+:mod:`ncrtl.hdl.psum.psum` for each.
 
 All ``cols`` lanes of a vector are written: lanes outside an MM's column range ``[tile_col,
 tile_col + M)`` carry +0.0, so they overwrite with +0.0 or accumulate +0.0 (which turns a -0.0
@@ -21,10 +23,11 @@ into +0.0).  Use ``M = cols`` (or separate banks) where that matters.
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import connect, flipped
+from amaranth.lib.wiring import connect
 
 from ncrtl.hdl.common.params import validated_init
-from ncrtl.hdl.psum.psum import ENGINES, Psum
+from ncrtl.hdl.common.ports import expose, exposed
+from ncrtl.hdl.psum.psum import Psum
 from ncrtl.hdl.tensor_engine.top import TensorEngine
 
 __all__ = ["MatmulCore"]
@@ -69,25 +72,23 @@ class MatmulCore(wiring.Component):
         )
         self.psum = Psum(cols, banks, bank_bytes, instance=instance)
         self.rows, self.cols, self.instance = rows, cols, instance
-        te, ps = self.te.signature.members, self.psum.signature.members
-        members = {
-            "te_instr": te["instr"],
-            "stationary": te["stationary"],
-            "moving": te["moving"],
-            "o_te_error": te["o_error"],
-            "o_te_error_code": te["o_error_code"],
-            "psum_instr": ps["instr"],
-            "o_psum_error": ps["o_error"],
-            "o_psum_error_code": ps["o_error_code"],
+        # the Tensor Engine's ports and PSUM's under the core's names; PSUM's ``data`` is
+        # the Tensor Engine's ``result``, inside
+        self._te_ports = {
+            "te_instr": "instr",
+            "stationary": "stationary",
+            "moving": "moving",
+            "te_error": "error",
         }
-        # PSUM's other ports keep their names.
-        members.update(
+        self._psum_ports = {"psum_instr": "instr", "psum_error": "error"}
+        self._psum_ports.update(
             {
-                name: member
-                for name, member in ps.items()
-                if name not in ("instr", "data", "o_error", "o_error_code")
+                name: name
+                for name in self.psum.signature.members
+                if name not in ("instr", "data", "error")
             }
         )
+        members = exposed(self.te, self._te_ports) | exposed(self.psum, self._psum_ports)
         super().__init__(members)
 
     def cells(self):
@@ -98,26 +99,7 @@ class MatmulCore(wiring.Component):
         m = Module()
         m.submodules.te = te = self.te
         m.submodules.psum = ps = self.psum
-        connect(m, flipped(self.te_instr), te.instr)
-        connect(m, flipped(self.stationary), te.stationary)
-        connect(m, flipped(self.moving), te.moving)
+        expose(m, self, te, self._te_ports)
+        expose(m, self, ps, self._psum_ports)
         connect(m, te.result, ps.data)  # PE column c is partition c
-        connect(m, flipped(self.psum_instr), ps.instr)
-        connect(m, flipped(self.seed), ps.seed)
-        for e in ENGINES:
-            connect(m, flipped(getattr(self, f"{e}_req")), getattr(ps, f"{e}_req"))
-            connect(m, getattr(ps, f"{e}_resp"), flipped(getattr(self, f"{e}_resp")))
-            m.d.comb += [
-                getattr(self, f"o_{e}_error").eq(getattr(ps, f"o_{e}_error")),
-                getattr(self, f"o_{e}_error_code").eq(getattr(ps, f"o_{e}_error_code")),
-            ]
-        m.d.comb += [
-            self.o_te_error.eq(te.o_error),
-            self.o_te_error_code.eq(te.o_error_code),
-            self.o_psum_error.eq(ps.o_error),
-            self.o_psum_error_code.eq(ps.o_error_code),
-            self.o_done.eq(ps.o_done),
-            self.o_done_bank.eq(ps.o_done_bank),
-            self.o_grant.eq(ps.o_grant),
-        ]
         return m

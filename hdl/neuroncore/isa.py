@@ -33,7 +33,14 @@ __all__ = [
     "dma_widths",
     "op_layouts",
     "pack",
+    "entry_words",
+    "program_image",
+    "PROGRAM_ALIGN",
 ]
+
+#: The instruction streams' place in device memory: the first byte after the kernel's tensors
+#: that is a multiple of this.
+PROGRAM_ALIGN = 4096
 
 #: An element size (bytes) as its 2-bit code: log2.
 ESIZE_CODES = {1: 0, 2: 1, 4: 2}
@@ -141,6 +148,53 @@ def op_layouts(geo):
     for q in range(geo.dma_queues):
         out[f"dma{q}"] = dma_layout(geo)
     return out
+
+
+def entry_words(op, geo):
+    """The ``word_bytes`` words a queue word of operation layout ``op`` takes in device memory:
+    enough for its bits, rounded up to a power of two (an entry at an address aligned to its
+    size is one burst that never crosses 4 KiB)."""
+    need = -(-queue_layout(op).size // (8 * geo.word_bytes))
+    return 1 << (need - 1).bit_length()
+
+
+def program_image(encoded, geo):
+    """Where every queue's entries go in device memory, after the kernel's tensors:
+    ``(base, image, starts)``, ``image`` the bytes from ``base`` (uint8), ``starts`` ``{stream:
+    (address, entries)}`` of the streams with entries.  Each entry is its queue word
+    (:func:`pack`), little-endian, in :func:`entry_words` words; the streams follow one
+    another in :meth:`~ncrtl.model.neuroncore.isa.Geometry.streams` order, each from an
+    address aligned to its entries' size.  Raises
+    :class:`~ncrtl.model.neuroncore.isa.Unsupported` when they do not fit the core's device
+    memory."""
+    import numpy as np
+
+    from ncrtl.model.neuroncore.isa import Unsupported
+
+    layouts = op_layouts(geo)
+    base = -(-encoded.hbm_end // PROGRAM_ALIGN) * PROGRAM_ALIGN
+    parts, starts, addr = [], {}, base
+    for s in geo.streams():
+        entries = encoded.queues[s]
+        if not entries:
+            continue
+        size = entry_words(layouts[s], geo) * geo.word_bytes
+        start = -(-addr // size) * size
+        if start > addr:
+            parts.append(np.zeros(start - addr, np.uint8))
+        addr = start
+        starts[s] = (addr, len(entries))
+        for e in entries:
+            parts.append(np.frombuffer(pack(e, geo).to_bytes(size, "little"), np.uint8))
+        addr += size * len(entries)
+    if addr > geo.hbm_bytes:
+        raise Unsupported(
+            f"the RTL NeuronCore fetches its instruction streams from device memory: they need "
+            f"{addr - base} bytes after the kernel's tensors (from byte {base}), the core's "
+            f"device memory has {geo.hbm_bytes}"
+        )
+    image = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+    return base, image, starts
 
 
 def pack(entry, geo):

@@ -6,36 +6,15 @@ testbench derives its drivers from the same objects."""
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ncrtl.hdl.psum.psum import req_layout
+from ncrtl.hdl.common.ports import ErrorStrobe
+from ncrtl.hdl.psum.psum import PsumPort
 from ncrtl.hdl.sbuf.memory import SbufDmaPort, SbufPort
 
 __all__ = ["ErrorStrobe", "SbufPort", "SbufDmaPort", "PsumPort", "InstrQueue", "Semaphores"]
 
-# ``SbufPort`` and ``SbufDmaPort`` are the SBUF's (``ncrtl.hdl.sbuf.memory``), listed here with
-# the other engine ports.
-
-
-class ErrorStrobe(wiring.Signature):
-    """``valid``: one cycle per rejected request or instruction; ``code``: why (the block's
-    error enumeration)."""
-
-    def __init__(self, code_bits):
-        self.code_bits = code_bits
-        super().__init__({"valid": Out(1), "code": Out(code_bits)})
-
-
-class PsumPort(wiring.Signature):
-    """An engine's PSUM port (``ncrtl.hdl.psum.psum``'s ``ve`` / ``se``): requests out, read
-    responses (one 32-bit slot per partition) in."""
-
-    def __init__(self, partitions):
-        self.partitions = partitions
-        super().__init__(
-            {
-                "req": Out(stream.Signature(req_layout(partitions))),
-                "resp": In(stream.Signature(32 * partitions)),
-            }
-        )
+# ``ErrorStrobe`` (``ncrtl.hdl.common.ports``), ``PsumPort`` (PSUM's, ``ncrtl.hdl.psum.psum``),
+# ``SbufPort`` and ``SbufDmaPort`` (the SBUF's, ``ncrtl.hdl.sbuf.memory``) are their blocks',
+# listed here with the other engine ports.
 
 
 class InstrQueue(wiring.Signature):

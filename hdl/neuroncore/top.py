@@ -2,16 +2,20 @@
 
 ::
 
-     q_tensor ──> EngineQueue ──> TensorFeed ──LS/MM words, beats──> TensorEngine ──> PSUM
-     q_vector ──> EngineQueue ──> VectorEngine: Evict ───────────── ve port ──────────┘
-                                                Quantize (v4)
-     q_dma{q} ──> EngineQueue ──> DmaIssue ──> DGE 0 / DGE 1 ──> DMA engines ──> axi{k}
-                                                                      │ sbuf{k}
+     start ─> InstrFetch <─ ifetch (device memory: every stream's queue words)
+                 │ q_tensor ──> EngineQueue ──> TensorFeed ──LS/MM words, beats──> TensorEngine ──> PSUM
+                 │ q_vector ──> EngineQueue ──> VectorEngine: Evict ────────── ve port ──────────┘
+                 │                                            Quantize (v4)
+                 └ q_dma{q} ──> EngineQueue ──> DmaIssue ──> DGE 0 / DGE 1 ──> DMA engines ──> axi{k}
+                                                                                   │ sbuf{k}
      TensorFeed ── engine0 ──> SBUF <── engine1 ── VectorEngine   (a port per engine)
 
-Every queue waits on the semaphores of all streams (``sem``, the streams' completion counts)
+A ``start`` per stream tells the fetch unit where its queue words are in device memory and how
+many (:func:`~ncrtl.hdl.neuroncore.isa.program_image` lays them out); it reads them on
+``ifetch`` into each queue.  Every queue waits on the semaphores of all streams (``sem``, the streams' completion counts)
 and counts its own engine's completions: a matmul when PSUM has written its group, a copy when
-its last word is written, a ``quantize_mx`` when its last codes and scales are, a DMA transfer when all its parts are done (in queue order).  See
+its last word is written, a ``quantize_mx`` when its last codes and scales are, a DMA transfer
+when all its parts are done (in queue order).  See
 docs/neuroncore.md and :mod:`ncrtl.model.neuroncore.isa`.
 """
 
@@ -28,7 +32,8 @@ from ncrtl.model.dma.dge import DGE_CYCLES
 from ncrtl.model.neuroncore.isa import COUNT_BITS, Geometry
 
 from .dma import DmaIssue
-from .isa import dma_widths, op_layouts, queue_layout
+from .fetch import InstrFetch, start_layout
+from .isa import dma_widths, op_layouts
 from .ports import ErrorStrobe
 from .queue import EngineQueue
 from .tensor import TensorFeed
@@ -47,15 +52,18 @@ class ErrorSource:
     PSUM = 2  #: PSUM rejected a write or a request
     QUEUE = 3  #: a queue dropped a wait on a semaphore the core lacks
     DGE = 4  #: a descriptor generator refused a transfer
+    FETCH = 6  #: the instruction fetch took a bad start or read response (``fetch.FetchError``)
     VECTOR = 5  #: the Vector Engine refused an operation (``vector.VectorError``)
 
 
 def core_signature(geo):
     """The :class:`NeuronCore`'s ports at geometry ``geo`` (its Interface), without building
     the core: what a testbench derives its drivers from."""
-    layouts = op_layouts(geo)
     streams = geo.streams()
-    members = {f"q_{s}": In(stream.Signature(queue_layout(layouts[s]))) for s in streams}
+    members = {
+        "start": In(stream.Signature(start_layout(geo))),
+        "ifetch": Out(AxiManager(geo.word_bytes, dma_widths(geo).addr_bits)),
+    }
     for k in range(geo.dma_engines):
         members[f"axi{k}"] = Out(AxiManager(geo.word_bytes, dma_widths(geo).addr_bits))
     members["sem"] = Out(data.ArrayLayout(COUNT_BITS, len(streams)))
@@ -85,8 +93,10 @@ class NeuronCore(wiring.Component):
 
     Interface
     ---------
-    q_{stream} : In(stream.Signature(queue_layout(op)))
-        One per stream of ``geo.streams()``.
+    start : In(stream.Signature(start_layout(geo)))
+        Where a stream's queue words are in device memory, and how many (``InstrFetch``).
+    ifetch : Out(AxiManager(word_bytes, addr_bits))
+        The instruction fetch's device-memory port (reads only).
     axi{k} : Out(AxiManager(word_bytes, addr_bits))
         DMA engine ``k``'s device-memory port.
     sem : Out(data.ArrayLayout(16, streams))
@@ -147,10 +157,8 @@ class NeuronCore(wiring.Component):
             instance=instance,
         )
         self.queues = {s: EngineQueue(self.layouts[s], len(self.streams)) for s in self.streams}
+        self.fetch = InstrFetch(geo, self.layouts)
         super().__init__(core_signature(geo))
-
-    def queue_port(self, name):
-        return getattr(self, f"q_{name}")
 
     def axi(self, k):
         return getattr(self, f"axi{k}")
@@ -169,13 +177,16 @@ class NeuronCore(wiring.Component):
         m.submodules.issue = iss = self.issue
         m.submodules.dma = dc = self.dma
         m.submodules.sbuf = sb = self.sbuf
+        m.submodules.fetch = fetch = self.fetch
+        connect(m, flipped(self.start), fetch.start)
+        connect(m, fetch.axi, flipped(self.ifetch))
 
         # the queues, the semaphores
         counts = []
         for s in self.streams:
             q = self.queues[s]
             m.submodules[f"queue_{s}"] = q
-            connect(m, flipped(self.queue_port(s)), q.entries)
+            connect(m, fetch.queue(s), q.entries)
             counts.append(q.count)
         for s in self.streams:
             m.d.comb += self.queues[s].sems.count.eq(Cat(*counts))
@@ -191,9 +202,8 @@ class NeuronCore(wiring.Component):
         connect(m, feed.moving, mc.moving)
         connect(m, feed.psum_instr, mc.psum_instr)
         m.d.comb += feed.psum_done.eq(mc.o_done)
-        connect(m, ve.psum.req, mc.ve_req)
-        connect(m, mc.ve_resp, ve.psum.resp)
-        m.d.comb += [mc.se_req.valid.eq(0), mc.se_resp.ready.eq(1), mc.seed.valid.eq(0)]
+        connect(m, ve.psum, mc.ve)
+        m.d.comb += [mc.se.req.valid.eq(0), mc.se.resp.ready.eq(1), mc.seed.valid.eq(0)]
 
         # the SBUF: a port per compute engine, a port per DMA engine
         for j, engine in enumerate((feed, ve)):
@@ -213,16 +223,18 @@ class NeuronCore(wiring.Component):
 
         # errors: the first strobing source this cycle
         sources = [
-            (mc.o_te_error, ErrorSource.TENSOR, mc.o_te_error_code),
-            (mc.o_psum_error | mc.o_ve_error, ErrorSource.PSUM, mc.o_psum_error_code),
+            (mc.te_error.valid, ErrorSource.TENSOR, mc.te_error.code),
+            (mc.psum_error.valid, ErrorSource.PSUM, mc.psum_error.code),
+            (mc.ve_error.valid, ErrorSource.PSUM, mc.ve_error.code),
             (iss.error.valid, ErrorSource.DGE, iss.error.code),
             (ve.error.valid, ErrorSource.VECTOR, ve.error.code),
+            (fetch.error.valid, ErrorSource.FETCH, fetch.error.code),
         ]
         sources += [(q.error.valid, ErrorSource.QUEUE, q.error.code) for q in self.queues.values()]
         for valid, src, code in reversed(sources):
             with m.If(valid):
                 m.d.comb += [
                     self.error.valid.eq(1),
-                    self.error.code.eq(Cat(code[:4], Const(src, 4))),
+                    self.error.code.eq(Cat(Cat(code, Const(0, 4))[:4], Const(src, 4))),
                 ]
         return m

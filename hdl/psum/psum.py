@@ -10,18 +10,19 @@ port                 payload / width      meaning
 ``instr``            32                   in: write instructions, ``isa.encode`` words
 ``data``             ``vector_layout(P)`` in: Tensor Engine output vectors, partition ``p`` in
                                           bits ``[32p, 32p + 32)`` of ``data`` (``last`` unread)
-``o_error``          1                    pulse: a taken instruction broke a rule
-``o_error_code``     4                    its ``isa.Error``
+``error``            ``ErrorStrobe(4)``   ``valid`` pulses when a taken instruction broke a rule,
+                                          ``code`` its ``isa.Error``
 ``o_done``           1                    pulse: group complete (last beat of a legal bit1 write
                                           written)
 ``o_done_bank``      4                    its bank
-``{e}_req``          18+32*P              in, engine ``e`` in ``ve``, ``se``: requests, LSB
-                                          first: ``we`` 1, ``mask`` 2, ``bank`` 4, ``row`` 11,
-                                          ``data`` 32*P (:data:`REQ_FIELDS`)
-``{e}_resp``         32*P                 out: read responses in request order (zeros for a bad
-                                          read)
-``o_{e}_error``      1                    pulse: a taken request had a bad bank or row
-``o_{e}_error_code`` 2                    1 bank, 2 row
+``{e}``              ``PsumPort(P)``      engine ``e`` in ``ve``, ``se`` (``In``: the engine's
+                                          side flipped): ``{e}.req`` in, requests of 18+32*P
+                                          bits, LSB first: ``we`` 1, ``mask`` 2, ``bank`` 4,
+                                          ``row`` 11, ``data`` 32*P (:data:`REQ_FIELDS`);
+                                          ``{e}.resp`` out, read responses in request order
+                                          (zeros for a bad read)
+``{e}_error``        ``ErrorStrobe(2)``   a taken request had a bad bank or row: ``code`` 1
+                                          bank, 2 row
 ``seed``             200                  in: generator state loads (always ready), LSB first:
                                           ``partition`` 8, then ``x, y, z, w, v, d`` 32 each
 ``o_grant``          3                    bit0 TE, bit1 VE, bit2 SE granted a bank this cycle
@@ -35,6 +36,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ncrtl.hdl.common.bits import equals
 from ncrtl.hdl.common.params import check_bool, validated_init
+from ncrtl.hdl.common.ports import ErrorStrobe
 from ncrtl.hdl.common.stream import vector_layout
 from ncrtl.hdl.fp.xorwow import STATE_WORDS, Xorwow
 from ncrtl.hdl.verilog import Cell
@@ -49,6 +51,7 @@ from .update import SlotUpdate
 
 __all__ = [
     "Psum",
+    "PsumPort",
     "REQ_FIELDS",
     "SEED_FIELDS",
     "ENGINES",
@@ -87,8 +90,29 @@ _TE = 0
 
 
 def req_layout(partitions):
-    """The :class:`~amaranth.lib.data.StructLayout` of ``i_{e}_req`` for ``partitions``."""
+    """The :class:`~amaranth.lib.data.StructLayout` of ``{e}.req`` for ``partitions``."""
     return data.StructLayout({n: (w if w is not None else 32 * partitions) for n, w in REQ_FIELDS})
+
+
+class PsumPort(wiring.Signature):
+    """An engine's PSUM port, seen from the engine: requests (:func:`req_layout`) out, read
+    responses (one 32-bit slot per partition, in request order) in.  :class:`Psum` takes one
+    per engine as ``In(PsumPort(partitions))``."""
+
+    def __init__(self, partitions):
+        self.partitions = partitions
+        super().__init__(
+            {
+                "req": Out(stream.Signature(req_layout(partitions))),
+                "resp": In(stream.Signature(32 * partitions)),
+            }
+        )
+
+    def __eq__(self, other):
+        return isinstance(other, PsumPort) and other.partitions == self.partitions
+
+    def __hash__(self):
+        return hash((PsumPort, self.partitions))
 
 
 def seed_layout():
@@ -179,7 +203,7 @@ class Psum(wiring.Component):
     done_latency : int
         4: ``o_done`` pulses in cycle ``t + 4`` for a last beat granted in cycle ``t``.
     error_latency : int
-        1: ``o_error`` (``o_{e}_error``) pulses the cycle after the instruction (request) is taken.
+        1: ``error`` (``{e}_error``) pulses the cycle after the instruction (request) is taken.
     resp_depth : int
         4: read responses (taken reads) in flight per engine port; with ``o_{e}_ready`` held high
         reads are taken every cycle.
@@ -202,24 +226,20 @@ class Psum(wiring.Component):
             g.bank_bytes,
             g.rows,
         )
-        width = 32 * g.partitions
         self.req_layout = req_layout(g.partitions)
         self.seed_layout = seed_layout()
         members = {
             "instr": In(stream.Signature(INSTR_LAYOUT)),
             "data": In(stream.Signature(vector_layout(g.partitions))),
-            "o_error": Out(1),
-            "o_error_code": Out(4),
+            "error": Out(ErrorStrobe(4)),
             "o_done": Out(1),
             "o_done_bank": Out(4),
         }
         for e in ENGINES:
             members.update(
                 {
-                    f"{e}_req": In(stream.Signature(self.req_layout)),
-                    f"{e}_resp": Out(stream.Signature(width)),
-                    f"o_{e}_error": Out(1),
-                    f"o_{e}_error_code": Out(2),
+                    e: In(PsumPort(g.partitions)),
+                    f"{e}_error": Out(ErrorStrobe(2)),
                 }
             )
         members.update(
@@ -260,8 +280,8 @@ class Psum(wiring.Component):
         connect(m, flipped(self.instr), ctl.instr)
         connect(m, flipped(self.data), ctl.data)
         m.d.comb += [
-            self.o_error.eq(ctl.o_error),
-            self.o_error_code.eq(ctl.o_error_code),
+            self.error.valid.eq(ctl.o_error),
+            self.error.code.eq(ctl.o_error_code),
             self.o_grant.eq(arb.o_grant),
         ]
         p = _Pipeline(self.geometry)
@@ -321,7 +341,8 @@ class Psum(wiring.Component):
         depth = self.resp_depth
         fifos = {}
         for i, name in enumerate(ENGINES, start=1):
-            stream_in, stream_out = getattr(self, f"{name}_req"), getattr(self, f"{name}_resp")
+            port = getattr(self, name)
+            stream_in, stream_out = port.req, port.resp
             req = stream_in.payload
             bad_bank = Signal(name=f"{name}_bad_bank")
             bad_row = Signal(name=f"{name}_bad_row")
@@ -344,8 +365,8 @@ class Psum(wiring.Component):
             ]
             f = p.f[i]
             m.d.sync += [
-                getattr(self, f"o_{name}_error").eq(taken & ~ok),
-                getattr(self, f"o_{name}_error_code").eq(Mux(bad_bank, 1, 2)),
+                getattr(self, f"{name}_error").valid.eq(taken & ~ok),
+                getattr(self, f"{name}_error").code.eq(Mux(bad_bank, 1, 2)),
                 f["valid"].eq(taken),
                 f["bank"].eq(req.bank),
                 f["row"].eq(req.row),

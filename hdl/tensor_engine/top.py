@@ -24,9 +24,10 @@ port               payload                 meaning
                                            M)`` are 0); ``last``: the vector is the last
                                            (``n = N - 1``) of its MM.  ``result.valid &
                                            ~result.ready`` freezes the whole engine that cycle
-``o_error``        1                       one (enabled) cycle per rejected instruction, or per
-                                           transpose MM with a non-selection moving beat
-``o_error_code``   4                       ``isa.Error`` of that strobe
+``error``          ``ErrorStrobe(4)``      ``valid``: one (enabled) cycle per rejected
+                                           instruction, or per transpose MM with a
+                                           non-selection moving beat; ``code``: its
+                                           ``isa.Error``
 =================  ======================  =======================================================
 
 With ``parallel_tiles=True`` (tiles run side by side, ``timing.HDL_PARALLEL``):
@@ -57,6 +58,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ncrtl.hdl.common.params import validated_init
+from ncrtl.hdl.common.ports import ErrorStrobe
 from ncrtl.hdl.common.stream import vector_layout
 from ncrtl.model.modes import ENGINE_MODES, pe_modes
 from ncrtl.model.tensor_engine.isa import Op
@@ -236,8 +238,7 @@ class TensorEngine(wiring.Component):
             "instr": In(stream.Signature(INSTR_LAYOUT)),
             "stationary": ctl.signature.members["stationary"],
             "moving": ctl.signature.members["moving"],
-            "o_error": Out(1),
-            "o_error_code": Out(ERROR_SHAPE),
+            "error": Out(ErrorStrobe(ERROR_SHAPE.width)),
         }
         if parallel_tiles:
             layout = tap_vector_layout(self.row_groups, cols, self.col_groups)
@@ -296,8 +297,8 @@ class TensorEngine(wiring.Component):
             arr.i_tag.eq(ctl.o_tag),
             arr.i_ls.eq(ctl.o_ls),
             arr.i_ls_ctl.eq(ctl.o_ls_ctl),
-            self.o_error.eq(ctl.o_error),
-            self.o_error_code.eq(ctl.o_error_code),
+            self.error.valid.eq(ctl.o_error),
+            self.error.code.eq(ctl.o_error_code),
         ]
         if self.external_grid:
             m.d.comb += [getattr(self, n).eq(getattr(arr, n)) for n in _GRID_OUT]

@@ -276,11 +276,13 @@ class DmaOp:
 class Encoded:
     """A program as the RTL core's queues take it: ``queues[stream]`` the entries of each queue
     (every stream of :meth:`Geometry.streams`, empty ones included), ``totals[stream]`` the
-    instructions each stream completes (its semaphore's final count)."""
+    instructions each stream completes (its semaphore's final count), ``hbm_end`` the first
+    device-memory byte after the kernel's tensors."""
 
     geometry: Geometry
     queues: dict
     totals: dict
+    hbm_end: int = 0
 
     def modes(self):
         """The names of the PE modes its matmuls use (``ncrtl.model.modes``), in table order:
@@ -569,4 +571,4 @@ def encode(program, geo):
                 f"{program.kernel}: stream {name} has {len(stream)} instructions; a semaphore "
                 f"counts to {(1 << COUNT_BITS) - 1}"
             )
-    return Encoded(geo, queues, totals)
+    return Encoded(geo, queues, totals, hbm_end)

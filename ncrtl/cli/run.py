@@ -124,10 +124,13 @@ def _cmd_run(args):
     except (nki.NkiError, TypeError, AssertionError) as e:
         raise UsageError(_kernel_error(e)) from None
     if geo is not None:
+        from ..hdl.neuroncore.isa import program_image
         from ..model.neuroncore.isa import Unsupported, encode
 
         try:
-            encode(program, geo)  # a kernel the RTL does not run is refused before any build
+            # a kernel the RTL does not run, or whose streams do not fit its device memory,
+            # is refused before any build
+            program_image(encode(program, geo), geo)
         except Unsupported as e:
             raise UsageError(str(e)) from None
     if args.dump_streams:

@@ -178,10 +178,10 @@ class MatmulCoreTB:
         self.stat = StreamSource(bus("stationary"), clk, rst, stall=stall, seed=seed + 1)
         self.mov = StreamSource(bus("moving"), clk, rst, stall=stall, seed=seed + 2)
         self.pinstr = StreamSource(bus("psum_instr"), clk, rst, stall=stall, seed=seed + 3)
-        self.ve = StreamSource(bus("ve_req"), clk, rst, stall=stall, seed=seed + 4)
-        self.ve_resp = StreamSink(bus("ve_resp"), clk, rst, backpressure=stall, seed=seed + 5)
-        dut.se_req__valid.value = 0
-        dut.se_resp__ready.value = 1
+        self.ve = StreamSource(bus("ve__req"), clk, rst, stall=stall, seed=seed + 4)
+        self.ve_resp = StreamSink(bus("ve__resp"), clk, rst, backpressure=stall, seed=seed + 5)
+        dut.se__req__valid.value = 0
+        dut.se__resp__ready.value = 1
         dut.seed__valid.value = 0
         self.done = []  # (cycle, bank) of each o_done pulse
         self.errors = []  # (cycle, "te" | "psum", code)
@@ -195,10 +195,10 @@ class MatmulCoreTB:
             self.cycle += 1
             if dut.o_done.value == 1:
                 self.done.append((self.cycle, int(dut.o_done_bank.value)))
-            if dut.o_te_error.value == 1:
-                self.errors.append((self.cycle, "te", int(dut.o_te_error_code.value)))
-            if dut.o_psum_error.value == 1:
-                self.errors.append((self.cycle, "psum", int(dut.o_psum_error_code.value)))
+            if dut.te_error__valid.value == 1:
+                self.errors.append((self.cycle, "te", int(dut.te_error__code.value)))
+            if dut.psum_error__valid.value == 1:
+                self.errors.append((self.cycle, "psum", int(dut.psum_error__code.value)))
 
     async def reset(self, cycles=2):
         await ClockCycles(self.dut.clk, cycles)

@@ -53,12 +53,14 @@ def run_rtl(
     core does not run, ``RuntimeError`` when the run fails (a mismatch with the golden, an
     error strobe, a hang), with the testbench's report."""
     from ncrtl import blocks
+    from ncrtl.hdl.neuroncore.isa import program_image
     from ncrtl.model.neuroncore.isa import encode
     from ncrtl.testbench.conformance import run_block
 
     from . import jobs
 
     enc = encode(program, geo)  # refuses before anything is built
+    program_image(enc, geo)  # and so does a program that does not fit the device memory
     modes = pe_modes or "+".join(enc.modes() or ("bf16",))
     params = block_params(geo, modes)
     block = blocks.get("neuroncore")

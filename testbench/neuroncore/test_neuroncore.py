@@ -2,11 +2,11 @@
 on the Verilator build of the core, their outputs against the kernel golden bit for bit.
 
 Each kernel (a traced :class:`~ncrtl.model.kernel.stream.Program` and its inputs) runs from a
-reset: its inputs placed in the device memory as the golden places them, every queue fed its
-packed entries (:func:`ncrtl.hdl.neuroncore.isa.pack`) by a stream source with random idle
-cycles, every DMA engine's AXI4 port served by an :class:`~ncrtl.testbench.dma.memory.
-AxiMemory` on the one device memory (multi-beat bursts, a latency, random not-ready and idle
-cycles); the run is over in the cycle every stream's semaphore has reached its count, and an
+reset: its inputs placed in the device memory as the golden places them, every queue's packed
+entries after them (:func:`ncrtl.hdl.neuroncore.isa.program_image`), a start per stream sent
+by a stream source with random idle cycles, the instruction fetch's and every DMA engine's
+AXI4 port served by an :class:`~ncrtl.testbench.dma.memory.AxiMemory` on the one device memory
+(multi-beat bursts, a latency, random not-ready and idle cycles); the run is over in the cycle every stream's semaphore has reached its count, and an
 error strobe or a hang fails it.  The outputs are read from the device memory as the golden
 reads them and compared with the golden's, element for element; the memory models prove that
 no AXI4 beat was lost or duplicated.
@@ -21,13 +21,14 @@ import os
 
 import cocotb
 import numpy as np
+from amaranth.hdl import Const
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from ncrtl.hdl.common.axi import AxiManager
-from ncrtl.hdl.neuroncore.isa import pack
+from ncrtl.hdl.neuroncore.isa import program_image
 from ncrtl.hdl.neuroncore.top import ErrorSource, core_signature
 from ncrtl.model.kernel import golden
 from ncrtl.model.neuroncore.isa import encode
@@ -43,8 +44,8 @@ LATENCIES = (2, 16)
 
 
 class CoreTB:
-    """Clock, reset, a stream source per instruction queue and the device memory behind every
-    DMA engine (one array, an :class:`AxiMemory` per port)."""
+    """Clock, reset, a stream source of starts and the device memory behind the instruction
+    fetch and every DMA engine (one array, an :class:`AxiMemory` per port)."""
 
     def __init__(self, dut, geo, *, stall, seed, latency):
         self.dut, self.geo = dut, geo
@@ -52,16 +53,16 @@ class CoreTB:
         dut.rst.value = 1
         clk, rst = dut.clk, dut.rst
         self.streams = geo.streams()
-        # the drivers from the core's signature: a stream source per queue port, a memory
-        # model per AXI4 manager port
+        # the drivers from the core's signature: a stream source per input stream (the
+        # starts), a memory model per AXI4 manager port
         members = core_signature(geo).members
-        self.queues, self.mems = {}, []
+        self.sources, self.mems = {}, []
         self.hbm = np.zeros(geo.hbm_bytes, np.uint8)
         for i, (name, member) in enumerate(members.items()):
             sig = member.signature if member.is_signature else None
             if isinstance(sig, stream.Signature) and member.flow == In:
                 bus = StreamBus.from_prefix(dut, name)
-                self.queues[name[2:]] = StreamSource(bus, clk, rst, stall=stall, seed=seed + i)
+                self.sources[name] = StreamSource(bus, clk, rst, stall=stall, seed=seed + i)
             elif isinstance(sig, AxiManager):
                 self.mems.append(
                     AxiMemory(
@@ -76,8 +77,9 @@ class CoreTB:
                         seed=seed + 100 + 8 * i,
                     )
                 )
-        assert set(self.queues) == set(self.streams) and len(self.mems) == geo.dma_engines
+        assert set(self.sources) == {"start"} and len(self.mems) == geo.dma_engines + 1
         self.sem_layout = members["sem"].shape
+        self.start_layout = members["start"].signature.members["payload"].shape
 
     def counts(self):
         return [int(c) for c in data.Const(self.sem_layout, int(self.dut.sem.value))]
@@ -93,13 +95,24 @@ class CoreTB:
         state = golden.CoreState(program, inputs)
         hbm = np.zeros(geo.hbm_bytes, np.uint8)
         hbm[: state.hbm.size] = state.hbm
+        base, image, starts = program_image(enc, geo)
+        hbm[base : base + image.size] = image
         for m in self.mems:
             m.mem = hbm
         dut.rst.value = 1
         await ClockCycles(dut.clk, 3)
         dut.rst.value = 0
-        for s in self.streams:
-            self.queues[s].send([pack(e, geo) for e in enc.queues[s]])
+        layout = data.StructLayout.cast(self.start_layout)
+        self.sources["start"].send(
+            [
+                Const.cast(
+                    layout.const(
+                        {"stream": self.streams.index(s), "addr": addr, "entries": entries}
+                    )
+                ).value
+                for s, (addr, entries) in starts.items()
+            ]
+        )
         totals = [enc.totals[s] for s in self.streams]
         done = {s: [] for s in self.streams}  # the cycle each instruction completed
         cycles = 0

@@ -68,7 +68,7 @@ class Sample:
     resp: dict = field(default_factory=dict)
     seed: bool = False  # seed handshake
     grant: int = 0  # o_grant
-    error: int = None  # o_error_code when o_error
+    error: int = None  # error.code when error.valid
     eng_error: dict = field(default_factory=dict)
     done: int = None  # o_done_bank when o_done
 

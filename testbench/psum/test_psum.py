@@ -49,7 +49,7 @@ class PsumTB:
                 "instr",
                 "data",
                 "seed",
-                *(f"{e}_{k}" for e in ENGINES for k in ("req", "resp")),
+                *(f"{e}__{k}" for e in ENGINES for k in ("req", "resp")),
             )
         }
         self.instr = StreamSource(self.bus["instr"], clk, rst, stall=stall, seed=seed)
@@ -58,10 +58,10 @@ class PsumTB:
         self.req, self.resp = {}, {}
         for k, e in enumerate(ENGINES):
             self.req[e] = StreamSource(
-                self.bus[f"{e}_req"], clk, rst, stall=stall, seed=seed + 3 + k
+                self.bus[f"{e}__req"], clk, rst, stall=stall, seed=seed + 3 + k
             )
             self.resp[e] = StreamSink(
-                self.bus[f"{e}_resp"], clk, rst, backpressure=stall, seed=seed + 5 + k
+                self.bus[f"{e}__resp"], clk, rst, backpressure=stall, seed=seed + 5 + k
             )
         self.replay = Replay(geometry, Latencies())
         self.resp_cycles = {e: [] for e in ENGINES}
@@ -90,17 +90,17 @@ class PsumTB:
         iv, ir = bus["instr"].valid, bus["instr"].ready
         dv, dr = bus["data"].valid, bus["data"].ready
         sv = bus["seed"].valid
-        grant, err, err_code = dut.o_grant, dut.o_error, dut.o_error_code
+        grant, err, err_code = dut.o_grant, dut.error__valid, dut.error__code
         done, done_bank = dut.o_done, dut.o_done_bank
         ports = [
             (
                 e,
-                bus[f"{e}_req"].valid,
-                bus[f"{e}_req"].ready,
-                bus[f"{e}_resp"].valid,
-                bus[f"{e}_resp"].ready,
-                getattr(dut, f"o_{e}_error"),
-                getattr(dut, f"o_{e}_error_code"),
+                bus[f"{e}__req"].valid,
+                bus[f"{e}__req"].ready,
+                bus[f"{e}__resp"].valid,
+                bus[f"{e}__resp"].ready,
+                getattr(dut, f"{e}_error__valid"),
+                getattr(dut, f"{e}_error__code"),
             )
             for e in ENGINES
         ]
@@ -177,8 +177,8 @@ class PsumTB:
                     "instr",
                     "data",
                     "seed",
-                    *(f"{e}_req" for e in ENGINES),
-                    *(f"{e}_resp" for e in ENGINES),
+                    *(f"{e}.req" for e in ENGINES),
+                    *(f"{e}.resp" for e in ENGINES),
                 )
                 want = (
                     len(r.instrs),

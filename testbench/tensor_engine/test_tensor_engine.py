@@ -75,7 +75,7 @@ class TensorEngineTB:
             StreamBus.from_prefix(dut, "result"), clk, rst, backpressure=stall, seed=seed + 3
         )
         self.accepted = []  # cycle of each accepted instruction word
-        self.errors = []  # (cycle, code) of each o_error pulse
+        self.errors = []  # (cycle, code) of each error pulse
         self._watcher = cocotb.start_soon(self._watch())
 
     async def _watch(self):
@@ -87,8 +87,8 @@ class TensorEngineTB:
             cycle += 1
             if dut.instr__valid.value == 1 and dut.instr__ready.value == 1:
                 self.accepted.append(cycle)
-            if dut.o_error.value == 1:
-                self.errors.append((cycle, int(dut.o_error_code.value)))
+            if dut.error__valid.value == 1:
+                self.errors.append((cycle, int(dut.error__code.value)))
 
     async def reset(self, cycles=2):
         self.dut.rst.value = 1
@@ -113,7 +113,7 @@ def player_ports(rows, cols, tile_unit=32):
         PlayerPort("source", "stationary", chains * rows * LANE_WIDTH),
         PlayerPort("source", "moving", rows * LANE_WIDTH),
         PlayerPort("sink", "result", cols * LANE + 1),
-        PlayerPort("strobe", "o_error", value="o_error_code", value_width=4),
+        PlayerPort("strobe", "error__valid", value="error__code", value_width=4),
     ]
 
 
@@ -248,7 +248,7 @@ async def _drive_player(dut, prog, total, *, stall, seed):
     dut.go.value = 0
     run_cycles = int(dut.o_cycle.value) - start
     out_cycles, words = player.read_beats(folder / "result.out")
-    err_cycles, codes = player.read_beats(folder / "o_error.out", base=10)
+    err_cycles, codes = player.read_beats(folder / "error__valid.out", base=10)
     return dict(
         words=words,
         out_cycles=out_cycles,
