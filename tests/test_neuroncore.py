@@ -192,8 +192,8 @@ def _param_flags(params):
 
 @pytest.mark.sim
 def test_conformance_small_core_with_stalls():
-    """The conformance set on the Verilator build of the small core, with a fifth of the queue
-    and AXI4 cycles stalled: matmul_basic, matmul_tiled, the evictions of special values and
+    """The conformance set on the Verilator build of the small core, with a fifth of the start
+    and AXI4 cycles stalled (the instruction fetch's port among them): matmul_basic, matmul_tiled, the evictions of special values and
     random kernels, every output bit for bit against the golden; the memory models saw no
     AXI4 beat lost or duplicated."""
     block = blocks.get("neuroncore")
@@ -302,7 +302,7 @@ def test_v4_quadrant_lint_clean_and_units_latch_free():
 def test_matmul_tiled_full_size_core():
     """``matmul_tiled`` (256 x 256 x 1024 bf16) on the real core's geometry: 128 partitions, a
     128 x 128 Tensor Engine (bf16-family PEs), 8 PSUM banks, 16 DMA engines and queues, with a
-    tenth of the queue and AXI4 cycles stalled: the outputs bit for bit."""
+    tenth of the start and AXI4 cycles stalled: the outputs bit for bit."""
     from ncrtl.testbench.neuroncore import jobs
     from ncrtl.testbench.neuroncore.run import run_rtl
 

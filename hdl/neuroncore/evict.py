@@ -72,8 +72,9 @@ class Evict(wiring.Component):
     """One :class:`~ncrtl.model.neuroncore.isa.CopyOp` at a time, an element of every partition
     in its range per cycle in the steady state, in three stages:
 
-    * **read**: a PSUM row per element (its slot of every partition), or each SBUF word the
-      source spans once, at most two reads ahead of the consumer (a two-entry FIFO);
+    * **read**: a PSUM row per element (its slot of every partition: an FP32 element, or two
+      BF16 ones, element ``c`` in half ``c % 2``), or each SBUF word the source spans once, at
+      most two reads ahead of the consumer (a two-entry FIFO);
     * **convert**: the element of every partition from the FIFO's head through its partition's
       :class:`EvictLane` (``Convert``: the bytes as they are, or FP32 rounded to nearest even
       to BF16, FP16 or an FP8 format; the result registered);
@@ -176,7 +177,17 @@ class Evict(wiring.Component):
         c_pos = pos_of(c_byte, op.src_esize)
         head = fifo.r_data
         sel = elements(m, head, P, W, c_pos, op.src_esize, "sbuf_elements")
-        values = [Mux(op.src_psum, head[32 * p :][:32], sel[32 * p :][:32]) for p in range(P)]
+        # a PSUM row holds one FP32 element per partition or two 16-bit ones (BF16: element c
+        # in half c % 2, the byte order of the addresses)
+        high = op.src_psum & (op.src_esize == 1) & c_byte[1]
+        values = [
+            Mux(
+                op.src_psum,
+                Mux(high, head[32 * p + 16 :][:16], head[32 * p :][:32]),
+                sel[32 * p :][:32],
+            )
+            for p in range(P)
+        ]
         blocked = Signal()  # a word is being written, or the placed element closes one
         take = Signal()
         m.d.comb += take.eq(busy & fifo.r_rdy & (ci < op.n) & ~blocked)

@@ -346,9 +346,13 @@ def _matmul(ins, geo):
                 f"reads PE row r from SBUF partition r: the {what} operand starts at partition "
                 f"{r[0]}, its tile at row {ls.tile_row}",
             )
-    if dst.view_dtype != "float32":
-        _refuse(ins, f"writes FP32 PSUM only, not {dst.view_dtype}")
-    write, p0 = psum_write(geo.core(), ins, dst, ls.m, mm.n, Dtype.FP32)
+    if dst.view_dtype not in ("float32", "bfloat16"):
+        _refuse(ins, f"writes FP32 or BF16 PSUM, not {dst.view_dtype}")
+    if dst.view_dtype == "bfloat16" and a.get("rounding") == "sr":
+        # PSUM's generators start from their reset state on the core; the golden's are seeded
+        _refuse(ins, "rounds BF16 PSUM writes to nearest even only (no stochastic rounding)")
+    kind = Dtype.BF16 if dst.view_dtype == "bfloat16" else Dtype.FP32
+    write, p0 = psum_write(geo.core(), ins, dst, ls.m, mm.n, kind)
     if p0 != mm.tile_col:
         _refuse(
             ins,
@@ -415,8 +419,8 @@ def _copy(ins, geo):
             f"converts float32 to {', '.join(d for _, d in CONVERSIONS)}, or copies a dtype as "
             f"it is; not {sd} to {dd}",
         )
-    if src.space == "psum" and sd != "float32":
-        _refuse(ins, f"reads FP32 PSUM only, not {sd}")
+    if src.space == "psum" and sd not in ("float32", "bfloat16"):
+        _refuse(ins, f"reads FP32 or BF16 PSUM, not {sd}")
     return CopyOp(
         src.space == "psum",
         s[2],

@@ -406,7 +406,7 @@ def add_parser(sub, raw):
         "--stall",
         type=float,
         default=0.0,
-        help="probability of an idle queue-input cycle and of a not-ready or idle AXI4 cycle "
+        help="probability of an idle start-stream cycle and of a not-ready or idle AXI4 cycle "
         "(default 0: the cycles compare with the timing model's)",
     )
     s.set_defaults(func=_cmd_run)

@@ -2,14 +2,15 @@
 dependencies across engines drawn from a seed, within what the core runs (docs/neuroncore.md).
 
 A kernel is one to three *groups*, each a matmul accumulated in PSUM over ``chunks``
-contraction tiles: the tiles DMA'd from windows of the device tensors (row windows of the
-contraction, a column window of the stationary and of the moving side), the product evicted
-by ``tensor_copy`` into SBUF in a drawn dtype (FP32 -> BF16 / FP16 rounded, or FP32 as it is),
-sometimes copied again SBUF -> SBUF (as it is, or evicted as FP32 and converted by the SBUF ->
-SBUF copy), and DMA'd back into a window of an output tensor.  The inputs span a wide exponent
-range with a few infinities and NaNs, so the evictions meet overflow, subnormals, ties and
-NaN.  The
-groups share their input tensors, may run on a Tensor Engine tile (``tile_position``: the
+contraction tiles (in FP32, or on NeuronCore-v4 for a quarter of the groups in BF16 rounded to
+nearest even):
+the tiles DMA'd from windows of the device tensors (row windows of the contraction, a column
+window of the stationary and of the moving side), the product evicted by ``tensor_copy`` into
+SBUF in a drawn dtype (FP32 -> BF16 / FP16 rounded, or as it is), sometimes copied again SBUF
+-> SBUF (as it is, or evicted as FP32 and converted by the SBUF -> SBUF copy), and DMA'd back
+into a window of an output tensor.  The inputs span a wide exponent range with a few
+infinities and NaNs, so the evictions meet overflow, subnormals, ties and NaN.  The groups
+share their input tensors, may run on a Tensor Engine tile (``tile_position``: the
 operands on partitions from the tile's row, the result on PSUM and SBUF partitions from its
 column) and may reuse one SBUF tile for the next group's operands (the tracer then orders the engines with semaphores: a DMA waits for the matmul that
 read the tile, the Tensor Engine for the DMAs, the eviction for the matmuls, the store for the
@@ -39,7 +40,8 @@ class Group:
     ``"convert"`` (evicted as FP32, converted by an SBUF -> SBUF copy); ``tile``: ``()`` (the
     whole array) or ``(row, col, rows, cols)``, a Tensor Engine tile (``tile_position``,
     ``tile_size``): the operands then sit on SBUF partitions from ``row``, the result on PSUM
-    and SBUF partitions from ``col``."""
+    and SBUF partitions from ``col``; ``psum``: the PSUM accumulator's dtype (``"bfloat16"``:
+    the chunks accumulate in BF16 PSUM, RNE, and the result is evicted as it is)."""
 
     chunks: int
     k: int
@@ -52,6 +54,7 @@ class Group:
     copy: str
     out: int
     tile: tuple = ()
+    psum: str = "float32"
 
 
 def random_plan(geo, rng):
@@ -78,6 +81,8 @@ def random_plan(geo, rng):
         k0 = int(rng.integers(0, K - chunks * k + 1))
         m = int(rng.integers(1, m_top + 1))
         n = int(rng.integers(1, fmax + 1))
+        # BF16 PSUM is NeuronCore-v4's (a v3 matmul writes FP32 PSUM)
+        bf16_psum = geo.version == "v4" and rng.random() < 0.25
         groups.append(
             Group(
                 chunks,
@@ -87,10 +92,11 @@ def random_plan(geo, rng):
                 int(rng.integers(0, M - m + 1)),
                 n,
                 int(rng.integers(0, N - n + 1)),
-                str(rng.choice(_OUT_DTYPES)),
-                str(rng.choice(["", "", "raw", "convert"])),
+                "bfloat16" if bf16_psum else str(rng.choice(_OUT_DTYPES)),
+                str(rng.choice(["", "raw"] if bf16_psum else ["", "", "raw", "convert"])),
                 g,
                 tile,
+                "bfloat16" if bf16_psum else "float32",
             )
         )
     return in_dtype, ((K, M), (K, N)), groups
@@ -110,7 +116,7 @@ def build_kernel(groups, reuse):
             r0, c0 = g.tile[:2] if g.tile else (0, 0)
             where = {"tile_position": g.tile[:2], "tile_size": g.tile[2:]} if g.tile else {}
             res = nl.ndarray((g.m, g.n), dtype=g.out_dtype, buffer=nl.shared_hbm)
-            ps = nl.ndarray((c0 + g.m, g.n), dtype=nl.float32, buffer=nl.psum)[c0:, :]
+            ps = nl.ndarray((c0 + g.m, g.n), dtype=g.psum, buffer=nl.psum)[c0:, :]
             for c in range(g.chunks):
                 lo = g.k0 + c * g.k
                 if reuse:

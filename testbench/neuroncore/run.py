@@ -48,7 +48,8 @@ def run_rtl(
     """Run ``program`` (traced at ``geo.core()``) on the Verilator build of the core; returns
     an :class:`RtlResult`.  ``pe_modes``: the PE modes to build (default: the modes the
     program's matmuls use, bf16 when it has none); ``stall``: the probability of an idle cycle
-    on every queue's input and of a not-ready or idle cycle on every AXI4 channel.  Raises
+    on the start stream and of a not-ready or idle cycle on every AXI4 channel (the
+    instruction fetch's and the DMA engines').  Raises
     :class:`~ncrtl.model.neuroncore.isa.Unsupported` before anything is built for a kernel the
     core does not run, ``RuntimeError`` when the run fails (a mismatch with the golden, an
     error strobe, a hang), with the testbench's report."""
