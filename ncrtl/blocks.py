@@ -1299,21 +1299,15 @@ def _check_neuroncore(pe_modes="all", **hw):
     _pe_modes(pe_modes)
 
 
-def _check_neuroncore_program(pe_modes="all", version="v3", **hw):
-    """The conformance kernels are BF16 / FP16 matmuls, and on a v4 core with QuantizeMX an MX
-    matmul."""
+def _check_neuroncore_program(pe_modes="all", **hw):
+    """The conformance kernels are BF16 / FP16 matmuls (the double-row and MX examples join
+    them where the PEs have those modes)."""
     from ncrtl.model.modes import get_mode
 
-    built = _pe_modes(pe_modes)
-    if get_mode("bf16") not in built:
+    if get_mode("bf16") not in _pe_modes(pe_modes):
         raise BlockError(
             f"neuroncore: parameter pe_modes={pe_modes!r} does not serve the conformance "
             f"kernels' bf16 and fp16 matmuls"
-        )
-    if neuroncore_geometry({**hw, "version": version}).quantize_mx and get_mode("mx") not in built:
-        raise BlockError(
-            f"neuroncore: parameter pe_modes={pe_modes!r} does not serve the conformance "
-            f"kernels' MX matmul (matmul_mx) on a NeuronCore-v4: add mx"
         )
 
 
@@ -1354,7 +1348,7 @@ def _neuroncore_parts(pe_modes="all", **hw):
     geo = neuroncore_geometry(hw)
     layouts = op_layouts(geo)
     parts = {
-        "neuroncore_feed": TensorFeed(geo, mx=geo.version == "v4"),
+        "neuroncore_feed": TensorFeed(geo, mx=geo.version == "v4", double_row=True),
         "neuroncore_vector": VectorEngine(geo),
         "neuroncore_issue": DmaIssue(geo),
         "neuroncore_engine_ports": EnginePorts(
@@ -1485,7 +1479,8 @@ register(
         stimulus=lambda count, version="v3", **_: (
             "the shipped examples matmul_basic and matmul_tiled at the core's geometry, the "
             "evictions of special values"
-            + (", the quantizations (QuantizeMX) and matmul_mx" if version == "v4" else "")
+            + (", the quantizations (QuantizeMX)" if version == "v4" else "")
+            + ", matmul_fp8_double_row and matmul_mx where the PEs have their modes"
             + f", then {count} random kernels (--count), each from a reset"
         ),
     )
@@ -1506,7 +1501,7 @@ NEURONCORE_SMALL = {
     "tile_unit": 2,
 }
 #: A NeuronCore-v4 of one quadrant: 32 partitions, 32 x 32 PEs, QuantizeMX in its Vector Engine
-#: (the group builds its PEs with the bf16 and MX modes).
+#: (the group builds its PEs with the bf16, double-row and MX modes).
 NEURONCORE_V4_QUADRANT = {
     "partitions": 32,
     "partition_bytes": 2048,
@@ -1541,5 +1536,5 @@ GROUPS["neuroncore"] = [
             "pe_modes": "bf16",
         },
     ),
-    ("neuroncore", {**NEURONCORE_V4_QUADRANT, "pe_modes": "bf16+mx"}),
+    ("neuroncore", {**NEURONCORE_V4_QUADRANT, "pe_modes": "bf16+double_row+mx"}),
 ]

@@ -254,60 +254,19 @@ def test_quantize_needs_a_quantizer():
     assert (got == want.data).all()
 
 
-def test_mx_feed_beats():
-    """The Tensor Engine's feed (``TensorFeed(mx=True)``) on an MX matmul, on a model of its
-    SBUF port with stalls and stalled streams: the LoadStationary and MultiplyMoving words in
-    order, every stationary and moving lane word the ``_x4`` element of its row and column
-    with, in bits ``[32, 40)``, the E8M0 byte of its row's scale partition (``32 (r // 32) +
-    (r % 32) // 8``) at its column, from byte addresses that are not word-aligned."""
-    from ncrtl.hdl.neuroncore.tensor import TensorFeed
-    from ncrtl.hdl.tensor_engine.top import stationary_beats
-    from ncrtl.model.fp import from_bits
-    from ncrtl.model.neuroncore.isa import MatmulOp
-    from ncrtl.model.tensor_engine import isa as te_isa
-    from ncrtl.model.tensor_engine.matmul import mx_instructions, mx_scale_partition
+def run_feed(dut, geo, op, mem, rng, n_beats):
+    """One matmul ``op`` through the feed ``dut`` on the SBUF model ``mem``, its SBUF port
+    and output streams stalled at random: ``(instruction words, stationary beats as lists of
+    40-bit lane words, moving beats the same)``."""
     from ncrtl.model.tensor_engine.timing import chain_count
 
-    geo = replace(GEO, rows=32)
-    K, M, N = 32, 20, 24
-    e4m3 = get_format("fp8_e4m3fn")
-    ls, mm = mx_instructions(
-        from_bits(np.zeros((K, M, 4), np.uint8), e4m3),
-        from_bits(np.zeros((K, N, 4), np.uint8), e4m3),
-        rows=geo.rows,
-        cols=geo.cols,
-        tile_unit=geo.tile_unit,
-    )
-    op = MatmulOp(te_isa.encode(ls), te_isa.encode(mm), 0, 52, 200, 4, 4, True, 301, 407)
-    rng = np.random.default_rng(4)
-    mem = SbufMemory(geo.partitions, geo.partition_bytes, geo.word_bytes)
-    mem.data[:] = rng.integers(0, 256, mem.data.shape, dtype=np.uint8)
-
-    def lanes(addr, scale_addr, count):
-        """``[count, K]`` lane words: element x of row r, its row's scale at x."""
-        out = np.zeros((count, K), dtype=np.uint64)
-        for r in range(K):
-            sp = int(mx_scale_partition(r))
-            for x in range(count):
-                value = int.from_bytes(
-                    mem.data[r, addr + 4 * x : addr + 4 * x + 4].tobytes(), "little"
-                )
-                out[x, r] = value | int(mem.data[sp, scale_addr + x]) << 32
-        return out
-
-    want_s = stationary_beats(lanes(52, 301, M), ls, geo.rows, geo.cols, geo.tile_unit)
-    want_m = lanes(200, 407, N)
-    dut = TensorFeed(geo, mx=True)
     sbuf = SbufPortModel(dut.sbuf, mem, rng, 0.3)
     words = pack(op, geo) >> 1
     got = {"instr": [], "stationary": [], "moving": []}
-    chains = chain_count(geo.cols, geo.tile_unit)
 
     async def bench(ctx):
-        ctx.set(
-            dut.queue.op.payload.as_value(),
-            words & ((1 << len(dut.queue.op.payload.as_value())) - 1),
-        )
+        op_port = dut.queue.op.payload.as_value()
+        ctx.set(op_port, words & ((1 << len(op_port)) - 1))
         ctx.set(dut.queue.op.valid, 1)
         ctx.set(dut.psum_done, 0)
         for _ in range(3000):
@@ -332,20 +291,107 @@ def test_mx_feed_beats():
             await ctx.tick()
             if taken:
                 ctx.set(dut.queue.op.valid, 0)
-            if len(got["moving"]) == N:
+            if len(got["moving"]) == n_beats:
                 break
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert got["instr"] == [op.ls, op.mm]
     mask40 = (1 << 40) - 1
-    s_beats = [
-        [(b >> (40 * i)) & mask40 for i in range(chains * geo.rows)] for b in got["stationary"]
-    ]
-    assert s_beats == want_s.tolist()
+    lanes = chain_count(geo.cols, geo.tile_unit) * geo.rows
+    s_beats = [[(b >> (40 * i)) & mask40 for i in range(lanes)] for b in got["stationary"]]
     m_beats = [[(b >> (40 * r)) & mask40 for r in range(geo.rows)] for b in got["moving"]]
+    return got["instr"], s_beats, m_beats
+
+
+def _byte_lanes(mem, count, rows, first, second, width, row2=lambda r: r, shift=8):
+    """``[count, rows]`` lane words: ``width`` bytes of row r's element x at ``first``, and a
+    byte at ``second + x`` of partition ``row2(r)`` at bit ``shift``."""
+    out = np.zeros((count, rows), dtype=np.uint64)
+    for r in range(rows):
+        for x in range(count):
+            at = first + width * x
+            value = int.from_bytes(mem.data[r, at : at + width].tobytes(), "little")
+            out[x, r] = value | int(mem.data[row2(r), second + x]) << shift
+    return out
+
+
+def test_mx_feed_beats():
+    """The Tensor Engine's feed (``TensorFeed(mx=True)``) on an MX matmul, on a model of its
+    SBUF port with stalls and stalled streams: the LoadStationary and MultiplyMoving words in
+    order, every stationary and moving lane word the ``_x4`` element of its row and column
+    with, in bits ``[32, 40)``, the E8M0 byte of its row's scale partition (``32 (r // 32) +
+    (r % 32) // 8``) at its column, from byte addresses that are not word-aligned."""
+    from ncrtl.hdl.neuroncore.tensor import TensorFeed
+    from ncrtl.hdl.tensor_engine.top import stationary_beats
+    from ncrtl.model.fp import from_bits
+    from ncrtl.model.neuroncore.isa import MatmulOp, Second
+    from ncrtl.model.tensor_engine import isa as te_isa
+    from ncrtl.model.tensor_engine.matmul import mx_instructions, mx_scale_partition
+
+    geo = replace(GEO, rows=32)
+    K, M, N = 32, 20, 24
+    e4m3 = get_format("fp8_e4m3fn")
+    ls, mm = mx_instructions(
+        from_bits(np.zeros((K, M, 4), np.uint8), e4m3),
+        from_bits(np.zeros((K, N, 4), np.uint8), e4m3),
+        rows=geo.rows,
+        cols=geo.cols,
+        tile_unit=geo.tile_unit,
+    )
+    op = MatmulOp(
+        te_isa.encode(ls), te_isa.encode(mm), 0, 52, 200, 4, 4, Second.MX_SCALES, 301, 407
+    )
+    rng = np.random.default_rng(4)
+    mem = SbufMemory(geo.partitions, geo.partition_bytes, geo.word_bytes)
+    mem.data[:] = rng.integers(0, 256, mem.data.shape, dtype=np.uint8)
+    sp = lambda r: int(mx_scale_partition(r))  # noqa: E731
+    want_s = _byte_lanes(mem, M, K, 52, 301, 4, sp, 32)
+    want_s = stationary_beats(want_s, ls, geo.rows, geo.cols, geo.tile_unit)
+    want_m = _byte_lanes(mem, N, K, 200, 407, 4, sp, 32)
+    instr, s_beats, m_beats = run_feed(TensorFeed(geo, mx=True), geo, op, mem, rng, N)
+    assert instr == [op.ls, op.mm]
+    assert s_beats == want_s.tolist()
+    assert m_beats == want_m.tolist()
+
+
+def test_double_row_feed_beats():
+    """The feed (``TensorFeed(double_row=True)``) on a double-row FP8 matmul of the small core
+    (``[K, 2, M]`` / ``[K, 2, N]``: a partition's two rows one after the other), stalled as
+    above: every lane word has the first row's byte in bits ``[0, 8)`` and the second row's in
+    ``[8, 16)``, from unaligned addresses."""
+    from ncrtl.hdl.neuroncore.tensor import TensorFeed
+    from ncrtl.hdl.tensor_engine.top import stationary_beats
+    from ncrtl.model.fp import from_bits
+    from ncrtl.model.neuroncore.isa import MatmulOp, Second
+    from ncrtl.model.tensor_engine import isa as te_isa
+    from ncrtl.model.tensor_engine.matmul import instructions
+
+    geo = replace(GEO, partitions=8, rows=8, cols=8, tile_unit=2, version="v3")
+    K, M, N = 8, 7, 29
+    e4m3 = get_format("fp8_e4m3")
+    ls, mm = instructions(
+        from_bits(np.zeros((K, 2, M), np.uint8), e4m3),
+        from_bits(np.zeros((K, 2, N), np.uint8), e4m3),
+        perf_mode="double_row",
+        rows=geo.rows,
+        cols=geo.cols,
+        tile_unit=geo.tile_unit,
+    )
+    s0, m0 = 37, 141
+    op = MatmulOp(
+        te_isa.encode(ls), te_isa.encode(mm), 0, s0, m0, 1, 1, Second.DOUBLE_ROW, s0 + M, m0 + N
+    )
+    rng = np.random.default_rng(6)
+    mem = SbufMemory(geo.partitions, geo.partition_bytes, geo.word_bytes)
+    mem.data[:] = rng.integers(0, 256, mem.data.shape, dtype=np.uint8)
+    want_s = _byte_lanes(mem, M, K, s0, s0 + M, 1)
+    want_s = stationary_beats(want_s, ls, geo.rows, geo.cols, geo.tile_unit)
+    want_m = _byte_lanes(mem, N, K, m0, m0 + N, 1)
+    instr, s_beats, m_beats = run_feed(TensorFeed(geo, double_row=True), geo, op, mem, rng, N)
+    assert instr == [op.ls, op.mm]
+    assert s_beats == want_s.tolist()
     assert m_beats == want_m.tolist()
 
 

@@ -144,6 +144,23 @@ def test_quantize_streams_become_queue_entries():
     # a v3 core has no QuantizeMX: the front end refuses the kernel when it is traced
 
 
+def test_double_row_matmul_becomes_a_two_pass_entry():
+    """``matmul_fp8_double_row`` at the small geometry: a :class:`MatmulOp` whose second pass
+    reads each partition's second row (``[K, 2, M]``: ``s_addr2 = s_addr + M``), packed where
+    the feed reads it."""
+    from ncrtl.model.neuroncore.isa import Second
+    from ncrtl.testbench.neuroncore import jobs
+
+    job = jobs.example_job("matmul_fp8_double_row", SMALL, np.random.default_rng(0))
+    enc = encode(job.program, SMALL)
+    (op,) = [e for e in enc.queues["tensor"] if isinstance(e, MatmulOp)]
+    M, N = SMALL.cols, SMALL.psum_bank_bytes // 4
+    assert (op.second, op.s_addr2 - op.s_addr, op.m_addr2 - op.m_addr) == (Second.DOUBLE_ROW, M, N)
+    assert enc.modes() == ("double_row",)
+    word = queue_layout(op_layouts(SMALL)["tensor"]).from_bits(pack(op, SMALL)).body.op
+    assert (word.second, word.s_addr2, word.m_addr2) == (op.second, op.s_addr2, op.m_addr2)
+
+
 def test_an_instruction_the_core_lacks_is_refused_naming_it():
     k = load_file(RTL, "uses_activation")
     x = np.ones((8, 4), np.float32)
@@ -270,14 +287,15 @@ def test_core_units_synthesize_without_latches():
 @pytest.mark.slow
 def test_conformance_v4_quadrant_with_quantize_and_mx():
     """The conformance set on the NeuronCore-v4 quadrant (32 partitions, QuantizeMX in its
-    Vector Engine, MX PEs), a fifth of the cycles stalled: the quantizations' codes and scales
-    and ``matmul_mx``'s results bit for bit with the examples, evictions and random
-    kernels."""
+    Vector Engine, double-row and MX PEs), a fifth of the cycles stalled: the quantizations'
+    codes and scales, ``matmul_fp8_double_row``'s and ``matmul_mx``'s results bit for bit with
+    the examples, evictions and random kernels."""
     block = blocks.get("neuroncore")
     res = run_block(block, block.resolve(V4_PARAMS), count=2, seed=5, stall=0.2)
     assert res.passed, res.report()
     names = {u["name"].split(".")[0] for u in res.units}
-    assert {"matmul_basic", "matmul_tiled", "evictions", "quantize", "matmul_mx"} <= names
+    want = {"matmul_basic", "matmul_tiled", "evictions", "quantize", "matmul_mx"}
+    assert want | {"matmul_fp8_double_row"} <= names
     assert res.mismatches == 0
 
 

@@ -52,8 +52,9 @@ def wait_layout():
 
 def matmul_layout(geo):
     """:class:`~ncrtl.model.neuroncore.isa.MatmulOp`: the two Tensor Engine words, the PSUM
-    write, the operands' SBUF byte addresses and element size codes, and for an MX matmul
-    (``mx``) its scales' byte addresses."""
+    write, the operands' SBUF byte addresses and element size codes, and what a second pass
+    over each operand reads (``second``: :class:`~ncrtl.model.neuroncore.isa.Second`) from
+    where (``s_addr2``, ``m_addr2``)."""
     return data.StructLayout(
         {
             "ls": TE_INSTR_LAYOUT,
@@ -63,9 +64,9 @@ def matmul_layout(geo):
             "m_addr": geo.addr_bits,
             "s_esize": 2,
             "m_esize": 2,
-            "mx": 1,
-            "s_scale_addr": geo.addr_bits,
-            "m_scale_addr": geo.addr_bits,
+            "second": 2,
+            "s_addr2": geo.addr_bits,
+            "m_addr2": geo.addr_bits,
         }
     )
 
@@ -211,9 +212,9 @@ def pack(entry, geo):
                 "m_addr": entry.m_addr,
                 "s_esize": ESIZE_CODES[entry.s_esize],
                 "m_esize": ESIZE_CODES[entry.m_esize],
-                "mx": int(entry.mx),
-                "s_scale_addr": entry.s_scale_addr,
-                "m_scale_addr": entry.m_scale_addr,
+                "second": entry.second,
+                "s_addr2": entry.s_addr2,
+                "m_addr2": entry.m_addr2,
             }
             value = op.const(fields).as_bits()
             value |= entry.ls << op["ls"].offset

@@ -11,6 +11,7 @@ from ncrtl.hdl.common.fsm import states
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.psum.control import INSTR_LAYOUT as PSUM_INSTR_LAYOUT
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT as TE_INSTR_LAYOUT
+from ncrtl.model.neuroncore.isa import Second
 from ncrtl.model.tensor_engine.matmul import MX_GROUP_PARTITIONS, QUADRANT
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
@@ -82,17 +83,24 @@ class TensorFeed(wiring.Component):
     beats; the PSUM write goes out when the operation is taken.  PE row ``r`` reads SBUF
     partition ``r``; rows outside the tile get zero lanes.
 
-    An MX matmul (``op.mx``, with ``mx=True``) reads its stationary scales after the elements,
-    the same way into a byte per row and PE column, and streams its moving scales beside the
-    moving elements (a second two-word FIFO; a scale word holds ``word_bytes`` beats' scales,
-    an element word ``word_bytes / 4``); row ``r``'s scale comes from partition
-    :func:`scale_partition` ``(r)`` (fixed wires) into bits ``[32, 40)`` of its lane word.
+    A matmul with a second pass (``op.second``, :class:`~ncrtl.model.neuroncore.isa.Second`)
+    reads a byte per row and PE column of the stationary from ``s_addr2`` after its elements,
+    the same way, and streams a byte per row and beat of the moving from ``m_addr2`` beside its
+    elements (a second two-word FIFO; its word holds ``word_bytes`` beats' bytes):
+
+    * an MX matmul (``mx=True``): its E8M0 scales, row ``r``'s from partition
+      :func:`scale_partition` ``(r)`` (fixed wires), in bits ``[32, 40)`` of its lane word
+      (an element word holds ``word_bytes / 4`` beats' ``_x4`` elements);
+    * a double-row matmul (``double_row=True``): its second row, row ``r``'s from partition
+      ``r``, in bits ``[8, 16)`` beside the first row's byte.
 
     Parameters
     ----------
     geo : ncrtl.model.neuroncore.Geometry
     mx : bool
         Build the MX scale paths (a core whose PEs have the MX mode).
+    double_row : bool
+        Build the double-row paths (a core whose PEs have the double-row mode).
 
     Interface
     ---------
@@ -105,9 +113,10 @@ class TensorFeed(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, geo, *, mx=False):
+    def __init__(self, geo, *, mx=False, double_row=False):
         self.geo = geo
-        self.mx = bool(mx)
+        self.mx, self.double_row = bool(mx), bool(double_row)
+        self.second = self.mx or self.double_row
         self.words = geo.partition_bytes // geo.word_bytes
         self.chains = chain_count(geo.cols, geo.tile_unit)
         self.width = chain_width(geo.cols, geo.tile_unit)
@@ -158,12 +167,12 @@ class TensorFeed(wiring.Component):
         sc_open = Signal()
         use_sc = Signal()
         word, valid = rd_base + rd_i, rd_open & (rd_i < rd_count)
-        if self.mx:
+        if self.second:
             word = Mux(use_sc, sc_base + sc_i, word)
             valid = Mux(use_sc, sc_open & (sc_i < sc_count), valid)
         m.d.comb += [req.payload.word.eq(word), req.valid.eq(valid)]
         with m.If(req.valid & req.ready):
-            if self.mx:
+            if self.second:
                 with m.If(use_sc):
                     m.d.sync += sc_i.eq(sc_i + 1)
                 with m.Else():
@@ -196,13 +205,17 @@ class TensorFeed(wiring.Component):
         # the first and after the last) shifted by ``d mod W`` bytes, at index ``j - 1 -
         # floor(d / W)`` for the pair ending with read word j.  Each column then takes a
         # fixed slice of the aligned word of its index: no multiplexer over the tile's bytes.
-        # An MX matmul then reads its scales (``sc_phase``) the same way, a byte per element,
-        # into ``sscale[c]``: row r's byte from partition ``scale_partition(r)``.
+        # A second pass (``sc_phase``) reads a byte per element the same way: an MX matmul's
+        # scales into ``sscale[c]`` (row r's byte from partition ``scale_partition(r)``), a
+        # double-row matmul's second row into bits [8, 16) of ``scol[c]``.
         codes = element_codes(W)
+        is_mx = op.second == Second.MX_SCALES
+        is_dr = op.second == Second.DOUBLE_ROW
+        has2 = op.second.any()
         sc_phase = Signal()
         cur_code = Signal(2)
         m.d.comb += cur_code.eq(Mux(sc_phase, 0, op.s_esize))
-        sc_off = op.s_scale_addr[:wbits] if wbits else Const(0, 1)
+        sc_off = op.s_addr2[:wbits] if wbits else Const(0, 1)
         scol = [Signal(32 * R, name=f"scol{c}") for c in range(geo.cols)]
         sscale = [Signal(8 * R, name=f"sscale{c}") for c in range(geo.cols)] if self.mx else []
         prev = Signal(8 * W * R)  # the previous read word of every PE row's partition
@@ -246,9 +259,19 @@ class TensorFeed(wiring.Component):
             with m.If(hit & ~sc_phase):
                 m.d.sync += reg.eq(slot[c % W])
             if self.mx:
-                with m.If(hit & sc_phase):
+                with m.If(hit & sc_phase & is_mx):
                     m.d.sync += sscale[c].eq(
                         Cat(*(slot[c % W][32 * scale_partition(r) :][:8] for r in range(R)))
+                    )
+            if self.double_row:
+                with m.If(hit & sc_phase & is_dr):
+                    m.d.sync += reg.eq(
+                        Cat(
+                            *(
+                                Cat(reg[32 * r :][:8], slot[c % W][32 * r :][:8], Const(0, 16))
+                                for r in range(R)
+                            )
+                        )
                     )
 
         beat = Signal(range(geo.cols + 1))
@@ -290,7 +313,7 @@ class TensorFeed(wiring.Component):
                     for c in range(k0, k1):
                         with m.Default() if c == k1 - 1 else m.Case(c - k0):
                             m.d.comb += schain.eq(sscale[c])
-                m.d.comb += scale.eq(Mux(live & op.mx, schain & row_bytes, 0))
+                m.d.comb += scale.eq(Mux(live & is_mx, schain & row_bytes, 0))
             scales.append(scale)
         m.d.comb += self.stationary.payload.eq(
             Cat(
@@ -310,26 +333,43 @@ class TensorFeed(wiring.Component):
         per_word = Signal(range(W + 1))
         m.d.comb += per_word.eq(W >> op.m_esize)
         mel = elements(m, fifo.r_data, R, W, mpos, op.m_esize, "moving_elements")
-        mlanes = Signal(32 * R)
-        m.d.comb += mlanes.eq(mel & row_bits)
-        # the moving scales (MX): beat n's byte of the scale word, row r's from its partition
-        sfifo = SyncFIFO(width=8 * W * R, depth=2) if self.mx else None
+        mel_rows = Signal(32 * R)
+        m.d.comb += mel_rows.eq(mel & row_bits)
+        # the second pass's bytes: beat n's byte of the second FIFO's word, row r's from its
+        # scale partition (MX) or its own (double row)
+        sfifo = SyncFIFO(width=8 * W * R, depth=2) if self.second else None
         spos = Signal(range(W + 1))
         mscale = Signal(8 * R)
-        if self.mx:
-            m.submodules.moving_scales = sfifo
+        mrow2 = Signal(8 * R)
+        if self.second:
+            m.submodules.moving_second = sfifo
             with m.Switch(spos):
                 for j in range(W):
                     with m.Default() if j == W - 1 else m.Case(j):
-                        m.d.comb += mscale.eq(
-                            Cat(
-                                *(
-                                    sfifo.r_data[8 * W * scale_partition(r) + 8 * j :][:8]
-                                    for r in range(R)
-                                )
+                        if self.mx:
+                            sp = [scale_partition(r) for r in range(R)]
+                            m.d.comb += mscale.eq(
+                                Cat(*(sfifo.r_data[8 * W * p + 8 * j :][:8] for p in sp))
+                                & row_bytes
+                                & is_mx.replicate(8 * R)
                             )
-                            & row_bytes
-                        )
+                        if self.double_row:
+                            m.d.comb += mrow2.eq(
+                                Cat(*(sfifo.r_data[8 * W * r + 8 * j :][:8] for r in range(R)))
+                                & row_bytes
+                                & is_dr.replicate(8 * R)
+                            )
+        # a double row's first byte is the element (one byte), its second the second row's
+        mlanes = Cat(
+            *(
+                Cat(
+                    mel_rows[32 * r :][:8],
+                    mel_rows[32 * r + 8 :][:8] | mrow2[8 * r :][:8],
+                    mel_rows[32 * r + 16 :][:16],
+                )
+                for r in range(R)
+            )
+        )
         m.d.comb += self.moving.payload.eq(
             Cat(*(Cat(mlanes[32 * r :][:32], mscale[8 * r :][: LANE_BITS - 32]) for r in range(R)))
         )
@@ -363,9 +403,9 @@ class TensorFeed(wiring.Component):
         with m.If(at[_Feed.S_FLUSH]):  # the last aligned word: the last read word's tail
             m.d.comb += [flush.eq(1), a_we.eq(1)]
             m.d.sync += [prev.eq(0), sc_phase.eq(0), beat.eq(0), state.eq(_Feed.LS_BEATS)]
-            if self.mx:
-                with m.If(op.mx & ~sc_phase):  # then the stationary's scales
-                    m.d.sync += read_window(op.s_scale_addr, sc_off, ls.m, 0) + [got.eq(0)]
+            if self.second:
+                with m.If(has2 & ~sc_phase):  # then the stationary's second pass
+                    m.d.sync += read_window(op.s_addr2, sc_off, ls.m, 0) + [got.eq(0)]
                     m.d.sync += [sc_phase.eq(1), state.eq(_Feed.S_READ)]
         with m.If(at[_Feed.LS_BEATS]):
             m.d.comb += self.stationary.valid.eq(1)
@@ -380,11 +420,11 @@ class TensorFeed(wiring.Component):
                     n.eq(0),
                     mpos.eq(m_off >> op.m_esize),
                 ]
-                if self.mx:
-                    msc_off = op.m_scale_addr[:wbits] if wbits else Const(0, 1)
+                if self.second:
+                    msc_off = op.m_addr2[:wbits] if wbits else Const(0, 1)
                     m.d.sync += [
-                        sc_base.eq(op.m_scale_addr >> wbits),
-                        sc_count.eq(Mux(op.mx, (msc_off + mm.n + (W - 1)) >> wbits, 0)),
+                        sc_base.eq(op.m_addr2 >> wbits),
+                        sc_count.eq(Mux(has2, (msc_off + mm.n + (W - 1)) >> wbits, 0)),
                         sc_i.eq(0),
                         spos.eq(msc_off),
                     ]
@@ -398,9 +438,9 @@ class TensorFeed(wiring.Component):
                 rd_open.eq(fifo.level + (inflight & ~resp_sc) < 2),
                 fifo.w_data.eq(resp.payload),
                 fifo.w_en.eq(resp.valid & ~resp_sc),
-                resp.ready.eq(Mux(resp_sc, sfifo.w_rdy if self.mx else 0, fifo.w_rdy)),
+                resp.ready.eq(Mux(resp_sc, sfifo.w_rdy if self.second else 0, fifo.w_rdy)),
             ]
-            if self.mx:
+            if self.second:
                 # a scale word first when the scales' FIFO is empty or no element word is due
                 data_due = rd_open & (rd_i < rd_count)
                 m.d.comb += [
@@ -413,7 +453,7 @@ class TensorFeed(wiring.Component):
                 m.d.sync += [inflight.eq(1), resp_sc.eq(use_sc)]
             with m.Elif(resp.valid & resp.ready):
                 m.d.sync += inflight.eq(0)
-            scales_ready = (sfifo.r_rdy | ~op.mx) if self.mx else 1
+            scales_ready = (sfifo.r_rdy | ~has2) if self.second else 1
             m.d.comb += self.moving.valid.eq(fifo.r_rdy & scales_ready)
             with m.If(self.moving.valid & self.moving.ready):
                 last = n + 1 == mm.n
@@ -421,8 +461,8 @@ class TensorFeed(wiring.Component):
                 with m.If((mpos + 1 == per_word) | last):
                     m.d.comb += fifo.r_en.eq(1)
                     m.d.sync += mpos.eq(0)
-                if self.mx:
-                    with m.If(op.mx):
+                if self.second:
+                    with m.If(has2):
                         m.d.sync += spos.eq(spos + 1)
                         with m.If((spos + 1 == W) | last):
                             m.d.comb += sfifo.r_en.eq(1)

@@ -130,9 +130,9 @@ class NeuronCore(wiring.Component):
             tile_unit=geo.tile_unit,
             modes=modes,
         )
-        # the MX scale paths where the PEs have the MX mode
-        mx = any(mode.name == "mx" for mode in self.matmul.te.modes)
-        self.feed = TensorFeed(geo, mx=mx)
+        # the MX scale and double-row paths where the PEs have those modes
+        built = {mode.name for mode in self.matmul.te.modes}
+        self.feed = TensorFeed(geo, mx="mx" in built, double_row="double_row" in built)
         self.vector = VectorEngine(geo, instance=instance)
         self.issue = DmaIssue(geo)
         self.dma = DmaCore(

@@ -47,6 +47,7 @@ __all__ = [
     "CopyOp",
     "QuantizeOp",
     "QUANTIZE_FORMATS",
+    "Second",
     "Convert",
     "DmaOp",
     "Encoded",
@@ -177,10 +178,12 @@ class MatmulOp:
     (:func:`ncrtl.model.tensor_engine.isa.encode` words), the PSUM write ``psum``
     (:func:`ncrtl.model.psum.isa.encode` word) of its result, and where its operands are: the
     stationary ``[K, M]`` at byte ``s_addr`` of partitions ``tile_row ..``, the moving ``[K,
-    N]`` at ``m_addr``, ``s_esize`` / ``m_esize`` bytes per element.  An ``nc_matmul_mx``
-    (``mx``) has ``_x4`` operands (four elements in 4 bytes) and their E8M0 scales at bytes
-    ``s_scale_addr`` / ``m_scale_addr`` of the same partitions (row ``r``'s scales on
-    partition ``32 (r // 32) + (r % 32) // 8``: the quadrant layout)."""
+    N]`` at ``m_addr``, ``s_esize`` / ``m_esize`` bytes per element.  ``second``
+    (:class:`Second`) says what a second pass over each operand reads, from bytes ``s_addr2``
+    / ``m_addr2`` of the same partitions: an ``nc_matmul_mx``'s E8M0 scales (its operands
+    ``_x4``, four elements in 4 bytes; row ``r``'s scales on partition ``32 (r // 32) + (r %
+    32) // 8``: the quadrant layout), or a double-row matmul's second row of each partition
+    (``[K, 2, M]`` / ``[K, 2, N]`` FP8 operands: ``s_addr2 = s_addr + M``)."""
 
     ls: int
     mm: int
@@ -189,9 +192,17 @@ class MatmulOp:
     m_addr: int
     s_esize: int
     m_esize: int
-    mx: bool = False
-    s_scale_addr: int = 0
-    m_scale_addr: int = 0
+    second: int = 0
+    s_addr2: int = 0
+    m_addr2: int = 0
+
+
+class Second:
+    """:attr:`MatmulOp.second`: what a matmul's second pass over its operands reads."""
+
+    NONE = 0
+    MX_SCALES = 1  #: the E8M0 scales of an ``nc_matmul_mx``
+    DOUBLE_ROW = 2  #: the second row of a double-row (FP8 perf mode) matmul
 
 
 class Convert:
@@ -322,13 +333,11 @@ def _rows(ref):
 
 def _matmul(ins, geo):
     a = ins.args
-    for key, what in (
-        ("is_transpose", "transposes"),
-        ("perf_mode", "perf modes"),
-        ("chunks", "multi-bank chunks"),
-    ):
+    for key, what in (("is_transpose", "transposes"), ("chunks", "multi-bank chunks")):
         if a.get(key):
             _refuse(ins, f"has no matmul {what} yet ({key}={a[key]!r})")
+    if a.get("perf_mode") not in (None, "double_row"):
+        _refuse(ins, f"has no matmul perf mode {a['perf_mode']!r} (double_row only)")
     (dst,), (stat, mov) = ins.dsts, ins.srcs
     ls_word, mm_word = a["te"]
     ls, mm = te_isa.decode(ls_word), te_isa.decode(mm_word)
@@ -359,15 +368,26 @@ def _matmul(ins, geo):
             f"writes PE column c to PSUM partition c: the result starts at partition {p0}, its "
             f"tile at column {mm.tile_col}",
         )
-    return MatmulOp(
+    (_, _, s_addr, s_count), (_, _, m_addr, m_count) = _rows(stat), _rows(mov)
+    op = MatmulOp(
         ls_word,
         mm_word,
         psum_encode(write),
-        _rows(stat)[2],
-        _rows(mov)[2],
+        s_addr,
+        m_addr,
         dtype_of(stat.view_dtype).itemsize,
         dtype_of(mov.view_dtype).itemsize,
     )
+    if a.get("perf_mode") == "double_row":
+        # [K, 2, M]: each partition's two rows one after the other (FP8: a byte each)
+        if (s_count, m_count) != (2 * ls.m, 2 * mm.n):
+            _refuse(
+                ins,
+                f"reads a double-row operand as a partition's two rows one after the other: "
+                f"{s_count} and {m_count} elements per partition, not 2 x {ls.m} and 2 x {mm.n}",
+            )
+        op = replace(op, second=Second.DOUBLE_ROW, s_addr2=s_addr + ls.m, m_addr2=m_addr + mm.n)
+    return op
 
 
 def _matmul_mx(ins, geo):
@@ -391,7 +411,7 @@ def _matmul_mx(ins, geo):
                 f"at {r[0]}",
             )
         addrs.append(r[2])
-    return replace(op, mx=True, s_scale_addr=addrs[0], m_scale_addr=addrs[1])
+    return replace(op, second=Second.MX_SCALES, s_addr2=addrs[0], m_addr2=addrs[1])
 
 
 def _copy(ins, geo):

@@ -168,10 +168,11 @@ EXAMPLES = {
             "matmul_fp8_double_row",
             "more.py",
             "matmul_fp8_double_row",
-            lambda rng: [_fp8(rng, 256, 128), _fp8(rng, 256, 512)],
+            lambda rng, p=128, f=512: [_fp8(rng, 2 * p, p), _fp8(rng, 2 * p, f)],
             _matmul_ref,
             _dot_bound(256, 0.0),
             "fp8 (e4m3) in the double-row perf mode, K = 256 in one matmul",
+            scales=True,
         ),
         Example(
             "matmul_mx",

@@ -11,13 +11,15 @@ def matmul_fp8_double_row(lhsT, rhs):
     (element (p, j) is contraction index j * 128 + p)."""
     K, M = lhsT.shape
     K_, N = rhs.shape
-    assert K == K_ == 256 and M <= 128 and N <= 512
+    P = nl.tile_size.pmax  # 128
+    assert K == K_ == 2 * P and M <= nl.tile_size.gemm_stationary_fmax
+    assert N <= nl.tile_size.gemm_moving_fmax
     result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    a = nl.ndarray((128, 2, M), dtype=lhsT.dtype, buffer=nl.sbuf)
-    b = nl.ndarray((128, 2, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    a = nl.ndarray((P, 2, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((P, 2, N), dtype=rhs.dtype, buffer=nl.sbuf)
     for j in nl.affine_range(2):
-        nisa.dma_copy(dst=a[0:128, j, 0:M], src=lhsT[j * 128 : (j + 1) * 128, 0:M])
-        nisa.dma_copy(dst=b[0:128, j, 0:N], src=rhs[j * 128 : (j + 1) * 128, 0:N])
+        nisa.dma_copy(dst=a[0:P, j, 0:M], src=lhsT[j * P : (j + 1) * P, 0:M])
+        nisa.dma_copy(dst=b[0:P, j, 0:N], src=rhs[j * P : (j + 1) * P, 0:N])
     ps = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
     nisa.nc_matmul(ps, a, b, perf_mode=nisa.matmul_perf_mode.double_row)
     sb = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)

@@ -179,15 +179,21 @@ def quantize_job(geo, rng):
     return Job("quantize", program, [x, y])
 
 
-def conformance_jobs(geo, rng, count):
-    """The conformance set at ``geo``: :data:`CONFORMANCE_EXAMPLES`, the evictions of special
-    values (:func:`evictions_job`), on a NeuronCore-v4 with QuantizeMX the quantizations
-    (:func:`quantize_job`) and the shipped ``matmul_mx`` (QuantizeMX, then the MX matmul: a
-    core built with the MX PE mode), then ``count`` random kernels."""
+def conformance_jobs(geo, rng, count, modes=("bf16", "fp16")):
+    """The conformance set at ``geo`` on a core whose PEs have ``modes`` (mode names):
+    :data:`CONFORMANCE_EXAMPLES`, the evictions of special values (:func:`evictions_job`), on
+    a NeuronCore-v4 with QuantizeMX the quantizations (:func:`quantize_job`), the shipped
+    ``matmul_fp8_double_row`` where the PEs have the double-row mode and ``matmul_mx``
+    (QuantizeMX, then the MX matmul) where they have the MX mode, then ``count`` random
+    kernels."""
     from .random_kernels import random_job
 
     out = [example_job(n, geo, rng) for n in CONFORMANCE_EXAMPLES] + [evictions_job(geo, rng)]
     if geo.quantize_mx:
-        out += [quantize_job(geo, rng), example_job("matmul_mx", geo, rng)]
+        out.append(quantize_job(geo, rng))
+    if "double_row" in modes and geo.version != "v2":
+        out.append(example_job("matmul_fp8_double_row", geo, rng))
+    if "mx" in modes and geo.quantize_mx:
+        out.append(example_job("matmul_mx", geo, rng))
     out += [random_job(geo, rng, f"random{i}") for i in range(count)]
     return out

@@ -31,6 +31,7 @@ from ncrtl.hdl.common.axi import AxiManager
 from ncrtl.hdl.neuroncore.isa import program_image
 from ncrtl.hdl.neuroncore.top import ErrorSource, core_signature
 from ncrtl.model.kernel import golden
+from ncrtl.model.modes import pe_modes
 from ncrtl.model.neuroncore.isa import encode
 from ncrtl.testbench.conformance import tb_settings
 from ncrtl.testbench.dma.memory import AxiMemory
@@ -159,7 +160,11 @@ async def test_kernels(dut):
     geo = blocks.neuroncore_geometry(params)
     rng = np.random.default_rng(seed)
     job = os.environ.get(jobs.JOB_ENV)
-    todo = jobs.load(job) if job else jobs.conformance_jobs(geo, rng, count)
+    if job:
+        todo = jobs.load(job)
+    else:
+        modes = [m.name for m in pe_modes(params["pe_modes"])]
+        todo = jobs.conformance_jobs(geo, rng, count, modes)
     latency = jobs.latency_of(job) if job else int(rng.integers(*LATENCIES))
     tb = CoreTB(dut, geo, stall=stall, seed=seed, latency=latency)
     dut._log.info(f"{len(todo)} kernels, memory latency {latency} cycles, stall {stall}")
