@@ -146,9 +146,14 @@ def _bench_neuroncore(size):
     matmul_tiled at that geometry (``ncrtl run --example matmul_tiled --rtl``): its cycles,
     the simulation's cycles per second end to end (the simulator process, start to exit), and
     the timing model's cycles at the RTL's clock and DMA figures."""
-    from ncrtl.model.neuroncore.timing import simulate_at_rtl
     from ncrtl.testbench.neuroncore import jobs
-    from ncrtl.testbench.neuroncore.run import LATENCY, block_params, completions, run_rtl
+    from ncrtl.testbench.neuroncore.run import (
+        LATENCY,
+        block_params,
+        completions,
+        model_at_rtl,
+        run_rtl,
+    )
 
     block = blocks.get("neuroncore")
     if size == 8:
@@ -172,7 +177,7 @@ def _bench_neuroncore(size):
         f"  Verilog generation {st['generate']:.1f} s, Verilator build {st['build']:.1f} s, "
         f"peak child process (build or simulation) {peak:.0f} MiB"
     )
-    report = simulate_at_rtl(job.program, geo, LATENCY)
+    report = model_at_rtl(job.program, geo, LATENCY)
     model = round(report.total_ns)
     print(
         f"  {res.cycles:,} cycles in {st['simulate']:.1f} s: {res.cycles / st['simulate']:.1f} "

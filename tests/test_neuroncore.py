@@ -394,3 +394,26 @@ def test_timing_at_rtl_has_the_descriptor_generators_of_the_rtl():
     assert all(len(s) > 1 for s in starts.values())
     for s in starts.values():
         assert np.diff(sorted(s)).min() >= DGE_CYCLES + 2
+
+
+def test_fetch_starts_stagger_the_models_streams():
+    """``fetch_starts``: the streams with entries, in stream order, each first entry after the
+    memory latency and the earlier streams' first entries' words (the tensor queue's two words
+    from cycle 1 + 8); the timing model at the RTL's figures then starts each stream there,
+    and the total grows by no more than the last start."""
+    from ncrtl.hdl.neuroncore.isa import entry_words, fetch_starts
+    from ncrtl.model.neuroncore.timing import simulate_at_rtl
+    from ncrtl.testbench.neuroncore import jobs
+
+    job = jobs.example_job("matmul_basic", SMALL, np.random.default_rng(0))
+    enc = encode(job.program, SMALL)
+    st = fetch_starts(enc, SMALL, 8)
+    assert list(st) == [s for s in SMALL.streams() if enc.queues[s]]
+    layouts = op_layouts(SMALL)
+    assert st["tensor"] == 1 + 8 + entry_words(layouts["tensor"], SMALL)
+    assert all(b > a for a, b in zip(list(st.values()), list(st.values())[1:]))
+    plain = simulate_at_rtl(job.program, SMALL, 8)
+    late = simulate_at_rtl(job.program, SMALL, 8, starts=st)
+    for name, first in st.items():
+        assert late.core.ns(late.records[name][0].start) >= first
+    assert plain.total_ns <= late.total_ns <= plain.total_ns + max(st.values())

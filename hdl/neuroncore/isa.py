@@ -35,6 +35,7 @@ __all__ = [
     "pack",
     "entry_words",
     "program_image",
+    "fetch_starts",
     "PROGRAM_ALIGN",
 ]
 
@@ -196,6 +197,25 @@ def program_image(encoded, geo):
         )
     image = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
     return base, image, starts
+
+
+def fetch_starts(encoded, geo, latency):
+    """The cycle each stream's first entry reaches its queue, as the timing model's stream
+    starts (``Params.starts``): the instruction fetch serves the streams' first entries in
+    stream order, a stream's read issued the cycle after its start (the starts one per cycle
+    from cycle 0), its beats ``latency`` cycles later at the earliest and one per cycle after
+    the earlier streams' beats.  Later entries are taken to arrive in time (two are buffered
+    per queue)."""
+    layouts = op_layouts(geo)
+    out, beat, i = {}, 0, 0
+    for s in geo.streams():
+        if not encoded.queues[s]:
+            continue
+        first = max(beat, i + 1 + latency)
+        beat = first + entry_words(layouts[s], geo)
+        out[s] = beat
+        i += 1
+    return out
 
 
 def pack(entry, geo):

@@ -76,12 +76,16 @@ class DgeStage:
 @dataclass(frozen=True)
 class Params:
     """The timing model's parameters: the Tensor Engine's rules, the DMA engines' timing, the
-    descriptor generators (:class:`DgeStage`; none by default)."""
+    descriptor generators (:class:`DgeStage`; none by default), and ``starts``: per stream
+    (``"tensor"``, ``"dma0"`` ...) the cycle of its engine's clock from which it may take its
+    first instruction (every stream from 0 by default; the RTL core's instruction fetch
+    staggers them: ``ncrtl.hdl.neuroncore.isa.fetch_starts``)."""
 
     te_rules: object = DOCUMENTED
     dma: EngineTiming = EngineTiming(word_bytes=DMA_WORD_BYTES, overhead=DMA_OVERHEAD)
     fixed_latency: int = FIXED_LATENCY
     dge: DgeStage | None = None
+    starts: dict | None = None
 
     @property
     def dma_latency(self):
@@ -655,8 +659,9 @@ def simulate(program, *, params=None, trace=False):
         ev.at(done, s.sem.signal, done)
         s.pos += 1
 
+    starts = params.starts or {}
     for s in streams.values():
-        ev.at(0, advance, s)
+        ev.at(starts.get(s.local, 0) * s.clock.period, advance, s)
     ev.run()
     if any(s.pos < len(s.instrs) for s in streams.values()):
         counts = {(s.core, s.local): s.sem.count for s in streams.values()}

@@ -29,13 +29,14 @@ DGES = 2
 RTL_MHZ = 1000
 
 
-def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES):
+def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES, starts=None):
     """The timing model's :class:`~ncrtl.model.kernel.timing.Params` at the RTL core's DMA
     figures: ``geo.word_bytes`` data words, ``outstanding`` reads in flight, a device memory
     of ``latency`` cycles, no fixed per-transfer overhead (the RTL's DMA engines have none),
     and the RTL's two descriptor generators in front of the engines
     (:class:`~ncrtl.model.kernel.timing.DgeStage`: ``dge_cycles`` to a transfer's first part,
-    one transfer at a time each, ``geo.dma_inflight`` transfers per queue)."""
+    one transfer at a time each, ``geo.dma_inflight`` transfers per queue); ``starts``: the
+    cycle each stream may begin (:class:`~ncrtl.model.kernel.timing.Params`)."""
     dma = EngineTiming(
         word_bytes=geo.word_bytes,
         overhead=0,
@@ -46,15 +47,17 @@ def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES):
     dge = timing.DgeStage(
         cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight, queues=geo.dma_queues
     )
-    return timing.Params(dma=dma, dge=dge)
+    return timing.Params(dma=dma, dge=dge, starts=starts)
 
 
-def simulate_at_rtl(program, geo, latency, *, trace=False):
+def simulate_at_rtl(program, geo, latency, *, trace=False, starts=None):
     """The timing model's :class:`~ncrtl.model.kernel.timing.Report` of ``program`` with every
     engine on the RTL core's one clock and its DMA figures (:func:`rtl_params`); its
-    ``total_ns`` is in RTL cycles."""
+    ``total_ns`` is in RTL cycles.  ``starts``: the cycle each stream may take its first
+    instruction, where the RTL's instruction fetch delivers it
+    (``ncrtl.hdl.neuroncore.isa.fetch_starts``; every stream from 0 without)."""
     mhz = dict.fromkeys(
         ("tensor_mhz", "vector_mhz", "scalar_mhz", "gpsimd_mhz", "dma_mhz"), RTL_MHZ
     )
     at_rtl = replace(program, core=replace(program.core, **mhz))
-    return timing.simulate(at_rtl, params=rtl_params(geo, latency), trace=trace)
+    return timing.simulate(at_rtl, params=rtl_params(geo, latency, starts=starts), trace=trace)

@@ -226,15 +226,15 @@ def _geometry(args, kernel):
 def _run_rtl(args, program, arrays, geo, outputs):
     """The kernel on the RTL core: its outputs against the golden's, bit for bit, and its
     cycles against the timing model's at the RTL's clock and DMA figures
-    (:func:`ncrtl.model.neuroncore.timing.simulate_at_rtl`); the ``rtl`` entry of
+    (:func:`ncrtl.testbench.neuroncore.run.model_at_rtl`: its streams starting where the core's
+    instruction fetch delivers their first entries); the ``rtl`` entry of
     report.json."""
     from dataclasses import asdict
 
     import numpy as np
 
     from ..model.kernel import golden as kgolden
-    from ..model.neuroncore.timing import simulate_at_rtl
-    from ..testbench.neuroncore.run import LATENCY, run_rtl
+    from ..testbench.neuroncore.run import LATENCY, model_at_rtl, run_rtl
 
     try:
         res = run_rtl(
@@ -252,7 +252,7 @@ def _run_rtl(args, program, arrays, geo, outputs):
         np.asarray(g).tobytes() == np.asarray(w).tobytes() for g, w in zip(res.outputs, outputs)
     )
     try:
-        model = round(simulate_at_rtl(program, geo, LATENCY).total_ns)
+        model = round(model_at_rtl(program, geo, LATENCY).total_ns)
     except kgolden.KernelError as e:
         model, why = None, str(e)
     out = {

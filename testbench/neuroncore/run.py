@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RtlResult", "block_params", "run_rtl", "completions", "LATENCY"]
+__all__ = ["RtlResult", "block_params", "run_rtl", "completions", "model_at_rtl", "LATENCY"]
 
 #: Cycles of the device memory model behind every DMA engine (``ncrtl run --rtl``): from an
 #: accepted read address to its first data beat, and from a write burst's last beat to its
@@ -82,6 +82,19 @@ def run_rtl(
         raise RuntimeError(res.report())
     (got,) = results.values()
     return RtlResult(got["outputs"], got["cycles"], res.label, modes, dict(res.steps), got["done"])
+
+
+def model_at_rtl(program, geo, latency=LATENCY, *, trace=False):
+    """The timing model of ``program`` at the RTL core's figures
+    (:func:`ncrtl.model.neuroncore.timing.simulate_at_rtl`), each stream starting where the
+    core's instruction fetch delivers its first entry
+    (:func:`ncrtl.hdl.neuroncore.isa.fetch_starts`)."""
+    from ncrtl.hdl.neuroncore.isa import fetch_starts
+    from ncrtl.model.neuroncore.isa import encode
+    from ncrtl.model.neuroncore.timing import simulate_at_rtl
+
+    starts = fetch_starts(encode(program, geo), geo, latency)
+    return simulate_at_rtl(program, geo, latency, trace=trace, starts=starts)
 
 
 def completions(done, report):
