@@ -1465,8 +1465,8 @@ _NEURONCORE_PARAMS = (
 register(
     Block(
         "neuroncore",
-        "NeuronCore: instruction queues, DMA + SBUF, Tensor Engine + PSUM, eviction (a kernel's "
-        "streams)",
+        "NeuronCore: instruction fetch and queues, DMA + SBUF, Tensor Engine + PSUM, Vector "
+        "Engine (eviction; QuantizeMX on v4): a kernel's streams",
         _NEURONCORE_PARAMS,
         _make_neuroncore,
         _neuroncore_top,
