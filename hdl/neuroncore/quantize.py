@@ -10,7 +10,7 @@ from ncrtl.hdl.common.bits import equals, span_mask
 from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.vector_engine.quantize_mx import QuantizeMX
 from ncrtl.model.neuroncore.isa import QUANTIZE_FORMATS, QUANTIZE_SLOT
-from ncrtl.model.tensor_engine.matmul import MX_GROUP_PARTITIONS, QUADRANT
+from ncrtl.model.tensor_engine.matmul import MX_GROUP_PARTITIONS, QUADRANT, mx_scale_partition
 
 from .isa import quantize_layout
 from .ports import ErrorStrobe, InstrQueue, SbufPort
@@ -23,8 +23,49 @@ _QUAD = 4
 _CODES = 4
 #: Source words read ahead of the quantizer.
 _AHEAD = 3
-#: Scales a quadrant holds, on its first partitions (seed 001's layout).
-_SCALES_PER_QUADRANT = QUADRANT // MX_GROUP_PARTITIONS
+
+
+class _WordStage:
+    """A destination word (of every partition) filled a slot at a time in ``acc`` with its
+    byte strobes, moved when full or at the operation's end to a write register (``pend``,
+    ``word``, ``data``, ``wstrobe``) that holds it until the SBUF takes it: the codes' word and
+    the scales' word of :class:`Quantize`."""
+
+    def __init__(self, name, geo):
+        W, P = geo.word_bytes, geo.partitions
+        self.acc = Signal(8 * W * P, name=f"{name}_acc")
+        self.strobe = Signal(W, name=f"{name}_strobe")
+        self.pend = Signal(name=f"{name}_pend")
+        self.word = Signal(geo.addr_bits, name=f"{name}_word")
+        self.data = Signal(8 * W * P, name=f"{name}_data")
+        self.wstrobe = Signal(W, name=f"{name}_wstrobe")
+
+    def place(self, m, closes, word, placed, bit):
+        """A beat taken: its slots ``placed`` (every partition's word with them) and their
+        strobe ``bit``; to the write register if it ``closes`` the word (``word``: its
+        address)."""
+        with m.If(closes):
+            m.d.sync += [
+                self.pend.eq(1),
+                self.word.eq(word),
+                self.data.eq(Cat(*placed)),
+                self.wstrobe.eq(self.strobe | bit),
+                self.acc.eq(0),
+                self.strobe.eq(0),
+            ]
+        with m.Else():
+            m.d.sync += [self.acc.eq(Cat(*placed)), self.strobe.eq(self.strobe | bit)]
+
+    def write(self, m, req):
+        """The write register on the SBUF request ``req``, emptied when it is taken (a beat
+        that closes the word waits while it is full, so none refills it in that cycle)."""
+        m.d.comb += [
+            req.payload.word.eq(self.word),
+            req.payload.data.eq(self.data),
+            req.payload.strobe.eq(self.wstrobe),
+        ]
+        with m.If(req.ready):
+            m.d.sync += self.pend.eq(0)
 
 
 class QuantizeError:
@@ -161,18 +202,22 @@ class Quantize(wiring.Component):
 
         codes = qm.dst.payload.data
         scales = qm.dst.payload.scale
-        d_acc, s_acc = Signal(8 * W * P), Signal(8 * W * P)
-        d_strobe, s_strobe = Signal(W), Signal(W)
+        dw, sw = _WordStage("codes", geo), _WordStage("scales", geo)
+        d_acc, s_acc = dw.acc, sw.acc
         d_placed, s_placed = [], []
+        # the partition of each group's scale (the golden's layout); the others get 0
+        holder = {
+            int(mx_scale_partition(MX_GROUP_PARTITIONS * g)): g
+            for g in range(P // MX_GROUP_PARTITIONS)
+        }
         for p in range(P):
             word = Signal(8 * W, name=f"codes{p}")
             for j in range(d_slots):
                 cur = d_acc[8 * W * p + 32 * j :][:32]
                 m.d.comb += word[32 * j :][:32].eq(Mux(equals(d_pos, j), codes[32 * p :][:32], cur))
             d_placed.append(word)
-            q, r = divmod(p, QUADRANT)
-            g = q * _SCALES_PER_QUADRANT + r
-            scale = scales[8 * g :][:8] if r < _SCALES_PER_QUADRANT else Const(0, 8)
+            g = holder.get(p)
+            scale = scales[8 * g :][:8] if g is not None else Const(0, 8)
             word = Signal(8 * W, name=f"scales{p}")
             for j in range(W):
                 cur = s_acc[8 * W * p + 8 * j :][:8]
@@ -184,10 +229,7 @@ class Quantize(wiring.Component):
         m.d.comb += s_bit.eq(Const(1, W) << s_pos)
 
         # the write registers: a word waits there until the SBUF takes it
-        d_pend, s_pend = Signal(), Signal()
-        d_word, s_word = Signal(geo.addr_bits), Signal(geo.addr_bits)
-        d_data, s_data = Signal(8 * W * P), Signal(8 * W * P)
-        d_wstrobe, s_wstrobe = Signal(W), Signal(W)
+        d_pend, s_pend = dw.pend, sw.pend
         ended = Signal()  # the last beat is placed
         m.d.comb += qm.dst.ready.eq(~(d_pend & d_closes) & ~(s_pend & s_closes))
         put = qm.dst.valid & qm.dst.ready
@@ -195,28 +237,8 @@ class Quantize(wiring.Component):
             m.d.sync += oi.eq(oi + 1)
             with m.If(o_last):
                 m.d.sync += ended.eq(1)
-            with m.If(d_closes):
-                m.d.sync += [
-                    d_pend.eq(1),
-                    d_word.eq(d_byte >> wbits),
-                    d_data.eq(Cat(*d_placed)),
-                    d_wstrobe.eq(d_strobe | d_bit),
-                    d_acc.eq(0),
-                    d_strobe.eq(0),
-                ]
-            with m.Else():
-                m.d.sync += [d_acc.eq(Cat(*d_placed)), d_strobe.eq(d_strobe | d_bit)]
-            with m.If(s_closes):
-                m.d.sync += [
-                    s_pend.eq(1),
-                    s_word.eq(s_byte >> wbits),
-                    s_data.eq(Cat(*s_placed)),
-                    s_wstrobe.eq(s_strobe | s_bit),
-                    s_acc.eq(0),
-                    s_strobe.eq(0),
-                ]
-            with m.Else():
-                m.d.sync += [s_acc.eq(Cat(*s_placed)), s_strobe.eq(s_strobe | s_bit)]
+            dw.place(m, d_closes, d_byte >> wbits, d_placed, d_bit)
+            sw.place(m, s_closes, s_byte >> wbits, s_placed, s_bit)
 
         m.d.comb += [
             writing.eq(d_pend | s_pend),
@@ -225,23 +247,9 @@ class Quantize(wiring.Component):
             sreq.payload.mask.eq(span_mask(op.part, op.parts, P)),
         ]
         with m.If(d_pend):
-            m.d.comb += [
-                sreq.payload.word.eq(d_word),
-                sreq.payload.data.eq(d_data),
-                sreq.payload.strobe.eq(d_wstrobe),
-            ]
-            with m.If(sreq.ready):
-                with m.If(~(put & d_closes)):
-                    m.d.sync += d_pend.eq(0)
+            dw.write(m, sreq)
         with m.Elif(s_pend):
-            m.d.comb += [
-                sreq.payload.word.eq(s_word),
-                sreq.payload.data.eq(s_data),
-                sreq.payload.strobe.eq(s_wstrobe),
-            ]
-            with m.If(sreq.ready):
-                with m.If(~(put & s_closes)):
-                    m.d.sync += s_pend.eq(0)
+            sw.write(m, sreq)
         with m.Else():
             m.d.comb += sreq.payload.word.eq(rw)
 

@@ -12,7 +12,7 @@ from ncrtl.hdl.common.params import validated_init
 from ncrtl.hdl.psum.control import INSTR_LAYOUT as PSUM_INSTR_LAYOUT
 from ncrtl.hdl.tensor_engine.control import INSTR_LAYOUT as TE_INSTR_LAYOUT
 from ncrtl.model.neuroncore.isa import Second
-from ncrtl.model.tensor_engine.matmul import MX_GROUP_PARTITIONS, QUADRANT
+from ncrtl.model.tensor_engine.matmul import mx_scale_partition
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
 from .isa import matmul_layout
@@ -69,8 +69,9 @@ class _Feed(enum.Enum, shape=3):
 
 
 def scale_partition(r):
-    """The partition of PE row ``r``'s MX scales (seed 001's quadrant layout)."""
-    return QUADRANT * (r // QUADRANT) + (r % QUADRANT) // MX_GROUP_PARTITIONS
+    """The partition of PE row ``r``'s MX scales (seed 001's quadrant layout, the golden's
+    :func:`~ncrtl.model.tensor_engine.matmul.mx_scale_partition`), a Python int for wiring."""
+    return int(mx_scale_partition(r))
 
 
 class TensorFeed(wiring.Component):
