@@ -13,7 +13,9 @@ here):
 * products per PE step: one fused, singly rounded ``psum + sum_j s_j * x_j`` per step;
 * whether the product sum is scaled by E8M0 block scales (MX);
 * the beat interval: cycles per stationary or moving beat, and for a transpose;
-* the tilings the Tensor Engine accepts.
+* the tilings the Tensor Engine accepts;
+* whether the mode runs M:N structured-sparse matmuls (``sparse``: ``nc_matmul_sparse``, a
+  compressed stationary with 4-bit position tags, :mod:`ncrtl.model.tensor_engine.sparse`).
 
 The MX row (quad MXFP8 / MXFP4 with E8M0 block scales, NeuronCore-v4 ``nc_matmul_mx``) is
 selected by its own instruction, never implied by operand formats (``scale``): its contraction
@@ -42,6 +44,9 @@ __all__ = [
     "FORMAT_BITS",
     "FAMILIES",
     "pe_modes",
+    "SPARSE_RATIOS",
+    "SPARSE_GROUP",
+    "SPARSE_MODES",
 ]
 
 #: The FP8 formats of the fp8 mode, in fmt-field order.
@@ -56,6 +61,13 @@ MX_DTYPES = {f"mx{f}": f for f in MX_FORMATS}
 
 #: Tile sizes of the row and column tiling modes (2 x 64 on NeuronCore-v2+, 4 x 32 on v3+).
 TILE_SIZES = (32, 64)
+
+#: Compression ratios of the sparse matmul (seed 000): 4:8, 4:12 and 4:16 (at most 4 non-zeros in
+#: every 4 x ratio elements along the contraction).
+SPARSE_RATIOS = (2, 3, 4)
+
+#: Non-zeros kept per group (the ``M`` of ``M:N``): compressed stationary rows per group.
+SPARSE_GROUP = 4
 
 #: Width of the instruction's mode field and of each format field.
 MODE_BITS = 3
@@ -97,6 +109,9 @@ class PeMode:
         Largest moving free size N of one MultiplyMoving whose result PSUM accumulates in FP32
         (``max_n``: one 2 KiB bank row of FP32, 512) and in BF16 (``max_n_bf16``: the instruction's
         ``bf16_out``; MX: 1024, a bank row of BF16).
+    sparse : bool
+        The mode runs M:N structured-sparse matmuls (seed 000: FP8, BF16, FP16 and TF32; one
+        product per PE step, the moving operand picked by the PE's tag).
     """
 
     name: str
@@ -115,6 +130,7 @@ class PeMode:
     m_multiple: int = 1
     max_n: int = 512
     max_n_bf16: int = 512
+    sparse: bool = False
 
     def __post_init__(self):
         for side in (self.formats_s, self.formats_m):
@@ -166,10 +182,10 @@ class PeMode:
 
 MODES = (
     PeMode("fp32", 0, ("fp32",), ("fp32",), beat_interval=4, transpose_interval=2),
-    PeMode("tf32", 1, ("tf32",), ("tf32",)),
-    PeMode("bf16", 2, ("bf16",), ("bf16",)),
-    PeMode("fp16", 3, ("fp16",), ("fp16",)),
-    PeMode("fp8", 4, FP8_FORMATS, FP8_FORMATS),
+    PeMode("tf32", 1, ("tf32",), ("tf32",), sparse=True),
+    PeMode("bf16", 2, ("bf16",), ("bf16",), sparse=True),
+    PeMode("fp16", 3, ("fp16",), ("fp16",), sparse=True),
+    PeMode("fp8", 4, FP8_FORMATS, FP8_FORMATS, sparse=True),
     PeMode(
         "double_row",
         5,
@@ -198,6 +214,9 @@ MODES = (
 
 #: The modes the Tensor Engine serves.
 ENGINE_MODES = tuple(m for m in MODES if m.engine)
+
+#: The modes that run sparse matmuls.
+SPARSE_MODES = tuple(m for m in ENGINE_MODES if m.sparse)
 
 _BY_NAME = {m.name: m for m in MODES}
 _BY_CODE = {m.code: m for m in MODES}

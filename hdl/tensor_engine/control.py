@@ -236,6 +236,8 @@ def check_logic(
     checks = [
         (~rules["known"], Error.MODE),
         (rules["bad_fmt"], Error.FORMAT),
+        # no sparse path in the array (isa.check(..., sparse=False))
+        (ins.sparse.any(), Error.SPARSE),
         (bad_combo, Error.MODE_COMBO),
         (bad_tile, Error.TILE),
         (bad_k, Error.K_RANGE),

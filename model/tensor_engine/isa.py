@@ -14,7 +14,17 @@ from functools import cached_property
 import numpy as np
 
 from ncrtl.model.fields import pack_fields, unpack_fields
-from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, FP8_FORMATS, MODE_BITS, MODES, mode_by_code
+from ncrtl.model.modes import (
+    ENGINE_MODES,
+    FORMAT_BITS,
+    FP8_FORMATS,
+    MODE_BITS,
+    MODES,
+    SPARSE_GROUP,
+    SPARSE_MODES,
+    SPARSE_RATIOS,
+    mode_by_code,
+)
 
 __all__ = [
     "Op",
@@ -68,6 +78,8 @@ class Error(enum.IntEnum):
     SELECTION = 9  # transpose with a moving beat that is not a selection column
     MODE = 10  # a mode number the Tensor Engine does not serve
     TILE_BUSY = 11  # a tile overlapping a different tile whose instructions have beats to come
+    SPARSE = 12  # a sparse instruction of a mode without sparse, or a ratio other than 2, 3, 4
+    TAG = 13  # a sparse LS whose tags leave the ratio's positions or repeat within a group
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,10 @@ class Instruction:
         The result is accumulated in a BF16 PSUM tile (NKI: the destination tile's dtype).  The
         values leaving the array are FP32 either way (PSUM rounds them); it raises the N limit
         of a mode that allows it (:meth:`ncrtl.model.modes.PeMode.n_limit`: MX, 1024).
+    sparse : int
+        0 for a dense instruction; else the compression ratio of an M:N sparse matmul (2, 3
+        or 4: 4:8, 4:12, 4:16; :mod:`ncrtl.model.tensor_engine.sparse`).  ``k`` counts the
+        compressed rows (PE rows used); a moving beat carries ``sparse`` elements per row.
     tile_row, tile_rows, tile_col, tile_cols : int
         Tile position and size; the default ``(0, rows, 0, cols)`` is the whole array (use
         :meth:`whole` to fill in the array size).
@@ -107,6 +123,7 @@ class Instruction:
     fmt_m: int = 0
     transpose: bool = False
     bf16_out: bool = False
+    sparse: int = 0
     tile_row: int = 0
     tile_rows: int = 0
     tile_col: int = 0
@@ -145,6 +162,7 @@ FIELDS = (
     ("fmt_m", FORMAT_BITS),
     ("transpose", 1),
     ("bf16_out", 1),
+    ("sparse", 3),
     ("k", 8),
     ("m", 8),
     ("n", 11),
@@ -230,7 +248,7 @@ def check_array(rows, cols, tile_unit=32):
     return None
 
 
-def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
+def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None, sparse=True):
     """The first rule ``ins`` breaks on a ``rows x cols`` array, or ``None``.
 
     Parameters
@@ -247,6 +265,9 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
     modes : sequence of PeMode or None
         The modes the engine is built for (``modes.pe_modes``; None: every engine mode): an
         instruction of another mode breaks the mode rule (``Error.MODE``).
+    sparse : bool
+        The engine has the sparse path; without it every sparse instruction breaks the sparse
+        rule (``Error.SPARSE``).
 
     Returns
     -------
@@ -290,6 +311,21 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
     row_t = ins.tile_rows != rows
     col_t = ins.tile_cols != cols
     tiled = row_t or col_t or ins.tile_row or ins.tile_col
+    if ins.sparse:
+        if not sparse:
+            return Error.SPARSE, "this build of the Tensor Engine has no sparse path"
+        if not mode.sparse:
+            return Error.SPARSE, (
+                f"mode {mode.name} cannot run a sparse matmul; sparse modes: "
+                f"{', '.join(m.name for m in SPARSE_MODES)}"
+            )
+        if ins.sparse not in SPARSE_RATIOS:
+            return Error.SPARSE, (
+                f"compression ratio {ins.sparse} is not one the Tensor Engine has; ratios: "
+                f"{', '.join(f'{r} (4:{SPARSE_GROUP * r})' for r in SPARSE_RATIOS)}"
+            )
+        if ins.transpose or tiled:
+            return Error.MODE_COMBO, "a sparse matmul cannot be combined with tiling or transpose"
     if (ins.transpose and not mode.transposes) or (tiled and not mode.tiles):
         return Error.MODE_COMBO, f"{mode.name} cannot be combined with tiling or transpose"
     if tiled:
@@ -334,6 +370,11 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
             f"{mode.name} K={ins.k} must be a multiple of {k_step} partitions (block-scale "
             f"groups of 8 partitions x 4 packed elements fill whole quadrants)"
         )
+    if ins.sparse and ins.k % SPARSE_GROUP:
+        return Error.K_RANGE, (
+            f"sparse K={ins.k} must be a multiple of {SPARSE_GROUP} (compressed rows come in "
+            f"groups of {SPARSE_GROUP}, the non-zeros of one group of positions)"
+        )
     if not 1 <= ins.m <= ins.tile_cols:
         return Error.M_RANGE, f"M={ins.m} must be in 1..{ins.tile_cols} (columns of the tile)"
     if ins.m % mode.m_multiple:
@@ -355,6 +396,7 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
             and st.k == ins.k
             and st.m == ins.m
             and st.transpose == ins.transpose
+            and st.sparse == ins.sparse
             and st.tile_row == ins.tile_row
             and st.tile_rows == ins.tile_rows
             and st.tile_col == ins.tile_col
@@ -362,7 +404,7 @@ def check(ins, rows, cols, stationary=None, *, tile_unit=32, modes=None):
         )
         if not same:
             return Error.MODE_MISMATCH, (
-                "MultiplyMoving mode, stationary format, K, M, transpose "
-                "and tile must equal those of its LoadStationary"
+                "MultiplyMoving mode, stationary format, K, M, transpose, "
+                "sparse ratio and tile must equal those of its LoadStationary"
             )
     return None

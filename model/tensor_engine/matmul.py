@@ -233,8 +233,11 @@ def _pair(name, value):
     return a, b
 
 
-def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_size, bf16_out=False):
-    """The LS and MM of one call (tile fields filled in only when tiling is requested)."""
+def _instructions(
+    mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_size, bf16_out=False, sparse=0
+):
+    """The LS and MM of one call (tile fields filled in only when tiling is requested;
+    ``sparse`` the compression ratio of a sparse matmul)."""
     if (tile_position is None) != (tile_size is None):
         raise InstructionError(
             "tile_position and tile_size must be given together "
@@ -246,7 +249,9 @@ def _instructions(mode, fmt_s, fmt_m, k, m, n, transpose, tile_position, tile_si
         r0, c0 = _pair("tile_position", tile_position)
         tr, tc = _pair("tile_size", tile_size)
         tile = dict(tile_row=r0, tile_rows=tr, tile_col=c0, tile_cols=tc)
-    ls = Instruction(Op.LS, mode, k=k, m=m, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, **tile)
+    ls = Instruction(
+        Op.LS, mode, k=k, m=m, fmt_s=fmt_s, fmt_m=fmt_m, transpose=transpose, sparse=sparse, **tile
+    )
     return ls, replace(ls, op=Op.MM, n=n, bf16_out=bf16_out)
 
 
@@ -364,10 +369,12 @@ def _array_size(rows, cols, tile_unit):
         raise InstructionError(bad)
 
 
-def _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit, *, bf16_out=False):
+def _check_pair(
+    op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit, *, bf16_out=False, sparse=0
+):
     """The rules of the LS + MM pair of one call: ``op`` = ``(mode, fmt_s, fmt_m,
     transpose)``, ``s`` / ``x`` the operands (same K), ``mn`` = ``(M, N)``, ``bf16_out`` the
-    MM's result dtype flag; raises :class:`InstructionError` with :func:`isa.check`'s message
+    MM's result dtype flag, ``sparse`` its compression ratio (0: dense); raises :class:`InstructionError` with :func:`isa.check`'s message
     and code."""
     if s.shape[0] != x.shape[0]:
         raise InstructionError(
@@ -376,7 +383,7 @@ def _check_pair(op, s, x, mn, tile_position, tile_size, rows, cols, tile_unit, *
         )
     mode, fmt_s, fmt_m, transpose = op
     ls, mm = _instructions(
-        mode, fmt_s, fmt_m, s.shape[0], *mn, transpose, tile_position, tile_size, bf16_out
+        mode, fmt_s, fmt_m, s.shape[0], *mn, transpose, tile_position, tile_size, bf16_out, sparse
     )
     for ins, st in ((ls, None), (mm, ls)):
         bad = check(ins, rows, cols, st, tile_unit=tile_unit)
@@ -482,8 +489,17 @@ def _short_products(fs, fm):
 
 
 def _chain_float64(sv, xv):
-    """The psum chains of a one-product mode with short products (:func:`_short_products`),
-    ``sv [K, M]`` and ``xv [K, N]`` the operands' exact values (float64).  Step ``k`` is
+    """The psum chains of a one-product mode with short products, ``sv [K, M]`` and ``xv [K,
+    N]`` the operands' exact values (float64): :func:`float64_chain` of their outer
+    products."""
+    steps = (np.multiply.outer(sv[i], xv[i]) for i in range(sv.shape[0]))
+    return float64_chain(steps, sv.shape[1], xv.shape[1])
+
+
+def float64_chain(products, m, n):
+    """The psum chains ``[m, n]`` of a one-product mode with short products
+    (:func:`_short_products`), ``products`` yielding each step's products ``q`` (float64
+    ``[m, n]``: the exact products of the operands' values).  Step ``k`` is
     computed as one float64 multiplication, one float64 addition and the float64 -> float32
     conversion (round to nearest even, subnormals and overflow included).  That equals the
     contract's ``round_fp32(p + q)``, ``p`` the float32 psum and ``q = s * x``:
@@ -508,11 +524,10 @@ def _chain_float64(sv, xv):
     are NaN); a NaN result is the canonical quiet NaN, as :func:`fp32_dot_add` gives it.
     ``tests/test_model_tensor_engine.py`` checks this path bit for bit against the exact one on
     adversarial operands of every short format pair."""
-    p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
+    p = np.zeros((m, n), dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        for i in range(sv.shape[0]):
-            q = np.multiply.outer(sv[i], xv[i])
-            q += p
+        for q in products:
+            q = q + p
             p = q.astype(np.float32)
     nan = np.isnan(p)
     if nan.any():
