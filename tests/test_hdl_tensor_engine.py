@@ -14,6 +14,7 @@
 """
 
 import re
+import zlib
 from fractions import Fraction
 
 import ml_dtypes
@@ -1105,8 +1106,7 @@ def test_hardware_check_equals_isa_check():
     sim.add_testbench(bench)
     sim.run()
     seen = {
-        int(e[0]) if e else 0
-        for e in (isa.check(i, rows, cols, s, sparse=False) for i, s in cases)
+        int(e[0]) if e else 0 for e in (isa.check(i, rows, cols, s, sparse=False) for i, s in cases)
     }
     # every rule but the data rules (SELECTION, TAG) and the parallel tiles' TILE_BUSY
     assert seen == set(range(0, 11)) - {Error.SELECTION} | {Error.SPARSE}
@@ -1729,3 +1729,80 @@ def test_verilog_band_and_gridless_engine_lint_clean_latch_free():
         synth = synth_check(convert(design, top, blackbox=["te_pe"] if design is band else ()), top)
         assert synth.ok, synth.log[-4000:]
     assert "te_pe" not in convert(TensorEngine(8, 8, modes="bf16", external_grid=True), "t")
+
+
+# -- sparse -------------------------------------------------------------------------------------
+
+
+def sparse_lanes(moving, slot):
+    """Moving lane words of a sparse beat: row ``p``'s ``R`` elements, element ``e`` in bits
+    ``[e * slot, +slot)`` (``moving[:, :, n]`` as int codes)."""
+    out = []
+    for row in moving:
+        out.append(sum(int(v) << (slot * e) for e, v in enumerate(row)))
+    return out
+
+
+@pytest.mark.parametrize("fmt,r", [("bf16", 4), ("tf32", 3), ("fp8_e4m3", 2)])
+def test_array_sparse_picks_the_group_element(fmt, r):
+    """A sparse LS then MM on an 8 x 4 array (two groups), bubbles between the moving beats:
+    every PE picks the element its tag names from the words of its row group (rows above and
+    below it, across the left and right edges), against the golden ``matmul_sparse``."""
+    from ncrtl.hdl.tensor_engine.pe import sparse_slot_width
+    from ncrtl.model.tensor_engine.matmul import mode_of
+    from ncrtl.model.tensor_engine.sparse import matmul_sparse, pack_tags
+
+    R, C = 8, 4
+    K, M, N = 8, 4, 5
+    rng = np.random.default_rng(zlib.crc32(f"sparse {fmt} {r}".encode()))
+    f = "fp32" if fmt == "tf32" else fmt
+    codes = lambda shape: _codes(rng, fmt, shape).astype(np.int64)
+    S, X = codes((K, M)), codes((K, r, N))
+    phys = np.zeros((K, M), dtype=np.int64)
+    for g in range(K // 4):
+        for col in range(M):
+            pos = rng.choice(4 * r, size=4, replace=False)
+            phys[4 * g : 4 * g + 4, col] = ((pos // r) << 2) | (pos % r)
+    as_dtype = lambda a: from_bits(a.astype(get_format(f).storage_dtype), f)
+    kw = {"stationary_format": "tf32", "moving_format": "tf32"} if fmt == "tf32" else {}
+    want = matmul_sparse(as_dtype(X), as_dtype(S), pack_tags(phys), r, rows=R, cols=C, **kw)
+    want = want.view(np.uint32).astype(np.int64)
+    arr = SystolicArray(R, C, instance=False, sparse=True)
+    mode, fs, fm = mode_of(fmt, fmt)
+    pe_mode = mode_by_code(mode)
+    slot = sparse_slot_width(arr.modes)
+    tl = beat_tag_layout(R)
+    ls_words = S | (phys << 32)
+    beats = [n for n in range(N) for _ in range(1 + int(rng.integers(0, 2)))]  # repeats: bubbles
+    mv_cycles, seen = {}, set()
+    cyc = M - 1
+    for n in beats:
+        if n not in seen:
+            mv_cycles[cyc] = n
+            seen.add(n)
+        cyc += 1
+    last = max(mv_cycles)
+    got = {}
+
+    async def bench(ctx):
+        for cyc in range(last + arr.latency + 2):
+            ls = cyc < M
+            n = mv_cycles.get(cyc)
+            ctx.set(arr.i_ls, lanes(ls_words[:, M - 1 - cyc]) if ls else 0)
+            ctx.set(arr.i_ls_ctl.as_value(), pack(LS_CTL_LAYOUT, valid=ls, bank=1))
+            words = sparse_lanes(X[:, :, n], slot) if n is not None else [0] * R
+            ctx.set(arr.i_x, sum(w << (arr.x_width * i) for i, w in enumerate(words)))
+            fields = tag_fields(pe_mode, fs, fm, False, valid=n is not None, bank=1, sparse=True)
+            ctx.set(
+                arr.i_tag.as_value(), pack(tl, pe=pack(TAG_LAYOUT, **fields), row_lo=0, row_hi=K)
+            )
+            await ctx.tick()
+            out = cyc + 1 - arr.latency
+            if out in mv_cycles:
+                got[mv_cycles[out]] = unlanes(ctx.get(arr.o_psum), C)
+
+    sim = Simulator(arr)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert np.array([got[j] for j in range(N)]).T.tolist() == want.tolist()

@@ -57,7 +57,16 @@ from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.hdl.verilog import Cell
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width
 
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, P_PREFIX, PE, TAG_LAYOUT, build_modes
+from .pe import (
+    GROUP_ROWS,
+    LANE_WIDTH,
+    LS_CTL_LAYOUT,
+    P_PREFIX,
+    PE,
+    TAG_LAYOUT,
+    build_modes,
+    moving_width,
+)
 
 __all__ = ["SystolicArray", "PETile", "PE_MODULE", "TILE_MODULE", "PE_WIDTHS", "default_block"]
 
@@ -98,17 +107,20 @@ def beat_tag_layout(rows):
 PE_WIDTHS = (LANE_WIDTH, _TAG_BITS, LANE_WIDTH, _LSC_BITS, 32)
 
 
-def _place_pe(m, name, en, x, tag, ls, lsc, psum, module=PE_MODULE, widths=PE_WIDTHS):
+def _place_pe(m, name, en, x, tag, ls, lsc, psum, module=PE_MODULE, widths=PE_WIDTHS, grp=None):
     """Place one instance of the PE (or of a cell ``module`` with the PE's ports of
-    ``widths``); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
+    ``widths``; ``grp``: a sparse PE's ``i_grp``); return its (o_x, o_tag, o_ls, o_ls_ctl,
+    o_psum) signals."""
     wx, wt, wl, wc, wp = widths
     o_x = Signal(wx, name=f"x_{name}")
     o_tag = Signal(wt, name=f"tag_{name}")
     o_ls = Signal(wl, name=f"ls_{name}")
     o_lsc = Signal(wc, name=f"lsc_{name}")
     o_psum = Signal(wp, name=f"psum_{name}")
+    extra = {} if grp is None else {"i_i_grp": grp}
     m.submodules[f"pe_{name}"] = Instance(
         module,
+        **extra,
         i_clk=ClockSignal(),
         i_rst=ResetSignal(),
         i_en=en,
@@ -261,6 +273,15 @@ class SystolicArray(wiring.Component):
         each with its own beat tags and LoadStationary control; a moving injection point at
         the first column of every column group (a column tile's moving data enters there); an
         output tap below every row group (a row tile's results leave there).
+    sparse : bool
+        The PEs' sparse path (:class:`~ncrtl.hdl.tensor_engine.pe.PE`): moving lane words of
+        :func:`~ncrtl.hdl.tensor_engine.pe.moving_width` bits, and every PE's ``i_grp`` wired
+        to the ``x_reg`` of the PEs of its row group (rows ``4g .. 4g + 3``) that hold its beat:
+        the beat in PE ``(r, c)`` is in PE ``(r', c + r - r')`` in the same cycle, so group row
+        ``i`` of PE ``(4g + j, c)`` is PE ``(4g + i, c + j - i)``.  Left of column 0 that is the
+        row's skew line ``i - j`` cycles before its end, right of the last column three more
+        registers after the row's last PE.  Rows a multiple of 4; PEs placed one by one
+        (``block`` 1); not with ``external_grid``.
     external_grid : bool
         The array without its PE grid (serial engine only): what the grid's left edge and
         LoadStationary chain entries would receive leaves on the ``o_grid_*`` ports and the
@@ -320,6 +341,7 @@ class SystolicArray(wiring.Component):
         parallel_tiles=False,
         modes=None,
         external_grid=False,
+        sparse=False,
     ):
         check_int(rows, "SystolicArray rows", minimum=1, maximum=255)
         check_int(cols, "SystolicArray cols", minimum=1, maximum=255)
@@ -327,6 +349,14 @@ class SystolicArray(wiring.Component):
         check_bool(instance, "SystolicArray instance")
         check_bool(parallel_tiles, "SystolicArray parallel_tiles")
         check_bool(external_grid, "SystolicArray external_grid")
+        check_bool(sparse, "SystolicArray sparse")
+        if sparse and (rows % GROUP_ROWS or external_grid or (block or 1) > 1):
+            raise ValueError(
+                f"SystolicArray sparse needs rows a multiple of {GROUP_ROWS} (not {rows}), PEs "
+                f"placed one by one (block 1, not {block}) and its own grid (not external_grid)"
+            )
+        if sparse and block is None:
+            block = 1
         if external_grid and parallel_tiles:
             raise ValueError(
                 "SystolicArray external_grid is for the serial array, not parallel tiles"
@@ -350,6 +380,14 @@ class SystolicArray(wiring.Component):
             )
         self.block = block
         self.modes = build_modes(modes)
+        self.sparse = sparse
+        #: Bits of a moving lane word.
+        self.x_width = moving_width(self.modes, sparse)
+        if sparse and not any(md.sparse for md in self.modes):
+            raise ValueError(
+                f"SystolicArray sparse needs a mode with sparse matmuls, not "
+                f"{[md.name for md in self.modes]}"
+            )
         self.rows, self.cols = rows, cols
         self.instance = instance
         self.tile_granule = tile_granule
@@ -363,7 +401,7 @@ class SystolicArray(wiring.Component):
         self.external_grid = external_grid
         members = {
             "en": In(1, init=1),
-            "i_x": In(J * rows * LANE_WIDTH),
+            "i_x": In(J * rows * self.x_width),
             "i_tag": In(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
             "i_ls": In(C * rows * LANE_WIDTH),
             "i_ls_ctl": In(data.ArrayLayout(LS_CTL_LAYOUT, RG * C)),
@@ -379,8 +417,8 @@ class SystolicArray(wiring.Component):
         ``external_grid``."""
         if not self.instance or self.external_grid:
             return []
-        modes = self.modes
-        cells = [Cell(PE_MODULE, lambda: PE(modes))]
+        modes, sparse = self.modes, self.sparse
+        cells = [Cell(PE_MODULE, lambda: PE(modes, sparse))]
         if self.block > 1:
             block = self.block
             cells.append(Cell(TILE_MODULE, lambda: PETile(block), flat=False))
@@ -388,7 +426,7 @@ class SystolicArray(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rows, cols, W, en = self.rows, self.cols, LANE_WIDTH, self.en
+        rows, cols, W, en = self.rows, self.cols, self.x_width, self.en
         RG, J, C, G = self.row_groups, self.injections, self.chains, self.chain_width
         per = rows // RG  # rows per row group
         layout = beat_tag_layout(rows)
@@ -420,10 +458,21 @@ class SystolicArray(wiring.Component):
         # x_in[r][j], tag_in[r][j], sel_in[r][j]: what injection j gives row r, and whether it
         # carries a beat there (it then takes the row's place at its column).
         x_in, tag_in, sel_in = [], [], []
+        # left_taps[r][k] (sparse): what PE (r, -k) would hold, the word that enters PE (r, 0)
+        # k cycles later: the skew line's input delayed r + 1 - k (k = 1: its output).  Row
+        # 4g + i needs k up to i (for the group rows above it).
+        self._left_taps = [[None] * GROUP_ROWS for _ in range(rows)]
         for r in range(rows):
-            skewed = delay_line(
-                m, en, f"x_skew_r{r}", Cat(*(xs[j][r * W : (r + 1) * W] for j in range(J))), r
-            )
+            word = Cat(*(xs[j][r * W : (r + 1) * W] for j in range(J)))
+            taps = r % GROUP_ROWS if self.sparse else 0
+            skewed = delay_line(m, en, f"x_skew_r{r}", word, r + 1 - taps if taps else r)
+            for k in range(taps, 0, -1):
+                self._left_taps[r][k] = skewed[:W]
+                if k > 1:
+                    nxt = Signal(len(word), name=f"x_skew_r{r}_t{k - 1}", reset_less=True)
+                    with m.If(en):
+                        m.d.sync += nxt.eq(skewed)
+                    skewed = nxt
             xr, tr_, sr = [], [], []
             for j in range(J):
                 bt = tag_rows[r][j]
@@ -447,6 +496,7 @@ class SystolicArray(wiring.Component):
         # (The chains share one row skew, a word of every chain per row, and one control chain
         # down the rows: the same bits as a skew per chain in a quarter of the registers.)
         L = Shape.cast(LS_CTL_LAYOUT).width
+        W = LANE_WIDTH  # the stationary words
         words, ctls = [], [[None] * C for _ in range(RG)]
         for k in range(C):
             beat = Cat(
@@ -521,7 +571,7 @@ class SystolicArray(wiring.Component):
         if not self.parallel or c % self.chain_width:
             return x, tag
         j = c // self.chain_width
-        xi = Signal(LANE_WIDTH, name=f"x_inject_r{r}_c{c}")
+        xi = Signal(self.x_width, name=f"x_inject_r{r}_c{c}")
         ti = Signal(TAG_LAYOUT, name=f"tag_inject_r{r}_c{c}")
         sel = sel_in[r][j]
         m.d.comb += [
@@ -548,7 +598,38 @@ class SystolicArray(wiring.Component):
                 x, tag, ls, lsc, psum_above[c] = outs
             if (r + 1) % per == 0:
                 taps.append(list(psum_above))
+        if self.sparse:
+            self._group_words(m)
         return taps
+
+    def _group_words(self, m):
+        """Wire every PE's ``i_grp``: group row ``i`` of PE ``(4g + j, c)`` is the ``x_reg`` of
+        PE ``(4g + i, c + j - i)``, the left taps of the skew lines left of column 0, three
+        registers after the last column right of it."""
+        rows, cols, W = self.rows, self.cols, self.x_width
+        right = []
+        for r in range(rows):
+            ext, prev = [], self._x_out[r][cols - 1]
+            for k in range(GROUP_ROWS - 1):
+                nxt = Signal(W, name=f"x_after_r{r}_{k}", reset_less=True)
+                with m.If(self.en):
+                    m.d.sync += nxt.eq(prev)
+                ext.append(nxt)
+                prev = nxt
+            right.append(ext)
+
+        def word(r, c):
+            if c < 0:
+                return self._left_taps[r][-c]
+            if c >= cols:
+                return right[r][c - cols]
+            return self._x_out[r][c]
+
+        for r in range(rows):
+            g, j = divmod(r, GROUP_ROWS)
+            for c in range(cols):
+                words = [word(GROUP_ROWS * g + i, c + j - i) for i in range(GROUP_ROWS)]
+                m.d.comb += self._grp[r][c].eq(Cat(*words))
 
     def _tiles(self, m, x_in, tag_in, sel_in, ls_in, lsc_in):
         """``B x B`` tile instances; return per tap the psum signals leaving its row group's
@@ -593,9 +674,17 @@ class SystolicArray(wiring.Component):
         return taps
 
     def _pe(self, m, r, c, x, tag, ls, lsc, psum):
-        """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals."""
+        """Place PE (r, c); return its (o_x, o_tag, o_ls, o_ls_ctl, o_psum) signals.  A
+        sparse PE's ``i_grp`` is ``self._grp[r][c]`` (wired by :meth:`_group_words`) and its
+        ``o_x`` is kept in ``self._x_out[r][c]``."""
+        grp = None
+        if self.sparse:
+            if r == 0 and c == 0:
+                self._grp = [[None] * self.cols for _ in range(self.rows)]
+                self._x_out = [[None] * self.cols for _ in range(self.rows)]
+            grp = self._grp[r][c] = Signal(GROUP_ROWS * self.x_width, name=f"grp_{r}_{c}")
         if not self.instance:
-            m.submodules[f"pe_{r}_{c}"] = pe = PE(self.modes)
+            m.submodules[f"pe_{r}_{c}"] = pe = PE(self.modes, self.sparse)
             m.d.comb += [
                 pe.en.eq(self.en),
                 pe.i_x.eq(x),
@@ -604,5 +693,12 @@ class SystolicArray(wiring.Component):
                 pe.i_ls_ctl.eq(lsc),
                 pe.i_psum.eq(psum),
             ]
-            return pe.o_x, pe.o_tag, pe.o_ls, pe.o_ls_ctl, pe.o_psum
-        return _place_pe(m, f"{r}_{c}", self.en, x, tag, ls, lsc, psum)
+            if grp is not None:
+                m.d.comb += pe.i_grp.eq(grp)
+            outs = pe.o_x, pe.o_tag, pe.o_ls, pe.o_ls_ctl, pe.o_psum
+        else:
+            widths = (self.x_width,) + PE_WIDTHS[1:]
+            outs = _place_pe(m, f"{r}_{c}", self.en, x, tag, ls, lsc, psum, widths=widths, grp=grp)
+        if self.sparse:
+            self._x_out[r][c] = outs[0]
+        return outs

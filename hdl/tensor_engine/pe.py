@@ -11,7 +11,10 @@ timing.  In short, one PE of the weight-stationary array:
   (:func:`~ncrtl.hdl.fp.exact.product_sum`), scaled by the two E8M0 block scales in the MX
   mode, or the one product ``|``;
 * adds the product (sum) to ``psum_in`` with ONE combinational, correctly rounded
-  :class:`~ncrtl.hdl.fp.add_round.AddRound` and registers the FP32 result as ``psum_out``.
+  :class:`~ncrtl.hdl.fp.add_round.AddRound` and registers the FP32 result as ``psum_out``;
+* built with ``sparse``, picks a sparse beat's moving operand from the moving words of its
+  row group (``i_grp``: the four rows' ``x_reg`` holding the same beat) by the 4-bit tag
+  loaded with its stationary word.
 
 The PE knows no mode: the tag of a beat says which formats each lane decodes, whether the lanes
 are summed, and whether the beat is a transpose.  :func:`decode_tag` turns an instruction's mode
@@ -31,7 +34,7 @@ from ncrtl.hdl.fp.mul import ExactMul, product_layout
 from ncrtl.hdl.fp.split_sum import fold_psum, split_plan, split_product_sum
 from ncrtl.hdl.fp.unpack import Unpack
 from ncrtl.model.fp import encode, get_format
-from ncrtl.model.modes import ENGINE_MODES, operand_formats
+from ncrtl.model.modes import ENGINE_MODES, SPARSE_GROUP, SPARSE_RATIOS, operand_formats
 from ncrtl.model.tensor_engine.timing import P_PREFIX
 
 __all__ = [
@@ -53,6 +56,10 @@ __all__ = [
     "registers",
     "stationary_chain",
     "container",
+    "SPARSE_TAG_BITS",
+    "sparse_slot_width",
+    "moving_width",
+    "pe_signature",
 ]
 
 #: Bits of the data part of a lane word: one fp32/tf32/bf16/fp16/fp8 value in its low bits, or
@@ -84,11 +91,39 @@ NARROW_SLOT = 8
 #: Transpose containers by the ``raw`` tag field: the stationary word's low 32, 16 or 8 bits.
 RAW_WIDTHS = (32, 16, 8)
 
+#: Bits of a sparse stationary word's tag, in the low bits of its scale byte (bits ``[32, 36)``):
+#: ``partition << 2 | element`` (:mod:`ncrtl.model.tensor_engine.sparse`).
+SPARSE_TAG_BITS = 4
+
+#: Moving elements per partition of a sparse beat: the largest compression ratio.
+SPARSE_SLOTS = max(SPARSE_RATIOS)
+
+#: Rows of a sparse group: the rows whose moving words a sparse PE chooses from.
+GROUP_ROWS = SPARSE_GROUP
+
+
+def sparse_slot_width(modes):
+    """Bits of one moving element of a sparse beat in a PE built for ``modes``: the widest
+    container of their sparse formats (32 with TF32, 16 with BF16 / FP16, 8 with FP8 only)."""
+    fmts = operand_formats([m for m in modes if m.sparse])
+    return max((get_format(f).container_bits for f in fmts), default=0)
+
+
+def moving_width(modes, sparse):
+    """Bits of the moving lane word of a PE built for ``modes`` (with the sparse path if
+    ``sparse``): :data:`LANE_WIDTH`, or the ``SPARSE_SLOTS`` elements of a sparse beat if
+    wider (element ``e`` in bits ``[e w, e w + w)``, ``w`` the :func:`sparse_slot_width`)."""
+    if not sparse:
+        return LANE_WIDTH
+    return max(LANE_WIDTH, SPARSE_SLOTS * sparse_slot_width(modes))
+
+
 #: Tag of a moving beat, LSB first: the PE's whole configuration for that beat.
 #: ``first_row``: this row starts the psum chain (+0.0).  ``fmt_s`` / ``fmt_m``: lane 0 formats
 #: (index into :data:`WIDE_FORMATS`); ``lane_s`` / ``lane_m``: lanes 1.. formats (index into
 #: :data:`NARROW_FORMATS`); ``fused``: sum the lanes; ``scaled``: scale the sum by the lane
-#: words' E8M0 scales (MX); ``raw``: transpose container.
+#: words' E8M0 scales (MX); ``raw``: transpose container; ``sparse``: the moving operand is
+#: the element of the row group's words that the stationary word's tag picks.
 TAG_LAYOUT = data.StructLayout(
     {
         "valid": 1,
@@ -102,6 +137,7 @@ TAG_LAYOUT = data.StructLayout(
         "lane_s": range(max(len(NARROW_FORMATS), 1)),
         "lane_m": range(max(len(NARROW_FORMATS), 1)),
         "raw": range(len(RAW_WIDTHS)),
+        "sparse": 1,
     }
 )
 
@@ -109,22 +145,31 @@ TAG_LAYOUT = data.StructLayout(
 #: tile's LS enters at the tile's own LoadStationary chain, so no PE passes words on unstored.)
 LS_CTL_LAYOUT = data.StructLayout({"valid": 1, "bank": 1})
 
-#: Ports of the PE (the Verilog module has ``clk`` and ``rst`` too; ``rst`` is unused).
-PE_SIGNATURE = wiring.Signature(
-    {
+
+def pe_signature(x_width=LANE_WIDTH, sparse=False):
+    """Ports of a PE whose moving lane word has ``x_width`` bits (the Verilog module has
+    ``clk`` and ``rst`` too; ``rst`` is unused); ``sparse``: the row group's moving words in
+    ``i_grp`` (word ``i`` of group row ``i`` in bits ``[i x_width, +x_width)``)."""
+    members = {
         "en": In(1, init=1),
-        "i_x": In(LANE_WIDTH),
+        "i_x": In(x_width),
         "i_tag": In(TAG_LAYOUT),
         "i_ls": In(LANE_WIDTH),
         "i_ls_ctl": In(LS_CTL_LAYOUT),
         "i_psum": In(32),
-        "o_x": Out(LANE_WIDTH),
+        "o_x": Out(x_width),
         "o_tag": Out(TAG_LAYOUT),
         "o_ls": Out(LANE_WIDTH),
         "o_ls_ctl": Out(LS_CTL_LAYOUT),
         "o_psum": Out(32),
     }
-)
+    if sparse:
+        members["i_grp"] = In(GROUP_ROWS * x_width)
+    return wiring.Signature(members)
+
+
+#: Ports of the PE without the sparse path.
+PE_SIGNATURE = pe_signature()
 
 
 def one_code(fmt):
@@ -139,11 +184,13 @@ def _raw_index(fmt):
     return RAW_WIDTHS.index(get_format(fmt).container_bits)
 
 
-def tag_fields(pe_mode, fmt_s, fmt_m, transpose, *, valid=True, bank=0, first_row=False):
+def tag_fields(
+    pe_mode, fmt_s, fmt_m, transpose, *, valid=True, bank=0, first_row=False, sparse=False
+):
     """The :data:`TAG_LAYOUT` fields of a beat of an instruction: :func:`decode_tag` in Python.
 
     ``pe_mode`` is a row of the mode table, ``fmt_s`` / ``fmt_m`` the instruction's format
-    fields (valid for the mode)."""
+    fields (valid for the mode), ``sparse`` whether it is a sparse matmul."""
     fs, fm = pe_mode.formats_s[fmt_s], pe_mode.formats_m[fmt_m]
     fused = pe_mode.products > 1
     return {
@@ -159,13 +206,14 @@ def tag_fields(pe_mode, fmt_s, fmt_m, transpose, *, valid=True, bank=0, first_ro
         "lane_m": NARROW_FORMATS.index(fm) if fused else 0,
         # The container of a transpose's raw word (modes that cannot transpose: unused).
         "raw": _raw_index(fs) if pe_mode.transposes else 0,
+        "sparse": int(bool(sparse)),
     }
 
 
-def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name="tag"):
+def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, sparse=0, name="tag"):
     """The PE configuration of an instruction: a :data:`TAG_LAYOUT` signal from its mode,
-    format and transpose fields, by the mode table (and ``valid``, ``bank``, ``first_row`` as
-    given).  The fields of an invalid mode or format index are 0 (the control rejects such an
+    format and transpose fields, by the mode table (and ``valid``, ``bank``, ``first_row``,
+    ``sparse`` as given).  The fields of an invalid mode or format index are 0 (the control rejects such an
     instruction before any beat)."""
     fields = {
         f: Signal(TAG_LAYOUT.members[f], name=f"{name}_{f}")
@@ -202,6 +250,7 @@ def decode_tag(m, mode, fmt_s, fmt_m, transpose, *, valid, bank, first_row, name
         tag.bank.eq(bank),
         tag.first_row.eq(first_row),
         tag.transpose.eq(transpose),
+        tag.sparse.eq(sparse),
     ]
     m.d.comb += [getattr(tag, f).eq(v) for f, v in fields.items()]
     return tag
@@ -290,14 +339,23 @@ class PE(wiring.Component):
         multipliers, lanes and paths its modes use (narrower words, fewer lanes): the tag stays
         the whole table's, and a beat of another mode never reaches it (the control rejects
         the instruction with ``Error.MODE``).
+    sparse : bool
+        The sparse path: a wider moving word (:func:`moving_width`) and ``i_grp``.  A sparse
+        beat (``tag.sparse``) multiplies the stationary element by element ``t & 3`` of group
+        row ``t >> 2``'s moving word in ``i_grp``, ``t`` the tag in bits ``[32, 36)`` of the
+        stationary word.
 
     Interface
     ---------
     en : In(1, init=1)
         Clock enable of every register.
-    i_x : In(LANE_WIDTH), i_tag : In(TAG_LAYOUT)
-        Moving lane word (data in bits ``[0, 32)``, scale in ``[32, 40)``) and tag from the left
-        neighbour (or the row's skew line).
+    i_x : In(x_width), i_tag : In(TAG_LAYOUT)
+        Moving lane word (data in bits ``[0, 32)``, scale in ``[32, 40)``; a sparse beat's
+        elements in slots of :func:`sparse_slot_width` bits) and tag from the left neighbour
+        (or the row's skew line).
+    i_grp : In(4 * x_width)
+        With ``sparse``: the ``x_reg`` of the four PEs of this PE's row group that hold its
+        beat (its own included), group row ``i`` in word ``i``.
     i_ls : In(LANE_WIDTH), i_ls_ctl : In(LS_CTL_LAYOUT)
         LoadStationary shift chain from the left neighbour.
     i_psum : In(32)
@@ -313,8 +371,16 @@ class PE(wiring.Component):
     #: Cycles from ``x_reg`` to ``psum_out``.
     latency = P_PREFIX + 1
 
-    def __init__(self, modes=None):
+    def __init__(self, modes=None, sparse=False):
         self.modes = build_modes(modes)
+        if sparse and not any(m.sparse for m in self.modes):
+            raise ValueError(
+                f"a sparse PE needs a mode with sparse matmuls, not {[m.name for m in self.modes]}"
+            )
+        self.sparse = bool(sparse)
+        #: Bits of the moving lane word and of one sparse element.
+        self.x_width = moving_width(self.modes, self.sparse)
+        self.slot_width = sparse_slot_width(self.modes) if self.sparse else 0
         #: Formats of product lane 0 and of lanes 1.. in this build; product lanes; MX scales;
         #: transposes.
         self.wide = operand_formats(self.modes)
@@ -325,7 +391,7 @@ class PE(wiring.Component):
         #: The split product sum's plan (:func:`~ncrtl.hdl.fp.split_sum.split_plan`) where the
         #: exact sum needs words of more than 64 bits; set by ``elaborate``.
         self.split = None
-        super().__init__(PE_SIGNATURE)
+        super().__init__(pe_signature(self.x_width, self.sparse))
 
     @staticmethod
     def _local(m, field, table, mine, name):
@@ -357,6 +423,15 @@ class PE(wiring.Component):
         """Stage 1: decode and multiply every lane exactly; the block-scale exponent; the
         transpose word and its test."""
         x, s_word = x_lane[:DATA_WIDTH], s_lane[:DATA_WIDTH]
+        if self.sparse:
+            # The sparse operand: element t & 3 of group row t >> 2's word (each word of the
+            # group holds this beat now: the array wires the rows' x_reg along the wavefront).
+            t = s_lane[DATA_WIDTH : DATA_WIDTH + SPARSE_TAG_BITS]
+            row_word = self.i_grp.word_select(t[2:], self.x_width)
+            picked = row_word[: SPARSE_SLOTS * self.slot_width].word_select(t[:2], self.slot_width)
+            x_eff = Signal(DATA_WIDTH, name="x_eff")
+            m.d.comb += x_eff.eq(Mux(tag.sparse, picked, x))
+            x = x_eff
         fmt_s = self._local(m, tag.fmt_s, WIDE_FORMATS, self.wide, "fmt_s_local")
         fmt_m = self._local(m, tag.fmt_m, WIDE_FORMATS, self.wide, "fmt_m_local")
         m.submodules.mul0 = mul0 = ExactMul(self.wide, self.wide)
@@ -378,7 +453,7 @@ class PE(wiring.Component):
         scale_exp = Signal(signed(10), name="scale_exp")
         scale_nan = Signal(name="scale_nan")
         if self.scaled:
-            es, ex = s_lane[DATA_WIDTH:], x_lane[DATA_WIDTH:]
+            es, ex = s_lane[DATA_WIDTH:LANE_WIDTH], x_lane[DATA_WIDTH:LANE_WIDTH]
             m.d.comb += [
                 scale_exp.eq(Mux(tag.scaled, es + ex - 254, 0)),
                 scale_nan.eq(tag.scaled & (es.all() | ex.all())),
