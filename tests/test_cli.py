@@ -813,3 +813,60 @@ def test_sim_matmul_psum_on_own_matrices(tmp_path, capsys):
         nc_matmul(ps, w, s[4 * i : 4 * i + 4], x[4 * i : 4 * i + 4], rows=4)
     want = ps.read(0, 0, 6, Dtype.BF16).astype(np.float32)
     assert (np.load(out).view(np.uint32) == want.view(np.uint32)).all()
+
+
+def test_timing_matmul_sparse(tmp_path, capsys):
+    """``ncrtl timing matmul --sparse 4:16``: the pattern and the logical K in the header,
+    dense-equivalent utilization and TFLOPS against the sparse peak, and the dense matmuls of
+    the same logical K run through the same model (4 x the cycles per output); --trace still
+    writes a slice per instruction."""
+    trace = tmp_path / "t.json"
+    argv = ["timing", "matmul", "--sparse", "4:16", "--n", "512", "--repeat", "64"]
+    assert main([*argv, "--trace", str(trace)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "64 x nc_matmul_sparse 4:16 bf16 K=128 (logical K=512) M=128 N=512 on 1 tile(s) of "
+        "(128, 128), 128 x 128 array, documented rules"
+    )
+    assert "total: 33058 cycles" in lines
+    assert "steady state: 512.0 cycles per matmul" in lines
+    util = next(line for line in lines if line.startswith("utilization: "))
+    assert util.startswith("utilization: 4.000 (first MM to the last MM's end)")
+    tflops = next(line for line in lines if line.startswith("TFLOPS at 2.4 GHz: "))
+    assert tflops.startswith("TFLOPS at 2.4 GHz: 314.6 (first MM to the last MM's end)")
+    assert tflops.endswith("peak 314.6 (4:16 dense-equivalent; dense 78.6)")
+    dense = next(line for line in lines if line.startswith("dense, same logical K=512: "))
+    assert dense == (
+        "dense, same logical K=512: 4 x K=128 nc_matmul bf16 per output, 256 in all: 131362 "
+        "cycles (3.97 x the sparse run's); steady state 2048.0 cycles per output (4.00 x the "
+        "sparse 512.0)"
+    )
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == 128 and all(e["args"]["sparse"] == 4 for e in slices)
+    # a compressed K below the array's rows: the dense matmuls of its logical K fill more rows
+    assert main(["timing", "matmul", "--sparse", "4:8", "--k", "32", "--repeat", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "K=32 (logical K=64)" in out and "dense, same logical K=64: 1 x K=64 " in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["--sparse", "4:7"],
+            "--sparse '4:7' is not an M:N pattern of the Tensor Engine; allowed: 4:8, 4:12, 4:16",
+        ),
+        (["--sparse", "2:4"], "--sparse '2:4' is not an M:N pattern"),
+        (["--sparse", "4:16", "--dtype", "fp32"], "SPARSE: mode fp32 cannot run a sparse matmul"),
+        (["--sparse", "4:16", "--tile-size", "32,128"], "MODE_COMBO: a sparse matmul cannot"),
+        (["--sparse", "4:16", "--dtype", "transpose_bf16"], "MODE_COMBO: a sparse matmul"),
+        (["--sparse", "4:16", "--k", "6"], "K_RANGE: sparse K=6 must be a multiple of 4"),
+    ],
+)
+def test_timing_matmul_sparse_bad_input(argv, message, capsys):
+    """A bad --sparse pattern is a usage error naming it and the patterns; the model's sparse
+    rules come back as one line, exit status 2."""
+    assert main(["timing", "matmul", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

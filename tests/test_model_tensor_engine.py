@@ -1576,3 +1576,123 @@ def test_sequencer_folded_state_gives_the_per_group_schedule(seed):
         for ins in prog:
             e = rng.choice([0, 0, rng.randrange(2000)])
             assert a.issue(ins, e) == b.issue(ins, e)
+
+
+# -- timing of the sparse matmul (nc_matmul_sparse) ---------------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["bf16", "fp8", "tf32"])
+@pytest.mark.parametrize("ratio", [2, 3, 4])
+@pytest.mark.parametrize("n", [64, 512])
+def test_sparse_matmul_takes_the_cycles_of_its_compressed_rows(operation, ratio, n):
+    """A sparse LS + MM of K compressed rows is timed as the dense pair of K rows, event for
+    event; the dense program of the same logical contraction (K R rows: R matmuls of K = 128
+    per output, each its own LS and MM) takes R times the cycles after the fill.  Exactly:
+    with ``f`` the first output's cycle (the same in both, 290 at 128 x 128: the 4-chain LS,
+    then the latency), ``dense.total - f == R * (sparse.total - f)`` for N >= min(64, M), and
+    the steady state is N cycles per sparse matmul against R N per dense output."""
+    repeat = 12
+    sparse = simulate(timing.matmul_program(128, 128, n, operation, repeat=repeat, sparse=ratio))
+    same_k = simulate(timing.matmul_program(128, 128, n, operation, repeat=repeat))
+    assert all(r.accepted for r in sparse.records)
+    assert [(r.issue, r.beats, r.outputs, r.bank) for r in sparse.records] == [
+        (r.issue, r.beats, r.outputs, r.bank) for r in same_k.records
+    ]
+    assert timing.steady_cycles(sparse) == timing.steady_cycles(same_k) == n
+    logical = simulate(timing.matmul_program(128, 128, n, operation, repeat=repeat * ratio))
+    f = sparse.records[1].outputs[0]
+    assert f == logical.records[1].outputs[0] == 31 + latency(128, 128)
+    assert logical.total_cycles - f == ratio * (sparse.total_cycles - f) == ratio * repeat * n
+    assert timing.steady_cycles(logical) * ratio == ratio * n
+
+
+@pytest.mark.parametrize("ratio,tflops", [(2, 157.3), (3, 235.9), (4, 314.6)])
+def test_sparse_matmul_utilization_and_tflops_are_dense_equivalent(ratio, tflops):
+    """A sparse beat does the work of R dense beats: utilization reaches R in steady state,
+    TFLOPS are dense-equivalent and reach the sparse peak (R x 78.6 at 128 x 128, seed 000's
+    316 at 4:16)."""
+    sched = simulate(timing.matmul_program(128, 128, 512, "bf16", repeat=6, sparse=ratio))
+    start, stop = sched.mm_window()
+    assert sched.utilization(start, stop) == ratio
+    assert sched.utilization() < ratio
+    assert sched.macs == 6 * 512 * 128 * 128 * ratio
+    assert round(sched.tflops(start, stop), 1) == tflops
+    assert round(timing.peak_tflops(128, 128, Mode.BF16, sparse=ratio), 1) == tflops
+    assert timing.peak_macs_per_cycle(128, 128, "fp8", ratio) == ratio * 128 * 128
+    assert timing.peak_tflops(128, 128, Mode.BF16, sparse=0) == timing.peak_tflops(
+        128, 128, Mode.BF16
+    )
+    mm, dense = MM(512, sparse=ratio), MM(512)
+    assert timing.macs_per_beat(mm) == ratio * timing.macs_per_beat(dense) == ratio * 128 * 128
+
+
+def test_sparse_mm_after_a_dense_or_another_ratio_ls_is_a_mode_mismatch():
+    """An MM's ratio must be its LS's: a sparse MM on a dense stationary, or on one of another
+    ratio, is rejected (MODE_MISMATCH) without waiting, and the engine goes on."""
+    prog = [
+        LS(),
+        MM(512, sparse=4),
+        LS(sparse=2),
+        MM(512, sparse=4),
+        MM(512),
+        LS(sparse=4),
+        MM(512, sparse=4),
+    ]
+    r = simulate(prog).records
+    assert [x.error for x in r] == [
+        Error.NONE,
+        Error.MODE_MISMATCH,
+        Error.NONE,
+        Error.MODE_MISMATCH,
+        Error.MODE_MISMATCH,
+        Error.NONE,
+        Error.NONE,
+    ]
+    assert r[1].message == check(prog[1], 128, 128, prog[0])[1]
+    assert r[1].issue == 1 and r[1].error_cycle == 1 + timing.ERROR_DELAY and not r[1].beats
+    assert r[6].issue == r[5].beats[-1] and len(r[6].beats) == 512
+
+
+@pytest.mark.parametrize("mode", [Mode.FP32, Mode.DOUBLE_ROW, Mode.MX])
+def test_sparse_on_a_mode_without_sparse_is_rejected(mode):
+    """fp32 (and double_row, MX) has no sparse: the engine rejects the pair with SPARSE, and
+    matmul_program and the sparse peak refuse it with isa.check's rule."""
+    k = 128
+    ls, mm = LS(mode=mode, k=k, sparse=4), MM(512, mode=mode, k=k, sparse=4)
+    r = simulate([ls, mm]).records
+    assert [x.error for x in r] == [Error.SPARSE, Error.SPARSE]
+    rule = check(ls, 128, 128)
+    assert rule[0] == Error.SPARSE and r[0].message == rule[1]
+    name = mode_of_code(mode)
+    with pytest.raises(ValueError) as exc:
+        timing.matmul_program(k, 128, 512, name, sparse=4)
+    assert str(exc.value) == f"SPARSE: {rule[1]}"
+    with pytest.raises(ValueError) as exc:
+        timing.peak_tflops(128, 128, mode, sparse=4)
+    assert str(exc.value) == f"SPARSE: {rule[1]}"
+
+
+def test_sparse_program_refuses_tiles_transposes_and_other_ratios():
+    """matmul_program with sparse: a tile (one or several), a transpose or a ratio other than
+    2, 3, 4 is refused with isa.check's rule (MODE_COMBO, SPARSE), stated once there."""
+    cases = [
+        (dict(tile=(32, 128)), LS(k=32, sparse=4, tile_rows=32), Error.MODE_COMBO),
+        (dict(tile=(32, 128), tiles=4), LS(k=32, sparse=4, tile_rows=32), Error.MODE_COMBO),
+        (dict(operation="transpose_bf16"), LS(sparse=4, transpose=True), Error.MODE_COMBO),
+        (dict(), LS(sparse=5), Error.SPARSE),
+    ]
+    for kwargs, ins, code in cases:
+        ratio = ins.sparse
+        rule = check(ins, 128, 128)
+        assert rule[0] == code
+        with pytest.raises(ValueError) as exc:
+            timing.matmul_program(ins.k, 128, 512, sparse=ratio, **kwargs)
+        assert str(exc.value) == f"{code.name}: {rule[1]}"
+    # K is the engine's rule: a K that is not a multiple of 4 is a rejected instruction
+    r = simulate(timing.matmul_program(6, 128, 512, sparse=4)).records
+    assert [x.error for x in r] == [Error.K_RANGE, Error.K_RANGE]
+
+
+def mode_of_code(mode):
+    """The operation name of an instruction mode (``Mode.FP32`` -> ``"fp32"``)."""
+    return Mode(mode).name.lower()

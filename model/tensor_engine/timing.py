@@ -38,6 +38,9 @@ strobe that is high in cycle t.
 6. **Output** vector ``j`` of an MM is presented in cycle ``(beat j cycle) + latency(rows, cols)``
    with ``latency = rows + cols + P_PREFIX + 1``.
 7. ``II`` is ``Instruction.beat_interval``: 4 for fp32 (matmul), 2 for fp32 transpose, else 1.
+   A sparse instruction (``sparse`` = ``R``) times as the dense one of its ``K`` compressed rows
+   (a moving beat carries ``R`` elements per row, one beat per cycle); it counts ``R`` times
+   the MACs (:func:`macs_per_beat`, dense-equivalent).
 
 Rules 4 and 5 are one principle: *a stationary beat consumed in cycle t is used by the moving
 beats consumed in cycles >= t and by none consumed before t*, in every PE.  The datapath must
@@ -65,7 +68,7 @@ transposes may run on a second plane.
 
 from dataclasses import dataclass, field
 
-from ncrtl.model.modes import get_mode, mode_by_code
+from ncrtl.model.modes import SPARSE_GROUP, get_mode, mode_by_code
 
 from .isa import MIN_MM_CYCLES, Error, Instruction, Mode, Op, check, decode
 
@@ -120,22 +123,43 @@ def latency(rows, cols):
 
 def macs_per_beat(ins):
     """Multiply-accumulates one moving beat of MM ``ins`` performs (0 for LS and transpose):
-    ``K * M`` times the mode's products per PE step."""
+    ``K * M`` times the mode's products per PE step, times the compression ratio ``R`` of a
+    sparse MM (its dense-equivalent MACs: the beat does the work of a dense beat over ``K R``
+    rows, the dropped zeros' products included)."""
     if ins.op != Op.MM or ins.transpose:
         return 0
-    return ins.k * ins.m * ins.pe_mode.products
+    return ins.k * ins.m * ins.pe_mode.products * (ins.sparse or 1)
 
 
-def peak_macs_per_cycle(rows, cols, mode):
+def peak_macs_per_cycle(rows, cols, mode, sparse=0):
     """Peak MACs per cycle of a mode (a :class:`Mode`, code or name): ``rows*cols`` times its
-    products per step over its beat interval (x2 double_row, /4 fp32)."""
+    products per step over its beat interval (x2 double_row, /4 fp32), times the compression
+    ratio ``sparse`` of a sparse matmul (dense-equivalent MACs; 0: dense).  ``ValueError`` with
+    the sparse rule's message (:func:`isa.check`) for a ratio the mode does not run."""
     pe_mode = get_mode(mode) if isinstance(mode, str) else mode_by_code(mode)
-    return pe_mode.macs_per_cycle(rows, cols)
+    if sparse:
+        _check_sparse(
+            Instruction(Op.LS, Mode(pe_mode.code), k=SPARSE_GROUP, m=1, sparse=sparse),
+            rows,
+            cols,
+        )
+    return pe_mode.macs_per_cycle(rows, cols) * (sparse or 1)
 
 
-def peak_tflops(rows, cols, mode, clock_hz=CLOCK_HZ):
-    """Peak TFLOPS (2 FLOP per MAC) of a mode: 78.6 bf16, 157.3 double_row, 19.7 fp32 (128x128)."""
-    return 2 * peak_macs_per_cycle(rows, cols, mode) * clock_hz / 1e12
+def peak_tflops(rows, cols, mode, clock_hz=CLOCK_HZ, sparse=0):
+    """Peak TFLOPS (2 FLOP per MAC) of a mode: 78.6 bf16, 157.3 double_row, 19.7 fp32
+    (128x128); a sparse matmul's dense-equivalent at ratio ``sparse``: 157.3 at 4:8, 235.9 at
+    4:12, 314.6 at 4:16 (bf16, fp16, tf32, fp8)."""
+    return 2 * peak_macs_per_cycle(rows, cols, mode, sparse) * clock_hz / 1e12
+
+
+def _check_sparse(ins, rows, cols, stationary=None, tile_unit=32):
+    """``ValueError`` ("CODE: message") if ``ins`` breaks one of the rules its ``sparse`` field
+    brings (:func:`isa.check`: a mode or ratio without sparse, ``Error.SPARSE``; sparse with
+    tiling or transpose, ``Error.MODE_COMBO``); other rules are left to the engine."""
+    bad = check(ins, rows, cols, stationary, tile_unit=tile_unit)
+    if bad is not None and bad[0] in (Error.SPARSE, Error.MODE_COMBO):
+        raise ValueError(f"{bad[0].name}: {bad[1]}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +236,8 @@ class Schedule:
 
     @property
     def macs(self):
-        """MACs of the whole program (accepted MMs; transposes count 0)."""
+        """MACs of the whole program (accepted MMs; transposes count 0; a sparse MM its
+        dense-equivalent MACs, :func:`macs_per_beat`)."""
         return sum(
             macs_per_beat(r.instruction) * len(r.beats)
             for r in self.records
@@ -245,14 +270,17 @@ class Schedule:
     def utilization(self, start=None, stop=None):
         """MACs per cycle in ``[start, stop)`` over the peak ``rows * cols``.
 
-        Counts the MACs of the moving beats consumed in the window (default: the whole program).
-        Steady state reaches 1.0 in bf16/fp16/tf32/fp8, 2.0 in double_row, 0.25 in fp32.
+        Counts the MACs of the moving beats consumed in the window (default: the whole program;
+        a sparse MM's dense-equivalent MACs).  Steady state reaches 1.0 in bf16/fp16/tf32/fp8,
+        2.0 in double_row, 0.25 in fp32, and ``R`` in a sparse matmul of ratio ``R`` (2, 3, 4 at
+        4:8, 4:12, 4:16).
         """
         macs, cycles = self._window(start, stop)
         return macs / (cycles * self.rows * self.cols)
 
     def tflops(self, start=None, stop=None, clock_hz=CLOCK_HZ):
-        """Equivalent TFLOPS (2 FLOP per MAC) in ``[start, stop)`` at ``clock_hz``."""
+        """Equivalent TFLOPS (2 FLOP per MAC) in ``[start, stop)`` at ``clock_hz`` (a sparse
+        MM's dense-equivalent MACs: 314.6 in the steady state of 4:16 at 128x128)."""
         macs, cycles = self._window(start, stop)
         return 2 * macs * clock_hz / cycles / 1e12
 
@@ -828,13 +856,30 @@ def tile_positions(rows, cols, tile_rows, tile_cols):
 
 
 def matmul_program(
-    k, m, n, operation="bf16", *, repeat=1, tile=None, tiles=1, rows=128, cols=128, bf16_out=False
+    k,
+    m,
+    n,
+    operation="bf16",
+    *,
+    repeat=1,
+    tile=None,
+    tiles=1,
+    rows=128,
+    cols=128,
+    bf16_out=False,
+    sparse=0,
 ):
     """``repeat`` nc_matmuls as NKI issues them (each its LoadStationary then its
     MultiplyMoving), matmul ``i`` on tile ``i % tiles`` of size ``tile`` (``(tile_rows,
     tile_cols)``, None: the whole array; :func:`tile_positions` order).  ``operation`` names
     a mode's matmul or transpose (:func:`ncrtl.model.modes.operations`); ``bf16_out``: the
-    MMs accumulate into a BF16 PSUM tile (MX then takes N up to 1024)."""
+    MMs accumulate into a BF16 PSUM tile (MX then takes N up to 1024).
+
+    ``sparse``: 0 for dense matmuls, else the compression ratio ``R`` (2, 3, 4: 4:8, 4:12,
+    4:16) of M:N sparse ones (``nc_matmul_sparse``): ``k`` counts the compressed rows (PE rows),
+    a logical contraction of ``k * R`` rows.  ``ValueError`` with :func:`isa.check`'s rule for
+    a ratio the operation's mode does not run, or sparse with a tile or a transpose; the other
+    rules are the engine's (a broken one is a rejected instruction of :func:`simulate`)."""
     from ncrtl.model.modes import operation as operation_of
 
     pe_mode, transpose = operation_of(operation)
@@ -860,14 +905,19 @@ def matmul_program(
     pairs = []  # one (LS, MM) pair per tile, shared by its repeats (instructions are immutable)
     for r0, c0 in places[:tiles]:
         common = dict(
-            mode=Mode(pe_mode.code), k=k, m=m, transpose=transpose, tile_row=r0, tile_col=c0
+            mode=Mode(pe_mode.code),
+            k=k,
+            m=m,
+            transpose=transpose,
+            sparse=sparse,
+            tile_row=r0,
+            tile_col=c0,
         )
-        pairs.append(
-            (
-                Instruction(Op.LS, **common, **sized),
-                Instruction(Op.MM, n=n, bf16_out=bf16_out, **common, **sized),
-            )
-        )
+        ls = Instruction(Op.LS, **common, **sized)
+        mm = Instruction(Op.MM, n=n, bf16_out=bf16_out, **common, **sized)
+        if sparse:
+            _check_sparse(ls, rows, cols)
+        pairs.append((ls, mm))
     prog = []
     for i in range(repeat):
         prog.extend(pairs[i % tiles])
@@ -925,6 +975,8 @@ def chrome_trace_events(schedule, clock_hz=CLOCK_HZ):
         op = "LS" if ins.op == Op.LS else "MM"
         event = {"pid": procs[key], "tid": int(ins.op == Op.MM), "ts": r.issue * us}
         event["args"] = {"index": r.index, "issue_cycle": r.issue, "k": ins.k, "m": ins.m}
+        if ins.sparse:
+            event["args"]["sparse"] = ins.sparse
         if not r.accepted:  # an instant event on its track
             event["args"]["error"] = f"{r.error.name}: {r.message}"
             yield {**event, "ph": "i", "name": f"{op} rejected", "s": "t"}

@@ -1,10 +1,16 @@
 """``ncrtl timing matmul``: the Tensor Engine's timing model alone."""
 
+from collections import Counter
+
 from .. import blocks
+from ..model.modes import SPARSE_GROUP, SPARSE_RATIOS
 from ..model.tensor_engine import isa
 from ..model.tensor_engine.isa import Op
 from ..testbench.outputs import check_output, write_output
 from .common import UsageError
+
+#: ``--sparse``: the M:N patterns and their compression ratios (4:8 -> 2, 4:12 -> 3, 4:16 -> 4).
+SPARSE_PATTERNS = {f"{SPARSE_GROUP}:{SPARSE_GROUP * r}": r for r in SPARSE_RATIOS}
 
 
 def _cmd_timing(args):
@@ -24,6 +30,14 @@ def _cmd_timing(args):
             raise UsageError(
                 f"--{name} {value} must be in 1..{isa.MAX_ARRAY} (the instruction's 8-bit K, M "
                 f"and tile fields)"
+            )
+    sparse = 0
+    if args.sparse is not None:
+        sparse = SPARSE_PATTERNS.get(args.sparse)
+        if sparse is None:
+            raise UsageError(
+                f"--sparse {args.sparse!r} is not an M:N pattern of the Tensor Engine; allowed: "
+                f"{', '.join(SPARSE_PATTERNS)}"
             )
     if args.trace:
         check_output(args.trace, "--trace")
@@ -59,12 +73,59 @@ def _cmd_timing(args):
             rows=args.rows,
             cols=args.cols,
             bf16_out=args.bf16_out,
+            sparse=sparse,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    sched = _simulate(prog, args, rules, "timing model")
+    mms = [r for r in sched.records if r.instruction.op == Op.MM]
+    what = f"nc_matmul {args.dtype} K={k}"
+    if sparse:
+        what = f"nc_matmul_sparse {args.sparse} {args.dtype} K={k} (logical K={k * sparse})"
+    print(
+        f"{args.repeat} x {what} M={m} N={args.n} on "
+        f"{args.tiles} tile(s) of {tile or (args.rows, args.cols)}, {args.rows} x {args.cols} "
+        f"array, {args.rules} rules"
+    )
+    print(f"total: {sched.total_cycles} cycles")
+    print(f"steady state: {timing.steady_cycles(sched):.1f} cycles per matmul")
+    print(f"first output: cycle {mms[0].outputs[0]}, last output: cycle {mms[-1].outputs[-1]}")
+    start, stop = sched.mm_window()
+    clock = timing.CLOCK_HZ
+    if prog[0].transpose:
+        moved = args.repeat * m * args.n  # N output vectors of M lanes each
+        print(
+            f"transposed: {moved / (stop - start):.1f} elements per cycle (first MM to the last "
+            f"MM's end); a transpose does no multiply-accumulates (no utilization or TFLOPS)"
+        )
+        return _write_trace(args, sched, timing)
+    dense_equivalent = "; dense-equivalent MACs over the dense peak" if sparse else ""
+    print(
+        f"utilization: {sched.utilization(start, stop):.3f} (first MM to the last MM's end), "
+        f"{sched.utilization():.3f} (whole run){dense_equivalent}"
+    )
+    peak = timing.peak_tflops(args.rows, args.cols, prog[0].mode, sparse=sparse)
+    if sparse:
+        dense_peak = timing.peak_tflops(args.rows, args.cols, prog[0].mode)
+        peak = f"{peak:.1f} ({args.sparse} dense-equivalent; dense {dense_peak:.1f})"
+    else:
+        peak = f"{peak:.1f}"
+    print(
+        f"TFLOPS at {clock / 1e9:.1f} GHz: {sched.tflops(start, stop):.1f} (first MM to the "
+        f"last MM's end), {sched.tflops():.1f} (whole run); peak {peak}"
+    )
+    if sparse:
+        _dense_comparison(args, sched, k * sparse, m, rules, timing)
+    return _write_trace(args, sched, timing)
+
+
+def _simulate(prog, args, rules, label):
+    """The schedule of ``prog`` (progress on stderr past two seconds); UsageError naming the
+    first rejected instruction."""
+    from ..model.tensor_engine import timing
     from ..testbench import progress
 
-    with progress.step(f"timing model: {len(prog):,} instructions") as state:
+    with progress.step(f"{label}: {len(prog):,} instructions") as state:
 
         def counted():
             for i, ins in enumerate(prog):
@@ -81,34 +142,38 @@ def _cmd_timing(args):
             f"instruction {bad.index} ({bad.instruction.op.name}) is rejected: "
             f"{bad.error.name}: {bad.message}"
         )
-    mms = [r for r in sched.records if r.instruction.op == Op.MM]
-    print(
-        f"{args.repeat} x nc_matmul {args.dtype} K={k} M={m} N={args.n} on "
-        f"{args.tiles} tile(s) of {tile or (args.rows, args.cols)}, {args.rows} x {args.cols} "
-        f"array, {args.rules} rules"
-    )
-    print(f"total: {sched.total_cycles} cycles")
-    print(f"steady state: {timing.steady_cycles(sched):.1f} cycles per matmul")
-    print(f"first output: cycle {mms[0].outputs[0]}, last output: cycle {mms[-1].outputs[-1]}")
-    start, stop = sched.mm_window()
-    clock = timing.CLOCK_HZ
-    if prog[0].transpose:
-        moved = args.repeat * m * args.n  # N output vectors of M lanes each
-        print(
-            f"transposed: {moved / (stop - start):.1f} elements per cycle (first MM to the last "
-            f"MM's end); a transpose does no multiply-accumulates (no utilization or TFLOPS)"
+    return sched
+
+
+def _dense_comparison(args, sparse_sched, logical_k, m, rules, timing):
+    """Print the dense matmuls of the sparse run's logical contraction, run through the same
+    model: ``logical_k`` rows in chunks of the array's rows (NKI's partition tiles), every
+    chunk its own LS and MM, the chunks of one output back to back."""
+    full, rest = divmod(logical_k, args.rows)
+    chunks = [args.rows] * full + [rest] * bool(rest)
+    # the same outputs as the sparse run, as far as the timing model's limit on matmuls allows
+    outputs = min(args.repeat, timing.MAX_REPEAT // len(chunks))
+    pair = {
+        c: timing.matmul_program(
+            c, m, args.n, args.dtype, rows=args.rows, cols=args.cols, bf16_out=args.bf16_out
         )
-        return _write_trace(args, sched, timing)
+        for c in set(chunks)
+    }
+    one = [ins for c in chunks for ins in pair[c]]
+    dense = _simulate(one * outputs, args, rules, "timing model, the dense comparison")
+    per_output = timing.steady_cycles(dense) * len(chunks)
+    sparse_steady = timing.steady_cycles(sparse_sched)
+    sizes = " + ".join(f"{n} x K={c}" for c, n in Counter(chunks).items())
+    same = "" if outputs == args.repeat else f" (the first {outputs:,} outputs only)"
+    total = f"{dense.total_cycles} cycles"
+    if outputs == args.repeat:
+        total += f" ({dense.total_cycles / sparse_sched.total_cycles:.2f} x the sparse run's)"
     print(
-        f"utilization: {sched.utilization(start, stop):.3f} (first MM to the last MM's end), "
-        f"{sched.utilization():.3f} (whole run)"
+        f"dense, same logical K={logical_k}: {sizes} nc_matmul {args.dtype} per output, "
+        f"{outputs * len(chunks):,} in all{same}: {total}; steady state {per_output:.1f} "
+        f"cycles per output ({per_output / sparse_steady:.2f} x the sparse "
+        f"{sparse_steady:.1f})"
     )
-    print(
-        f"TFLOPS at {clock / 1e9:.1f} GHz: {sched.tflops(start, stop):.1f} (first MM to the "
-        f"last MM's end), {sched.tflops():.1f} (whole run); peak "
-        f"{timing.peak_tflops(args.rows, args.cols, prog[0].mode):.1f}"
-    )
-    return _write_trace(args, sched, timing)
 
 
 def _write_trace(args, sched, timing):
@@ -166,6 +231,14 @@ def add_parser(sub, raw):
         default="bf16",
         metavar="OPERATION",
         help=f"a mode's matmul or transpose (default bf16): {', '.join(blocks.TE_MODES)}",
+    )
+    s.add_argument(
+        "--sparse",
+        metavar="M:N",
+        help=f"M:N structured-sparse matmuls (nc_matmul_sparse): "
+        f"{', '.join(SPARSE_PATTERNS)}; --k counts the compressed rows (PE rows), a logical "
+        f"contraction of K x N/M rows; also runs the dense matmuls of that contraction for "
+        f"comparison (default: dense)",
     )
     s.add_argument(
         "--repeat", type=int, default=16, help="nc_matmuls back to back, >= 1 (default 16)"
