@@ -525,3 +525,149 @@ def test_vector_and_scalar_share_psum_banks(core):
         overlap[same] = v.start < s.end and s.start < v.end
         assert res.outputs[0][0].tobytes() == np.ones((128, 512), np.float32).tobytes()
     assert overlap == {True: False, False: core == "v3"}
+
+
+SPARSE_K = os.path.join(HERE, "kernels", "sparse.py")
+SPARSE = "mm_sparse_128_512_cr4"
+
+
+def _sparse_ins(rng, k=8, ratio=2, m=8, n=16):
+    from ncrtl.kernels import _sparse_inputs
+
+    moving, values, tag = _sparse_inputs(rng, k, n, ratio)
+    return moving, values[:, :m], tag[:, : -(-m // 4)]
+
+
+def test_sparse_example_is_the_sparse_golden(runs):
+    """mm_sparse_128_512_cr4 (seed 000): the result is the sparse golden's bit for bit, the
+    dense product of the decompressed weight within the FP32 bound; the Tensor Engine stream
+    carries the LoadStationary and MultiplyMoving of ``sparse_instructions``, the moving
+    operand read whole: R elements of every partition per beat."""
+    from ncrtl.model.tensor_engine import decompress, matmul_sparse
+    from ncrtl.model.tensor_engine.sparse import sparse_instructions
+
+    e, (moving, values, tag), res = runs[SPARSE]
+    out = res.outputs[0]
+    assert out.tobytes() == matmul_sparse(moving, values, tag, 4).tobytes()
+    dense = decompress(values, tag, 4).astype(np.float64).T @ moving.astype(np.float64).reshape(
+        512, 512
+    )
+    assert (np.abs(out - dense) <= e.bound(dense, (moving, values, tag))).all()
+    (ins,) = res.program.streams["tensor"]
+    assert ins.op == "matmul_sparse" and ins.call == "nisa.nc_matmul_sparse"
+    want = sparse_instructions(moving, values, tag, 4)
+    assert [te_isa.decode(w) for w in ins.args["te"]] == list(want)
+    stat, mov, tg = ins.srcs
+    assert mov.view_shape == (128, 4, 512) and mov.size == 128 * 4 * 512
+    assert tg.view_dtype == "uint16" and tg.view_shape == (128, 32)
+
+
+def test_sparse_matmul_takes_r_times_fewer_tensor_engine_cycles(runs):
+    """The 4:16 matmul over 512 logical rows is one MultiplyMoving of 128 compressed rows: its
+    LoadStationary's 32 beats and 512 moving beats, 31 + 512 cycles from issue to release;
+    matmul_tiled on the decompressed weight (the same logical K = 512, four dense matmuls)
+    keeps the Tensor Engine about 4 times as long.  The MACs counted are the dense ones."""
+    e, ins, res = runs[SPARSE]
+    sparse = res.report.summary()
+    assert sparse["te_matmul_window_cycles"] == 31 + 512
+    assert sparse["te_dtype"] == "bf16 4:16" and res.report.macs == 128 * 4 * 128 * 512
+    from ncrtl.kernels import _sparse_dense
+
+    w, x = (a.astype(ml_dtypes.bfloat16) for a in _sparse_dense(ins))
+    dense = nki.run(load("matmul_tiled")[1], (w, x), golden=False).report.summary()
+    assert dense["instructions"]["tensor"] == 4
+    ratio = dense["te_matmul_window_cycles"] / sparse["te_matmul_window_cycles"]
+    assert 0.9 * 4 <= ratio <= 4, ratio
+
+
+def test_sparse_matmul_into_dst_accumulates():
+    """The ``dst=`` form: two sparse matmuls into one PSUM tile, the second accumulating (as
+    ``nc_matmul``'s ``accumulate=None``)."""
+    from ncrtl.model.tensor_engine import matmul_sparse
+
+    ins = _sparse_ins(np.random.default_rng(4))
+    res = nki.run(load_file(SPARSE_K, "sparse_into_dst"), ins, timing=False)
+    once = matmul_sparse(*ins, 2)
+    assert res.outputs[0].tobytes() == fp32_add(once, once).tobytes()
+    assert [i.args["accumulate"] for i in res.program.streams["tensor"]] == [False, True]
+
+
+def test_sparse_bad_input_is_one_error_naming_the_line_and_rule(tmp_path, capsys):
+    """A tag tensor of the wrong dtype or shape, a ratio of 5, a moving not [K, R, N]: one
+    line from the front end naming the kernel's line, the call and the golden's rule; bad tag
+    values when the stream runs; a v2 core; and the same through ``ncrtl run``."""
+    k = load_file(SPARSE_K, "sparse_any")
+    moving, values, tag = _sparse_ins(np.random.default_rng(5))
+    where = kernel_line(SPARSE_K, "sparse") + ": nisa.nc_matmul_sparse: "
+    cases = [
+        (
+            (moving, values, tag.astype(np.int16)),
+            {"compress_ratio": 2},
+            "tag must be uint16 [8, 2]",
+        ),
+        ((moving, values, tag[:, :1]), {"compress_ratio": 2}, "got uint16 [8, 1]"),
+        ((moving, values, tag), {"compress_ratio": 5}, "SPARSE: compress_ratio 5 is not one"),
+        (
+            (moving.reshape(8, 32), values, tag),
+            {"compress_ratio": 2},
+            "moving [K, compress_ratio=2",
+        ),
+    ]
+    for args, kw, rule in cases:
+        with pytest.raises(nki.NkiError) as e:
+            nki.trace(k, args, kw)
+        msg = str(e.value)
+        assert msg.startswith(where) and rule in msg and "\n" not in msg, msg
+    bad = tag.copy()
+    bad[0, 0] = (bad[0, 0] & ~np.uint16(0xF)) | 0x3  # element 3 of a partition: not below R = 2
+    with pytest.raises(kgolden.KernelError) as e:
+        nki.run(k, (moving, values, bad), {"compress_ratio": 2}, timing=False)
+    assert str(e.value).startswith(kernel_line(SPARSE_K, "sparse")) and "TAG: tag[0, 0]" in str(
+        e.value
+    )
+    with pytest.raises(nki.NkiError, match="NeuronCore-v3 or later"):
+        nki.trace(k, (moving, values, tag), {"compress_ratio": 2}, core="v2")
+    for name, a in (("m", moving), ("s", values), ("t", tag)):
+        np.save(tmp_path / f"{name}.npy", a)
+    argv = ["run", f"{SPARSE_K}::sparse_any", "--args"]
+    argv += [f"{tmp_path}/m.npy:bfloat16", f"{tmp_path}/s.npy:bfloat16", f"{tmp_path}/t.npy"]
+    assert main([*argv, "--kwarg", "compress_ratio=5", "--out", str(tmp_path / "never")]) == 2
+    assert not (tmp_path / "never").exists()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"ncrtl: error: {where}") and "SPARSE" in err and "\n" not in err
+
+
+def test_cli_runs_the_sparse_kernel_file(tmp_path, capsys):
+    """``ncrtl run more.py::mm_sparse_128_512_cr4 --args``: the golden's values and the
+    report, as for any kernel."""
+    from ncrtl.model.tensor_engine import matmul_sparse
+
+    ins = _sparse_ins(np.random.default_rng(6), k=16, ratio=4, m=16, n=64)
+    for name, a in zip("mst", ins):
+        np.save(tmp_path / f"{name}.npy", a)
+    kernel = os.path.join(os.path.dirname(nki.__file__), "..", "kernels", "more.py")
+    argv = ["run", f"{kernel}::{SPARSE}", "--args", f"{tmp_path}/m.npy:bfloat16"]
+    argv += [f"{tmp_path}/s.npy:bfloat16", f"{tmp_path}/t.npy", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    out = np.load(tmp_path / "o" / "out0.npy")
+    assert out.tobytes() == matmul_sparse(*ins, 4).tobytes()
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["instructions"]["tensor"] == 1 and report["te_dtype"] == "bf16 4:16"
+    assert "bf16 4:16" in capsys.readouterr().out
+
+
+def test_rtl_core_refuses_a_sparse_matmul_before_building(tmp_path, capsys, monkeypatch):
+    """``ncrtl run --rtl``: the RTL core has no sparse matmul; the kernel is refused when its
+    streams are encoded, naming the instruction and its line, before anything is built."""
+    import ncrtl.testbench.neuroncore.run as rtl_run
+
+    def no_build(*a, **k):
+        raise AssertionError("the RTL core was built")
+
+    monkeypatch.setattr(rtl_run, "run_rtl", no_build)
+    out = tmp_path / "o"
+    argv = ["run", "--example", SPARSE, "--rtl", "--partitions", "8", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "more.py:" in err and "nisa.nc_matmul_sparse" in err and "matmul_sparse" in err
+    assert "the RTL NeuronCore has no matmul_sparse" in err and not out.exists()

@@ -16,7 +16,8 @@ No numeric rule is restated here; each operation calls the block's golden:
   (:func:`ncrtl.model.tensor_engine.matmul_bits`) and PSUM's read-add-write
   (:meth:`ncrtl.model.psum.Psum.write`: FP32, BF16 with RNE or SR, raw transposes);
   ``matmul_mx``: :func:`ncrtl.model.tensor_engine.matmul_mx_rows` with the scales of
-  :func:`~ncrtl.model.tensor_engine.mx_row_scales`;
+  :func:`~ncrtl.model.tensor_engine.mx_row_scales`; ``matmul_sparse`` (``nc_matmul_sparse``):
+  :func:`ncrtl.model.tensor_engine.matmul_sparse` at its LoadStationary's ratio;
 * ``quantize_mx``: :func:`ncrtl.model.vector_engine.quantize_mx`;
 * conversions to a narrower float (``tensor_copy``, ``memset``, the results of arithmetic):
   one rounding to nearest even (:func:`ncrtl.model.fp.encode`);
@@ -41,7 +42,14 @@ from ncrtl.model.dma.engine import AddDtype, add_elements
 from ncrtl.model.fp import encode, from_bits, get_format
 from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.psum import Dtype, Flag, Geometry, Psum, Rounding, Write
-from ncrtl.model.tensor_engine import matmul_bits, matmul_mx_rows, mx_row_scales, result_bits
+from ncrtl.model.tensor_engine import isa as te_isa
+from ncrtl.model.tensor_engine import (
+    matmul_bits,
+    matmul_mx_rows,
+    matmul_sparse,
+    mx_row_scales,
+    result_bits,
+)
 from ncrtl.model.vector_engine import quantize_mx
 
 __all__ = [
@@ -529,6 +537,31 @@ def _matmul_mx(st, ins):
         _psum_write(st, ins, d, result_bits(res), kind)
 
 
+def _matmul_sparse(st, ins):
+    (dst,), (stat, mov, tag) = ins.dsts, ins.srcs
+    core = st.program.core
+    s, fs = _te_operand(st, stat, ins)
+    x, fm = _te_operand(st, mov, ins)
+    t = st.read(tag, ins)
+    try:
+        res = matmul_sparse(
+            x,
+            s,
+            t,
+            te_isa.decode(int(ins.args["te"][0])).sparse,
+            rows=core.rows,
+            cols=core.cols,
+            stationary_format=fs,
+            moving_format=fm,
+            tile_unit=core.tile_unit,
+        )
+    except ValueError as e:
+        code = getattr(getattr(e, "error", None), "name", "NONE")
+        msg = (f"{code}: " if code != "NONE" else "") + str(e)
+        raise KernelError(f"{_where(ins)}{msg}") from None
+    _psum_write(st, ins, dst, result_bits(res), Dtype.FP32)
+
+
 def _float32(st, ref, ins):
     v = st.read(ref, ins)
     if ref.element.packed != 1:
@@ -658,6 +691,7 @@ OPS = {
     "dma_transpose": _dma_transpose,
     "matmul": _matmul,
     "matmul_mx": _matmul_mx,
+    "matmul_sparse": _matmul_sparse,
     "tensor_copy": _tensor_copy,
     "memset": _memset,
     "identity": _identity,

@@ -12,7 +12,9 @@ approximation):
   as ``ncrtl timing matmul`` (loader and sequencer occupancy, the 4 LoadStationary chains,
   parallel tiles, the background transpose plane), issued no earlier than the cycle its waits
   are met; it completes when its last output vector reaches PSUM.  A stream of matmuls alone
-  gives exactly ``ncrtl timing matmul``'s cycles.
+  gives exactly ``ncrtl timing matmul``'s cycles.  A sparse matmul (``nc_matmul_sparse``) is
+  its LoadStationary and MultiplyMoving with the ratio in their ``sparse`` field: the dense
+  timing of its ``K`` compressed rows, its MACs the dense-equivalent ones.
 * **DMA**: a transfer's elements are split by partition over the 16 engines (at most one part
   per partition group); each part moves its words (16-byte data-path words, counted per
   contiguous run of either side) at the rate of :func:`ncrtl.model.dma.timing.bandwidth_cycles`
@@ -42,8 +44,14 @@ import numpy as np
 from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
 from ncrtl.model.kernel.golden import KernelError, deadlock
+from ncrtl.model.modes import SPARSE_GROUP
 from ncrtl.model.tensor_engine import isa as te_isa
-from ncrtl.model.tensor_engine.timing import DOCUMENTED, Sequencer
+from ncrtl.model.tensor_engine.timing import (
+    DOCUMENTED,
+    Sequencer,
+    macs_per_beat,
+    peak_macs_per_cycle,
+)
 
 __all__ = ["simulate", "Report", "Params", "DgeStage", "FIXED_LATENCY", "DMA_WORD_BYTES"]
 
@@ -198,6 +206,9 @@ class Report:
             "busy_fraction": {k: round(v, 4) for k, v in self.busy.items()},
             "te_utilization": round(self.utilization(), 4),
             "te_utilization_matmul_window": round(self.utilization(window=True), 4),
+            "te_matmul_window_cycles": (
+                (self.te_window[1] - self.te_window[0]) // te.period if self.te_window else 0
+            ),
             "te_tflops": round(self.tflops(), 3),
             "te_peak_tflops": round(self.peak_tflops(), 3),
             "te_dtype": self.te_dtype,
@@ -417,10 +428,14 @@ def simulate(program, *, params=None, trace=False):
             busy = max(busy, rec.busy_until)
             mm = rec.instruction
             if mm.op == te_isa.Op.MM and not mm.transpose:
-                stats["macs"] += mm.k * mm.m * mm.pe_mode.products * mm.n
-                peak = mm.pe_mode.macs_per_cycle(core.rows, core.cols)
+                # a sparse MM counts its dense-equivalent MACs against the sparse peak
+                stats["macs"] += macs_per_beat(mm) * mm.n
+                peak = peak_macs_per_cycle(core.rows, core.cols, mm.mode, mm.sparse)
+                name = mm.pe_mode.name
+                if mm.sparse:
+                    name += f" {SPARSE_GROUP}:{SPARSE_GROUP * mm.sparse}"
                 if peak > stats["peak"]:
-                    stats["peak"], stats["dtype"] = peak, mm.pe_mode.name
+                    stats["peak"], stats["dtype"] = peak, name
         if rec.instruction.op == te_isa.Op.MM and not rec.instruction.transpose:
             lo, hi = stats["te_window"] or (first * period, busy * period)
             stats["te_window"] = (min(lo, first * period), max(hi, busy * period))

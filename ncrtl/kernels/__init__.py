@@ -113,6 +113,45 @@ def _mx_bound(ref, inputs):
     return 2.0**-3 * (a.T @ b) + 4 * p * 2.0**-6 * amax * amax
 
 
+def _sparse_inputs(rng, p=128, f=512, ratio=4):
+    """Seed 000's sparse matmul inputs at compression ratio ``ratio``: a dense bf16 weight
+    ``[ratio p, p]`` pruned to 4:4R (the 4 largest magnitudes of every ``4 ratio`` rows of a
+    column kept), compressed to ``[p, p]`` with its packed tags (``compress``, whose tags are
+    ``squeeze_tags`` of the kept positions), and a dense bf16 moving ``[ratio p, f]`` as
+    ``[p, ratio, f]``."""
+    from ncrtl.model.modes import SPARSE_GROUP
+    from ncrtl.model.tensor_engine import compress
+
+    w = rng.standard_normal((ratio * p, p))
+    groups = np.abs(w).reshape(-1, SPARSE_GROUP * ratio, p)
+    keep = np.argsort(-groups, axis=1, kind="stable")[:, :SPARSE_GROUP, :]
+    mask = np.zeros(groups.shape, bool)
+    np.put_along_axis(mask, keep, True, axis=1)
+    mask = mask.reshape(w.shape)
+    values, tag = compress(np.where(mask, w, 0).astype(ml_dtypes.bfloat16), ratio, mask=mask)
+    return [_bf16(rng, ratio * p, f).reshape(p, ratio, f), values, tag]
+
+
+def _sparse_dense(inputs):
+    """The dense operands ``(weight [K R, M], moving [K R, N])`` of sparse matmul inputs."""
+    from ncrtl.model.tensor_engine import decompress
+
+    moving, values, tag = inputs
+    k, r, n = moving.shape
+    return _f64(decompress(values, tag, r)), _f64(moving).reshape(k * r, n)
+
+
+def _sparse_ref(*inputs):
+    w, x = _sparse_dense(inputs)
+    return [w.T @ x]
+
+
+def _sparse_bound(ref, inputs):
+    # FP32 result: a rounding per compressed row (K steps), none after
+    w, x = _sparse_dense(inputs)
+    return inputs[0].shape[0] * 2.0**-24 * (np.abs(w).T @ np.abs(x))
+
+
 EXAMPLES = {
     e.name: e
     for e in (
@@ -182,6 +221,17 @@ EXAMPLES = {
             _mx_ref,
             _mx_bound,
             "MXFP8 on NeuronCore-v4: quantize_mx of both operands, then nc_matmul_mx",
+            scales=True,
+        ),
+        Example(
+            "mm_sparse_128_512_cr4",
+            "more.py",
+            "mm_sparse_128_512_cr4",
+            _sparse_inputs,
+            _sparse_ref,
+            _sparse_bound,
+            "seed 000's 4:16 sparse bf16 matmul: a 512 x 128 weight pruned and compressed to "
+            "128 x 128 with its tags, by a [128, 4, 512] moving, in one nc_matmul_sparse",
             scales=True,
         ),
         Example(

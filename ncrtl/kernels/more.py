@@ -99,3 +99,33 @@ def exchange_halves(x):
     nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - me, recv_from_rank=1 - me, pipe_id=0)
     nisa.dma_copy(dst=result[me * H : (me + 1) * H, 0:F], src=theirs)
     return result
+
+
+@nki.jit
+def mm_sparse_128_512_cr4(moving_tensor, stationary_tensor, tag_tensor):
+    """Seed 000's sparse matmul: ``moving_tensor [K, R, N]`` (the dense moving ``[K R, N]``
+    reshaped: partition p holds rows p R .. p R + R - 1), ``stationary_tensor [K, M]`` (a
+    4:4R sparse weight compressed to 4 of every 4R rows) and ``tag_tensor`` uint16
+    ``[K, M / 4]`` (the kept rows' positions, four 4-bit tags a word); the result ``[M, N]``
+    FP32, the dense product over the K R rows, in one MultiplyMoving of K rows."""
+    K, compress_ratio, N = moving_tensor.shape
+    K_, M = stationary_tensor.shape
+    assert K == K_ <= nl.tile_size.pmax and M <= nl.tile_size.gemm_stationary_fmax
+    assert N <= nl.tile_size.gemm_moving_fmax
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    moving = nl.ndarray(moving_tensor.shape, dtype=moving_tensor.dtype, buffer=nl.sbuf)
+    stationary = nl.ndarray(stationary_tensor.shape, dtype=stationary_tensor.dtype, buffer=nl.sbuf)
+    tag = nl.ndarray(tag_tensor.shape, dtype=tag_tensor.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=moving, src=moving_tensor)
+    nisa.dma_copy(dst=stationary, src=stationary_tensor)
+    nisa.dma_copy(dst=tag, src=tag_tensor)
+    psum_buf = nisa.nc_matmul_sparse(
+        moving,  # [K, R, N]: R elements of every partition per moving beat
+        stationary,  # [K, M], compressed
+        tag,  # [K, M / 4] uint16
+        compress_ratio,
+    )
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out, src=psum_buf)
+    nisa.dma_copy(dst=result, src=out)
+    return result

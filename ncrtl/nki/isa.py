@@ -1,10 +1,11 @@
 """``nki.isa`` as ncrtl models it: each call checks its operands against the ISA's rules when
 the kernel is traced and appends one instruction to its engine's stream.
 
-The rules of the Tensor Engine (modes, shapes, tiles, MX layouts) are its golden's
-(:func:`ncrtl.model.tensor_engine.matmul.instructions`): checked here on the operands' shapes
-and dtypes, and the LoadStationary / MultiplyMoving words the Tensor Engine takes go into the
-stream.  Every error starts with the kernel's ``file:line``.
+The rules of the Tensor Engine (modes, shapes, tiles, MX layouts, sparse operands) are its
+golden's (:func:`ncrtl.model.tensor_engine.matmul.instructions`,
+:func:`~ncrtl.model.tensor_engine.sparse.sparse_instructions`): checked here on the operands'
+shapes and dtypes, and the LoadStationary / MultiplyMoving words the Tensor Engine takes go into
+the stream.  Every error starts with the kernel's ``file:line``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.kernel.golden import ACTIVATIONS, ALU_OPS
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine.matmul import instructions, mx_instructions
+from ncrtl.model.tensor_engine.sparse import sparse_instructions
 
 from . import _trace
 from ._trace import NkiTensor, caller_line, current, fail, not_modelled
@@ -97,7 +99,7 @@ def _tensor(call, what, t, spaces):
 
 def _emit(engine_name, op, dsts, srcs, args, call):
     tr = current(call)
-    if op not in ("matmul", "matmul_mx"):
+    if op not in ("matmul", "matmul_mx", "matmul_sparse"):
         # Another engine reading (an eviction) or writing a PSUM location ends its matmul
         # accumulation there: with accumulate=None the next matmul into it overwrites.
         for o in (*dsts, *srcs):
@@ -380,6 +382,57 @@ def nc_matmul_mx(
         "rounding": tr.psum_rounding if dst.dtype == "bfloat16" else None,
     }
     _emit("tensor", "matmul_mx", [d], [s, x, ss, xs], args, call)
+
+
+def nc_matmul_sparse(moving, stationary, tag, compress_ratio, dst=None, accumulate=None, name=None):
+    """The M:N structured-sparse matmul (NeuronCore-v3 on, seed 000): ``moving [K, R, N]``
+    (partition ``p`` holds dense rows ``p R .. p R + R - 1``), the compressed ``stationary
+    [K, M]`` and its packed position tags ``tag`` (uint16 ``[K, ceil(M / 4)]``), all in SBUF,
+    at compression ratio ``compress_ratio`` = ``R``.  Returns a new FP32 PSUM tile ``[M, N]``
+    (the seed's form), or writes ``dst=`` (as ``nc_matmul``: ``accumulate=None`` overwrites a
+    location on its first matmul write and accumulates after).  Values and rules are the
+    golden's, :func:`ncrtl.model.tensor_engine.matmul_sparse`; the tags' values are checked
+    when the stream runs."""
+    call = "nisa.nc_matmul_sparse"
+    tr = current(call)
+    if tr.core.name == "v2":
+        fail(call, "sparse matmuls need NeuronCore-v3 or later")
+    s = _tensor(call, "stationary", stationary, ("sbuf",))
+    x = _tensor(call, "moving", moving, ("sbuf",))
+    t = _tensor(call, "tag", tag, ("sbuf",))
+    try:
+        ls, mm = sparse_instructions(
+            _zeros(moving.dtype, moving.shape),
+            _zeros(stationary.dtype, stationary.shape),
+            _zeros(tag.dtype, tag.shape),
+            compress_ratio,
+            rows=tr.core.rows,
+            cols=tr.core.cols,
+            stationary_format="tf32" if stationary.dtype == "tfloat32" else None,
+            moving_format="tf32" if moving.dtype == "tfloat32" else None,
+            tile_unit=tr.core.tile_unit,
+        )
+    except ValueError as e:
+        code = getattr(getattr(e, "error", None), "name", "NONE")
+        fail(
+            call,
+            f"moving {list(moving.shape)} {moving.dtype}, stationary {list(stationary.shape)} "
+            f"{stationary.dtype}, tag {list(tag.shape)} {tag.dtype}, compress_ratio "
+            f"{compress_ratio!r}: " + (f"{code}: " if code != "NONE" else "") + str(e),
+        )
+    if dst is None:
+        from . import language as nl
+
+        dst = nl.ndarray((mm.m, mm.n), nl.float32, buffer=nl.psum, name=name or "")
+    d = _psum_dst(call, tr, dst, mm.m, mm.n, ("float32",))
+    args = {
+        # the MultiplyMoving's beat reads R elements of each of the K partitions: the moving
+        # operand is the whole [K, R, N] view, the stationary's LoadStationary reads the tags
+        "te": [te_isa.encode(ls), te_isa.encode(mm)],
+        "accumulate": _accumulate(tr, d, accumulate),
+    }
+    _emit("tensor", "matmul_sparse", [d], [s, x, t], args, call)
+    return dst
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None):
