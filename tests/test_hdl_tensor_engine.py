@@ -79,8 +79,8 @@ def pack(layout, **fields):
     return v
 
 
-def lanes(words):
-    return sum(int(w) << (LANE * i) for i, w in enumerate(words))
+def lanes(words, width=LANE):
+    return sum(int(w) << (width * i) for i, w in enumerate(words))
 
 
 def unlanes(value, n):
@@ -501,7 +501,15 @@ def accepted_mask(te, instrs):
         return [(r.accepted, r.plane) for r in sched.records]
     out, last_ls = [], None
     for ins in instrs:
-        ok = isa.check(ins, te.rows, te.cols, last_ls, tile_unit=te.tile_unit, modes=te.modes)
+        ok = isa.check(
+            ins,
+            te.rows,
+            te.cols,
+            last_ls,
+            tile_unit=te.tile_unit,
+            modes=te.modes,
+            sparse=getattr(te, "sparse", False),
+        )
         ok = ok is None
         if ok and ins.op == Op.LS:
             last_ls = ins
@@ -509,7 +517,7 @@ def accepted_mask(te, instrs):
     return out
 
 
-def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=4000):
+def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=4000, outputs=None):
     """Stream each program (list of ``(Instruction, beats)``, beats a list of lane-word lists
     for the instructions the engine accepts) into the engine, one after the other in ONE
     simulation (compiling the design dominates the run time), with a reset in between.  With
@@ -555,9 +563,11 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
 
     per = lambda v: list(v) if isinstance(v, (list, tuple)) else [v] * len(programs)  # noqa: E731
     stalls, pressures = per(stall), per(backpressure)
+    counts = per(outputs)  # result vectors to wait for (None: one per moving beat)
+    widths = [LANE] * len(stat_ports) + [te.x_width] * len(mov_ports)
 
     async def bench(ctx):
-        for program, stall, backpressure in zip(programs, stalls, pressures):
+        for program, stall, backpressure, count in zip(programs, stalls, pressures, counts):
             ctx.set(cd.rst, 1)
             await ctx.tick()
             ctx.set(cd.rst, 0)
@@ -565,16 +575,18 @@ def run_engine(te, programs, *, stall=0.0, backpressure=0.0, seed=0, max_cycles=
             ev = dict(issue=[], stat=[], mov=[], out={k: [] for k in keys}, err=[])
             qi, qs, qm = 0, [0] * len(stat), [0] * len(mov)
             quiet = 0
-            n_out = sum(len(m) for m in mov) * (1 if not split else 0)
+            n_out = sum(len(m) for m in mov) * (1 if not split else 0) if count is None else count
             for cyc in range(max_cycles):
                 vi = qi < len(words) and rng.random() >= stall
                 ctx.set(te.instr.valid, vi)
                 ctx.set(te.instr.payload.as_value(), words[qi] if qi < len(words) else 0)
                 vs = [q < len(x) and rng.random() >= stall for q, x in zip(qs, stat)]
                 vm = [q < len(x) and rng.random() >= stall for q, x in zip(qm, mov)]
-                for port, v, q, x in zip(stat_ports + mov_ports, vs + vm, qs + qm, stat + mov):
+                for port, v, q, x, w in zip(
+                    stat_ports + mov_ports, vs + vm, qs + qm, stat + mov, widths
+                ):
                     ctx.set(port.valid, v)
-                    ctx.set(port.payload, lanes(x[q]) if v else 0)
+                    ctx.set(port.payload, lanes(x[q], w) if v else 0)
                 ready = rng.random() >= backpressure
                 ctx.set(te.result.ready, ready)
                 if vi and ctx.get(te.instr.ready):
@@ -993,8 +1005,8 @@ def test_row_and_column_tiles():
 class _CheckUnit(wiring.Component):
     """The control's combinational ``isa.check`` on its own."""
 
-    def __init__(self, rows, cols):
-        self.rows, self.cols = rows, cols
+    def __init__(self, rows, cols, sparse=False):
+        self.rows, self.cols, self.sparse = rows, cols, sparse
         super().__init__(
             {
                 "i_ins": In(INSTR_LAYOUT),
@@ -1007,7 +1019,7 @@ class _CheckUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         code, _, _, _ = check_logic(
-            m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid, self.i_st
+            m, self.i_ins, self.rows, self.cols, 32, self.i_st_valid, self.i_st, sparse=self.sparse
         )
         m.d.comb += self.o_code.eq(code)
         return m
@@ -1024,6 +1036,7 @@ def _random_instruction(rng, rows, cols):
         fmt_s=pick(0, 0, 1, 2, 3),
         fmt_m=pick(0, 0, 1, 2, 3),
         transpose=bool(rng.random() < 0.2),
+        sparse=pick(0, 0, 0, 0, 2, 3, 4, 1, 7),
         tile_row=pick(0, 0, 0, 16, 32, 64, 96, 128),
         tile_rows=pick(0, 0, 0, 32, 64, 96, rows),
         tile_col=pick(0, 0, 0, 16, 32, 64, 96, 128),
@@ -1031,11 +1044,13 @@ def _random_instruction(rng, rows, cols):
     )
 
 
-def test_hardware_check_equals_isa_check():
-    """The control's check logic of a 128 x 128 engine against ``isa.check`` on random words
-    (edge values of every field) and on one-field mutations of legal instructions."""
+@pytest.mark.parametrize("sparse", [False, True])
+def test_hardware_check_equals_isa_check(sparse):
+    """The control's check logic of a 128 x 128 engine (with and without the sparse path)
+    against ``isa.check`` on random words (edge values of every field) and on one-field
+    mutations of legal instructions."""
     rows = cols = 128
-    dut = _CheckUnit(rows, cols)
+    dut = _CheckUnit(rows, cols, sparse)
     rng = np.random.default_rng(4)
     legal = [
         Instruction(Op.LS, Mode.BF16, k=128, m=128),
@@ -1045,6 +1060,9 @@ def test_hardware_check_equals_isa_check():
         Instruction(Op.LS, Mode.FP16, k=64, m=64, tile_row=64, tile_rows=64),
         Instruction(Op.LS, Mode.TF32, k=100, m=32, tile_col=96, tile_cols=32),
         Instruction(Op.LS, Mode.BF16, k=1, m=64, tile_col=64, tile_cols=64),
+        Instruction(Op.LS, Mode.BF16, k=128, m=128, sparse=4),
+        Instruction(Op.LS, Mode.FP8, k=64, m=100, fmt_s=2, fmt_m=3, sparse=2),
+        Instruction(Op.LS, Mode.TF32, k=12, m=128, sparse=3),
     ]
     cases = []
     for _ in range(1200):
@@ -1092,13 +1110,14 @@ def test_hardware_check_equals_isa_check():
                         k=w.k,
                         m=w.m,
                         transpose=w.transpose,
+                        sparse=w.sparse,
                         tile_row=w.tile_row,
                         tile_rows=w.tile_rows,
                         tile_col=w.tile_col,
                         tile_cols=w.tile_cols,
                     ),
                 )
-            want = isa.check(ins, rows, cols, st, sparse=False)
+            want = isa.check(ins, rows, cols, st, sparse=sparse)
             got = ctx.get(dut.o_code)
             assert got == (int(want[0]) if want else 0), (ins, st, want)
 
@@ -1106,7 +1125,8 @@ def test_hardware_check_equals_isa_check():
     sim.add_testbench(bench)
     sim.run()
     seen = {
-        int(e[0]) if e else 0 for e in (isa.check(i, rows, cols, s, sparse=False) for i, s in cases)
+        int(e[0]) if e else 0
+        for e in (isa.check(i, rows, cols, s, sparse=sparse) for i, s in cases)
     }
     # every rule but the data rules (SELECTION, TAG) and the parallel tiles' TILE_BUSY
     assert seen == set(range(0, 11)) - {Error.SELECTION} | {Error.SPARSE}
@@ -1806,3 +1826,94 @@ def test_array_sparse_picks_the_group_element(fmt, r):
     sim.add_testbench(bench)
     sim.run()
     assert np.array([got[j] for j in range(N)]).T.tolist() == want.tolist()
+
+
+def _sparse_pair(rng, te, fmt, r, k, n, tags="good"):
+    """A sparse LS + MM of ``te`` (``M`` its columns) on random operands: ``(program steps,
+    golden bits or None, error)``:
+    ``tags`` ``"good"``, ``"element"`` (an element not below the ratio) or ``"repeat"`` (a
+    position twice in a group)."""
+    from ncrtl.hdl.tensor_engine.pe import sparse_slot_width
+    from ncrtl.model.tensor_engine.sparse import matmul_sparse, pack_tags, sparse_instructions
+
+    rows, m = te.rows, te.cols
+    f = "fp32" if fmt == "tf32" else fmt
+    S, X = _codes(rng, fmt, (k, m)), _codes(rng, fmt, (k, r, n))
+    phys = np.zeros((k, m), dtype=np.int64)
+    for g in range(k // 4):
+        for col in range(m):
+            pos = rng.choice(4 * r, size=4, replace=False)
+            phys[4 * g : 4 * g + 4, col] = ((pos // r) << 2) | (pos % r)
+    err = None
+    if tags == "element":
+        phys[1, m - 1] = (phys[1, m - 1] & 0xC) | 3
+        err = Error.TAG
+    elif tags == "repeat":
+        phys[k - 1, 0] = phys[k - 2, 0]
+        err = Error.TAG
+    as_dtype = lambda a: from_bits(a.astype(get_format(f).storage_dtype), f)  # noqa: E731
+    kw = {"stationary_format": "tf32", "moving_format": "tf32"} if fmt == "tf32" else {}
+    ls, mm = sparse_instructions(
+        as_dtype(X), as_dtype(S), pack_tags(phys), r, rows=rows, cols=m, **kw
+    )
+    want = None
+    if err is None:
+        got = matmul_sparse(as_dtype(X), as_dtype(S), pack_tags(phys), r, rows=rows, cols=m, **kw)
+        want = got.view(np.uint32).astype(np.int64)
+    words = (S | (phys << 32)).T  # [M, K] lane words
+    st = [[int(v) for v in b] for b in stationary_beats(words, ls, rows, m, te.tile_unit)]
+    slot = sparse_slot_width(te.modes)
+    mv = []
+    for j in range(n):
+        col = [sum(int(X[p, e, j]) << (slot * e) for e in range(r)) for p in range(k)]
+        mv.append(col + [0] * (rows - k))
+    return [(ls, st), (mm, mv)], want, err
+
+
+def test_engine_sparse_values_tags_and_rules():
+    """A sparse-capable 8 x 4 engine: sparse matmuls of every sparse mode and ratio between
+    dense ones, with stalls and backpressure; stationaries with broken tags give no result
+    vector and one TAG error each, and the engine goes on; a sparse fp32 instruction is
+    rejected with SPARSE.  Values against the golden matmul_sparse / matmul."""
+    R, C = 8, 4
+    rng = np.random.default_rng(11)
+    te = TensorEngine(R, C, instance=False, tile_unit=2, sparse=True)
+    assert te.x_width == 128  # four TF32 elements per row
+    cases = [
+        ("bf16", 4, "good"),
+        ("tf32", 3, "good"),
+        ("fp8_e5m2", 2, "element"),
+        ("fp16", 2, "good"),
+        ("fp8_e4m3", 4, "repeat"),
+        ("fp8_e3m4", 3, "good"),
+    ]
+    program, wants, errors = [], [], []
+    for i, (fmt, r, tags) in enumerate(cases):
+        k = 8 if i % 2 == 0 else 4
+        steps, want, err = _sparse_pair(rng, te, fmt, r, k, 3 + i, tags)
+        program += steps
+        wants.append(want)
+        if err is not None:
+            errors.append(err)
+        if i == 2:  # a dense matmul on the engine between sparse ones
+            s, x = _codes(rng, "bf16", (R, C)), _codes(rng, "bf16", (R, 2))
+            ls = Instruction(Op.LS, Mode.BF16, k=R, m=C)
+            mm = Instruction(Op.MM, Mode.BF16, k=R, m=C, n=2)
+            program += [
+                (ls, tile_beats(ls, s, R, cols=C, tile_unit=2)),
+                (mm, tile_beats(mm, x, R, tile_unit=2)),
+            ]
+            bf = lambda a: from_bits(a.astype(np.uint16), "bf16")  # noqa: E731
+            dense = matmul(bf(s), bf(x), rows=R, cols=C).view(np.uint32).astype(np.int64)
+            wants.append(dense)
+        if i == 3:  # sparse on a mode without sparse, and a ratio the engine lacks
+            program.append((Instruction(Op.LS, Mode.FP32, k=4, m=C, sparse=2), []))
+            program.append((Instruction(Op.LS, Mode.BF16, k=4, m=C, sparse=5), []))
+            errors += [Error.SPARSE, Error.SPARSE]
+    want_vectors = [v for w in wants if w is not None for v in w.T.tolist()]
+    for stall in (0.0, 0.3):
+        (ev,) = run_engine(
+            te, [program], stall=stall, backpressure=stall, seed=5, outputs=len(want_vectors)
+        )
+        assert [v for _, v, _ in ev["out"]] == want_vectors
+        assert [code for _, code in ev["err"]] == [int(e) for e in errors]

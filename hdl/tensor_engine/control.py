@@ -38,12 +38,29 @@ from ncrtl.hdl.common.bits import bits_for_range, equals
 from ncrtl.hdl.common.delay import delay_line
 from ncrtl.hdl.common.params import check_bool, check_int, validated_init
 from ncrtl.model.fp import get_format
-from ncrtl.model.modes import ENGINE_MODES, FORMAT_BITS, MODE_BITS, TILE_SIZES
+from ncrtl.model.modes import (
+    ENGINE_MODES,
+    FORMAT_BITS,
+    MODE_BITS,
+    SPARSE_GROUP,
+    SPARSE_RATIOS,
+    TILE_SIZES,
+)
 from ncrtl.model.tensor_engine.isa import FIELDS, MAX_N_ANY, MIN_MM_CYCLES, Error, Op
 from ncrtl.model.tensor_engine.timing import LS_CHAINS, chain_count, chain_width, tile_slots
 
 from .array import beat_tag_layout
-from .pe import LANE_WIDTH, LS_CTL_LAYOUT, RAW_WIDTHS, WIDE_FORMATS, decode_tag, one_code
+from .pe import (
+    DATA_WIDTH,
+    LANE_WIDTH,
+    LS_CTL_LAYOUT,
+    RAW_WIDTHS,
+    SPARSE_TAG_BITS,
+    WIDE_FORMATS,
+    decode_tag,
+    moving_width,
+    one_code,
+)
 
 __all__ = [
     "TensorControl",
@@ -88,6 +105,7 @@ def mode_rules(m, ins, tile_unit, modes=ENGINE_MODES):
             "k_misaligned",
             "m_misaligned",
             "n_over",
+            "sparse_ok",
         )
     }
     ii = Signal(range(MAX_INTERVAL + 1), name="mode_ii")
@@ -130,6 +148,7 @@ def mode_rules(m, ins, tile_unit, modes=ENGINE_MODES):
                         ins.n > Mux(ins.bf16_out, pe_mode.n_limit(True), pe_mode.n_limit(False))
                     ),
                     ii.eq(Mux(ins.transpose, pe_mode.interval(True) or 1, pe_mode.interval(False))),
+                    rules["sparse_ok"].eq(pe_mode.sparse),
                 ]
         with m.Default():
             m.d.comb += [v.eq(0) for v in rules.values()] + [ii.eq(0)]
@@ -149,7 +168,17 @@ def whole_tile_sizes(m, ins, rows, cols, prefix):
 
 
 def check_logic(
-    m, ins, rows, cols, tile_unit, st_valid, st, intact=1, sizes=None, modes=ENGINE_MODES
+    m,
+    ins,
+    rows,
+    cols,
+    tile_unit,
+    st_valid,
+    st,
+    intact=1,
+    sizes=None,
+    modes=ENGINE_MODES,
+    sparse=False,
 ):
     """Hardware ``isa.check``: the code of the first rule ``ins`` breaks (0 if none).
 
@@ -158,7 +187,8 @@ def check_logic(
     sizes already made whole), ``st_valid`` whether there is one, ``intact`` that no later LS
     on an overlapping tile replaced part of it (parallel tiles); ``sizes`` the instruction's
     whole tile sizes when the caller has them (:func:`whole_tile_sizes`).  Tile sizes are the mode
-    table's scaled by ``tile_unit / 32`` (32 and 64 on the hardware).  Returns
+    table's scaled by ``tile_unit / 32`` (32 and 64 on the hardware); ``sparse``: the engine
+    has the sparse path (``isa.check(..., sparse=)``).  Returns
     ``(code, tr, tc, ii)``: the error code signal, the instruction's whole tile sizes and its
     cycles per beat.
     """
@@ -174,8 +204,19 @@ def check_logic(
         col_t.eq(tc != cols),
         tiled.eq(row_t | col_t | ins.tile_row.any() | ins.tile_col.any()),
     ]
+    is_sparse = ins.sparse.any()
+    bad_sparse = Signal(name="chk_sparse")
+    if sparse:
+        ratio_ok = Cat(*(ins.sparse == r for r in SPARSE_RATIOS)).any()
+        m.d.comb += bad_sparse.eq(is_sparse & (~rules["sparse_ok"] | ~ratio_ok))
+    else:
+        m.d.comb += bad_sparse.eq(is_sparse)  # no sparse path in this build
     bad_combo = Signal(name="chk_mode_combo")
-    m.d.comb += bad_combo.eq((ins.transpose & rules["no_transpose"]) | (tiled & rules["no_tiling"]))
+    m.d.comb += bad_combo.eq(
+        (ins.transpose & rules["no_transpose"])
+        | (tiled & rules["no_tiling"])
+        | (is_sparse & (ins.transpose | tiled))
+    )
     u = tile_unit
     sizes = sorted({s * u // 32 for s in TILE_SIZES})
 
@@ -211,7 +252,12 @@ def check_logic(
     bad_m = Signal(name="chk_m")
     bad_n = Signal(name="chk_n")
     m.d.comb += [
-        bad_k.eq(equals(ins.k, 0) | (ins.k > tr) | rules["k_misaligned"]),
+        bad_k.eq(
+            equals(ins.k, 0)
+            | (ins.k > tr)
+            | rules["k_misaligned"]
+            | (is_sparse & ins.k[: SPARSE_GROUP.bit_length() - 1].any())
+        ),
         bad_m.eq(equals(ins.m, 0) | (ins.m > tc) | rules["m_misaligned"]),
         bad_n.eq((ins.op == Op.MM) & (equals(ins.n, 0) | rules["n_over"])),
     ]
@@ -224,6 +270,7 @@ def check_logic(
         & (st.k == ins.k)
         & (st.m == ins.m)
         & (st.transpose == ins.transpose)
+        & (st.sparse == ins.sparse)
         & (st.tile_row == ins.tile_row)
         & (st.tile_rows == tr)
         & (st.tile_col == ins.tile_col)
@@ -236,8 +283,7 @@ def check_logic(
     checks = [
         (~rules["known"], Error.MODE),
         (rules["bad_fmt"], Error.FORMAT),
-        # no sparse path in the array (isa.check(..., sparse=False))
-        (ins.sparse.any(), Error.SPARSE),
+        (bad_sparse, Error.SPARSE),
         (bad_combo, Error.MODE_COMBO),
         (bad_tile, Error.TILE),
         (bad_k, Error.K_RANGE),
@@ -264,6 +310,7 @@ LS_DESC_LAYOUT = data.StructLayout(
         "k": 8,
         "m": 8,
         "transpose": 1,
+        "sparse": dict(FIELDS)["sparse"],
         "tile_row": 8,
         "tile_rows": 8,
         "tile_col": 8,
@@ -340,6 +387,12 @@ class TensorControl(wiring.Component):
     modes : sequence of PeMode or None
         The modes the engine's PE is built for (``ncrtl.model.modes.pe_modes``; None: every
         engine mode): an instruction of another mode is rejected with ``Error.MODE``.
+    sparse : bool
+        The array's PEs have the sparse path: sparse instructions pass the rules of
+        ``isa.check`` (else ``Error.SPARSE``), the moving lane words are wider, and the tags of
+        a sparse LS's stationary words are checked as they load: an MM on a stationary with a
+        tag whose element is not below the ratio, or with a position repeated in a row group,
+        emits no result vector and raises ``Error.TAG`` once.
     background_transpose : bool
         A second plane for transposes (NeuronCore-v4, ``timing.HDL_BACKGROUND``): a loader, a
         sequencer and a stationary and a moving stream per plane (``stationary[p]``,
@@ -357,12 +410,13 @@ class TensorControl(wiring.Component):
         ``r`` in lane ``k * rows + r``).  With parallel tiles a stream per lane group,
         ``.array(row_groups * chains)``: group ``g * chains + k`` carries chain ``k``'s words
         of row group ``g``; an LS beat takes one from every group of its tile at once.
-    moving : In(stream.Signature(rows * LANE_WIDTH))
-        Moving beats (lane ``r`` for PE row ``r``); the payload is checked (transpose
-        selection) and passed on as ``o_x``.  With parallel tiles ``.array(injections *
+    moving : In(stream.Signature(rows * x_width))
+        Moving beats (lane ``r`` for PE row ``r``: ``LANE_WIDTH`` bits, or with ``sparse`` the
+        PE's :func:`~ncrtl.hdl.tensor_engine.pe.moving_width`, a sparse beat's elements of
+        the row); the payload is checked (transpose selection) and passed on as ``o_x``.  With parallel tiles ``.array(injections *
         row_groups)``: group ``j * row_groups + g`` carries row group ``g``'s words entering at
         injection point ``j``.
-    o_x : Out(injections * rows * LANE_WIDTH)
+    o_x : Out(injections * rows * x_width)
         Moving lane words for the array, per injection point ``j`` (the left edge, then one per
         column group with parallel tiles: a column tile's moving data enters at its first
         column), row ``r`` in lane ``j * rows + r``.
@@ -408,6 +462,7 @@ class TensorControl(wiring.Component):
         parallel_tiles=False,
         background_transpose=False,
         modes=None,
+        sparse=False,
     ):
         # 8-bit instruction fields: at most 255 rows and columns.
         check_int(rows, "TensorControl rows", minimum=1, maximum=255)
@@ -436,6 +491,10 @@ class TensorControl(wiring.Component):
         self.parallel = parallel_tiles
         self.planes = 2 if background_transpose else 1
         self.modes = ENGINE_MODES if modes is None else tuple(modes)
+        check_bool(sparse, "TensorControl sparse")
+        self.sparse = sparse
+        #: Bits of a moving lane word (wider with the sparse path: a beat's elements per row).
+        self.x_width = moving_width(self.modes, sparse)
         self.chain_width = chain_width(cols, tile_unit)
         self.chains = chain_count(cols, tile_unit)
         if parallel_tiles:
@@ -447,13 +506,13 @@ class TensorControl(wiring.Component):
             self.slots = self.planes
         C, RG, J = self.chains, self.row_groups, self.injections
 
-        W, per = LANE_WIDTH, rows // RG
+        W, XW, per = LANE_WIDTH, self.x_width, rows // RG
         if parallel_tiles:  # a stream per lane group: (row group, chain), (injection, row group)
             stationary = In(stream.Signature(per * W)).array(RG * C)
-            moving = In(stream.Signature(per * W)).array(J * RG)
+            moving = In(stream.Signature(per * XW)).array(J * RG)
         else:
             stationary = In(stream.Signature(C * rows * W))
-            moving = In(stream.Signature(rows * W))
+            moving = In(stream.Signature(rows * XW))
             if background_transpose:  # a stream of each per plane
                 stationary, moving = stationary.array(2), moving.array(2)
 
@@ -477,7 +536,7 @@ class TensorControl(wiring.Component):
                 "instr": In(stream.Signature(INSTR_LAYOUT)),
                 "stationary": stationary,
                 "moving": moving,
-                "o_x": Out(J * rows * LANE_WIDTH),
+                "o_x": Out(J * rows * XW),
                 "o_tag": Out(data.ArrayLayout(beat_tag_layout(rows), J * RG)),
                 "o_ls": Out(C * rows * LANE_WIDTH),
                 "o_ls_ctl": Out(data.ArrayLayout(LS_CTL_LAYOUT, RG * C)),
@@ -655,6 +714,7 @@ class TensorControl(wiring.Component):
             intact,
             tile["sizes"],
             self.modes,
+            self.sparse,
         )
 
         def overlap(r, c):
@@ -768,6 +828,8 @@ class TensorControl(wiring.Component):
                 "cmask": (sl.ls_c, tile["cmask"]),
             }
             fields.update({f"lim{c}": (sl.ls_lim[c], most - cnt[c]) for c in range(C)})
+            if self.sparse:
+                fields.update(ratio=(sl.ls_ratio, ins.sparse), k=(sl.ls_k, ins.k))
             latch = [n for n in fields if n not in ("beats", "phase")]
             e = _effective(m, self.en, p, mine, fields, latch)
             e_beats, e_phase, e_ii, e_bank = e["beats"], e["phase"], e["ii"], e["bank"]
@@ -786,6 +848,12 @@ class TensorControl(wiring.Component):
                 m.d.comb += v.eq(beat & (e_beats > e_lim[c]))
                 valid.append(v)
             lanes.append((beat, e_r, valid, e_bank, takes))
+            if self.sparse:
+                bad = self._tag_check(m, groups, valid, e["ratio"], e["k"], p)
+                sl.tag_bad_now = Signal(name=f"{p}tag_bad_now")
+                m.d.comb += sl.tag_bad_now.eq((sl.st_tag_bad & ~mine) | bad)
+                with m.If(self.en):
+                    m.d.sync += sl.st_tag_bad.eq(sl.tag_bad_now)
             with m.If(self.en):
                 with m.If(beat):
                     m.d.sync += [sl.ls_beats.eq(e_beats - 1), sl.ls_phase.eq(e_ii - 1)]
@@ -847,6 +915,7 @@ class TensorControl(wiring.Component):
             valid=1,
             bank=issue["st_bank"],
             first_row=0,
+            sparse=ins.sparse.any(),
             name="new_pe_tag",
         )
         m.d.comb += [
@@ -859,7 +928,7 @@ class TensorControl(wiring.Component):
         m.d.comb += floor.eq(Mux(ins.m > MIN_MM_CYCLES, MIN_MM_CYCLES, ins.m))
         new_cols = Signal(OUT_INFO_LAYOUT, name="new_mm_cols")
         m.d.comb += [new_cols.col_lo.eq(ins.tile_col), new_cols.col_hi.eq(ins.tile_col + ins.m)]
-        W, rows_per = LANE_WIDTH, self.rows // RG
+        W, rows_per = self.x_width, self.rows // RG
         flags, beats, takes_all = [], [], []
         for k, sl in enumerate(s.slots):
             groups = self._lanes("moving", sl.plane)
@@ -879,8 +948,11 @@ class TensorControl(wiring.Component):
                 "cmask": (sl.mm_c, tile["cmask"]),
                 "inj": (sl.mm_inj, tile["inj"]),
             }
+            if self.sparse:
+                fields["tag_bad"] = (sl.mm_tag_bad, sl.tag_bad_now)
             latch = [n for n in fields if n not in ("beats", "slots", "phase", "flagged")]
             e = _effective(m, self.en, p, mine, fields, latch)
+            tag_bad = e["tag_bad"] if self.sparse else Const(0, 1)
             e_beats, e_slots, e_phase, e_ii = e["beats"], e["slots"], e["phase"], e["ii"]
             e_tag, e_cols, e_flagged = e["tag"], e["cols"], e["flagged"]
             e_r, e_c, e_inj = e["rmask"], e["cmask"], e["inj"]
@@ -918,15 +990,23 @@ class TensorControl(wiring.Component):
             sel_bad, sel_ones = self._selection_check(m, e_tag, payload, p)
             zero_beat = Signal(name=f"{p}zero_beat")
             m.d.comb += zero_beat.eq(e_tag.pe.transpose & sel_bad)
-            x = Signal(self.rows * LANE_WIDTH, name=f"{p}x")
+            x = Signal(self.rows * W, name=f"{p}x")
             m.d.comb += x.eq(Mux(zero_beat, 0, payload))
             new_flag = Signal(name=f"{p}sel_error_now")
             m.d.comb += new_flag.eq(beat & zero_beat & ~e_flagged)
-            flags.append(new_flag)
+            flags.append((new_flag, Error.SELECTION))
+            # a sparse MM on a stationary with broken tags: no result vector, one TAG error
+            tag_flag = Signal(name=f"{p}tag_error_now")
+            m.d.comb += tag_flag.eq(beat & tag_bad & ~e_flagged)
+            if self.sparse:
+                flags.append((tag_flag, Error.TAG))
+            emit = Signal(name=f"{p}emit")
+            m.d.comb += emit.eq(beat & ~tag_bad)
             last = Signal(name=f"{p}last")
             m.d.comb += last.eq(e_beats == 1)
             beats.append(
                 dict(
+                    emit=emit,
                     beat=beat,
                     x=x,
                     tag=e_tag,
@@ -941,7 +1021,7 @@ class TensorControl(wiring.Component):
             )
 
             with m.If(self.en):
-                m.d.sync += sl.mm_flagged.eq(e_flagged | new_flag)
+                m.d.sync += sl.mm_flagged.eq(e_flagged | new_flag | tag_flag)
                 with m.If(stalled):
                     m.d.sync += [
                         sl.mm_beats.eq(e_beats),
@@ -1013,7 +1093,7 @@ class TensorControl(wiring.Component):
                 for k, b in enumerate(beats):
                     tap = b["r"][g] & (~b["r"][g + 1] if g + 1 < RG else 1)
                     here = Signal(name=f"info_g{g}_c{j}_s{k}")
-                    m.d.comb += here.eq(b["beat"] & tap & b["c"][j])
+                    m.d.comb += here.eq(b["emit"] & tap & b["c"][j])
                     n = Signal(range(G + 1), name=f"info_count_g{g}_c{j}_s{k}")
                     over = Signal(10, name=f"info_over_g{g}_c{j}_s{k}")
                     m.d.comb += [
@@ -1040,7 +1120,7 @@ class TensorControl(wiring.Component):
         into ``port``."""
         info = Signal(port.shape(), name=f"{name}_in")
         m.d.comb += [
-            info.valid.eq(b["beat"]),
+            info.valid.eq(b["emit"]),
             info.last.eq(b["last"]),
             info.col_lo.eq(b["cols"].col_lo),
             info.col_hi.eq(b["cols"].col_hi),
@@ -1077,36 +1157,76 @@ class TensorControl(wiring.Component):
                         sl.desc.k.eq(ins.k),
                         sl.desc.m.eq(ins.m),
                         sl.desc.transpose.eq(ins.transpose),
+                        sl.desc.sparse.eq(ins.sparse),
                         sl.desc.tile_row.eq(ins.tile_row),
                         sl.desc.tile_rows.eq(issue["tr"]),
                         sl.desc.tile_col.eq(ins.tile_col),
                         sl.desc.tile_cols.eq(issue["tc"]),
                     ]
 
-    def _errors(self, m, issue, sel_errors):
+    def _errors(self, m, issue, data_errors):
         """``o_error``: registered, high in one enabled cycle per rejected instruction and per
-        transpose MM with a bad selection beat (an instruction error wins the cycle; selection
-        errors wait, counted, and follow one per cycle)."""
+        MM with a data error (``data_errors``: ``(strobe, code)`` pairs: a transpose's bad
+        selection beat, a sparse MM on broken tags).  An instruction error wins the cycle; data
+        errors wait, counted per code, and follow one per cycle (SELECTION before TAG)."""
         en = self.en
         err = Signal(name="err_pending")
         err_code = Signal(ERROR_SHAPE, name="err_code")
-        pending = Signal(range(2 * len(sel_errors) + 2), name="sel_err_pending")
-        new = Signal(range(len(sel_errors) + 1), name="sel_err_new")
-        m.d.comb += new.eq(sum(sel_errors))
         instr_err = Signal(name="instr_err")
         m.d.comb += instr_err.eq(issue["take"] & issue["rejected"])
+        codes = sorted({code for _, code in data_errors})
+        counters = []
+        for code in codes:
+            strobes = [f for f, c in data_errors if c == code]
+            pending = Signal(range(2 * len(strobes) + 2), name=f"{code.name.lower()}_err_pending")
+            new = Signal(range(len(strobes) + 1), name=f"{code.name.lower()}_err_new")
+            m.d.comb += new.eq(sum(strobes))
+            counters.append((code, pending, new))
         with m.If(en):
             with m.If(instr_err):
-                m.d.sync += [err.eq(1), err_code.eq(issue["code"]), pending.eq(pending + new)]
-            with m.Elif(pending.any() | new.any()):
-                m.d.sync += [
-                    err.eq(1),
-                    err_code.eq(Error.SELECTION),
-                    pending.eq(pending + new - 1),
-                ]
+                m.d.sync += [err.eq(1), err_code.eq(issue["code"])]
+                m.d.sync += [p.eq(p + n) for _, p, n in counters]
+            for i, (code, pending, new) in enumerate(counters):
+                with m.Elif(pending.any() | new.any()):
+                    m.d.sync += [err.eq(1), err_code.eq(code), pending.eq(pending + new - 1)]
+                    m.d.sync += [p.eq(p + n) for j, (_, p, n) in enumerate(counters) if j != i]
             with m.Else():
                 m.d.sync += [err.eq(0), err_code.eq(Error.NONE)]
         m.d.comb += [self.o_error.eq(err & en), self.o_error_code.eq(err_code)]
+
+    def _tag_check(self, m, groups, valid, ratio, k, prefix):
+        """1 when this cycle's stationary beat of a sparse LS (``ratio`` its compression ratio,
+        0 for a dense LS; ``k`` its rows) has a row group ``4g .. 4g + 3 < k``, in a chain with
+        a column in the beat (``valid``), whose tags (bits ``[32, 36)`` of the words) select an
+        element not below the ratio or repeat a position (``isa.Error.TAG``)."""
+        W, C, rows = LANE_WIDTH, self.chains, self.rows
+        per = rows // self.row_groups
+
+        def word(c, r):
+            if not self.parallel:
+                return groups[0][0].payload[(c * rows + r) * W : (c * rows + r + 1) * W]
+            port = groups[(r // per) * C + c][0].payload
+            return port[(r % per) * W : (r % per + 1) * W]
+
+        # element bits >= ratio: ratio 2 (elements 0, 1), 3 (0 .. 2), 4 (all)
+        bad = []
+        for c in range(C):
+            for g in range(rows // SPARSE_GROUP):
+                tags = [
+                    word(c, SPARSE_GROUP * g + i)[DATA_WIDTH : DATA_WIDTH + SPARSE_TAG_BITS]
+                    for i in range(SPARSE_GROUP)
+                ]
+                elem = [((ratio == 2) & t[1]) | ((ratio == 3) & t[:2].all()) for t in tags]
+                dup = [
+                    tags[i] == tags[j]
+                    for i in range(SPARSE_GROUP)
+                    for j in range(i + 1, SPARSE_GROUP)
+                ]
+                inside = k >= SPARSE_GROUP * (g + 1)
+                bad.append(valid[c] & inside & (Cat(*elem).any() | Cat(*dup).any()))
+        out = Signal(name=f"{prefix}tag_bad")
+        m.d.comb += out.eq(ratio.any() & _any(bad))
+        return out
 
     def _selection_check(self, m, tag, payload, prefix):
         """``(bad, ones)``: ``bad`` 1 when ``payload`` is not a selection column over the rows
@@ -1128,7 +1248,7 @@ class TensorControl(wiring.Component):
                 m.d.comb += [one.eq(1), mask.eq(0), mag.eq(0)]  # never a one
         any_bad, ones = [], []
         for r in range(self.rows):
-            x = payload[r * LANE_WIDTH : (r + 1) * LANE_WIDTH]
+            x = payload[r * self.x_width : r * self.x_width + LANE_WIDTH]
             inside = Signal(name=f"{prefix}sel_in_r{r}")
             is_one = Signal(name=f"{prefix}sel_one_r{r}")
             is_zero = Signal(name=f"{prefix}sel_zero_r{r}")
@@ -1195,6 +1315,14 @@ class _Slot:
         # the last LS accepted on this slot and its bank
         self.desc = Signal(LS_DESC_LAYOUT, name=f"{p}st_desc", reset_less=True)
         self.desc_bank = Signal(name=f"{p}st_bank", reset_less=True)
+        # sparse: the loading LS's ratio and K, whether its tags broke a rule (so far), and
+        # whether the MM in the sequencer runs on such a stationary
+        self.ls_ratio = Signal(dict(FIELDS)["sparse"], name=f"{p}ls_ratio", reset_less=True)
+        self.ls_k = Signal(8, name=f"{p}ls_k", reset_less=True)
+        self.st_tag_bad = Signal(name=f"{p}st_tag_bad")
+        self.mm_tag_bad = Signal(name=f"{p}mm_tag_bad", reset_less=True)
+        #: (set by the loaders) the stationary's tags are broken, this cycle's beat included
+        self.tag_bad_now = None
 
 
 class _State:

@@ -170,6 +170,12 @@ class TensorEngine(wiring.Component):
         ``"bf16"``, mode names, or PeModes; None: every engine mode, the synthesis design).
         A PE for fewer modes simulates faster; an instruction of a mode the build lacks is
         rejected with ``Error.MODE`` (``isa.check(..., modes=engine.modes)``).
+    sparse : bool
+        The sparse path (:class:`~ncrtl.hdl.tensor_engine.pe.PE`): sparse matmuls
+        (``nc_matmul_sparse``) run; the ``moving`` lane words are
+        :attr:`x_width` bits (a sparse beat's elements of each row); without it a sparse
+        instruction is rejected with ``Error.SPARSE`` (``isa.check(..., sparse=False)``).
+        Rows a multiple of 4, PEs placed one by one, serial engine without background plane.
 
     Attributes
     ----------
@@ -198,6 +204,7 @@ class TensorEngine(wiring.Component):
         background_transpose=False,
         modes=None,
         external_grid=False,
+        sparse=False,
     ):
         modes = ENGINE_MODES if modes is None else pe_modes(modes)
         if external_grid and background_transpose:
@@ -211,8 +218,12 @@ class TensorEngine(wiring.Component):
             parallel_tiles=parallel_tiles,
             modes=modes,
             external_grid=external_grid,
+            sparse=sparse,
         )
         self.modes = self.array.modes
+        self.sparse = sparse
+        #: Bits of a moving lane word.
+        self.x_width = self.array.x_width
         self.control = TensorControl(
             rows,
             cols,
@@ -221,6 +232,7 @@ class TensorEngine(wiring.Component):
             parallel_tiles=parallel_tiles,
             background_transpose=background_transpose,
             modes=self.modes,
+            sparse=sparse,
         )
         self.plane = None
         if background_transpose:
