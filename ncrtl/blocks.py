@@ -424,6 +424,10 @@ register(
 #: Tensor Engine operations (a mode's matmul or transpose: ``ncrtl.model.modes.operations``).
 TE_MODES = operations()
 
+#: The conformance program of sparse matmuls (every sparse mode and ratio, on an engine built
+#: with ``sparse=1``): ``pe_array``'s ``mode`` takes it beside the operations.
+TE_SPARSE = "sparse"
+
 
 #: Verilator arguments of a Tensor Engine build: its tiles as hierarchical blocks.
 _TE_SIM_ARGS = ("--hierarchical", str(TE_VERILATOR_CONFIG))
@@ -458,6 +462,13 @@ def _te_modes(mode, spec):
     from ncrtl.model.modes import operation
 
     modes = _pe_modes(spec)
+    if mode == TE_SPARSE:
+        if not any(m.sparse for m in modes):
+            raise BlockError(
+                f"pe_array: parameter pe_modes={spec!r} has no mode with sparse matmuls "
+                f"(mode={mode!r}); its modes: {', '.join(m.name for m in modes)}"
+            )
+        return modes
     if operation(mode)[0] not in modes:
         raise BlockError(
             f"pe_array: parameter pe_modes={spec!r} does not serve mode={mode!r} (the "
@@ -477,9 +488,23 @@ def _check_te(
     background_transpose=0,
     pe_modes="all",
     pgo=0,
+    sparse=0,
 ):
     """The combinations a ``pe_array`` cannot run (:attr:`Block.check`)."""
     _check_engine("pe_array", rows, cols, block, tile_unit)
+    if mode == TE_SPARSE and not sparse:
+        raise BlockError("pe_array: mode=sparse needs the PEs' sparse path: parameter sparse=1")
+    if sparse and (rows % 4 or block > 1 or parallel_tiles or background_transpose):
+        raise BlockError(
+            f"pe_array: parameter sparse=1 needs rows a multiple of 4 (not {rows}), PEs placed "
+            f"one by one (block 0 or 1, not {block}) and the serial engine (no parallel_tiles, "
+            f"no background_transpose)"
+        )
+    if sparse and not any(m.sparse for m in _pe_modes(pe_modes)):
+        raise BlockError(
+            f"pe_array: parameter sparse=1 needs a mode with sparse matmuls in "
+            f"pe_modes={pe_modes!r}"
+        )
     if parallel_tiles and (rows % tile_unit or cols % tile_unit):
         raise BlockError(
             f"pe_array: parameter parallel_tiles=1 needs rows={rows} and cols={cols} to be "
@@ -495,6 +520,8 @@ def _check_te(
 
 def _check_te_program(rows, cols, mode, tile_unit=32, **_):
     """The engines a ``pe_array`` conformance program of ``mode`` cannot run on."""
+    if mode == TE_SPARSE:
+        return  # K in groups of 4 rows: sparse=1 needs rows a multiple of 4 (_check_te)
     pe_mode, _ = operation(mode)
     step = pe_mode.k_step(tile_unit)
     if step > rows:
@@ -519,6 +546,7 @@ def _make_te(
     parallel_tiles=0,
     background_transpose=0,
     pe_modes="all",
+    sparse=0,
 ):
     from ncrtl.hdl.tensor_engine.array import default_block
     from ncrtl.hdl.tensor_engine.top import TensorEngine
@@ -528,16 +556,24 @@ def _make_te(
         rows,
         cols,
         tile_unit=tile_unit,
-        block=block or default_block(rows, cols, tile_unit),
+        block=1 if sparse else (block or default_block(rows, cols, tile_unit)),
         parallel_tiles=bool(parallel_tiles),
         background_transpose=bool(background_transpose),
         modes=_pe_modes(pe_modes),
+        sparse=bool(sparse),
     )
 
 
 def _te_stimulus(count, mode, max_n, background_transpose=0, parallel_tiles=0, **_):
     n = min(1024, max(1, max_n))
     groups = max(1, count // (2 * n))
+    if mode == TE_SPARSE:
+        return (
+            f"two random sparse programs (without and with stalls), each {groups} group(s) of "
+            f"a sparse LS (a random sparse mode, formats, ratio 2, 3 or 4, K a multiple of 4, "
+            f"valid tags) + up to 3 MMs of N <= {min(n, 512)}, dense pairs and illegal "
+            f"instructions (SPARSE, MODE_MISMATCH, K_RANGE) mixed in"
+        )
     if background_transpose:
         what = f"{max(2, min(12, groups))} groups of {mode} matmuls and transposes on both planes"
     elif parallel_tiles:
@@ -578,6 +614,7 @@ def _te_top(
     parallel_tiles=0,
     background_transpose=0,
     pe_modes="all",
+    sparse=0,
 ):
     from ncrtl.model.modes import ENGINE_MODES
 
@@ -589,6 +626,7 @@ def _te_top(
         + ("_par" if parallel_tiles else "")
         + ("_bg" if background_transpose else "")
         + ("" if modes == ENGINE_MODES else "_m" + "_".join(m.name for m in modes))
+        + ("_sp" if sparse else "")
     )
 
 
@@ -603,8 +641,9 @@ register(
                 "mode",
                 str,
                 "bf16",
-                "conformance program mode (the hardware serves every mode)",
-                TE_MODES,
+                "conformance program mode (the hardware serves every mode; sparse: sparse "
+                "matmuls of every sparse mode and ratio, on an engine with sparse=1)",
+                TE_MODES + (TE_SPARSE,),
                 role="program",
             ),
             Param(
@@ -668,6 +707,16 @@ register(
                 "build time, a faster simulation); the same hardware",
                 choices=(0, 1),
                 role="build",
+            ),
+            Param(
+                "sparse",
+                int,
+                0,
+                "1: the PEs' sparse path (nc_matmul_sparse: a moving word of up to 4 elements "
+                "per row, each PE's operand picked from its row group's words by its tag; rows "
+                "a multiple of 4, PEs placed one by one, the serial engine); needed by "
+                "mode=sparse",
+                choices=(0, 1),
             ),
         ),
         _make_te,
@@ -1153,7 +1202,9 @@ GROUPS = {
         for r, c in ((4, 4), (8, 8))
     ]
     # MX with a BF16 result reaches N = 1024.
-    + [("pe_array", {"rows": 4, "cols": 4, "mode": "mx", "tile_unit": 4, "max_n": 1024})],
+    + [("pe_array", {"rows": 4, "cols": 4, "mode": "mx", "tile_unit": 4, "max_n": 1024})]
+    # Sparse matmuls on the sparse path: two row groups, every sparse mode and ratio.
+    + [("pe_array", {"rows": 8, "cols": 8, "mode": TE_SPARSE, "sparse": 1})],
     "dma": [
         ("dma", {"word_bytes": w, "partitions": p, "partition_bytes": n, "hbm_bytes": h})
         for w, p, n, h in ((8, 8, 256, 4096), (16, 16, 512, 8192))

@@ -34,6 +34,7 @@ def _id(p):
         f"{p['rows']}x{p['cols']}-{p['mode']}"
         + (f"-b{p['block']}" if "block" in p else "")
         + (f"-pe_modes={p['pe_modes']}" if "pe_modes" in p else "")
+        + ("-sparse" if p.get("sparse") else "")
     )
 
 

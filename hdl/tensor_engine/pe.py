@@ -426,9 +426,17 @@ class PE(wiring.Component):
         if self.sparse:
             # The sparse operand: element t & 3 of group row t >> 2's word (each word of the
             # group holds this beat now: the array wires the rows' x_reg along the wavefront).
+            # (A case per tag, not a variable shift: Verilog's shift of the 4-word group would
+            # be wider than its result.)
             t = s_lane[DATA_WIDTH : DATA_WIDTH + SPARSE_TAG_BITS]
-            row_word = self.i_grp.word_select(t[2:], self.x_width)
-            picked = row_word[: SPARSE_SLOTS * self.slot_width].word_select(t[:2], self.slot_width)
+            picked = Signal(self.slot_width, name="x_picked")
+            w, sw = self.x_width, self.slot_width
+            with m.Switch(t):
+                for code in range(1 << SPARSE_TAG_BITS):
+                    row, slot = code >> 2, code & 3
+                    with m.Case(code):
+                        at = row * w + slot * sw
+                        m.d.comb += picked.eq(self.i_grp[at : at + sw])
             x_eff = Signal(DATA_WIDTH, name="x_eff")
             m.d.comb += x_eff.eq(Mux(tag.sparse, picked, x))
             x = x_eff

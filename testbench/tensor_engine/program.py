@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
 from ncrtl.model.fp import encode, get_format
 from ncrtl.model.modes import operation
 from ncrtl.model.tensor_engine import isa, timing
@@ -19,6 +20,7 @@ __all__ = [
     "Step",
     "Program",
     "random_program",
+    "sparse_program",
     "parallel_program",
     "background_program",
     "random_scales",
@@ -42,11 +44,14 @@ class Step:
     """One instruction and its data (encodings, uint arrays): stationary ``[K, M]`` (or
     ``[K, P, M]``, ``[K, M, 4]``: :func:`tile_shape`) for an LS, moving ``[K, N]`` (or
     ``[K, P, N]``, ``[K, N, 4]``) for an MM; in the MX mode ``scale`` holds the E8M0 scale of
-    every PE row, ``[K, M]`` or ``[K, N]`` uint8."""
+    every PE row, ``[K, M]`` or ``[K, N]`` uint8.  A sparse LS has the compressed stationary
+    ``[K, M]`` and its physical tags ``tags`` ``[K, M]``; a sparse MM the moving ``[K, R,
+    N]``."""
 
     ins: Instruction
     data: np.ndarray = None
     scale: np.ndarray = None
+    tags: np.ndarray = None
 
 
 @dataclass
@@ -61,6 +66,12 @@ class Program:
     #: For an engine with the background transpose plane
     #: (``TensorEngine(background_transpose=True)``).
     background: bool = False
+    #: For an engine with the sparse path (``TensorEngine(sparse=True)``): its moving lane
+    #: word's bits and a sparse element's slot (``TensorEngine.x_width``,
+    #: ``pe.sparse_slot_width``).
+    sparse: bool = False
+    x_width: int = LANE_WIDTH
+    slot: int = 0
 
     def instructions(self):
         return [s.ins for s in self.steps]
@@ -102,7 +113,9 @@ class Program:
                     out.append((s, held[region], rec.plane))
             return out
         for s in self.steps:
-            err = isa.check(s.ins, self.rows, self.cols, last_ls, tile_unit=self.tile_unit)
+            err = isa.check(
+                s.ins, self.rows, self.cols, last_ls, tile_unit=self.tile_unit, sparse=self.sparse
+            )
             if err is None:
                 if s.ins.op == Op.LS:
                     last_ls = s.ins
@@ -114,12 +127,23 @@ class Program:
         return [(s, ls) for s, ls, _ in self.placed_steps()]
 
 
-def lane_words(tile, scale=None):
+def lane_words(tile, scale=None, *, tags=None, slot=None):
     """Beat lane words of a tile of encodings: ``[K, X]`` -> one int per (x, k) lane, as
     ``[X, K]`` array; a ``[K, P, X]`` tile (double_row) or, with ``scale``, a ``[K, X, 4]``
     MX tile packs value ``j`` in bits ``[8j, 8j+8)`` of the lane word (FP4 in the low 4 bits
-    of its byte), and the row's E8M0 scale ``scale[k, x]`` goes to bits ``[32, 40)``."""
+    of its byte), and the row's E8M0 scale ``scale[k, x]`` goes to bits ``[32, 40)``.  A
+    sparse stationary ``[K, M]`` with ``tags`` puts each tag in bits ``[32, 36)``; a sparse
+    moving ``[K, R, N]`` with ``slot`` packs element ``e`` in bits ``[e slot, +slot)`` (Python
+    ints: the words may be wider than 64 bits)."""
     t = np.asarray(tile).astype(np.int64)
+    if slot is not None:
+        out = np.empty((t.shape[2], t.shape[0]), dtype=object)
+        for x in range(t.shape[2]):
+            for k in range(t.shape[0]):
+                out[x, k] = sum(int(v) << (slot * e) for e, v in enumerate(t[k, :, x]))
+        return out
+    if tags is not None:
+        return (t | (np.asarray(tags).astype(np.int64) << 32)).T
     if scale is not None:
         t = sum(t[:, :, j] << (8 * j) for j in range(t.shape[2]))
         t = t | (np.asarray(scale).astype(np.int64) << 32)
@@ -235,6 +259,50 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
             mx_bf16=True,
             errors=errors,
         )
+    return prog
+
+
+def sparse_program(rng, rows, cols, *, groups=3, max_n=128, tile_unit=32, x_width, slot):
+    """A random program for an engine with the sparse path (``x_width`` its moving word, its
+    sparse ``slot``): ``groups`` sparse LS, each of a random sparse mode, formats and ratio
+    (2, 3, 4), K a multiple of 4, M random, with random valid tags (4 different positions per
+    row group and column), followed by 1..3 sparse MMs; now and then a dense bf16 pair, and
+    illegal instructions (a sparse fp32 LS and a ratio of 5: SPARSE; an MM of another ratio:
+    MODE_MISMATCH; K not a multiple of 4: K_RANGE)."""
+    from ncrtl.model.modes import SPARSE_GROUP, SPARSE_MODES, SPARSE_RATIOS, get_mode
+
+    prog = Program(rows, cols, tile_unit=tile_unit, sparse=True, x_width=x_width, slot=slot)
+    for _ in range(groups):
+        if rng.random() < 0.2:  # a dense pair between sparse ones
+            prog.steps += tile_steps(
+                rng, rows, cols, get_mode("bf16"), False, (0, 0, 0, 0), 1, max_n, tile_unit
+            )
+        pe_mode = SPARSE_MODES[int(rng.integers(0, len(SPARSE_MODES)))]
+        r = int(rng.choice(SPARSE_RATIOS))
+        k = SPARSE_GROUP * int(rng.integers(1, rows // SPARSE_GROUP + 1))
+        m = int(rng.integers(1, cols + 1))
+        fs = int(rng.integers(0, len(pe_mode.formats_s)))
+        fm = int(rng.integers(0, len(pe_mode.formats_m)))
+        ls = Instruction(Op.LS, pe_mode.code, k=k, m=m, fmt_s=fs, fmt_m=fm, sparse=r)
+        s_fmt, m_fmt = ls.formats
+        tags = np.zeros((k, m), dtype=np.int64)
+        for g in range(k // SPARSE_GROUP):
+            for col in range(m):
+                pos = rng.choice(SPARSE_GROUP * r, size=SPARSE_GROUP, replace=False)
+                tags[SPARSE_GROUP * g : SPARSE_GROUP * (g + 1), col] = ((pos // r) << 2) | (pos % r)
+        prog.steps.append(Step(ls, _values(rng, s_fmt, (k, m)), tags=tags))
+        for _ in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(1, min(max_n, pe_mode.max_n) + 1))
+            mm = replace(ls, op=Op.MM, n=n)
+            prog.steps.append(Step(mm, _values(rng, m_fmt, (k, r, n))))
+            if rng.random() < 0.3:
+                bad = [
+                    replace(ls, mode=get_mode("fp32").code, fmt_s=0, fmt_m=0),  # SPARSE
+                    replace(ls, sparse=5),  # SPARSE: no such ratio
+                    replace(mm, sparse=SPARSE_RATIOS[(SPARSE_RATIOS.index(r) + 1) % 3]),
+                    replace(ls, k=k - 1 if k > 4 else 3),  # K_RANGE (not whole groups)
+                ]
+                prog.steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
     return prog
 
 
@@ -368,9 +436,23 @@ def golden_bits(ins, stationary, moving, rows, cols, tile_unit=32):
     ``stationary`` and ``moving`` are ``(encodings, MX scales or None)`` of its LS and of
     itself (:class:`Step` data)."""
     from ncrtl.model.tensor_engine.matmul import matmul, matmul_mx_rows
+    from ncrtl.model.tensor_engine.sparse import matmul_sparse, pack_tags
 
     fs, fm = ins.formats
     a, b = _as_dtype(stationary[0], fs), _as_dtype(moving[0], fm)
+    if ins.sparse:  # stationary[1]: the physical tags
+        res = matmul_sparse(
+            b,
+            a,
+            pack_tags(stationary[1]),
+            ins.sparse,
+            rows=rows,
+            cols=cols,
+            stationary_format=fs,
+            moving_format=fm,
+            tile_unit=tile_unit,
+        )
+        return np.asarray(res).view(np.uint32)
     whole = ins.whole(rows, cols)
     tiled = (whole.tile_rows, whole.tile_cols) != (rows, cols)
     place = dict(
@@ -411,8 +493,9 @@ def expected_outputs(prog):
         if s.ins.op != Op.MM:
             continue
         st = next(x for x, _ in valid if x.ins is ls)
+        side = st.tags if st.tags is not None else st.scale
         bits = golden_bits(
-            s.ins, (st.data, st.scale), (s.data, s.scale), prog.rows, prog.cols, prog.tile_unit
+            s.ins, (st.data, side), (s.data, s.scale), prog.rows, prog.cols, prog.tile_unit
         )
         outs.append((idx, bits))
     return outs

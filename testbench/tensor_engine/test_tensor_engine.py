@@ -15,8 +15,9 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 
-from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH
+from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH, moving_width, sparse_slot_width
 from ncrtl.hdl.tensor_engine.top import lane_groups, stationary_beats
+from ncrtl.model.modes import pe_modes
 from ncrtl.model.tensor_engine import isa
 from ncrtl.model.tensor_engine.isa import Op
 from ncrtl.model.tensor_engine.timing import chain_count, chain_width, tile_col_groups, tile_tap
@@ -31,6 +32,7 @@ from ncrtl.testbench.tensor_engine.program import (
     lane_words,
     parallel_program,
     random_program,
+    sparse_program,
 )
 
 #: Bits of one result lane (FP32, or a transpose word).
@@ -104,14 +106,15 @@ class TensorEngineTB:
             src.send(words)
 
 
-def player_ports(rows, cols, tile_unit=32):
-    """The engine's ports as :mod:`ncrtl.testbench.player` plays them: the three input streams,
-    the result stream and the error strobe with its code."""
+def player_ports(rows, cols, tile_unit=32, x_width=LANE_WIDTH):
+    """The engine's ports as :mod:`ncrtl.testbench.player` plays them: the three input streams
+    (``x_width``: the moving lane word's bits), the result stream and the error strobe with
+    its code."""
     chains = chain_count(cols, tile_unit)
     return [
         PlayerPort("source", "instr", isa.instruction_bits()),
         PlayerPort("source", "stationary", chains * rows * LANE_WIDTH),
-        PlayerPort("source", "moving", rows * LANE_WIDTH),
+        PlayerPort("source", "moving", rows * x_width),
         PlayerPort("sink", "result", cols * LANE + 1),
         PlayerPort("strobe", "error__valid", value="error__code", value_width=4),
     ]
@@ -143,20 +146,32 @@ def _beats(prog, rows):
     stat, mov = [[] for _ in range(n)], [[] for _ in range(n)]
     for s, _, plane in prog.placed_steps():
         ins = s.ins.whole(rows, prog.cols)
-        words = lane_words(s.data, s.scale)  # [X, K]
+        if ins.sparse and ins.op == Op.MM:
+            words = lane_words(s.data, slot=prog.slot)  # [N, K] Python ints
+        else:
+            words = lane_words(s.data, s.scale, tags=s.tags)  # [X, K]
+        width = LANE_WIDTH
         if ins.op == Op.LS:
             beats = stationary_beats(words, ins, rows, prog.cols, prog.tile_unit)
             out = stat
         else:
-            beats = np.zeros((words.shape[0], rows), dtype=np.uint64)
-            beats[:, ins.tile_row : ins.tile_row + ins.k] = words.astype(np.uint64)
-            out = mov
+            beats = np.zeros((words.shape[0], rows), dtype=object)
+            beats[:, ins.tile_row : ins.tile_row + ins.k] = words
+            out, width = mov, prog.x_width
         if not prog.parallel:
-            out[plane] += pack_lanes(beats, LANE_WIDTH)
+            out[plane] += _pack(beats, width)
             continue
         for i, lanes in lane_groups(ins, rows, prog.cols, prog.tile_unit):
             out[i] += pack_lanes(beats[:, lanes], LANE_WIDTH)
     return instr, stat, mov
+
+
+def _pack(beats, width):
+    """:func:`pack_lanes`, or for lanes wider than 64 bits (a sparse engine's moving words)
+    the same packing on Python ints."""
+    if width <= 64:
+        return pack_lanes(np.asarray(beats, dtype=np.uint64), width)
+    return [sum(int(v) << (width * i) for i, v in enumerate(row)) for row in beats]
 
 
 async def _drive_python(dut, prog, total, *, stall, seed):
@@ -342,7 +357,7 @@ def _check_serial(dut, prog, expect, obs, check_timing):
     want_codes = []
     last_ls = None
     for s in prog.steps:
-        err = isa.check(s.ins, rows, cols, last_ls, tile_unit=unit)
+        err = isa.check(s.ins, rows, cols, last_ls, tile_unit=unit, sparse=prog.sparse)
         if err is None and s.ins.op == Op.LS:
             last_ls = s.ins
         if err is not None:
@@ -452,6 +467,31 @@ def _program(seed, salt, *, timed=True):
     # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
     max_n = int(min(isa.MAX_N_ANY, max(1, params.get("max_n", 96))))
     groups = max(1, count // (2 * max_n))
+    if params.get("sparse"):
+        modes = pe_modes(params.get("pe_modes", "all"))
+        x_width = moving_width(modes, True)
+        if params["mode"] != "sparse":  # the engine's dense modes on its wider moving words
+            prog = random_program(
+                rng,
+                rows,
+                cols,
+                params["mode"],
+                groups=groups,
+                max_n=max_n,
+                tile_unit=params.get("tile_unit", 32),
+            )
+            prog.sparse, prog.x_width = True, x_width
+            return prog
+        return sparse_program(
+            rng,
+            rows,
+            cols,
+            groups=groups,
+            max_n=max_n,
+            tile_unit=params.get("tile_unit", 32),
+            x_width=x_width,
+            slot=sparse_slot_width(modes),
+        )
     if params.get("background_transpose"):
         # matmuls and transposes of the mode one after another, on both planes
         return background_program(
