@@ -494,11 +494,10 @@ def _check_te(
     _check_engine("pe_array", rows, cols, block, tile_unit)
     if mode == TE_SPARSE and not sparse:
         raise BlockError("pe_array: mode=sparse needs the PEs' sparse path: parameter sparse=1")
-    if sparse and (rows % 4 or block > 1 or parallel_tiles or background_transpose):
+    if sparse and (rows % 4 or parallel_tiles or background_transpose):
         raise BlockError(
-            f"pe_array: parameter sparse=1 needs rows a multiple of 4 (not {rows}), PEs placed "
-            f"one by one (block 0 or 1, not {block}) and the serial engine (no parallel_tiles, "
-            f"no background_transpose)"
+            f"pe_array: parameter sparse=1 needs rows a multiple of 4 (not {rows}) and the "
+            f"serial engine (no parallel_tiles, no background_transpose)"
         )
     if sparse and not any(m.sparse for m in _pe_modes(pe_modes)):
         raise BlockError(
@@ -556,7 +555,7 @@ def _make_te(
         rows,
         cols,
         tile_unit=tile_unit,
-        block=1 if sparse else (block or default_block(rows, cols, tile_unit)),
+        block=block or default_block(rows, cols, tile_unit),
         parallel_tiles=bool(parallel_tiles),
         background_transpose=bool(background_transpose),
         modes=_pe_modes(pe_modes),
@@ -714,8 +713,7 @@ register(
                 0,
                 "1: the PEs' sparse path (nc_matmul_sparse: a moving word of up to 4 elements "
                 "per row, each PE's operand picked from its row group's words by its tag; rows "
-                "a multiple of 4, PEs placed one by one, the serial engine); needed by "
-                "mode=sparse",
+                "a multiple of 4, the serial engine); needed by mode=sparse",
                 choices=(0, 1),
             ),
         ),

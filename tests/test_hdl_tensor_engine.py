@@ -1771,6 +1771,11 @@ def test_verilog_band_and_gridless_engine_lint_clean_latch_free():
 # -- sparse -------------------------------------------------------------------------------------
 
 
+#: The PE of the sparse tests: every sparse mode and fp32 (a mode without sparse), not the
+#: multi-product lanes of double_row and MX (the same sparse path, a third of the simulation).
+SPARSE_TEST_MODES = "fp32+tf32+bf16+fp16+fp8"
+
+
 def sparse_lanes(moving, slot):
     """Moving lane words of a sparse beat: row ``p``'s ``R`` elements, element ``e`` in bits
     ``[e * slot, +slot)`` (``moving[:, :, n]`` as int codes)."""
@@ -1783,8 +1788,9 @@ def sparse_lanes(moving, slot):
 @pytest.mark.parametrize(
     "fmt,r",
     [
-        ("bf16", 4),
-        # (the engine test below runs every sparse mode and ratio through this array)
+        # (the engine test below runs every sparse mode and ratio through this array, and
+        # test_small_array_programs[8x8-sparse-b2-sparse] the same on Verilator)
+        pytest.param("bf16", 4, marks=pytest.mark.slow),
         pytest.param("tf32", 3, marks=pytest.mark.slow),
         pytest.param("fp8_e4m3", 2, marks=pytest.mark.slow),
     ],
@@ -1812,7 +1818,7 @@ def test_array_sparse_picks_the_group_element(fmt, r):
     kw = {"stationary_format": "tf32", "moving_format": "tf32"} if fmt == "tf32" else {}
     want = matmul_sparse(as_dtype(X), as_dtype(S), pack_tags(phys), r, rows=R, cols=C, **kw)
     want = want.view(np.uint32).astype(np.int64)
-    arr = SystolicArray(R, C, instance=False, sparse=True)
+    arr = SystolicArray(R, C, instance=False, sparse=True, modes=pe_modes(SPARSE_TEST_MODES))
     mode, fs, fm = mode_of(fmt, fmt)
     pe_mode = mode_by_code(mode)
     slot = sparse_slot_width(arr.modes)
@@ -1902,7 +1908,7 @@ def test_engine_sparse_values_tags_and_rules():
     rejected with SPARSE.  Values against the golden matmul_sparse / matmul."""
     R, C = 8, 4
     rng = np.random.default_rng(11)
-    te = TensorEngine(R, C, instance=False, tile_unit=2, sparse=True)
+    te = TensorEngine(R, C, instance=False, tile_unit=2, sparse=True, modes=SPARSE_TEST_MODES)
     assert te.x_width == 128  # four TF32 elements per row
     cases = [
         ("bf16", 4, "good"),

@@ -22,6 +22,9 @@ ALL_SMALL = (
     # The tile of 8 x 8 PEs, 2 x 2 of them, with the bf16-family PE (a third of the build of
     # the all-mode one; the tiling is the same for every PE, every mode runs at 4 x 4).
     + [{"rows": 16, "cols": 16, "mode": "bf16", "pe_modes": "bf16"}]
+    # Sparse matmuls in tiles of 2 x 2 PEs: row groups of 4 rows span two tiles, so the group
+    # words cross the tiles' edges (the group's own 8 x 8 build is one tile).
+    + [{"rows": 8, "cols": 8, "mode": "sparse", "sparse": 1, "block": 2}]
     + [
         {"rows": 8, "cols": 8, "mode": "fp8", "block": 2},
         {"rows": 8, "cols": 8, "mode": "double_row", "block": 1},
@@ -42,7 +45,7 @@ def _id(p):
 #: tile of 8 x 8 PEs, 2 x 2 of them at 16 x 16 (which holds the one tile of 8 x 8); the other
 #: small configurations (every mode at 8 x 8, 8 x 8 in tiles of 2 x 2, the all-mode 16 x 16,
 #: more 16 x 16 modes, PEs placed one by one) run in the slow suite.
-FAST_IDS = {"16x16-bf16-pe_modes=bf16"}
+FAST_IDS = {"16x16-bf16-pe_modes=bf16", "8x8-sparse-b2-sparse"}
 #: The 4 x 4 arrays of ``make test`` are built of tiles of 2 x 2 PEs (``block=2``: Verilator
 #: compiles one tile model, a quarter of the group's one tile of 4 x 4 PEs; 26 s to build
 #: against about 10 s); the group's own 4 x 4 builds run in the slow suite.

@@ -151,18 +151,23 @@ def grid_ports(rows, cols, chains):
     }
 
 
-def place_tile(m, instance, name, prefix, module, en, inputs, widths, size):
+def place_tile(m, instance, name, prefix, module, en, inputs, widths, size, grp=None):
     """Place one ``size x size`` tile instance ``instance`` of ``module`` (a :class:`PETile` of
-    cells with the port ``widths``); ``inputs``: its ``(x, tag, ls, ls_ctl, psum)`` values.
-    Returns its outputs ``{"x", "tag", "ls", "lsc", "psum"}``, signals named
-    ``<prefix><key>_<name>``."""
+    cells with the port ``widths``); ``inputs``: its ``(x, tag, ls, ls_ctl, psum)`` values;
+    ``grp``: a sparse tile's ``i_grp``.  Returns its outputs ``{"x", "tag", "ls", "lsc",
+    "psum"}`` (and a sparse tile's ``"xall"``), signals named ``<prefix><key>_<name>``."""
     o = {
         k: Signal(size * w, name=f"{prefix}{k}_{name}")
         for k, w in zip(("x", "tag", "ls", "lsc", "psum"), widths)
     }
     x, tag, ls, lsc, psum = inputs
+    extra = {}
+    if grp is not None:
+        o["xall"] = Signal(size * size * widths[0], name=f"{prefix}xall_{name}")
+        extra = {"i_i_grp": grp, "o_o_xall": o["xall"]}
     m.submodules[instance] = Instance(
         module,
+        **extra,
         i_clk=ClockSignal(),
         i_rst=ResetSignal(),
         i_en=en,
@@ -193,6 +198,9 @@ class PETile(wiring.Component):
         The cell's Verilog module (:data:`PE_MODULE`; the background plane places its own).
     widths : tuple of int
         The cell's port widths ``(x, tag, ls, ls_ctl, psum)`` (:data:`PE_WIDTHS`).
+    sparse : bool
+        The PEs' sparse path: every PE's group words come in on ``i_grp`` and every PE's
+        moving word leaves on ``o_xall`` (the array wires one to the other, across tiles).
 
     Interface
     ---------
@@ -204,15 +212,26 @@ class PETile(wiring.Component):
     i_ls_ctl, o_ls_ctl : In / Out(size * bits of LS_CTL_LAYOUT)
     i_psum, o_psum : In / Out(size * 32)
         Psum lane of column ``c`` in bits ``[32c, 32c+32)``.
+    i_grp : In(size * size * 4 * x width), o_xall : Out(size * size * x width)
+        With ``sparse``: PE ``(r, c)``'s ``i_grp`` in word ``r * size + c`` (of ``4 * x``
+        bits), its ``o_x`` in word ``r * size + c``.
     """
 
     @validated_init
-    def __init__(self, size, *, module=PE_MODULE, widths=PE_WIDTHS):
+    def __init__(self, size, *, module=PE_MODULE, widths=PE_WIDTHS, sparse=False):
         self.size = check_int(size, "PETile size", minimum=1, maximum=64)
         self.module, self.widths = module, tuple(widths)
+        self.sparse = check_bool(sparse, "PETile sparse")
         W, T, _, L, P = self.widths
+        extra = {}
+        if self.sparse:
+            extra = {
+                "i_grp": In(size * size * GROUP_ROWS * W),
+                "o_xall": Out(size * size * W),
+            }
         super().__init__(
             {
+                **extra,
                 "en": In(1, init=1),
                 "i_x": In(size * W),
                 "i_tag": In(size * T),
@@ -232,13 +251,28 @@ class PETile(wiring.Component):
         B = self.size
         W, T, S, L, P = self.widths
         above = [self.i_psum[c * P : (c + 1) * P] for c in range(B)]
+        G = GROUP_ROWS * W
         for r in range(B):
             x, ls = self.i_x[r * W : (r + 1) * W], self.i_ls[r * S : (r + 1) * S]
             tag, lsc = self.i_tag[r * T : (r + 1) * T], self.i_ls_ctl[r * L : (r + 1) * L]
             for c in range(B):
+                i = r * B + c
+                grp = self.i_grp[i * G : (i + 1) * G] if self.sparse else None
                 x, tag, ls, lsc, above[c] = _place_pe(
-                    m, f"{r}_{c}", self.en, x, tag, ls, lsc, above[c], self.module, self.widths
+                    m,
+                    f"{r}_{c}",
+                    self.en,
+                    x,
+                    tag,
+                    ls,
+                    lsc,
+                    above[c],
+                    self.module,
+                    self.widths,
+                    grp=grp,
                 )
+                if self.sparse:
+                    m.d.comb += self.o_xall[i * W : (i + 1) * W].eq(x)
             m.d.comb += [
                 self.o_x[r * W : (r + 1) * W].eq(x),
                 self.o_ls[r * S : (r + 1) * S].eq(ls),
@@ -280,8 +314,9 @@ class SystolicArray(wiring.Component):
         the beat in PE ``(r, c)`` is in PE ``(r', c + r - r')`` in the same cycle, so group row
         ``i`` of PE ``(4g + j, c)`` is PE ``(4g + i, c + j - i)``.  Left of column 0 that is the
         row's skew line ``i - j`` cycles before its end, right of the last column three more
-        registers after the row's last PE.  Rows a multiple of 4; PEs placed one by one
-        (``block`` 1); not with ``external_grid``.
+        registers after the row's last PE.  In tiles, every PE's group words enter its tile
+        and every PE's moving word leaves it (:class:`PETile` ``sparse``): the wiring is the
+        array's.  Rows a multiple of 4; not with ``external_grid``.
     external_grid : bool
         The array without its PE grid (serial engine only): what the grid's left edge and
         LoadStationary chain entries would receive leaves on the ``o_grid_*`` ports and the
@@ -350,13 +385,11 @@ class SystolicArray(wiring.Component):
         check_bool(parallel_tiles, "SystolicArray parallel_tiles")
         check_bool(external_grid, "SystolicArray external_grid")
         check_bool(sparse, "SystolicArray sparse")
-        if sparse and (rows % GROUP_ROWS or external_grid or (block or 1) > 1):
+        if sparse and (rows % GROUP_ROWS or external_grid):
             raise ValueError(
-                f"SystolicArray sparse needs rows a multiple of {GROUP_ROWS} (not {rows}), PEs "
-                f"placed one by one (block 1, not {block}) and its own grid (not external_grid)"
+                f"SystolicArray sparse needs rows a multiple of {GROUP_ROWS} (not {rows}) and "
+                f"its own grid (not external_grid)"
             )
-        if sparse and block is None:
-            block = 1
         if external_grid and parallel_tiles:
             raise ValueError(
                 "SystolicArray external_grid is for the serial array, not parallel tiles"
@@ -420,8 +453,10 @@ class SystolicArray(wiring.Component):
         modes, sparse = self.modes, self.sparse
         cells = [Cell(PE_MODULE, lambda: PE(modes, sparse))]
         if self.block > 1:
-            block = self.block
-            cells.append(Cell(TILE_MODULE, lambda: PETile(block), flat=False))
+            block, widths = self.block, (self.x_width,) + PE_WIDTHS[1:]
+            cells.append(
+                Cell(TILE_MODULE, lambda: PETile(block, widths=widths, sparse=sparse), flat=False)
+            )
         return cells
 
     def elaborate(self, platform):
@@ -635,12 +670,17 @@ class SystolicArray(wiring.Component):
         """``B x B`` tile instances; return per tap the psum signals leaving its row group's
         last row.  Column-group and row-group borders fall between tiles (``B`` divides the
         granule)."""
-        B, W, T, L = self.block, LANE_WIDTH, _TAG_BITS, _LSC_BITS
+        B, W, T, L = self.block, self.x_width, _TAG_BITS, _LSC_BITS
         moving = (x_in, tag_in, sel_in)
         per = self.rows // self.row_groups
         psum_above = [Const(0, B * 32)] * (self.cols // B)
         G = self.chain_width
+        widths = (W,) + PE_WIDTHS[1:]
         taps = []
+        if self.sparse:
+            self._grp = [[None] * self.cols for _ in range(self.rows)]
+            self._x_out = [[None] * self.cols for _ in range(self.rows)]
+            tile_grp = {}
         for tr in range(self.rows // B):
             rs = range(tr * B, (tr + 1) * B)
             xs = [None] * B
@@ -660,9 +700,17 @@ class SystolicArray(wiring.Component):
                     Cat(*(Value.cast(v) for v in lsc)),
                     psum_above[tc],
                 )
+                grp = None
+                if self.sparse:
+                    grp = tile_grp[tr, tc] = Signal(B * B * GROUP_ROWS * W, name=f"tgrp_{name}")
                 o = place_tile(
-                    m, f"tile_{name}", name, "t", TILE_MODULE, self.en, inputs, PE_WIDTHS, B
+                    m, f"tile_{name}", name, "t", TILE_MODULE, self.en, inputs, widths, B, grp
                 )
+                if self.sparse:
+                    for i, r in enumerate(rs):
+                        for c in range(B):
+                            at = (i * B + c) * W
+                            self._x_out[r][c0 + c] = o["xall"][at : at + W]
                 xs = [o["x"][i * W : (i + 1) * W] for i in range(B)]
                 tags = [o["tag"][i * T : (i + 1) * T] for i in range(B)]
                 ls, psum_above[tc] = o["ls"], o["psum"]
@@ -671,6 +719,16 @@ class SystolicArray(wiring.Component):
                 taps.append(
                     [psum_above[c // B][(c % B) * 32 : (c % B + 1) * 32] for c in range(self.cols)]
                 )
+        if self.sparse:
+            # every PE's group words, wired like the grid's; then into their tiles' i_grp
+            GW = GROUP_ROWS * W
+            for r in range(self.rows):
+                for c in range(self.cols):
+                    self._grp[r][c] = Signal(GW, name=f"grp_{r}_{c}")
+            self._group_words(m)
+            for (tr, tc), sig in tile_grp.items():
+                words = [self._grp[tr * B + i][tc * B + c] for i in range(B) for c in range(B)]
+                m.d.comb += sig.eq(Cat(*words))
         return taps
 
     def _pe(self, m, r, c, x, tag, ls, lsc, psum):

@@ -175,7 +175,7 @@ class TensorEngine(wiring.Component):
         (``nc_matmul_sparse``) run; the ``moving`` lane words are
         :attr:`x_width` bits (a sparse beat's elements of each row); without it a sparse
         instruction is rejected with ``Error.SPARSE`` (``isa.check(..., sparse=False)``).
-        Rows a multiple of 4, PEs placed one by one, serial engine without background plane.
+        Rows a multiple of 4, serial engine without background plane.
 
     Attributes
     ----------

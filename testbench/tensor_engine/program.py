@@ -262,22 +262,32 @@ def random_program(rng, rows, cols, op_name, *, groups=3, max_n=128, errors=True
     return prog
 
 
-def sparse_program(rng, rows, cols, *, groups=3, max_n=128, tile_unit=32, x_width, slot):
+def sparse_program(
+    rng, rows, cols, *, groups=3, max_n=128, tile_unit=32, x_width, slot, modes=None
+):
     """A random program for an engine with the sparse path (``x_width`` its moving word, its
-    sparse ``slot``): ``groups`` sparse LS, each of a random sparse mode, formats and ratio
+    sparse ``slot``, ``modes`` its PE's modes: None, every engine mode): ``groups`` sparse LS,
+    each of a random sparse mode of the build, formats and ratio
     (2, 3, 4), K a multiple of 4, M random, with random valid tags (4 different positions per
-    row group and column), followed by 1..3 sparse MMs; now and then a dense bf16 pair, and
-    illegal instructions (a sparse fp32 LS and a ratio of 5: SPARSE; an MM of another ratio:
-    MODE_MISMATCH; K not a multiple of 4: K_RANGE)."""
-    from ncrtl.model.modes import SPARSE_GROUP, SPARSE_MODES, SPARSE_RATIOS, get_mode
+    row group and column), followed by 1..3 sparse MMs; now and then a dense pair of a mode of
+    the build, and
+    illegal instructions (a sparse LS of a build's mode without sparse and a ratio of 5:
+    SPARSE; an MM of another ratio: MODE_MISMATCH; K not a multiple of 4: K_RANGE)."""
+    from ncrtl.model.modes import ENGINE_MODES, SPARSE_GROUP, SPARSE_RATIOS
 
+    modes = tuple(ENGINE_MODES if modes is None else modes)
+    sparse_modes = [md for md in modes if md.sparse]
+    dense_only = [md for md in modes if not md.sparse]
     prog = Program(rows, cols, tile_unit=tile_unit, sparse=True, x_width=x_width, slot=slot)
     for _ in range(groups):
         if rng.random() < 0.2:  # a dense pair between sparse ones
-            prog.steps += tile_steps(
-                rng, rows, cols, get_mode("bf16"), False, (0, 0, 0, 0), 1, max_n, tile_unit
-            )
-        pe_mode = SPARSE_MODES[int(rng.integers(0, len(SPARSE_MODES)))]
+            dense = modes[int(rng.integers(0, len(modes)))]
+            k_ok = dense.k_step(tile_unit) <= rows and dense.m_multiple <= cols
+            if k_ok:
+                prog.steps += tile_steps(
+                    rng, rows, cols, dense, False, (0, 0, 0, 0), 1, max_n, tile_unit
+                )
+        pe_mode = sparse_modes[int(rng.integers(0, len(sparse_modes)))]
         r = int(rng.choice(SPARSE_RATIOS))
         k = SPARSE_GROUP * int(rng.integers(1, rows // SPARSE_GROUP + 1))
         m = int(rng.integers(1, cols + 1))
@@ -296,12 +306,14 @@ def sparse_program(rng, rows, cols, *, groups=3, max_n=128, tile_unit=32, x_widt
             mm = replace(ls, op=Op.MM, n=n)
             prog.steps.append(Step(mm, _values(rng, m_fmt, (k, r, n))))
             if rng.random() < 0.3:
-                bad = [
-                    replace(ls, mode=get_mode("fp32").code, fmt_s=0, fmt_m=0),  # SPARSE
-                    replace(ls, sparse=5),  # SPARSE: no such ratio
-                    replace(mm, sparse=SPARSE_RATIOS[(SPARSE_RATIOS.index(r) + 1) % 3]),
-                    replace(ls, k=k - 1 if k > 4 else 3),  # K_RANGE (not whole groups)
-                ]
+                bad = (
+                    [
+                        replace(ls, sparse=5),  # SPARSE: no such ratio
+                        replace(mm, sparse=SPARSE_RATIOS[(SPARSE_RATIOS.index(r) + 1) % 3]),
+                        replace(ls, k=k - 1 if k > 4 else 3),  # K_RANGE (not whole groups)
+                    ]
+                    + [replace(ls, mode=md.code, fmt_s=0, fmt_m=0) for md in dense_only[:1]]
+                )
                 prog.steps.append(Step(bad[int(rng.integers(0, len(bad)))]))
     return prog
 

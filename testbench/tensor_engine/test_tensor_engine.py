@@ -491,6 +491,7 @@ def _program(seed, salt, *, timed=True):
             tile_unit=params.get("tile_unit", 32),
             x_width=x_width,
             slot=sparse_slot_width(modes),
+            modes=modes,
         )
     if params.get("background_transpose"):
         # matmuls and transposes of the mode one after another, on both planes
