@@ -870,3 +870,247 @@ def test_timing_matmul_sparse_bad_input(argv, message, capsys):
     assert main(["timing", "matmul", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--sparse", "4:7"], "--sparse '4:7' is not an M:N pattern of the Tensor Engine; allowed"),
+        (["--sparse", "4:16", "--dtype", "fp32"], "mode fp32 cannot run a sparse matmul; sparse"),
+        (["--sparse", "4:8", "--dtype", "mxfp8_e4m3fn"], "mode mx cannot run a sparse matmul"),
+        (["--sparse", "4:8", "--dtype", "transpose_bf16"], "cannot be combined with tiling or"),
+        (["--sparse", "4:12", "--k", "6"], "sparse K=6 must be a multiple of 4"),
+        (["--sparse", "4:12", "--rows", "6"], "parameter sparse=1 needs rows a multiple of 4"),
+        (["--sparse", "4:16", "--psum", "fp32"], "--psum / --rounding do not apply with --sparse"),
+        (["--mask", "m.npy"], "--mask / --tags describe a sparse stationary: they go with --spar"),
+        (["--sparse", "4:8", "--tags", "t.npy"], "--mask / --tags go with --stationary S.npy and"),
+    ],
+    ids=["pattern", "fp32", "mx", "transpose", "k", "rows", "psum", "mask-dense", "tags-random"],
+)
+def test_sim_sparse_bad_input(argv, message, capsys, monkeypatch, tmp_path):
+    """``ncrtl sim matmul --sparse``: a bad pattern, a mode without sparse matmuls, sizes the
+    sparse rules refuse, an engine that cannot have the sparse path, flags that do not go with
+    it: one line (the model's rule), exit status 2, before anything is built or written."""
+    monkeypatch.setenv("NCRTL_NO_BUILD", "1")
+    monkeypatch.chdir(tmp_path)
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8", "--out", "o/r.npy"]
+    err = _error(base + argv, capsys)
+    assert message in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def _sparse_files(tmp_path, r=2, k=8, m=8, n=6, seed=3):
+    """A dense bf16 stationary [K R, M] with 4 kept positions of every 4R rows (zeros
+    elsewhere, a few zeros kept), its mask, its compressed values and tags, a moving [K R, N]:
+    the paths, and the arrays."""
+    rng = np.random.default_rng(seed)
+    bf = ml_dtypes.bfloat16
+    keep = rng.random((k // 4, 4 * r, m)).argsort(axis=1) < 4
+    mask = keep.reshape(k * r, m)
+    dense = np.where(mask, rng.standard_normal((k * r, m)), 0.0).astype(bf)
+    dense[mask & (rng.random(mask.shape) < 0.1)] = 0
+    x = rng.standard_normal((k * r, n)).astype(bf)
+    from ncrtl.model.tensor_engine.sparse import compress
+
+    values, tag = compress(dense, r, mask)
+    paths = {
+        "dense": _save(tmp_path / "d.npy", dense),
+        "mask": _save(tmp_path / "mask.npy", mask),
+        "values": _save(tmp_path / "v.npy", values),
+        "tags": _save(tmp_path / "t.npy", tag),
+        "x": _save(tmp_path / "x.npy", x.astype(np.float64)),
+        "x3": _save(tmp_path / "x3.npy", x.reshape(k, r, n)),
+    }
+    return paths, {"dense": dense, "mask": mask, "values": values, "tag": tag, "x": x}
+
+
+def test_sim_sparse_files_that_break_the_rules(tmp_path, capsys, monkeypatch):
+    """Your sparse matrices are checked by the golden's rules before anything is built: a group
+    with more than 4 non-zeros, a non-zero outside the mask, a mask that is not bool, both
+    --mask and --tags, tags that leave the ratio's elements or repeat a position, tags of the
+    wrong dtype, a moving that is neither [K R, N] nor [K, R, N]: one line, exit 2, nothing
+    written."""
+    monkeypatch.setenv("NCRTL_NO_BUILD", "1")
+    p, a = _sparse_files(tmp_path)
+    out = tmp_path / "o" / "r.npy"
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8", "--sparse", "4:8", "--out", str(out)]
+    dense5 = a["dense"].copy()
+    dense5[:8, 3] = 1.0
+    too_many = _save(tmp_path / "d5.npy", dense5)
+    outside = a["dense"].copy()
+    outside[~a["mask"]] = 0
+    row, col = (int(i) for i in np.argwhere(~a["mask"])[0])
+    outside[row, col] = 2.0
+    outside = _save(tmp_path / "out.npy", outside)
+    element = a["tag"].copy()
+    element[0, 0] = (element[0, 0] & 0xFFF0) | 0x3  # element 3 of a 4:8 group (R = 2)
+    repeat = a["tag"].copy()
+    repeat[1, 0] = (repeat[1, 0] & 0xFFF0) | (repeat[0, 0] & 0xF)
+    dense_files = ["--stationary", p["dense"], "--moving", p["x"]]
+    compressed = ["--stationary", p["values"], "--moving", p["x3"]]
+    cases = [
+        (
+            ["--stationary", too_many, "--moving", p["x"]],
+            "d5.npy x --moving ",
+            "stationary column 3, group 0 (rows 0..7) holds non-zeros at rows [0, 1, 2, 3, 4, 5, "
+            "6, 7]: more than 4 in a 4:8 group",
+        ),
+        (
+            ["--stationary", outside, "--moving", p["x"], "--mask", p["mask"]],
+            f"with --mask {p['mask']}: ",
+            f"stationary[{row}, {col}] = ",
+        ),
+        (
+            dense_files + ["--mask", _save(tmp_path / "mi.npy", a["mask"].astype(np.int8))],
+            "mi.npy: dtype int8; ",
+            "a mask is a bool array, True at the kept positions",
+        ),
+        (dense_files + ["--mask", p["mask"], "--tags", p["tags"]], "", "give one of them"),
+        (
+            compressed + ["--tags", _save(tmp_path / "te.npy", element)],
+            "with --tags ",
+            "tag[0, 0] = 3 selects element 3 of a partition; compress_ratio 2 (4:8) has elements "
+            "0..1",
+        ),
+        (
+            compressed + ["--tags", _save(tmp_path / "tr.npy", repeat)],
+            "with --tags ",
+            "of rows [0, 1, 2, 3] (group 0), column 0 repeat a position",
+        ),
+        (
+            compressed + ["--tags", _save(tmp_path / "t32.npy", a["tag"].astype(np.uint32))],
+            "",
+            "tag must be uint16 [8, 2] (4 tags of 4 bits per word for M=8), got uint32 [8, 2]",
+        ),
+        (
+            ["--stationary", p["values"], "--tags", p["tags"], "--moving"]
+            + [_save(tmp_path / "x15.npy", np.ones((15, 6)))],
+            "x15.npy: shape [15, 6]; ",
+            "with --sparse 4:8 the moving is [K x 2, N] (dense rows) or [K, 2, N]",
+        ),
+        (
+            ["--stationary", p["values"], "--tags", p["tags"], "--moving"]
+            + [_save(tmp_path / "x4.npy", np.ones((8, 4, 6)))],
+            "",
+            "moving [K, compress_ratio=2, N], got stationary (8, 8) and moving (8, 4, 6)",
+        ),
+        (compressed + ["--tags", p["tags"], "--n", "7"], "", "--n 7 does not match the matrices"),
+    ]
+    for argv, where, message in cases:
+        err = _error(base + argv, capsys)
+        assert where in err and message in err and err.count("\n") == 1, err
+    assert not out.parent.exists()
+
+
+def test_sim_sparse_says_what_runs(tmp_path, monkeypatch, capsys):
+    """The header of a sparse run: the pattern, the compressed and the logical K, the formats
+    and where the data comes from (random, a dense stationary with its mask, a compressed one
+    with its tags); the engine asked for is the one with the sparse path."""
+    from ncrtl.testbench import conformance
+    from ncrtl.testbench.tensor_engine import simulate as te_sim
+
+    asked = []
+
+    def fake_run_block(block, params, **kw):
+        asked.append((params, kw["player"]))
+        return conformance.BlockResult("x", False, message="not run")
+
+    monkeypatch.setattr(te_sim, "run_block", fake_run_block)
+    p, _ = _sparse_files(tmp_path)
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8"]
+    assert main(base + ["--sparse", "4:16", "--n", "16"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "nc_matmul_sparse 4:16 bf16 K=8 (logical K=32) M=8 N=16 on a 8x8 array, bf16 x bf16, "
+        "random normal values, 4 of every 16 stationary rows kept at random"
+    )
+    params, ports = asked[-1]
+    assert params["sparse"] == 1 and params["pe_modes"] == "all"
+    assert next(q for q in ports if q.name == "moving").width == 8 * 128
+    argv = base + ["--sparse", "4:8", "--stationary", p["dense"], "--moving", p["x"]]
+    assert main(argv + ["--mask", p["mask"]]) == 1
+    assert "4:8 bf16 K=8 (logical K=16) M=8 N=6 on a 8x8 array, bf16 x bf16, --stationary " in (
+        capsys.readouterr().out
+    )
+    argv = base + ["--sparse", "4:8", "--stationary", p["values"], "--moving", p["x3"]]
+    assert main(argv + ["--tags", p["tags"], "--dtype", "bf16"]) == 1
+    assert f"with --tags {p['tags']}" in capsys.readouterr().out
+
+
+def test_sparse_dense_comparison_names_the_contract_exceptions():
+    """The line against the dense golden counts the outputs that differ under the contract's
+    reasons: a non-finite moving met by a dropped zero, a zero's sign, tags that do not ascend
+    (another summation order); a result off elsewhere counts as none of them."""
+    from ncrtl.model.tensor_engine.sparse import compress, matmul_sparse, squeeze_tags
+    from ncrtl.testbench.tensor_engine.simulate import dense_comparison
+
+    bf = ml_dtypes.bfloat16
+    r = 2
+
+    def compare(values, tag, x, bits=None):
+        moving = x.reshape(-1, r, x.shape[1])
+        got = matmul_sparse(moving, values, tag, r, rows=4, cols=4).view(np.uint32)
+        bits = got if bits is None else bits
+        return dense_comparison(
+            values.view(np.uint16), tag, moving.view(np.uint16), r, ("bf16", "bf16"), bits
+        )
+
+    dense = np.zeros((8, 1), bf)
+    dense[0, 0] = 1.0
+    values, tag = compress(dense, r)
+    x = np.ones((8, 1), bf)
+    assert compare(values, tag, x) == dict(
+        outputs=1, differ=0, nonfinite=0, zero_sign=0, order=0, other=0
+    )
+    assert compare(values, tag, x, np.array([[0x40000000]], np.uint32))["other"] == 1
+    x[5, 0] = np.inf  # a dropped zero of the stationary
+    assert compare(values, tag, x)["nonfinite"] == 1
+    dense[:4, 0] = [1.0, -1.0, 2.0**-133, 1.0]
+    x = np.ones((8, 1), bf)
+    x[:4, 0] = [1.0, 1.0, -(2.0**-133), -0.0]
+    values, tag = compress(dense, r)
+    assert compare(values, tag, x)["zero_sign"] == 1
+    # 1 + 2**-24 rounds to 1 in position order; -1 first keeps both small terms
+    positions = np.array([[2], [0], [1], [3]])
+    values = np.array([[-1.0], [1.0], [2.0**-24], [2.0**-24]], bf)
+    cmp = compare(values, squeeze_tags(positions, r), np.ones((8, 1), bf))
+    assert cmp["differ"] == cmp["order"] == 1
+    # 128 compressed rows at 4:16: the dense chain of 512 rows, past the golden's 255
+    from ncrtl.testbench.tensor_engine.simulate import sparse_operands
+
+    ops = sparse_operands(np.random.default_rng(2), ("bf16", "bf16"), 128, 4, 3, 4)
+    vals, x = ops["values"].view(bf), ops["moving"].view(bf)
+    got = matmul_sparse(x, vals, ops["tag"], 4, rows=128, cols=4).view(np.uint32)
+    cmp = dense_comparison(ops["values"], ops["tag"], ops["moving"], 4, ("bf16", "bf16"), got)
+    assert cmp["outputs"] == 12 and cmp["differ"] == 0
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_sim_matmul_sparse(tmp_path, capsys):
+    """Sparse matmuls on the 8 x 8 engine with the sparse path: random 4:16 data, then your
+    matrices at 4:8 as a dense stationary with its mask and as compressed values with their
+    tags; the RTL result bit for bit the golden's (and the dense golden's), the cycles the
+    timing model's."""
+    from ncrtl.model.tensor_engine.sparse import matmul_sparse
+
+    base = ["sim", "matmul", "--rows", "8", "--cols", "8"]
+    assert main(base + ["--sparse", "4:16", "--n", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "tensor_engine_8x8_sp_player: 256 compared, 0 mismatches" in out
+    assert "output_cycles: 34 compared, 0 mismatches" in out
+    assert "result MATCHES the golden model (matmul_sparse) and the timing model" in out
+    assert "(K=32 dense rows): all 256 outputs agree bit for bit" in out
+    assert re.search(r"dense-equivalent [0-9.]+ TFLOPS at 2.4 GHz \(4:16 peak", out)
+    p, a = _sparse_files(tmp_path)
+    want = matmul_sparse(a["x"].reshape(8, 2, 6), a["values"], a["tag"], 2, rows=8, cols=8)
+    for form in (
+        ["--stationary", p["dense"], "--moving", p["x"], "--mask", p["mask"]],
+        ["--stationary", p["values"], "--moving", p["x3"], "--tags", p["tags"]],
+    ):
+        res = tmp_path / "r.npy"
+        assert main(base + ["--sparse", "4:8", "--out", str(res)] + form) == 0
+        out = capsys.readouterr().out
+        assert "result MATCHES the golden model (matmul_sparse)" in out
+        assert "(K=16 dense rows): all 48 outputs agree bit for bit" in out
+        assert (np.load(res).view(np.uint32) == want.view(np.uint32)).all()

@@ -4,7 +4,7 @@ block arguments of the parsers."""
 import math
 
 from .. import blocks
-from ..model.modes import MX_DTYPES
+from ..model.modes import MX_DTYPES, SPARSE_GROUP, SPARSE_RATIOS
 
 
 class UsageError(Exception):
@@ -19,6 +19,21 @@ MAX_SEED = (1 << 32) - 1
 def _check_seed(seed):
     if not 0 <= seed <= MAX_SEED:
         raise UsageError(f"--seed {seed} must be in 0..{MAX_SEED} (an unsigned 32-bit seed)")
+
+
+#: ``--sparse``: the M:N patterns and their compression ratios (4:8 -> 2, 4:12 -> 3, 4:16 -> 4).
+SPARSE_PATTERNS = {f"{SPARSE_GROUP}:{SPARSE_GROUP * r}": r for r in SPARSE_RATIOS}
+
+
+def sparse_ratio(pattern):
+    """The compression ratio of ``--sparse M:N`` (``ncrtl timing`` and ``ncrtl sim``)."""
+    ratio = SPARSE_PATTERNS.get(pattern)
+    if ratio is None:
+        raise UsageError(
+            f"--sparse {pattern!r} is not an M:N pattern of the Tensor Engine; allowed: "
+            f"{', '.join(SPARSE_PATTERNS)}"
+        )
+    return ratio
 
 
 def _check_stall(stall):
@@ -163,6 +178,13 @@ def _dtypes_epilog():
         f"with --psum: {', '.join(blocks.CORE_MODES)}; K a multiple of --rows (K / rows "
         f"matmuls accumulated in one group, at most 64), M = --cols; a transpose writes raw "
         f"16-bit words (RAW16) with K = --rows"
+    )
+    lines.append(
+        f"--sparse {'|'.join(SPARSE_PATTERNS)}: "
+        f"{', '.join(m.name for m in ENGINE_MODES if m.sparse)}; K the compressed rows, a "
+        f"multiple of 4 (a dense contraction of K x R rows, R = 2, 3, 4), N <= 512; the "
+        f"engine with the sparse path (--rows a multiple of 4); --stationary dense [K x R, M] "
+        f"(--mask) or compressed [K, M] (--tags), --moving [K x R, N] or [K, R, N]"
     )
     lines.append(
         "--stationary / --moving: .npy files of [K, M] and [K, N] ([K, 2, M] / [K, 2, N] for "

@@ -2,11 +2,19 @@
 random data or the user's matrices, checked against the golden and the timing model."""
 
 from .. import blocks
-from ..model.modes import MX_DTYPES, MX_FORMATS, operation
+from ..model.modes import MX_DTYPES, MX_FORMATS, SPARSE_GROUP, SPARSE_MODES, operation
 from ..model.tensor_engine import isa
 from ..model.tensor_engine.isa import Instruction, Mode, Op
 from ..testbench.outputs import check_output
-from .common import UsageError, _check_seed, _dtypes_epilog, _seed_arg, load_npy
+from .common import (
+    SPARSE_PATTERNS,
+    UsageError,
+    _check_seed,
+    _dtypes_epilog,
+    _seed_arg,
+    load_npy,
+    sparse_ratio,
+)
 
 #: Engines of at least this many PEs build for minutes: ``ncrtl sim`` says so before it starts
 #: an uncached build, with the figures of :data:`BIG_BUILD`.
@@ -97,13 +105,18 @@ def _shapes(args, own, pe_mode):
             f"have the contraction's K rows"
         )
     k, m, n = s.shape[0], s.shape[-1], x.shape[-1]
+    _match_sizes(args, k, m, n)
+    return k, m, n
+
+
+def _match_sizes(args, k, m, n):
+    """Any of ``--k``, ``--m``, ``--n`` given with the matrices must equal their sizes."""
     for name, given, got in (("k", args.k, k), ("m", args.m, m), ("n", args.n, n)):
         if given is not None and given != got:
             raise UsageError(
                 f"--{name} {given} does not match the matrices' {name.upper()}={got}; leave "
                 f"--{name} out with --stationary / --moving"
             )
-    return k, m, n
 
 
 def _codes(args, own, pe_mode, formats):
@@ -123,9 +136,10 @@ def _codes(args, own, pe_mode, formats):
         raise UsageError(str(exc)) from None
 
 
-def _check_pair(pe_mode, transpose, k, m, n, rows, cols, what, *, bf16_out=False):
-    """The engine's rules for the LS + MM pair of one matmul (isa.check), with its message."""
-    fields = dict(k=k, m=m, transpose=transpose)
+def _check_pair(pe_mode, transpose, k, m, n, rows, cols, what, *, bf16_out=False, sparse=0):
+    """The engine's rules for the LS + MM pair of one matmul (isa.check; ``sparse``: the
+    compression ratio of a sparse one), with its message."""
+    fields = dict(k=k, m=m, transpose=transpose, sparse=sparse)
     ls = Instruction(Op.LS, Mode(pe_mode.code), **fields)
     mm = Instruction(Op.MM, Mode(pe_mode.code), n=n, bf16_out=bf16_out, **fields)
     for ins, st in ((ls, None), (mm, ls)):
@@ -182,18 +196,16 @@ def _cmd_sim(args):
     _check_seed(args.seed)
     if args.out is not None:
         check_output(args.out, "--out")
+    if args.sparse is not None:
+        return _sim_sparse(args)
+    if args.mask is not None or args.tags is not None:
+        raise UsageError(
+            "--mask / --tags describe a sparse stationary: they go with --sparse M:N "
+            f"({', '.join(SPARSE_PATTERNS)})"
+        )
     if args.dtype in MX_DTYPES:
         return _sim_mx(args)
-    if args.moving_dtype is not None:
-        raise UsageError(
-            f"--moving-dtype applies to the MX dtypes ({', '.join(MX_DTYPES)}), not to "
-            f"--dtype {args.dtype}"
-        )
-    if args.dtype not in blocks.TE_MODES:
-        raise UsageError(
-            f"--dtype {args.dtype!r} is not allowed; allowed: "
-            f"{', '.join(blocks.TE_MODES + tuple(MX_DTYPES))}"
-        )
+    _check_dtype(args)
     if args.psum is not None:
         return _sim_psum(args)
     if args.rounding != "rne":
@@ -229,6 +241,173 @@ def _cmd_sim(args):
         n=n,
         **_run_options(args, formats, data, own),
     )
+
+
+def _check_dtype(args):
+    """``--dtype`` an operation of the engine (not an MX dtype), without ``--moving-dtype``."""
+    if args.moving_dtype is not None:
+        raise UsageError(
+            f"--moving-dtype applies to the MX dtypes ({', '.join(MX_DTYPES)}), not to "
+            f"--dtype {args.dtype}"
+        )
+    if args.dtype not in blocks.TE_MODES:
+        raise UsageError(
+            f"--dtype {args.dtype!r} is not allowed; allowed: "
+            f"{', '.join(blocks.TE_MODES + tuple(MX_DTYPES))}"
+        )
+
+
+def _sim_sparse(args):
+    """``ncrtl sim matmul --sparse M:N``: one sparse matmul on the engine with the sparse path,
+    on random data or the user's matrices (a dense stationary, with ``--mask`` or its
+    non-zeros kept, or a compressed one with ``--tags``)."""
+    from ncrtl.model.modes import get_mode
+    from ncrtl.testbench.tensor_engine.simulate import engine_build, sim_matmul_sparse
+
+    ratio = sparse_ratio(args.sparse)
+    if args.dtype in MX_DTYPES:
+        # the MX chain's matmul: refused by the sparse rule below, with the modes that have it
+        pe_mode, transpose = get_mode("mx"), False
+    else:
+        _check_dtype(args)
+        pe_mode, transpose = operation(args.dtype)
+    if args.psum is not None or args.rounding != "rne":
+        raise UsageError(
+            "--psum / --rounding do not apply with --sparse: the sparse matmul runs on the "
+            "Tensor Engine alone (the matmul path into PSUM is built without the sparse path)"
+        )
+    block = blocks.get("pe_array")
+    rows, cols = _size(args, "rows", block), _size(args, "cols", block)
+    # The instruction rules that do not depend on the sizes (a mode with sparse matmuls, no
+    # transpose), checked on an instruction whose sizes every array takes.
+    mode_only = Instruction(
+        Op.LS,
+        Mode(pe_mode.code),
+        k=SPARSE_GROUP,
+        m=pe_mode.m_multiple,
+        transpose=transpose,
+        sparse=ratio,
+    )
+    bad = isa.check(mode_only, isa.MAX_ARRAY, isa.MAX_ARRAY)
+    if bad is not None:
+        raise UsageError(f"--dtype {args.dtype} --sparse {args.sparse}: {bad[1]}")
+    engine = engine_build(rows, cols, args.dtype, sparse=True)  # BlockError: rows % 4
+    formats = _formats(args, pe_mode, transpose)
+    data = _sparse_files(args, pe_mode, formats, ratio)
+    if data is None:
+        k, m, n = _given(args.k, rows), _given(args.m, cols), _given(args.n, 512)
+        _check_pair(
+            pe_mode, transpose, k, m, n, rows, cols, f"--k {k} --m {m} --n {n}", sparse=ratio
+        )
+    else:
+        # the golden's rules: the instruction's (as above), the operands' shapes and the tags
+        _sparse_golden_check(args, data, pe_mode, formats, ratio, rows, cols)
+        (k, m), n = data["values"].shape, data["moving"].shape[2]
+        _match_sizes(args, k, m, n)
+    _announce(*engine)
+    return sim_matmul_sparse(
+        rows=rows,
+        cols=cols,
+        dtype=args.dtype,
+        ratio=ratio,
+        k=k,
+        m=m,
+        n=n,
+        seed=args.seed,
+        waves=args.waves,
+        formats=formats,
+        special=args.values == "special",
+        data=data,
+        source=_sparse_source(args) if data is not None else "",
+        out=args.out,
+    )
+
+
+def _sparse_source(args):
+    """The user's sparse matrices, as the messages and the figures name them."""
+    extra = "".join(
+        f" with {flag} {path}"
+        for flag, path in (("--mask", args.mask), ("--tags", args.tags))
+        if path is not None
+    )
+    return _source(args) + extra
+
+
+def _sparse_files(args, pe_mode, formats, ratio):
+    """``{"values", "tag", "moving"}`` (compressed stationary codes ``[K, M]``, packed tags,
+    moving codes ``[K, R, N]``) of ``--stationary`` / ``--moving`` with ``--mask`` or
+    ``--tags``, or None without files.  A dense stationary is compressed by the golden's
+    ``compress`` (the mask's positions, or its non-zeros), whose rules name a broken group."""
+    from ncrtl.model.fp import from_bits, get_format
+    from ncrtl.model.tensor_engine.matmul import InstructionError
+    from ncrtl.model.tensor_engine.sparse import compress
+    from ncrtl.testbench.tensor_engine.operands import OperandError, operand_codes
+
+    own = _own_data(args)
+    if own is None:
+        if args.mask is not None or args.tags is not None:
+            raise UsageError(
+                "--mask / --tags go with --stationary S.npy and --moving X.npy (your sparse "
+                "stationary and moving matrices)"
+            )
+        return None
+    if args.mask is not None and args.tags is not None:
+        raise UsageError(
+            "--mask goes with a dense stationary [K x R, M], --tags with a compressed one "
+            "[K, M]: give one of them"
+        )
+    fs, fm = pe_mode.formats_s[formats[0]], pe_mode.formats_m[formats[1]]
+    try:
+        s = operand_codes(own[0], fs, f"--stationary {args.stationary}")
+        x = operand_codes(own[1], fm, f"--moving {args.moving}")
+    except OperandError as exc:
+        raise UsageError(str(exc)) from None
+    if x.ndim == 2 and x.shape[0] % ratio == 0:
+        x = x.reshape(x.shape[0] // ratio, ratio, x.shape[1])  # [K R, N] -> [K, R, N]
+    elif x.ndim != 3:
+        raise UsageError(
+            f"--moving {args.moving}: shape {list(x.shape)}; with --sparse {args.sparse} the "
+            f"moving is [K x {ratio}, N] (dense rows) or [K, {ratio}, N]"
+        )
+    if args.tags is not None:
+        return {"values": s, "tag": load_npy(args.tags, "--tags"), "moving": x}
+    mask = None
+    if args.mask is not None:
+        mask = load_npy(args.mask, "--mask")
+        if mask.dtype != bool:
+            raise UsageError(
+                f"--mask {args.mask}: dtype {mask.dtype}; a mask is a bool array, True at the "
+                f"kept positions"
+            )
+    try:
+        kept, tag = compress(from_bits(s, fs), ratio, mask)
+    except InstructionError as exc:
+        raise UsageError(f"{_sparse_source(args)}: {exc}") from None
+    return {"values": kept.view(get_format(fs).storage_dtype), "tag": tag, "moving": x}
+
+
+def _sparse_golden_check(args, data, pe_mode, formats, ratio, rows, cols):
+    """Run the golden ``matmul_sparse`` on the user's matrices before anything is built: its
+    rules on the tags (dtype, shape, elements below the ratio, four positions per group) and on
+    the moving's ``[K, R, N]``."""
+    from ncrtl.model.fp import from_bits
+    from ncrtl.model.tensor_engine.matmul import InstructionError
+    from ncrtl.model.tensor_engine.sparse import matmul_sparse
+
+    fs, fm = pe_mode.formats_s[formats[0]], pe_mode.formats_m[formats[1]]
+    try:
+        matmul_sparse(
+            from_bits(data["moving"], fm),
+            from_bits(data["values"], fs),
+            data["tag"],
+            ratio,
+            rows=rows,
+            cols=cols,
+            stationary_format=fs,
+            moving_format=fm,
+        )
+    except InstructionError as exc:
+        raise UsageError(f"{_sparse_source(args)}: {exc}") from None
 
 
 def _sizes(args, own, pe_mode, rows, cols, mx_hint):
@@ -390,12 +569,7 @@ def _sim_mx(args):
                 f"matrices have the contraction's K rows"
             )
         k, m, n = s.shape[0], s.shape[1] // 4, x.shape[1] // 4
-        for name, given, got in (("k", args.k, k), ("m", args.m, m), ("n", args.n, n)):
-            if given is not None and given != got:
-                raise UsageError(
-                    f"--{name} {given} does not match the matrices' {name.upper()}={got}; leave "
-                    f"--{name} out with --stationary / --moving"
-                )
+        _match_sizes(args, k, m, n)
         try:
             sources = tuple(
                 operand_codes(a, "bf16", f"{flag} {path}").view(ml_dtypes.bfloat16)
@@ -494,7 +668,8 @@ def add_parser(sub, raw):
         "--k",
         type=int,
         help="contraction partitions K (default: --rows; with --psum a multiple of --rows; "
-        "double_row / MX: partitions of 2 / 4 elements)",
+        "double_row / MX: partitions of 2 / 4 elements; --sparse: the compressed rows, a "
+        "multiple of 4, a dense contraction of K x R rows)",
     )
     s.add_argument(
         "--m", type=int, help="stationary free size M, 1..cols (default: --cols; --psum: --cols)"
@@ -508,12 +683,36 @@ def add_parser(sub, raw):
         "--stationary",
         metavar="S.npy",
         help="your stationary matrix [K, M] (.npy; formats below) instead of random data; "
-        "K, M and N then come from the matrices",
+        "K, M and N then come from the matrices (--sparse: dense [K x R, M], or compressed "
+        "[K, M] with --tags)",
     )
     s.add_argument(
         "--moving",
         metavar="X.npy",
-        help="your moving matrix [K, N] (.npy), with --stationary",
+        help="your moving matrix [K, N] (.npy), with --stationary (--sparse: [K x R, N] or "
+        "[K, R, N])",
+    )
+    s.add_argument(
+        "--sparse",
+        metavar="M:N",
+        help=f"an M:N structured-sparse matmul (nc_matmul_sparse): "
+        f"{', '.join(f'{p} (R = {r})' for p, r in SPARSE_PATTERNS.items())}, on the engine "
+        f"built with the sparse path (rows a multiple of 4); --dtype "
+        f"{', '.join(m.name for m in SPARSE_MODES)}; also compared with the dense golden on "
+        f"the decompressed stationary (default: dense)",
+    )
+    s.add_argument(
+        "--mask",
+        metavar="MASK.npy",
+        help="--sparse with your dense stationary [K x R, M]: a bool array of its shape, True "
+        "at the kept positions (at most 4 of every 4R rows of a column; default: its "
+        "non-zeros)",
+    )
+    s.add_argument(
+        "--tags",
+        metavar="T.npy",
+        help="--sparse with your compressed stationary [K, M]: its packed physical tags, uint16 "
+        "[K, ceil(M / 4)] (4 bits per element: partition << 2 | element within the group)",
     )
     s.add_argument(
         "--out",

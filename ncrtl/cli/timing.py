@@ -3,14 +3,10 @@
 from collections import Counter
 
 from .. import blocks
-from ..model.modes import SPARSE_GROUP, SPARSE_RATIOS
 from ..model.tensor_engine import isa
 from ..model.tensor_engine.isa import Op
 from ..testbench.outputs import check_output, write_output
-from .common import UsageError
-
-#: ``--sparse``: the M:N patterns and their compression ratios (4:8 -> 2, 4:12 -> 3, 4:16 -> 4).
-SPARSE_PATTERNS = {f"{SPARSE_GROUP}:{SPARSE_GROUP * r}": r for r in SPARSE_RATIOS}
+from .common import SPARSE_PATTERNS, UsageError, sparse_ratio
 
 
 def _cmd_timing(args):
@@ -31,14 +27,7 @@ def _cmd_timing(args):
                 f"--{name} {value} must be in 1..{isa.MAX_ARRAY} (the instruction's 8-bit K, M "
                 f"and tile fields)"
             )
-    sparse = 0
-    if args.sparse is not None:
-        sparse = SPARSE_PATTERNS.get(args.sparse)
-        if sparse is None:
-            raise UsageError(
-                f"--sparse {args.sparse!r} is not an M:N pattern of the Tensor Engine; allowed: "
-                f"{', '.join(SPARSE_PATTERNS)}"
-            )
+    sparse = 0 if args.sparse is None else sparse_ratio(args.sparse)
     if args.trace:
         check_output(args.trace, "--trace")
     if args.tile_unit < 1:

@@ -21,6 +21,9 @@ from ncrtl.testbench.conformance import print_time_split, run_block, streaming_r
 
 __all__ = [
     "sim_matmul",
+    "sim_matmul_sparse",
+    "sparse_operands",
+    "dense_comparison",
     "engine_build",
     "k_text",
     "result_values",
@@ -73,23 +76,45 @@ def save_result(path, values):
     print(f"  result written to {path} (float32 {list(np.shape(values))})")
 
 
-def engine_build(rows, cols, dtype):
+def engine_build(rows, cols, dtype, *, sparse=False):
     """``(block, params, player ports)`` of the engine ``ncrtl sim matmul`` builds for an
-    operation ``dtype`` (what :func:`ncrtl.testbench.conformance.find_build` looks up)."""
+    operation ``dtype`` (what :func:`ncrtl.testbench.conformance.find_build` looks up);
+    ``sparse``: the engine with the sparse path (``sparse=1``, its wider moving words).  A
+    ``BlockError`` names an engine that cannot be built so (rows not a multiple of 4)."""
+    from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH, moving_width
+    from ncrtl.model.modes import pe_modes
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
-    params = block.resolve({"rows": str(rows), "cols": str(cols), "mode": dtype})
-    return block, params, player_ports(rows, cols, params["tile_unit"])
+    spec = {"rows": str(rows), "cols": str(cols), "mode": dtype}
+    if sparse:
+        spec["sparse"] = "1"
+    params = block.resolve(spec)
+    x_width = moving_width(pe_modes(params["pe_modes"]), True) if sparse else LANE_WIDTH
+    return block, params, player_ports(rows, cols, params["tile_unit"], x_width)
 
 
 def _run_matmul(
-    *, rows, cols, dtype, k, m, n, seed, waves, player, data=None, formats=(0, 0), special=False
+    *,
+    rows,
+    cols,
+    dtype,
+    k,
+    m,
+    n,
+    seed,
+    waves,
+    player,
+    data=None,
+    formats=(0, 0),
+    special=False,
+    sparse=False,
 ):
     """One LS + MM of ``dtype`` through ``test_sim`` (random data in ``formats``, with special
-    values when ``special``, or the arrays ``data`` as ``test_sim`` reads them):
-    ``(BlockResult, the RTL's [M, N] result bits or None)``."""
-    block, params, ports = engine_build(rows, cols, dtype)
+    values when ``special``, or the arrays ``data`` as ``test_sim`` reads them; ``sparse``: on
+    the engine with the sparse path, ``data`` a sparse matmul's): ``(BlockResult, the RTL's
+    [M, N] result bits or None)``."""
+    block, params, ports = engine_build(rows, cols, dtype, sparse=sparse)
     with tempfile.TemporaryDirectory() as tmp:
         job = {"k": k, "m": m, "n": n, "out": str(Path(tmp) / "out.npy")}
         job.update(fmt_s=int(formats[0]), fmt_m=int(formats[1]), special=bool(special))
@@ -113,14 +138,16 @@ def _run_matmul(
     return res, rtl
 
 
-def _print_figures(res, *, dtype, rows, cols, k, m, n):
+def _print_figures(res, *, dtype, rows, cols, k, m, n, ratio=1):
     """Cycles, MACs, utilization, TFLOPS, simulation speed, the time split and the
-    scoreboards of a :func:`_run_matmul` result."""
+    scoreboards of a :func:`_run_matmul` result; a sparse matmul of compression ratio
+    ``ratio`` counts the dense-equivalent MACs of its ``K ratio`` rows (utilization over the
+    dense peak, as ``ncrtl timing matmul --sparse`` does)."""
     pe_mode, transpose = operation(dtype)
     c = res.counters
     cycles = c["last_out"] - c["first_instr"] + 1
     products = pe_mode.products
-    macs = 0 if transpose else k * m * n * products
+    macs = 0 if transpose else k * m * n * products * ratio
     peak = pe_mode.macs_per_cycle(rows, cols)
     print(f"  cycles (first instruction to last output vector): {cycles}")
     print(
@@ -128,14 +155,23 @@ def _print_figures(res, *, dtype, rows, cols, k, m, n):
         f"moving stream {n * pe_mode.interval(transpose)} cycles"
     )
     if macs:
+        dense = "dense-equivalent " if ratio > 1 else ""
         print(
-            f"  MACs {macs}: {macs / cycles:.1f} per cycle, utilization "
-            f"{macs / (cycles * rows * cols * products):.3f} of {rows * cols * products} MACs/cycle"
+            f"  {dense}MACs {macs}: {macs / cycles:.1f} per cycle, utilization "
+            f"{macs / (cycles * rows * cols * products):.3f} of {rows * cols * products} "
+            f"{'dense ' if dense else ''}MACs/cycle"
         )
+        tflops = 2 * macs / (cycles / CLOCK_HZ) / 1e12
+        top = 2 * peak * CLOCK_HZ / 1e12
+        if ratio > 1:
+            peaks = (
+                f"{pattern(ratio)} peak {ratio * top:.1f} dense-equivalent TFLOPS in steady state, "
+                f"dense {top:.1f}"
+            )
+        else:
+            peaks = f"mode peak {top:.1f} TFLOPS in steady state"
         print(
-            f"  equivalent {2 * macs / (cycles / CLOCK_HZ) / 1e12:.2f} TFLOPS at "
-            f"{CLOCK_HZ / 1e9:.1f} GHz (mode peak {2 * peak * CLOCK_HZ / 1e12:.1f} TFLOPS in "
-            f"steady state)"
+            f"  {dense or 'equivalent '}{tflops:.2f} TFLOPS at {CLOCK_HZ / 1e9:.1f} GHz ({peaks})"
         )
     if c.get("run_us"):
         stream = streaming_rate(res)
@@ -212,6 +248,191 @@ def sim_matmul(
     if not res.passed:
         print(res.message)
     return 0 if res.passed else 1
+
+
+def pattern(ratio):
+    """The M:N pattern of a compression ratio: ``4:16`` for 4."""
+    from ncrtl.model.modes import SPARSE_GROUP
+
+    return f"{SPARSE_GROUP}:{SPARSE_GROUP * ratio}"
+
+
+def sparse_operands(rng, formats, k, m, n, ratio, special=False):
+    """Random operands of a sparse matmul: a dense stationary ``[K R, M]`` of the stationary
+    format with 4 kept positions at random in every group of ``4 R`` rows of a column (zeros
+    elsewhere) compressed by ``compress`` with that mask, and a dense moving ``[K R, N]``
+    reshaped to ``[K, R, N]``: ``{"values": codes [K, M], "tag": packed uint16 [K, ceil(M /
+    4)], "moving": codes [K, R, N]}``.  Values as ``ncrtl sim matmul`` draws them
+    (``special``: signed zeros, subnormals, infinities and NaNs mixed in, the non-finite ones
+    sized to the dense contraction)."""
+    from ncrtl.model.fp import from_bits, get_format
+    from ncrtl.model.modes import SPARSE_GROUP
+    from ncrtl.model.tensor_engine.sparse import compress
+    from ncrtl.testbench.tensor_engine.program import _values, special_values
+
+    fs, fm = formats
+    span = SPARSE_GROUP * ratio
+    if special:
+        nonfinite = 0.1 / (k * ratio)
+
+        def values(fmt, shape):
+            return special_values(rng, fmt, shape, 0.1, nonfinite)
+    else:
+
+        def values(fmt, shape):
+            return _values(rng, fmt, shape, special=0)
+
+    dense = values(fs, (k * ratio, m))
+    # SPARSE_GROUP positions of every group and column: the first of a random order of each
+    pick = rng.random((k // SPARSE_GROUP, span, m)).argsort(axis=1) < SPARSE_GROUP
+    mask = pick.reshape(k * ratio, m)
+    dense = np.where(mask, dense, 0).astype(dense.dtype)
+    kept, tag = compress(from_bits(dense, fs), ratio, mask)
+    moving = values(fm, (k * ratio, n)).reshape(k, ratio, n)
+    return {"values": kept.view(get_format(fs).storage_dtype), "tag": tag, "moving": moving}
+
+
+def dense_comparison(values, tag, moving, ratio, formats, bits):
+    """The result ``bits`` (FP32 ``[M, N]``) of a sparse matmul against the dense golden on the
+    decompressed stationary (``K R`` rows; its chain without the 255-row limit of the
+    instruction fields where ``K R`` exceeds it), each differing output with the contract's
+    reason (docs/tensor_engine.md, "Sparse matmul"): ``{"outputs", "differ", "nonfinite" (a
+    non-finite moving element meets a dropped zero: NaN in the dense chain only), "zero_sign"
+    (both zero), "order" (the column's tags do not ascend within a group: another summation
+    order), "other"}``, a differing output counted under its first reason."""
+    from ncrtl.model.fp import decode, from_bits
+    from ncrtl.model.modes import SPARSE_GROUP
+    from ncrtl.model.tensor_engine.isa import MAX_ARRAY
+    from ncrtl.model.tensor_engine.matmul import _chain_float64, matmul
+    from ncrtl.model.tensor_engine.sparse import decompress, expand_tags
+
+    fs, fm = formats
+    k, m = values.shape
+    n = moving.shape[2]
+    dense = from_bits(decompress(values, tag, ratio), fs)
+    x = from_bits(moving.reshape(k * ratio, n), fm)
+    if k * ratio <= MAX_ARRAY:
+        want = matmul(
+            dense, x, rows=MAX_ARRAY, cols=MAX_ARRAY, stationary_format=fs, moving_format=fm
+        )
+    else:  # what matmul computes for the sparse modes (short products), over more rows
+        want = _chain_float64(decode(dense, fs), decode(x, fm))
+    got, want = np.asarray(bits, np.uint32), np.asarray(want).view(np.uint32)
+    differ = got != want
+    pos = expand_tags(tag, ratio, m)  # [K, M] positions within the groups
+    kept = np.zeros((k * ratio, m), dtype=bool)
+    base = (np.arange(k) // SPARSE_GROUP * SPARSE_GROUP * ratio)[:, None]
+    np.put_along_axis(kept, base + pos, True, axis=0)
+    bad_x = ~np.isfinite(decode(x, fm))
+    nonfinite = (~kept).T.astype(np.int64) @ bad_x.astype(np.int64) > 0
+    zero = ((got & 0x7FFFFFFF) == 0) & ((want & 0x7FFFFFFF) == 0)
+    groups = pos.reshape(k // SPARSE_GROUP, SPARSE_GROUP, m)
+    order = ~(np.diff(groups, axis=1) > 0).all(axis=(0, 1))[:, None]
+    out = {"outputs": int(got.size), "differ": int(differ.sum())}
+    left = differ
+    for name, why in (("nonfinite", nonfinite), ("zero_sign", zero), ("order", order)):
+        hit = left & why
+        out[name] = int(hit.sum())
+        left = left & ~hit
+    out["other"] = int(left.sum())
+    return out
+
+
+def _dense_line(cmp, k_dense):
+    """The printed line of :func:`dense_comparison`."""
+    head = f"  dense golden on the decompressed stationary (K={k_dense} dense rows): "
+    if not cmp["differ"]:
+        return head + f"all {cmp['outputs']} outputs agree bit for bit"
+    reasons = {
+        "nonfinite": "a non-finite moving element at a dropped zero (0 x Inf or NaN is NaN in "
+        "the dense chain only)",
+        "zero_sign": "the sign of a zero (a -0 psum turned +0 by a dropped +0 x x step)",
+        "order": "tags that do not ascend within a group (the chains add in another order)",
+        "other": "none of the contract's exceptions",
+    }
+    why = "; ".join(f"{cmp[key]} {text}" for key, text in reasons.items() if cmp[key])
+    return head + f"{cmp['differ']} of {cmp['outputs']} outputs differ: {why}"
+
+
+def sim_matmul_sparse(
+    *,
+    rows,
+    cols,
+    dtype,
+    ratio,
+    k,
+    m,
+    n,
+    seed=1,
+    waves=False,
+    formats=(0, 0),
+    special=False,
+    data=None,
+    source="",
+    out=None,
+):
+    """One sparse matmul (``nc_matmul_sparse``, compression ratio ``ratio``) on the RTL engine
+    built with the sparse path; print its figures (dense-equivalent MACs and TFLOPS), whether
+    the result matched the golden ``matmul_sparse`` and the timing model, and how it compares
+    with the dense golden on the decompressed stationary.  ``data``: ``{"values": compressed
+    codes [K, M], "tag": packed uint16 tags, "moving": codes [K, R, N]}``, named by ``source``,
+    or None for :func:`sparse_operands`; ``out``: write the RTL's result there as float32.
+    Returns the exit status (0: the result matched and the dense golden differs only where the
+    contract allows)."""
+    from ncrtl.model.modes import SPARSE_GROUP
+    from ncrtl.model.tensor_engine.sparse import unpack_tags
+
+    pe_mode, _ = operation(dtype)
+    fs, fm = pe_mode.formats_s[formats[0]], pe_mode.formats_m[formats[1]]
+    if data is None:
+        data = sparse_operands(np.random.default_rng(seed), (fs, fm), k, m, n, ratio, special)
+        what = (
+            f"random {'special' if special else 'normal'} values, {SPARSE_GROUP} of every "
+            f"{SPARSE_GROUP * ratio} stationary rows kept at random"
+        )
+    else:
+        what = source
+    print(
+        f"nc_matmul_sparse {pattern(ratio)} {dtype} K={k} (logical K={k * ratio}) M={m} N={n} "
+        f"on a {rows}x{cols} array, {fs} x {fm}, {what}",
+        flush=True,
+    )
+    codes = {
+        "stationary": data["values"],
+        "tags": unpack_tags(data["tag"], m),
+        "moving": data["moving"],
+        "sparse": ratio,
+        "fmt_s": int(formats[0]),
+        "fmt_m": int(formats[1]),
+    }
+    res, rtl = _run_matmul(
+        rows=rows,
+        cols=cols,
+        dtype=dtype,
+        k=k,
+        m=m,
+        n=n,
+        seed=seed,
+        waves=waves,
+        player=True,
+        data=codes,
+        sparse=True,
+    )
+    if rtl is None or not res.counters.get("last_out"):
+        print(f"simulation failed: {res.message}")
+        return 1
+    _print_figures(res, dtype=dtype, rows=rows, cols=cols, k=k, m=m, n=n, ratio=ratio)
+    print(
+        f"  result {'MATCHES' if res.passed else 'DOES NOT MATCH'} the golden model "
+        f"(matmul_sparse) and the timing model"
+    )
+    cmp = dense_comparison(data["values"], data["tag"], data["moving"], ratio, (fs, fm), rtl)
+    print(_dense_line(cmp, k * ratio))
+    if out is not None:
+        save_result(out, result_values(rtl, dtype))
+    if not res.passed:
+        print(res.message)
+    return 0 if res.passed and not cmp["other"] else 1
 
 
 def mx_sources(rng, k, m, n):

@@ -7,7 +7,10 @@ With ``data`` in ``NCRTL_MATMUL`` (an ``.npz`` path: ``stationary`` / ``moving``
 :func:`tile_shape`, ``fmt_s`` / ``fmt_m`` format indices and, in the MX mode,
 ``stationary_scale`` / ``moving_scale`` uint8 scales of every PE row) the matmul runs on that
 data instead of random data; with ``out`` the result ``[M, N]`` (FP32 bits as uint32, as the RTL
-produced them; a transpose's raw encodings) is written to that ``.npy`` path.  Random data is in
+produced them; a transpose's raw encodings) is written to that ``.npy`` path.  A sparse matmul
+(``ncrtl sim matmul --sparse``) comes as data only: ``sparse`` its compression ratio,
+``stationary`` the compressed encodings ``[K, M]``, ``tags`` their physical tags ``[K, M]`` and
+``moving`` the encodings ``[K, R, N]``, on an engine built with ``sparse=1``.  Random data is in
 the formats ``fmt_s`` / ``fmt_m`` (indices, default 0) and, with ``special`` true, has signed
 zeros, subnormals, infinities and NaNs mixed in (:func:`special_values`).
 """
@@ -19,7 +22,8 @@ import time
 import cocotb
 import numpy as np
 
-from ncrtl.model.modes import operation
+from ncrtl.hdl.tensor_engine.pe import moving_width, sparse_slot_width
+from ncrtl.model.modes import operation, pe_modes
 from ncrtl.model.tensor_engine.isa import Instruction, Op
 from ncrtl.model.tensor_engine.matmul import mx_row_scales
 from ncrtl.testbench.conformance import tb_settings
@@ -36,12 +40,27 @@ from ncrtl.testbench.tensor_engine.test_tensor_engine import run_program
 
 
 def matmul_program(
-    rows, cols, op_name, k, m, n, seed, data=None, repeat=1, formats=(0, 0), special=False
+    rows,
+    cols,
+    op_name,
+    k,
+    m,
+    n,
+    seed,
+    data=None,
+    repeat=1,
+    formats=(0, 0),
+    special=False,
+    engine_modes=None,
 ):
     """``repeat`` LS + MM pairs of an operation (a mode's matmul or transpose) back to back:
     random data in the formats of indices ``formats`` (``special``: with special values), or
-    the arrays of ``data`` (a mapping, see the module docstring; one pair)."""
+    the arrays of ``data`` (a mapping, see the module docstring; one pair).  ``engine_modes``:
+    the PE modes of an engine built with the sparse path (its moving words), else None."""
     prog = Program(rows, cols)
+    if engine_modes is not None:
+        prog.sparse, prog.slot = True, sparse_slot_width(engine_modes)
+        prog.x_width = moving_width(engine_modes, True)
     rng = np.random.default_rng(seed)
     for _ in range(repeat if data is None else 1):
         _append_matmul(prog, rng, op_name, k, m, n, data, formats, special)
@@ -50,6 +69,9 @@ def matmul_program(
 
 def _append_matmul(prog, rng, op_name, k, m, n, data, formats=(0, 0), special=False):
     pe_mode, transpose = operation(op_name)
+    ratio, tags = 0, None
+    if data is not None and "sparse" in data:
+        ratio, tags = int(data["sparse"]), data["tags"]
     if data is not None:
         fs, fm = int(data["fmt_s"]), int(data["fmt_m"])
         st, x = data["stationary"], data["moving"]
@@ -83,8 +105,8 @@ def _append_matmul(prog, rng, op_name, k, m, n, data, formats=(0, 0), special=Fa
             else values(pe_mode.formats_m[fm], tile_shape(pe_mode, k, n))
         )
         xs = scale(n)
-    fields = dict(k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose)
-    prog.steps.append(Step(Instruction(Op.LS, pe_mode.code, **fields), st, ss))
+    fields = dict(k=k, m=m, fmt_s=fs, fmt_m=fm, transpose=transpose, sparse=ratio)
+    prog.steps.append(Step(Instruction(Op.LS, pe_mode.code, **fields), st, ss, tags=tags))
     prog.steps.append(Step(Instruction(Op.MM, pe_mode.code, n=n, **fields), x, xs))
 
 
@@ -108,6 +130,7 @@ async def test_sim_matmul(dut):
         repeat=int(shape.get("repeat", 1)),
         formats=(int(shape.get("fmt_s", 0)), int(shape.get("fmt_m", 0))),
         special=bool(shape.get("special", False)),
+        engine_modes=pe_modes(params.get("pe_modes", "all")) if params.get("sparse") else None,
     )
     stimulus = time.perf_counter() - t0
     cycles = await run_program(dut, prog, stall=0.0, seed=seed, check_timing=True, t_start=t_start)
