@@ -163,6 +163,20 @@ def test_pe_modes_programs(params):
 
 @pytest.mark.sim
 @pytest.mark.slow
+def test_full_array_sparse_programs():
+    """128 x 128 engine with the sparse path (bf16-family PEs, tiles of 8 x 8): random sparse
+    programs of both bf16-family modes and every ratio, K up to 128 (32 row groups), dense
+    pairs and illegal instructions, without and with stalls."""
+    params = {"rows": 128, "cols": 128, "mode": "sparse", "sparse": 1, "pe_modes": "bf16"}
+    block = blocks.get("pe_array")
+    p = block.resolve({k: str(v) for k, v in params.items()})
+    res = run_block(block, p, count=800, seed=1, stall=0.1)
+    _check(res)
+    assert sum(u["vectors"] for u in res.units) > 0
+
+
+@pytest.mark.sim
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "mx", "transpose_bf16"])
 def test_full_array_matmul(mode):
     """128 x 128 array, K = 128, M = 128, N = 512: values and output cycles."""
