@@ -162,7 +162,7 @@ def _beats(prog, rows):
             out[plane] += _pack(beats, width)
             continue
         for i, lanes in lane_groups(ins, rows, prog.cols, prog.tile_unit):
-            out[i] += pack_lanes(beats[:, lanes], LANE_WIDTH)
+            out[i] += _pack(beats[:, lanes], width)
     return instr, stat, mov
 
 
