@@ -1789,7 +1789,7 @@ def sparse_lanes(moving, slot):
     "fmt,r",
     [
         # (the engine test below runs every sparse mode and ratio through this array, and
-        # test_small_array_programs[8x8-sparse-b2-sparse] the same on Verilator)
+        # test_small_array_programs[4x4-sparse-b2-sparse] the same on Verilator)
         pytest.param("bf16", 4, marks=pytest.mark.slow),
         pytest.param("tf32", 3, marks=pytest.mark.slow),
         pytest.param("fp8_e4m3", 2, marks=pytest.mark.slow),
