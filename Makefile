@@ -10,7 +10,7 @@ install: $(BIN)/ncrtl
 $(BIN)/ncrtl: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,cluster]'
 	@touch $@
 
 # Python style: ruff's formatter and its import and pyflakes checks (seconds).

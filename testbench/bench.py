@@ -136,7 +136,49 @@ def run_bench(args):
         ok &= _bench_psum(psum, getattr(args, "psum_count", 1000))
     if only in (None, "neuroncore"):
         ok &= _bench_neuroncore(getattr(args, "nc_size", 8))
+    if only == "regress":
+        ok &= _bench_regress()
     return 0 if ok else 1
+
+
+def _bench_regress(tasks=16, workers=(1, 2)):
+    """``ncrtl regress`` on a local Dask cluster: ``tasks`` timing what-ifs (each an ``ncrtl
+    timing matmul`` process, about a second) and two fp.add conformance runs of one design,
+    on 1 and on 2 worker processes: tasks per second (cluster start excluded) and the
+    speed-up.  The build is made before the first measurement (both runs find it)."""
+    from ncrtl.testbench import regress
+
+    plan = {
+        "timing": [{"args": [f"--k 128 --n 512 --repeat {64 + i}" for i in range(tasks)]}],
+        "conformance": [{"block": "fp.add", "count": 2000, "seed": [1, 2]}],
+    }
+    todo = regress.expand(regress.parse_plan(plan))
+    print(f"regress: {len(todo)} tasks ({tasks} timing what-ifs, 2 fp.add conformance runs)")
+    regress.run_task(todo[-1])  # the fp.add build, outside the measurement
+    rates = {}
+    ok = True
+    for n in workers:
+        t0 = time.perf_counter()
+        client, cluster = regress.start_client(workers=n)
+        started = time.perf_counter() - t0
+        try:
+            t1 = time.perf_counter()
+            results = regress.run_plan(todo, client, progress=False)
+            wall = time.perf_counter() - t1
+        finally:
+            client.close()
+            cluster.close()
+        passed = sum(r.status == "pass" for r in results)
+        ok &= passed == len(todo)
+        rates[n] = len(todo) / wall
+        print(
+            f"  {n} worker(s): {len(todo)} tasks in {wall:.1f} s = {rates[n]:.2f} tasks/s "
+            f"({passed} passed; cluster start {started:.1f} s)"
+        )
+    if len(rates) > 1:
+        lo, hi = min(rates), max(rates)
+        print(f"  speed-up {lo} -> {hi} workers: {rates[hi] / rates[lo]:.2f}x")
+    return ok
 
 
 def _bench_neuroncore(size):

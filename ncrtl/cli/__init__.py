@@ -12,14 +12,14 @@ import sys
 
 from .. import blocks
 from ..testbench.outputs import OutputError
-from . import bench, conformance, kernels, lint, run, sim, timing, verilog
+from . import bench, conformance, kernels, lint, regress, run, sim, timing, verilog
 from . import list as list_command
 from .common import UsageError
 
 __all__ = ["main", "build_parser", "UsageError"]
 
 #: The subcommands, in the order ``ncrtl --help`` lists them: one module each.
-COMMANDS = (list_command, verilog, lint, conformance, sim, timing, run, kernels, bench)
+COMMANDS = (list_command, verilog, lint, conformance, sim, timing, run, kernels, regress, bench)
 
 
 def build_parser():

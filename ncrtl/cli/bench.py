@@ -74,13 +74,16 @@ def add_parser(sub, raw):
             "psum",
             "dma",
             "neuroncore",
+            "regress",
         ),
         help="run one section: pe (the PE in a C++ loop), fp (the FP units), golden (the "
         "bit-exact golden matmul per mode), harness (the "
         "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
         "column bands on threads against one model; only when named), psum, dma (the DMA "
         "engine's bandwidth) or neuroncore (the RTL NeuronCore: build, simulation speed, the "
-        "tiled matmul's cycles against the timing model) (default: all of them but bands)",
+        "tiled matmul's cycles against the timing model), regress (ncrtl regress: tasks per "
+        "second on a local Dask cluster of 1 and 2 workers; only when named) (default: all of "
+        "them but bands and regress)",
     )
     s.add_argument(
         "--nc-size",
