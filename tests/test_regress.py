@@ -233,3 +233,26 @@ def test_a_farm_job_script_carries_the_options():
         farm.close()
     assert "#SBATCH -p sim" in script and "#SBATCH --cpus-per-task=4" in script
     assert "distributed.cli.dask_worker" in script and "--nthreads 4" in script
+
+
+@pytest.mark.sim
+def test_ctrl_c_reports_what_finished(tmp_path):
+    """Ctrl-C after the first result: the finished task keeps its verdict, the others are
+    errors marked interrupted (never passes), and the cluster is left to close."""
+    tasks = expand(
+        parse_plan({"timing": [{"args": [f"--k 64 --n 64 --repeat {4 + i}" for i in range(6)]}]})
+    )
+    client, cluster = regress.start_client(workers=1)
+
+    def stop(task, result):
+        raise KeyboardInterrupt
+
+    try:
+        results = regress.run_plan(tasks, client, progress=False, on_result=stop)
+    finally:
+        client.close()
+        cluster.close()
+    done = [r for r in results if r.message != "interrupted"]
+    assert len(done) == 1 and done[0].status == "pass"
+    assert all(r.status == "error" for r in results if r.message == "interrupted")
+    assert len(results) == 6
