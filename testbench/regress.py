@@ -13,6 +13,10 @@ A plan is a TOML file of tables, each a grid whose list values are crossed
     example = ["matmul_basic"]
     core = ["v3", "v4"]
 
+    [[run]]                    # a kernel over shapes: random tensors (ncrtl run --shapes)
+    kernel = "ncrtl/kernels/matmul.py::matmul_tiled"
+    shapes = ["256x128:bfloat16 256x512:bfloat16", "512x128:bfloat16 512x512:bfloat16"]
+
     [[timing]]                 # ncrtl timing matmul ARGS
     args = ["--k 128 --n 512", "--sparse 4:16 --n 512"]
 
@@ -60,6 +64,7 @@ TABLES = {
         "kernel",
         "example",
         "args",
+        "shapes",
         "kwarg",
         "core",
         "seed",
@@ -231,6 +236,8 @@ def _run(c, blocks):
     args = c.get("args")
     if args:
         argv += ["--args", *([args] if isinstance(args, str) else [str(a) for a in args])]
+    if c.get("shapes"):  # one task's tensors: "128x512:bfloat16 512x512:bfloat16"
+        argv += ["--shapes", *str(c["shapes"]).split()]
     for kw in [c["kwarg"]] if isinstance(c.get("kwarg"), str) else c.get("kwarg", []):
         argv += ["--kwarg", str(kw)]
     for key in ("core", "seed"):

@@ -256,3 +256,34 @@ def test_ctrl_c_reports_what_finished(tmp_path):
     assert len(done) == 1 and done[0].status == "pass"
     assert all(r.status == "error" for r in results if r.message == "interrupted")
     assert len(results) == 6
+
+
+def test_kernel_what_ifs_over_shapes(tmp_path, capsys):
+    """[[run]] shapes: each task's random device tensors (ncrtl run --shapes, one command that
+    reproduces it); bad shapes are refused by the command."""
+    tasks = expand(
+        parse_plan(
+            {
+                "run": [
+                    {
+                        "kernel": "ncrtl/kernels/matmul.py::matmul_tiled",
+                        "shapes": ["256x128:bfloat16 256x512:bfloat16"],
+                        "core": ["v3", "v4"],
+                    }
+                ]
+            }
+        )
+    )
+    assert tasks[1].command == (
+        "ncrtl run ncrtl/kernels/matmul.py::matmul_tiled --shapes 256x128:bfloat16 "
+        "256x512:bfloat16 --core v4"
+    )
+    r = regress.run_task(tasks[0])
+    assert r.status == "pass" and r.figures["total_cycles"] > 0, r.message
+    out = tmp_path / "o"
+    argv = ["run", "ncrtl/kernels/matmul.py::matmul_tiled", "--out", str(out)]
+    assert main(argv + ["--shapes", "256by128:bfloat16"]) == 2
+    assert "give ROWSxCOLS" in capsys.readouterr().err
+    assert main(argv + ["--shapes", "8x8:bfloat16", "--args", "a.npy"]) == 2
+    assert main(["run", "--example", "matmul_basic", "--shapes", "8x8"]) == 2
+    assert not out.exists()

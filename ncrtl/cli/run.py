@@ -27,11 +27,34 @@ def _kernel(args):
 
 
 def _arrays(args):
-    """The ``--args`` files (``PATH`` or ``PATH:DTYPE``) as numpy arrays."""
+    """The ``--args`` files (``PATH`` or ``PATH:DTYPE``) as numpy arrays, or with ``--shapes``
+    random tensors of those shapes (``ROWSxCOLS[x...]:DTYPE``: standard normal values of
+    ``--seed`` in the dtype)."""
     import numpy as np
 
     from ..model.kernel.dtypes import dtype_of
 
+    if args.shapes:
+        if args.args:
+            raise UsageError("--shapes and --args both give the device tensors; give one")
+        rng = np.random.default_rng(args.seed)
+        out = []
+        for item in args.shapes:
+            shape, _, dt = item.partition(":")
+            try:
+                dims = tuple(int(d) for d in shape.lower().split("x"))
+                if not dims or min(dims) < 1:
+                    raise ValueError
+            except ValueError:
+                raise UsageError(
+                    f"--shapes {item!r}: give ROWSxCOLS[xMORE]:DTYPE (128x512:bfloat16)"
+                ) from None
+            try:
+                d = dtype_of(dt or "float32")
+            except ValueError as e:
+                raise UsageError(f"--shapes {item}: {e}") from None
+            out.append(rng.standard_normal(dims).astype(np.float32).astype(d.storage))
+        return out
     out = []
     for item in args.args or ():
         path, _, dt = item.partition(":") if not item.endswith(".npy") else (item, "", "")
@@ -92,8 +115,8 @@ def _cmd_run(args):
         kernel = Kernel(kernel.fn, kernel.platform_target, kernel.lnc, **options)
     geo = _geometry(args, kernel)
     if example is not None:
-        if args.args:
-            raise UsageError("--example runs on its own random inputs: leave out --args")
+        if args.args or args.shapes:
+            raise UsageError("--example runs on its own random inputs: leave out --args / --shapes")
         try:
             arrays = example.arrays(
                 np.random.default_rng(args.seed), geo.core() if geo is not None else None
@@ -361,6 +384,13 @@ def add_parser(sub, raw):
         metavar="A.npy[:DTYPE]",
         help="the device tensors, in argument order (bfloat16 / fp8 files: name the dtype)",
     )
+    s.add_argument(
+        "--shapes",
+        nargs="*",
+        metavar="SHAPE:DTYPE",
+        help="random device tensors instead of --args, in argument order: ROWSxCOLS[x...]:DTYPE "
+        "(128x512:bfloat16), standard normal values of --seed (what-ifs over shapes)",
+    )
     s.add_argument("--kwarg", action="append", metavar="NAME=VALUE", help="a keyword argument")
     s.add_argument("--out", help="folder for out0.npy ... and report.json")
     s.add_argument(
@@ -383,7 +413,9 @@ def add_parser(sub, raw):
         action="store_true",
         help="reading SBUF / PSUM that nothing wrote warns instead of failing",
     )
-    s.add_argument("--seed", type=int, default=0, help="inputs of --example (default 0)")
+    s.add_argument(
+        "--seed", type=int, default=0, help="inputs of --example and --shapes (default 0)"
+    )
     rtl = s.add_argument_group(
         "RTL core (docs/neuroncore.md)",
         "--rtl traces the kernel at the RTL core's geometry (the real core's unless set "
