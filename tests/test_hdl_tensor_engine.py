@@ -1906,7 +1906,7 @@ def test_engine_sparse_values_tags_and_rules():
     dense ones, with stalls and backpressure; stationaries with broken tags give no result
     vector and one TAG error each, and the engine goes on; a sparse fp32 instruction is
     rejected with SPARSE.  Values against the golden matmul_sparse / matmul."""
-    R, C = 8, 4
+    R, C = 8, 2  # two row groups; two columns: the group words cross both edges
     rng = np.random.default_rng(11)
     te = TensorEngine(R, C, instance=False, tile_unit=2, sparse=True, modes=SPARSE_TEST_MODES)
     assert te.x_width == 128  # four TF32 elements per row

@@ -125,17 +125,32 @@ def test_results_name_every_failure_with_its_command(tmp_path):
     assert cases[1].find("failure") is not None and cases[2].find("error") is not None
 
 
+#: The plan of the local-cluster test: small (the default suite's budget), every kind.
+SMALL_PLAN = """
+[[conformance]]
+block = "fp.add"
+count = 100
+seed = [1, 2]
+
+[[timing]]
+args = ["--k 64 --m 64 --n 128 --repeat 4", "--k 0"]
+
+[[run]]
+example = "matmul_basic"
+"""
+
+
 @pytest.mark.sim
 def test_a_plan_on_a_local_cluster_of_two_workers(tmp_path, capsys):
-    """Two worker processes: a conformance of fp.add (one build for both seeds), two timing
-    runs, two kernel runs and a timing run that breaks a rule (a fail with its command)."""
+    """Two worker processes: a conformance of fp.add (one build for both seeds), a timing run,
+    a kernel run and a timing run that breaks a rule (a fail with its command)."""
     plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN + '\n[[timing]]\nargs = ["--k 0"]\n')
+    plan.write_text(SMALL_PLAN)
     out = tmp_path / "out"
     rc = main(["regress", str(plan), "--workers", "2", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 1, text  # the broken timing run fails the regression
-    assert "total: 7 tasks, 6 passed, 1 failed, 0 errors" in text
+    assert "total: 5 tasks, 4 passed, 1 failed, 0 errors" in text
     assert "[fail] ncrtl timing matmul --k 0" in text
     rows = list(csv.DictReader((out / "results.csv").open()))
     conf = [r for r in rows if r["kind"] == "conformance"]
