@@ -39,7 +39,6 @@ from ncrtl.model.tensor_engine.timing import P_PREFIX
 
 __all__ = [
     "PE",
-    "PE_SIGNATURE",
     "TAG_LAYOUT",
     "LS_CTL_LAYOUT",
     "LANE_WIDTH",
@@ -167,9 +166,6 @@ def pe_signature(x_width=LANE_WIDTH, sparse=False):
         members["i_grp"] = In(GROUP_ROWS * x_width)
     return wiring.Signature(members)
 
-
-#: Ports of the PE without the sparse path.
-PE_SIGNATURE = pe_signature()
 
 
 def one_code(fmt):

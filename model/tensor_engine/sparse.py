@@ -40,6 +40,7 @@ from .matmul import (
     InstructionError,
     _array_size,
     _check_pair,
+    _instructions,
     _operand,
     _short_products,
     float64_chain,
@@ -242,8 +243,6 @@ def sparse_instructions(
     """The LoadStationary and MultiplyMoving of one :func:`matmul_sparse` call, every rule but
     the tags' values checked, nothing computed (the operands need only their shapes and
     dtypes)."""
-    from .matmul import _instructions
-
     x, _, s, _, r, _, (mode, fmt_s, fmt_m) = _validate(
         moving,
         stationary,

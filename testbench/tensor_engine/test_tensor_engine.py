@@ -467,21 +467,8 @@ def _program(seed, salt, *, timed=True):
     # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
     max_n = int(min(isa.MAX_N_ANY, max(1, params.get("max_n", 96))))
     groups = max(1, count // (2 * max_n))
-    if params.get("sparse"):
+    if params.get("mode") == "sparse":
         modes = pe_modes(params.get("pe_modes", "all"))
-        x_width = moving_width(modes, True)
-        if params["mode"] != "sparse":  # the engine's dense modes on its wider moving words
-            prog = random_program(
-                rng,
-                rows,
-                cols,
-                params["mode"],
-                groups=groups,
-                max_n=max_n,
-                tile_unit=params.get("tile_unit", 32),
-            )
-            prog.sparse, prog.x_width = True, x_width
-            return prog
         return sparse_program(
             rng,
             rows,
@@ -489,7 +476,7 @@ def _program(seed, salt, *, timed=True):
             groups=groups,
             max_n=max_n,
             tile_unit=params.get("tile_unit", 32),
-            x_width=x_width,
+            x_width=moving_width(modes, True),
             slot=sparse_slot_width(modes),
             modes=modes,
         )
@@ -516,7 +503,7 @@ def _program(seed, salt, *, timed=True):
             tile_unit=params.get("tile_unit", 32),
             finale=timed,  # whether a tile is busy depends on timing: not with stalls
         )
-    return random_program(
+    prog = random_program(
         rng,
         rows,
         cols,
@@ -525,6 +512,10 @@ def _program(seed, salt, *, timed=True):
         max_n=max_n,
         tile_unit=params.get("tile_unit", 32),
     )
+    if params.get("sparse"):  # the dense modes on the sparse engine's wider moving words
+        prog.sparse = True
+        prog.x_width = moving_width(pe_modes(params.get("pe_modes", "all")), True)
+    return prog
 
 
 @cocotb.test()
