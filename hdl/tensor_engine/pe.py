@@ -167,7 +167,6 @@ def pe_signature(x_width=LANE_WIDTH, sparse=False):
     return wiring.Signature(members)
 
 
-
 def one_code(fmt):
     """``(code of 1.0, mask of the bits that count)`` of a format's lane word: the transpose
     selection test."""
