@@ -44,6 +44,8 @@ __all__ = [
     "FORMAT_BITS",
     "FAMILIES",
     "pe_modes",
+    "family_of",
+    "narrowest_pe_modes",
     "SPARSE_RATIOS",
     "SPARSE_GROUP",
     "SPARSE_MODES",
@@ -308,3 +310,33 @@ def pe_modes(spec="all"):
     if not names:
         raise ValueError(f"pe_modes {spec!r} names no mode")
     return tuple(m for m in ENGINE_MODES if m.name in names)
+
+
+def family_of(mode):
+    """The name of the family of :data:`FAMILIES` (other than ``all``) holding ``mode`` (a name
+    or a :class:`PeMode`): the families split the engine modes between them."""
+    name = get_mode(mode).name
+    return next(f for f, names in FAMILIES.items() if f != "all" and name in names)
+
+
+def narrowest_pe_modes(used):
+    """``(spec, why)``: the narrowest PE build that serves every engine mode of ``used`` (names
+    or :class:`PeMode`, e.g. the modes of a program's instructions), as a ``pe_modes`` spec, and
+    the reason in words.
+
+    The build is the union of the families of those modes (:func:`family_of`): a family is the
+    unit a build is cached by, so a bf16 program and an fp16 one share the bf16-family build;
+    ``all`` (the reference and synthesis design) when the union is every mode.  A program
+    without a matmul gets the bf16 family, the smallest build."""
+    names = [get_mode(m).name for m in used]
+    if not names:
+        return "bf16", "the program has no matmul: the smallest build"
+    families = [f for f in FAMILIES if f != "all" and any(family_of(n) == f for n in names)]
+    modes = pe_modes(families)
+    spec = "all" if modes == ENGINE_MODES else "+".join(families)
+    served = ", ".join(m.name for m in ENGINE_MODES if m.name in names)
+    kind = "every mode" if spec == "all" else ("the family" if len(families) == 1 else "families")
+    return (
+        spec,
+        f"the narrowest build serving {served} ({kind}: {', '.join(m.name for m in modes)})",
+    )

@@ -138,6 +138,10 @@ class Block:
         synthesizes, one by one, instead of the whole flattened design (for a block that joins
         blocks checked on their own and that Yosys takes too long on as a whole); None: the
         whole design.
+    program_modes : callable or None
+        ``program_modes(**params) -> mode names``: the engine modes of the instructions of the
+        run ``params`` describe, for a block whose PEs are built for part of the mode table
+        (parameter ``pe_modes``): :meth:`resolve_run` builds the narrowest PE that serves them.
     """
 
     name: str
@@ -153,6 +157,7 @@ class Block:
     check: object = None
     program_check: object = None
     synth_parts: object = None
+    program_modes: object = None
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -173,6 +178,21 @@ class Block:
         if self.check is not None:
             self.check(**out)
         return out
+
+    def resolve_run(self, user):
+        """``(params, why)``: :meth:`resolve` of ``user`` for a simulation.  A block built for
+        part of the mode table gets the narrowest PE build serving its run's instructions
+        (:attr:`program_modes`, :func:`ncrtl.model.modes.narrowest_pe_modes`) unless ``user``
+        names ``pe_modes``; ``why`` says which build and why in words (None when ``user``
+        chose it or the block has no such parameter).  ``pe_modes=all`` stays the default of
+        :meth:`resolve`: the reference and synthesis design."""
+        from ncrtl.model.modes import narrowest_pe_modes
+
+        params = self.resolve(user)
+        if self.program_modes is None or "pe_modes" in user:
+            return params, None
+        spec, why = narrowest_pe_modes(self.program_modes(**params))
+        return self.resolve({**user, "pe_modes": spec}), f"pe_modes={spec}: {why}"
 
     def check_program(self, params):
         """Raise :class:`BlockError` when the block's conformance program cannot run on the
@@ -447,21 +467,21 @@ def _check_engine(name, rows, cols, block, tile_unit):
         )
 
 
-def _pe_modes(spec):
+def _pe_modes(spec, name="pe_array"):
     """The PeModes the PE is built for (``pe_modes=spec``, ``ncrtl.model.modes.pe_modes``)."""
     from ncrtl.model.modes import pe_modes
 
     try:
         return pe_modes(spec)
     except ValueError as e:
-        raise BlockError(f"pe_array: parameter {e}") from None
+        raise BlockError(f"{name}: parameter {e}") from None
 
 
-def _te_modes(mode, spec):
+def _te_modes(mode, spec, name="pe_array"):
     """The PeModes of ``pe_modes=spec``, checked to serve the conformance program's ``mode``."""
     from ncrtl.model.modes import operation
 
-    modes = _pe_modes(spec)
+    modes = _pe_modes(spec, name)
     if mode == TE_SPARSE:
         if not any(m.sparse for m in modes):
             raise BlockError(
@@ -471,10 +491,28 @@ def _te_modes(mode, spec):
         return modes
     if operation(mode)[0] not in modes:
         raise BlockError(
-            f"pe_array: parameter pe_modes={spec!r} does not serve mode={mode!r} (the "
+            f"{name}: parameter pe_modes={spec!r} does not serve mode={mode!r} (the "
             f"conformance program's); its modes: {', '.join(m.name for m in modes)}"
         )
     return modes
+
+
+def _te_program_modes(mode, **_):
+    """The engine modes of a ``pe_array`` or ``core`` program of ``mode``: the operation's
+    mode, every mode with sparse matmuls for ``mode=sparse``."""
+    from ncrtl.model.modes import SPARSE_MODES, operation
+
+    if mode == TE_SPARSE:
+        return tuple(m.name for m in SPARSE_MODES)
+    return (operation(mode)[0].name,)
+
+
+def _modes_suffix(spec):
+    """The top name's part naming the PE's modes: none for every mode."""
+    from ncrtl.model.modes import ENGINE_MODES
+
+    modes = _pe_modes(spec)
+    return "" if modes == ENGINE_MODES else "_m" + "_".join(m.name for m in modes)
 
 
 def _check_te(
@@ -615,16 +653,13 @@ def _te_top(
     pe_modes="all",
     sparse=0,
 ):
-    from ncrtl.model.modes import ENGINE_MODES
-
-    modes = _pe_modes(pe_modes)
     return (
         f"tensor_engine_{rows}x{cols}"
         + (f"_b{block}" if block else "")
         + (f"_u{tile_unit}" if tile_unit != 32 else "")
         + ("_par" if parallel_tiles else "")
         + ("_bg" if background_transpose else "")
-        + ("" if modes == ENGINE_MODES else "_m" + "_".join(m.name for m in modes))
+        + _modes_suffix(pe_modes)
         + ("_sp" if sparse else "")
     )
 
@@ -726,6 +761,7 @@ register(
         training=_te_training,
         check=_check_te,
         program_check=_check_te_program,
+        program_modes=_te_program_modes,
     )
 )
 
@@ -1050,10 +1086,23 @@ CORE_MODES = operations(max_transpose_bits=16)
 
 
 def _check_core(
-    rows, cols, banks, bank_bytes, mode, psum, rounding, chunks, n, bank, block, tile_unit=32
+    rows,
+    cols,
+    banks,
+    bank_bytes,
+    mode,
+    psum,
+    rounding,
+    chunks,
+    n,
+    bank,
+    block,
+    tile_unit=32,
+    pe_modes="all",
 ):
     """The combinations a ``core`` cannot run (:attr:`Block.check`)."""
     _check_engine("core", rows, cols, block, tile_unit)
+    _te_modes(mode, pe_modes, "core")
     if bank >= banks:
         raise BlockError(
             f"core: parameter bank={bank} is out of range; PSUM has banks 0..{banks - 1}"
@@ -1083,7 +1132,7 @@ def _check_core(
         raise BlockError("core: parameter rounding=sr needs psum=bf16")
 
 
-def _make_core(rows, cols, banks, bank_bytes, block, tile_unit=32):
+def _make_core(rows, cols, banks, bank_bytes, block, tile_unit=32, pe_modes="all"):
     from ncrtl.hdl.core.top import MatmulCore
     from ncrtl.hdl.tensor_engine.array import default_block
 
@@ -1095,14 +1144,16 @@ def _make_core(rows, cols, banks, bank_bytes, block, tile_unit=32):
         bank_bytes,
         tile_unit=tile_unit,
         block=block or default_block(rows, cols, tile_unit),
+        modes=_pe_modes(pe_modes, "core"),
     )
 
 
-def _core_top(rows, cols, banks, bank_bytes, block, tile_unit=32):
+def _core_top(rows, cols, banks, bank_bytes, block, tile_unit=32, pe_modes="all"):
     return (
         f"matmul_core_{rows}x{cols}_{banks}x{bank_bytes}"
         + (f"_b{block}" if block else "")
         + (f"_u{tile_unit}" if tile_unit != 32 else "")
+        + _modes_suffix(pe_modes)
     )
 
 
@@ -1167,6 +1218,12 @@ register(
                 "(32 on the hardware; mx on arrays under 32 rows needs it at most rows)",
                 choices=(1, 2, 4, 8, 16, 32),
             ),
+            Param(
+                "pe_modes",
+                str,
+                "all",
+                "the modes the PE is built for (as pe_array's pe_modes; all: the synthesis design)",
+            ),
         ),
         _make_core,
         _core_top,
@@ -1174,6 +1231,7 @@ register(
         sim_args=_TE_SIM_ARGS,
         threads=_big_array_threads,
         check=_check_core,
+        program_modes=_te_program_modes,
         stimulus=lambda count, chunks, n, **_: (
             f"one random chunked matmul: {chunks} x (LS + MM, N = {n}) accumulated in one PSUM "
             f"group and read back (its size is the block's chunks and n: --count does not apply)"
@@ -1360,6 +1418,17 @@ def _check_neuroncore_program(pe_modes="all", **hw):
         )
 
 
+def _neuroncore_program_modes(version="v3", **hw):
+    """The engine modes of the neuroncore conformance kernels on an all-mode core: the bf16 and
+    fp16 matmuls, the double-row example (v3 on) and the MX one (v4's QuantizeMX)."""
+    geo = neuroncore_geometry({**hw, "version": version})
+    return (
+        ("bf16", "fp16")
+        + (("double_row",) if version != "v2" else ())
+        + (("mx",) if geo.quantize_mx else ())
+    )
+
+
 def _make_neuroncore(
     partitions,
     partition_bytes,
@@ -1524,6 +1593,7 @@ register(
         threads=lambda rows, cols, **_: _big_array_threads(rows, cols),
         check=_check_neuroncore,
         program_check=_check_neuroncore_program,
+        program_modes=_neuroncore_program_modes,
         synth_parts=_neuroncore_parts,
         stimulus=lambda count, version="v3", **_: (
             "the shipped examples matmul_basic and matmul_tiled at the core's geometry, the "

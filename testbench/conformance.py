@@ -142,17 +142,7 @@ def run_block(
             cycles = int(data.get("cycles", 0))
             counters = {k: v for k, v in data.items() if k not in ("scoreboards", "timings")}
             steps.update(data.get("timings", {}))
-    empty = [u["name"] for u in units if not u["vectors"]]
-    passed = res.passed and bool(units) and not empty and all(u["mismatches"] == 0 for u in units)
-    if passed:
-        msg = ""
-    elif empty and not any(u["mismatches"] for u in units):
-        msg = (
-            f"scoreboard(s) {', '.join(empty)} compared no vectors: a run that checked "
-            f"nothing does not pass"
-        )
-    else:
-        msg = res.message or "no scoreboard summary was written: the run checked nothing"
+    passed, msg = verdict(units, res.passed, res.message)
     if msg:
         msg += f"\n(log: {res.run_dir / 'sim.log'})"
     if res.waves:
@@ -160,6 +150,21 @@ def run_block(
     return BlockResult(
         label, passed, units, time.perf_counter() - t0, built.seconds, cycles, msg, counters, steps
     )
+
+
+def verdict(units, ran, message=""):
+    """``(passed, message)`` of a run whose scoreboards left ``units`` (their summaries) and
+    whose simulation ended well (``ran``) or with ``message``: a run passes when it ran, every
+    scoreboard compared something and none found a mismatch."""
+    empty = [u["name"] for u in units if not u["vectors"]]
+    if ran and units and not empty and all(u["mismatches"] == 0 for u in units):
+        return True, ""
+    if empty and not any(u["mismatches"] for u in units):
+        return False, (
+            f"scoreboard(s) {', '.join(empty)} compared no vectors: a run that checked "
+            f"nothing does not pass"
+        )
+    return False, message or "no scoreboard summary was written: the run checked nothing"
 
 
 def streaming_rate(result):

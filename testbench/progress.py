@@ -33,6 +33,7 @@ __all__ = [
     "ProgressBar",
     "step",
     "say",
+    "say_pe_build",
     "SHOW_AFTER",
     "LOG_EVERY",
     "STEP_LOG_EVERY",
@@ -174,6 +175,14 @@ def say(text, stream=None):
     with _lock:
         stream.write(text + "\n")
         stream.flush()
+
+
+def say_pe_build(why, flag, stream=None):
+    """Say in one line which PE build a simulation chose and why (``why`` of
+    :meth:`ncrtl.blocks.Block.resolve_run`; nothing when the user named the build), and the
+    command's ``flag`` that names another."""
+    if why is not None:
+        say(f"PE build {why}; {flag} names another (all: the reference design)", stream)
 
 
 @contextlib.contextmanager

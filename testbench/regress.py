@@ -217,7 +217,7 @@ def _conformance(c, blocks):
         if len(g) != 2 or not all(x.isdigit() for x in g):
             raise ValueError(f"geometry {c['geometry']!r} is not ROWSxCOLS (8x8)")
         user["rows"], user["cols"] = g
-    params = block.resolve(user)  # every parameter rule, as the command applies it
+    params, _ = block.resolve_run(user)  # every parameter rule, and the build, as the command's
     block.check_program(params)
     count, seed, stall = int(c.get("count", 10000)), int(c.get("seed", 1)), c.get("stall", 0.2)
     if count < 1 or not 0 <= float(stall) < 1:
@@ -349,7 +349,7 @@ def _build_design(task):
 
     block = blocks.get(task.argv[1])
     user = dict(a.split("=", 2)[1:] for a in task.argv if a.startswith("--param="))
-    params = block.resolve(user)
+    params, _ = block.resolve_run(user)  # the build the command makes
     try:
         built, _ = build_block(block, params)
     except Exception as exc:  # the task itself reports a failed build

@@ -1019,14 +1019,25 @@ def test_sim_sparse_says_what_runs(tmp_path, monkeypatch, capsys):
     p, _ = _sparse_files(tmp_path)
     base = ["sim", "matmul", "--rows", "8", "--cols", "8"]
     assert main(base + ["--sparse", "4:16", "--n", "16"]) == 1
-    out = capsys.readouterr().out
-    assert out.startswith(
+    captured = capsys.readouterr()
+    assert captured.out.startswith(
         "nc_matmul_sparse 4:16 bf16 K=8 (logical K=32) M=8 N=16 on a 8x8 array, bf16 x bf16, "
         "random normal values, 4 of every 16 stationary rows kept at random"
     )
+    # the narrowest PE serving bf16, said in one line; its sparse moving words 4 x 16 bits
+    assert (
+        "PE build pe_modes=bf16: the narrowest build serving bf16 (the family: bf16, fp16); "
+        "--pe-modes names another (all: the reference design)\n"
+    ) in captured.err
     params, ports = asked[-1]
-    assert params["sparse"] == 1 and params["pe_modes"] == "all"
-    assert next(q for q in ports if q.name == "moving").width == 8 * 128
+    assert params["sparse"] == 1 and params["pe_modes"] == "bf16"
+    assert next(q for q in ports if q.name == "moving").width == 8 * 64
+    assert main(base + ["--sparse", "4:16", "--n", "16", "--pe-modes", "all"]) == 1
+    assert "PE build" not in capsys.readouterr().err
+    params, ports = asked[-1]
+    assert params["pe_modes"] == "all" and next(q for q in ports if q.name == "moving").width == (
+        8 * 128
+    )
     argv = base + ["--sparse", "4:8", "--stationary", p["dense"], "--moving", p["x"]]
     assert main(argv + ["--mask", p["mask"]]) == 1
     assert "4:8 bf16 K=8 (logical K=16) M=8 N=6 on a 8x8 array, bf16 x bf16, --stationary " in (

@@ -55,7 +55,7 @@ def test_a_grid_with_params_and_geometry():
             "conformance": [
                 {
                     "block": "pe_array",
-                    "mode": ["bf16", "fp8"],
+                    "mode": ["bf16", "fp16", "fp8"],
                     "geometry": ["4x4", "8x8"],
                     "param": ["block=2"],
                     "count": 100,
@@ -64,11 +64,14 @@ def test_a_grid_with_params_and_geometry():
         }
     )
     tasks = expand(plan)
-    assert len(tasks) == 4
-    assert "--param=rows=8" in tasks[3].argv and "--param=mode=fp8" in tasks[3].argv
-    # crossed in key order, the last key fastest: (bf16, 4x4), (bf16, 8x8), (fp8, 4x4), ...
+    assert len(tasks) == 6
+    assert "--param=rows=8" in tasks[5].argv and "--param=mode=fp8" in tasks[5].argv
+    # crossed in key order, the last key fastest: (bf16, 4x4), (bf16, 8x8), (fp16, 4x4), ...
     assert tasks[0].design != tasks[1].design  # 4x4 and 8x8: two designs
-    assert tasks[0].design == tasks[2].design  # modes are programs of one design
+    # each task builds the narrowest PE serving its mode, as its command does: bf16 and fp16
+    # are programs of the bf16-family design, fp8 of the fp8 family's
+    assert tasks[0].design == tasks[2].design == "tensor_engine_4x4_b2_mbf16_fp16"
+    assert tasks[4].design == "tensor_engine_4x4_b2_mfp8_double_row"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ import math
 
 from .. import blocks
 from ..model.modes import MX_DTYPES, SPARSE_GROUP, SPARSE_RATIOS
+from ..testbench.progress import say_pe_build
 
 
 class UsageError(Exception):
@@ -63,11 +64,13 @@ def _parse_params(items, args=None):
     return params
 
 
-def _expand(name, param_items, args=None):
+def _expand(name, param_items, args=None, *, run=False):
     """A block or a group -> list of (block, resolved params).
 
     A name that is both a group and a block (``psum``) means the group, or the block when
-    parameters are given."""
+    parameters are given.  ``run``: the parameters of a simulation: one block built for part of
+    the mode table gets the narrowest PE build serving its run (:meth:`Block.resolve_run`),
+    said in one line (:func:`say_pe_build`); a group's configurations are built as listed."""
     user = _parse_params(param_items, args)
     is_block = name in {b.name for b in blocks.all_blocks()}
     if name in blocks.GROUPS and not (user and is_block):
@@ -75,7 +78,12 @@ def _expand(name, param_items, args=None):
             raise UsageError(f"--param is not accepted with the group {name!r}; name one block")
         return [(blocks.get(b), blocks.get(b).resolve(p)) for b, p in blocks.GROUPS[name]]
     b = blocks.get(name)
-    return [(b, b.resolve(user))]
+    if not run:
+        return [(b, b.resolve(user))]
+    params, why = b.resolve_run(user)
+    b.check_program(params)  # a program the design cannot run: refused before the line below
+    say_pe_build(why, "--param pe_modes=...")
+    return [(b, params)]
 
 
 def _shortcuts(parser):

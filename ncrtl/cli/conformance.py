@@ -16,7 +16,7 @@ from .common import (
 def _cmd_conformance(args):
     from ncrtl.testbench.conformance import run_conformance
 
-    runs = _expand(args.block, args.param, args)
+    runs = _expand(args.block, args.param, args, run=True)
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     _check_seed(args.seed)

@@ -13,6 +13,7 @@ from .common import (
     _dtypes_epilog,
     _seed_arg,
     load_npy,
+    say_pe_build,
     sparse_ratio,
 )
 
@@ -190,6 +191,16 @@ def _announce(block, params, player=None):
     )
 
 
+def _pe_build(build):
+    """Say which PE the run builds and why (the narrowest family serving it unless
+    ``--pe-modes`` names one) and that an uncached big engine takes minutes; ``build`` is
+    ``(block, params, player ports, why)``.  Returns the ``pe_modes`` built."""
+    block, params, ports, why = build
+    say_pe_build(why, "--pe-modes")
+    _announce(block, params, ports)
+    return params["pe_modes"]
+
+
 def _cmd_sim(args):
     if args.what != "matmul":
         raise UsageError(f"unknown simulation {args.what!r}; allowed: matmul")
@@ -231,7 +242,7 @@ def _cmd_sim(args):
     if own is not None:
         data = _codes(args, own, pe_mode, formats)
         _golden_check(args, data, formats, pe_mode, transpose, rows, cols)
-    _announce(*engine_build(rows, cols, args.dtype))
+    pe_modes = _pe_build(engine_build(rows, cols, args.dtype, pe_modes=args.pe_modes))
     return sim_matmul(
         rows=rows,
         cols=cols,
@@ -239,6 +250,7 @@ def _cmd_sim(args):
         k=k,
         m=m,
         n=n,
+        pe_modes=pe_modes,
         **_run_options(args, formats, data, own),
     )
 
@@ -291,7 +303,8 @@ def _sim_sparse(args):
     bad = isa.check(mode_only, isa.MAX_ARRAY, isa.MAX_ARRAY)
     if bad is not None:
         raise UsageError(f"--dtype {args.dtype} --sparse {args.sparse}: {bad[1]}")
-    engine = engine_build(rows, cols, args.dtype, sparse=True)  # BlockError: rows % 4
+    # BlockError: rows % 4, a --pe-modes without the mode
+    engine = engine_build(rows, cols, args.dtype, sparse=True, pe_modes=args.pe_modes)
     formats = _formats(args, pe_mode, transpose)
     data = _sparse_files(args, pe_mode, formats, ratio)
     if data is None:
@@ -304,7 +317,7 @@ def _sim_sparse(args):
         _sparse_golden_check(args, data, pe_mode, formats, ratio, rows, cols)
         (k, m), n = data["values"].shape, data["moving"].shape[2]
         _match_sizes(args, k, m, n)
-    _announce(*engine)
+    pe_modes = _pe_build(engine)
     return sim_matmul_sparse(
         rows=rows,
         cols=cols,
@@ -320,6 +333,7 @@ def _sim_sparse(args):
         data=data,
         source=_sparse_source(args) if data is not None else "",
         out=args.out,
+        pe_modes=pe_modes,
     )
 
 
@@ -511,7 +525,10 @@ def _sim_psum(args):
     if own is not None:
         data = _codes(args, own, pe_mode, formats)
         _golden_check(args, data, formats, pe_mode, transpose, rows, cols, chunk=rows)
-    _announce(*core_build(rows, cols, args.dtype, args.psum, args.rounding, k // rows, n))
+    build = core_build(
+        rows, cols, args.dtype, args.psum, args.rounding, k // rows, n, args.pe_modes
+    )
+    pe_modes = _pe_build(build)
     return sim_matmul_psum(
         rows=rows,
         cols=cols,
@@ -520,6 +537,7 @@ def _sim_psum(args):
         n=n,
         psum=args.psum,
         rounding=args.rounding,
+        pe_modes=pe_modes,
         **_run_options(args, formats, data, own),
     )
 
@@ -592,7 +610,7 @@ def _sim_mx(args):
         bad = isa.check(ins, rows, cols, st)
         if bad is not None:
             raise UsageError(f"{what}: {bad[1]}")
-    _announce(*engine_build(rows, cols, "mx"))
+    pe_modes = _pe_build(engine_build(rows, cols, "mx", pe_modes=args.pe_modes))
     return sim_matmul_mx(
         rows=rows,
         cols=cols,
@@ -608,6 +626,7 @@ def _sim_mx(args):
         source=_source(args) if own is not None else "",
         special=args.values == "special",
         out=args.out,
+        pe_modes=pe_modes,
     )
 
 
@@ -738,6 +757,13 @@ def add_parser(sub, raw):
         choices=("rne", "sr"),
         default="rne",
         help="BF16 PSUM rounding with --psum bf16: rne or sr (default rne)",
+    )
+    s.add_argument(
+        "--pe-modes",
+        metavar="MODES",
+        help="the modes the PEs are built for: all (the reference and synthesis design), a "
+        "family (bf16, fp8, fp32, mx) or modes joined by '+' (default: the narrowest family "
+        "serving --dtype, said on stderr)",
     )
     _seed_arg(s)
     s.add_argument(

@@ -37,23 +37,26 @@ def bank_values(words, n, kind, dtype=None, fmt_s=0):
     return result_values(halves, dtype, fmt_s)
 
 
-def core_build(rows, cols, dtype, psum, rounding, chunks, n):
-    """``(block, params, None)`` of the ``core`` build ``ncrtl sim matmul --psum`` runs: the
-    engine with a PSUM of 2 KiB banks (no stream players)."""
+def core_build(rows, cols, dtype, psum, rounding, chunks, n, pe_modes=None):
+    """``(block, params, None, why)`` of the ``core`` build ``ncrtl sim matmul --psum`` runs:
+    the engine with a PSUM of 2 KiB banks (no stream players), its PE built for ``pe_modes``
+    (None: the narrowest family serving ``dtype``; ``why`` says which and why, as
+    :meth:`ncrtl.blocks.Block.resolve_run`)."""
     block = blocks.get("core")
-    params = block.resolve(
-        {
-            "rows": str(rows),
-            "cols": str(cols),
-            "mode": dtype,
-            "psum": psum,
-            "rounding": rounding,
-            "chunks": str(chunks),
-            "n": str(n),
-            "bank_bytes": "2048",
-        }
-    )
-    return block, params, None
+    user = {
+        "rows": str(rows),
+        "cols": str(cols),
+        "mode": dtype,
+        "psum": psum,
+        "rounding": rounding,
+        "chunks": str(chunks),
+        "n": str(n),
+        "bank_bytes": "2048",
+    }
+    if pe_modes is not None:
+        user["pe_modes"] = pe_modes
+    params, why = block.resolve_run(user)
+    return block, params, None, why
 
 
 def sim_matmul_psum(
@@ -72,6 +75,7 @@ def sim_matmul_psum(
     data=None,
     source="",
     out=None,
+    pe_modes=None,
 ):
     """Run the chunked matmul; print cycles, utilization and the match; return the exit status.
 
@@ -81,7 +85,7 @@ def sim_matmul_psum(
     ``[K, 2, ...]``) instead of random data, ``source`` naming it; ``out``: write the bank's
     result there as float32 ``[M, N]``."""
     chunks = k // rows
-    block, params, _ = core_build(rows, cols, dtype, psum, rounding, chunks, n)
+    block, params, _, _ = core_build(rows, cols, dtype, psum, rounding, chunks, n, pe_modes)
     pe_mode, transpose = operation(dtype)
     fs, fm = pe_mode.formats_s[formats[0]], pe_mode.formats_m[formats[1]]
     what = source or f"random {'special' if special else 'normal'} values"

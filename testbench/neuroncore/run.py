@@ -46,8 +46,9 @@ def run_rtl(
     program, inputs, geo, *, pe_modes=None, stall=0.0, seed=1, latency=LATENCY, progress=False
 ):
     """Run ``program`` (traced at ``geo.core()``) on the Verilator build of the core; returns
-    an :class:`RtlResult`.  ``pe_modes``: the PE modes to build (default: the modes the
-    program's matmuls use, bf16 when it has none); ``stall``: the probability of an idle cycle
+    an :class:`RtlResult`.  ``pe_modes``: the PE modes to build (default: the narrowest family
+    serving the program's matmuls, :func:`ncrtl.model.modes.narrowest_pe_modes`, said in one
+    line with ``progress``); ``stall``: the probability of an idle cycle
     on the start stream and of a not-ready or idle cycle on every AXI4 channel (the
     instruction fetch's and the DMA engines').  Raises
     :class:`~ncrtl.model.neuroncore.isa.Unsupported` before anything is built for a kernel the
@@ -62,7 +63,14 @@ def run_rtl(
 
     enc = encode(program, geo)  # refuses before anything is built
     program_image(enc, geo)  # and so does a program that does not fit the device memory
-    modes = pe_modes or "+".join(enc.modes() or ("bf16",))
+    modes = pe_modes
+    if modes is None:
+        from ncrtl.model.modes import narrowest_pe_modes
+        from ncrtl.testbench.progress import say_pe_build
+
+        modes, why = narrowest_pe_modes(enc.modes())
+        if progress:
+            say_pe_build(f"pe_modes={modes}: {why}", "--param pe_modes=...")
     params = block_params(geo, modes)
     block = blocks.get("neuroncore")
     with tempfile.TemporaryDirectory() as tmp:

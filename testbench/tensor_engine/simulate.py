@@ -76,22 +76,27 @@ def save_result(path, values):
     print(f"  result written to {path} (float32 {list(np.shape(values))})")
 
 
-def engine_build(rows, cols, dtype, *, sparse=False):
-    """``(block, params, player ports)`` of the engine ``ncrtl sim matmul`` builds for an
+def engine_build(rows, cols, dtype, *, sparse=False, pe_modes=None):
+    """``(block, params, player ports, why)`` of the engine ``ncrtl sim matmul`` builds for an
     operation ``dtype`` (what :func:`ncrtl.testbench.conformance.find_build` looks up);
-    ``sparse``: the engine with the sparse path (``sparse=1``, its wider moving words).  A
-    ``BlockError`` names an engine that cannot be built so (rows not a multiple of 4)."""
+    ``sparse``: the engine with the sparse path (``sparse=1``, its wider moving words);
+    ``pe_modes``: the modes its PE is built for, None for the narrowest family serving
+    ``dtype`` (:meth:`ncrtl.blocks.Block.resolve_run`; ``why`` says which and why, None when
+    given).  A ``BlockError`` names an engine that cannot be built so (rows not a multiple of
+    4, a ``pe_modes`` without ``dtype``)."""
     from ncrtl.hdl.tensor_engine.pe import LANE_WIDTH, moving_width
-    from ncrtl.model.modes import pe_modes
+    from ncrtl.model.modes import pe_modes as modes_of
     from ncrtl.testbench.tensor_engine.test_tensor_engine import player_ports
 
     block = blocks.get("pe_array")
     spec = {"rows": str(rows), "cols": str(cols), "mode": dtype}
     if sparse:
         spec["sparse"] = "1"
-    params = block.resolve(spec)
-    x_width = moving_width(pe_modes(params["pe_modes"]), True) if sparse else LANE_WIDTH
-    return block, params, player_ports(rows, cols, params["tile_unit"], x_width)
+    if pe_modes is not None:
+        spec["pe_modes"] = pe_modes
+    params, why = block.resolve_run(spec)
+    x_width = moving_width(modes_of(params["pe_modes"]), True) if sparse else LANE_WIDTH
+    return block, params, player_ports(rows, cols, params["tile_unit"], x_width), why
 
 
 def _run_matmul(
@@ -109,12 +114,13 @@ def _run_matmul(
     formats=(0, 0),
     special=False,
     sparse=False,
+    pe_modes=None,
 ):
     """One LS + MM of ``dtype`` through ``test_sim`` (random data in ``formats``, with special
     values when ``special``, or the arrays ``data`` as ``test_sim`` reads them; ``sparse``: on
     the engine with the sparse path, ``data`` a sparse matmul's): ``(BlockResult, the RTL's
     [M, N] result bits or None)``."""
-    block, params, ports = engine_build(rows, cols, dtype, sparse=sparse)
+    block, params, ports, _ = engine_build(rows, cols, dtype, sparse=sparse, pe_modes=pe_modes)
     with tempfile.TemporaryDirectory() as tmp:
         job = {"k": k, "m": m, "n": n, "out": str(Path(tmp) / "out.npy")}
         job.update(fmt_s=int(formats[0]), fmt_m=int(formats[1]), special=bool(special))
@@ -202,6 +208,7 @@ def sim_matmul(
     data=None,
     source="",
     out=None,
+    pe_modes=None,
 ):
     """Run the matmul and print its figures; return the exit status (0 = matched).
 
@@ -234,6 +241,7 @@ def sim_matmul(
         data=data,
         formats=formats,
         special=special,
+        pe_modes=pe_modes,
     )
     if not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
@@ -370,6 +378,7 @@ def sim_matmul_sparse(
     data=None,
     source="",
     out=None,
+    pe_modes=None,
 ):
     """One sparse matmul (``nc_matmul_sparse``, compression ratio ``ratio``) on the RTL engine
     built with the sparse path; print its figures (dense-equivalent MACs and TFLOPS), whether
@@ -417,6 +426,7 @@ def sim_matmul_sparse(
         player=True,
         data=codes,
         sparse=True,
+        pe_modes=pe_modes,
     )
     if rtl is None or not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
@@ -484,6 +494,7 @@ def sim_matmul_mx(
     source="",
     special=False,
     out=None,
+    pe_modes=None,
 ):
     """The MX chain on the RTL: two BF16 tiles quantized by the RTL QuantizeMX, the MX matmul of
     the RTL's codes and scales on the RTL Tensor Engine; both compared bit for bit with the
@@ -554,6 +565,7 @@ def sim_matmul_mx(
         waves=waves,
         player=True,
         data=data,
+        pe_modes=pe_modes,
     )
     if rtl is None or not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")

@@ -228,10 +228,12 @@ async def _recv_vectors(tb, prog, total, timeout=5000):
     return list(tb.out.words)
 
 
-async def _drive_player(dut, prog, total, *, stall, seed):
-    """The program through the Verilog stream players (:mod:`ncrtl.testbench.player`): the
-    files are written, the simulator runs to ``done`` without waking Python."""
-    folder = Path(player.FOLDER)
+def write_player_files(folder, prog, total, *, stall, seed):
+    """The player files of ``prog`` in ``folder`` (:mod:`ncrtl.testbench.player`): the three
+    streams' beats with their seeded idle cycles, and the config (``total``: the output vectors
+    to wait for); what the Verilog players and the C++ loops
+    (:mod:`ncrtl.testbench.tensor_engine.loop_run`) play.  Returns the number of input beats."""
+    folder = Path(folder)
     folder.mkdir(exist_ok=True)
     rng = np.random.default_rng(seed + 101)
     instr, (stat,), (mov,) = _beats(prog, prog.rows)  # the serial engine: one stream each
@@ -243,6 +245,28 @@ async def _drive_player(dut, prog, total, *, stall, seed):
     player.write_config(
         folder, seed=seed, backpressure=stall, expect=total, timeout=200_000 + 20 * n_beats
     )
+    return n_beats
+
+
+def read_player_files(folder):
+    """What a played run left in ``folder``: the result words and their cycles, the cycles
+    of the accepted instructions and the error strobes ``(cycle, code)``."""
+    folder = Path(folder)
+    out_cycles, words = player.read_beats(folder / "result.out")
+    err_cycles, codes = player.read_beats(folder / "error__valid.out", base=10)
+    return dict(
+        words=words,
+        out_cycles=out_cycles,
+        accepted=player.read_log(folder / "instr.log"),
+        errors=list(zip(err_cycles, codes)),
+    )
+
+
+async def _drive_player(dut, prog, total, *, stall, seed):
+    """The program through the Verilog stream players (:mod:`ncrtl.testbench.player`): the
+    files are written, the simulator runs to ``done`` without waking Python."""
+    folder = Path(player.FOLDER)
+    n_beats = write_player_files(folder, prog, total, stall=stall, seed=seed)
     Clock(dut.clk, 10, unit="ns").start()
     dut.rst.value, dut.go.value = 1, 0
     await ClockCycles(dut.clk, 2)
@@ -262,13 +286,8 @@ async def _drive_player(dut, prog, total, *, stall, seed):
         bar.cancel()
     dut.go.value = 0
     run_cycles = int(dut.o_cycle.value) - start
-    out_cycles, words = player.read_beats(folder / "result.out")
-    err_cycles, codes = player.read_beats(folder / "error__valid.out", base=10)
     return dict(
-        words=words,
-        out_cycles=out_cycles,
-        accepted=player.read_log(folder / "instr.log"),
-        errors=list(zip(err_cycles, codes)),
+        read_player_files(folder),
         cycles=run_cycles + 2,  # with the reset cycles, as the Python drivers count
         run_cycles=run_cycles,
         run_s=t_run,
