@@ -178,7 +178,8 @@ def time_split(result):
     """The wall-time split of a run as ``[(step, seconds)]``: ``generate`` and ``build`` (or
     ``cached build``), ``model start-up`` (simulator process start to the testbench's first
     line), the testbench's ``stimulus``, ``golden``, ``streaming``, ``compare`` and ``setup``
-    (drivers, reset, the drain), ``exit`` (the rest of the simulator process), ``total``.  Steps
+    (drivers, reset, the drain), ``exit`` (the rest of the simulator process), for a run on a
+    C++ loop (``loop_s``) its ``loop start and exit``, ``total``.  Steps
     a testbench does not report are left out."""
     st = result.steps
     out = []
@@ -204,6 +205,8 @@ def time_split(result):
             inside += st[key]
     if sim is not None and inside:
         out.append(("exit", max(0.0, sim - inside)))
+    if "loop_s" in st:  # a C++ loop's process: its start (the models, the files) and exit
+        out.append(("loop start and exit", max(0.0, st["loop_s"] - st.get("stream_s", 0.0))))
     out.append(("total", result.seconds))
     return out
 

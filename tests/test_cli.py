@@ -180,6 +180,21 @@ def test_verilog_writes_a_module(tmp_path, capsys):
             ["sim", "matmul", "--rows", "8", "--cols", "8", "--stationary", "S.npy"],
             "--stationary and --moving go together",
         ),
+        # column bands: a cut of the columns the grid takes, runs that can be cut
+        (["sim", "matmul", "--bands", "3"], "--bands 3: bands=3 must divide the 128 columns"),
+        (
+            ["sim", "matmul", "--bands", "2", "--psum", "fp32"],
+            "--bands 2: the matmul path into PSUM (--psum) runs as one model",
+        ),
+        (
+            ["sim", "matmul", "--bands", "2", "--sparse", "4:8"],
+            "--bands 2: the sparse path takes moving words from up to three columns to the "
+            "left, across a band edge; --bands 1 runs it",
+        ),
+        (
+            ["sim", "matmul", "--pe-modes", "fp8"],
+            "pe_array: parameter pe_modes='fp8' does not serve mode='bf16'",
+        ),
         (
             ["timing", "matmul", "--rows", "300"],
             "--rows 300 must be in 1..255 (the instruction's 8-bit K, M and tile fields)",
@@ -649,20 +664,53 @@ def test_a_big_uncached_build_is_announced(monkeypatch, capsys):
 
 
 def test_a_bare_sim_says_what_it_is_about_to_build(monkeypatch, capsys):
-    """``ncrtl sim matmul`` with no arguments is a 128 x 128 engine: when it is not cached the
-    command says so (minutes, GiB) before it starts; K and M follow the array."""
+    """``ncrtl sim matmul`` with no arguments is a 128 x 128 engine: the narrowest PE serving
+    bf16, as column bands on the machine's cores (one model where asked or where bands do not
+    apply, with the reason); when the build is not cached the command says so (minutes, GiB)
+    before it starts; K and M follow the array."""
     from ncrtl.testbench import conformance
+    from ncrtl.testbench.tensor_engine import loop_run
     from ncrtl.testbench.tensor_engine import simulate as te_sim
 
+    asked = []
+
+    def fake_run(block, params, *a, **k):
+        asked.append(params)
+        return conformance.BlockResult("x", False, message="no"), None
+
     monkeypatch.setattr(conformance, "find_build", lambda *a, **k: None)
-    monkeypatch.setattr(
-        te_sim, "run_block", lambda *a, **k: conformance.BlockResult("x", False, message="no")
-    )
+    monkeypatch.setattr(loop_run, "cached_bands", lambda *a, **k: None)
+    monkeypatch.setattr(loop_run, "available_cores", lambda: 2)
+    monkeypatch.setattr(loop_run, "run_on_bands", fake_run)
+    monkeypatch.setattr(te_sim, "run_block", lambda *a, **k: fake_run(*a, **k)[0])
     assert main(["sim", "matmul"]) == 1
     captured = capsys.readouterr()
-    assert "note: the 128 x 128 pe_array build is not cached yet" in captured.err
-    assert "4 to 5 minutes" in captured.err and "11 GiB" in captured.err
+    assert captured.err.splitlines()[:3] == [
+        "PE build pe_modes=bf16: the narrowest build serving bf16 (the family: bf16, fp16); "
+        "--pe-modes names another (all: the reference design)",
+        "simulated as 2 column bands on 2 thread(s): 2 bands of 64 columns for this machine's "
+        "2 cores; --bands 1 runs the one model",
+        "note: the 128 x 128 pe_array build is not cached yet: it is generated and built first "
+        "(the 128 x 128 engine as column bands took 1.5 to 2 minutes and 1.5 GiB (bf16 family) "
+        "to 2 to 2.5 minutes (all modes) on a 2-core machine); later runs reuse it. --rows 8 "
+        "--cols 8 builds in about a minute.",
+    ]
     assert "matmul bf16 K=128 M=128 N=512 on a 128x128 array" in captured.out
+    assert asked[-1]["pe_modes"] == "bf16"
+    # one model where asked, or where bands do not apply: the all-mode build's figures
+    assert main(["sim", "matmul", "--bands", "1", "--pe-modes", "all"]) == 1
+    err = capsys.readouterr().err
+    assert "simulated as one model: as --bands 1 asks" in err
+    assert "4 to 5 minutes" in err and "11 GiB" in err
+    assert main(["sim", "matmul", "--waves"]) == 1
+    assert "simulated as one model: waves are recorded from the one model" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setattr(loop_run, "available_cores", lambda: 1)
+    assert main(["sim", "matmul"]) == 1
+    assert "simulated as one model: this machine gives the process one core" in (
+        capsys.readouterr().err
+    )
 
 
 def test_progress_steps_say_what_they_do():

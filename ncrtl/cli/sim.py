@@ -22,10 +22,18 @@ from .common import (
 BIG_ENGINE = 64 * 64
 
 
-BIG_BUILD = (
-    "the 128 x 128 engine took 4 to 5 minutes (Verilog generation 20 s, Verilator build 3.5 "
-    "to 5 min) and up to 11 GiB of memory on a 2-core machine"
-)
+#: What an uncached 128 x 128 build took (docs/tensor_engine.md), by how the run steps it.
+BIG_BUILD = {
+    "one model": (
+        "the 128 x 128 all-mode engine took 4 to 5 minutes (Verilog generation 20 s, Verilator "
+        "build 3.5 to 5 min) and up to 11 GiB of memory on a 2-core machine, the bf16 family "
+        "1.5 to 2 minutes and 3.1 GiB"
+    ),
+    "bands": (
+        "the 128 x 128 engine as column bands took 1.5 to 2 minutes and 1.5 GiB (bf16 family) "
+        "to 2 to 2.5 minutes (all modes) on a 2-core machine"
+    ),
+}
 
 
 def _size(args, name, block):
@@ -175,30 +183,57 @@ def _golden_check(args, data, formats, pe_mode, transpose, rows, cols, chunk=Non
         raise UsageError(f"{_source(args)}{where}: {exc}") from None
 
 
-def _announce(block, params, player=None):
-    """Say before an uncached build of a big engine that it takes minutes and GiB."""
+def _announce(block, params, player=None, choice=None):
+    """Say before an uncached build of a big engine that it takes minutes and GiB (``choice``:
+    how the run steps it, a :class:`~ncrtl.testbench.tensor_engine.loop_run.BandChoice`)."""
     from ncrtl.testbench import progress
     from ncrtl.testbench.conformance import find_build
+    from ncrtl.testbench.tensor_engine.loop_run import cached_bands
 
     if params["rows"] * params["cols"] < BIG_ENGINE:
         return
-    if find_build(block, params, player=player) is not None:
+    bands = choice is not None and choice.bands > 1
+    if bands and cached_bands(block, params, choice.bands) is not None:
+        return
+    if not bands and find_build(block, params, player=player) is not None:
         return
     progress.say(
         f"note: the {params['rows']} x {params['cols']} {block.name} build is not cached yet: "
-        f"it is generated and built first ({BIG_BUILD}); later runs reuse it. --rows 8 --cols 8 "
-        f"builds in about a minute."
+        f"it is generated and built first ({BIG_BUILD['bands' if bands else 'one model']}); "
+        f"later runs reuse it. --rows 8 --cols 8 builds in about a minute."
     )
 
 
-def _pe_build(build):
+def _pe_build(build, args, bandable=True):
     """Say which PE the run builds and why (the narrowest family serving it unless
-    ``--pe-modes`` names one) and that an uncached big engine takes minutes; ``build`` is
-    ``(block, params, player ports, why)``.  Returns the ``pe_modes`` built."""
+    ``--pe-modes`` names one), how it steps the engine (column bands on the machine's cores
+    at full size, else one model, with the reason; ``bandable``: the run is of the Tensor
+    Engine alone) and that an uncached big engine takes minutes; ``build`` is ``(block,
+    params, player ports, why)``.  Returns ``(pe_modes, BandChoice or None)``."""
+    from ncrtl.testbench import progress
+    from ncrtl.testbench.tensor_engine.loop_run import BAND_MIN_PES, band_choice
+
     block, params, ports, why = build
+    choice = None
+    if bandable:
+        try:
+            choice = band_choice(params, bands=args.bands, waves=args.waves, player=True)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    elif args.bands not in (None, 1):
+        raise UsageError(
+            f"--bands {args.bands}: the matmul path into PSUM (--psum) runs as one model; "
+            f"bands cut the Tensor Engine alone"
+        )
     say_pe_build(why, "--pe-modes")
-    _announce(block, params, ports)
-    return params["pe_modes"]
+    if choice is not None and (
+        choice.bands > 1
+        or args.bands is not None
+        or params["rows"] * params["cols"] >= BAND_MIN_PES
+    ):
+        progress.say(choice.line())
+    _announce(block, params, ports, choice)
+    return params["pe_modes"], choice
 
 
 def _cmd_sim(args):
@@ -242,7 +277,7 @@ def _cmd_sim(args):
     if own is not None:
         data = _codes(args, own, pe_mode, formats)
         _golden_check(args, data, formats, pe_mode, transpose, rows, cols)
-    pe_modes = _pe_build(engine_build(rows, cols, args.dtype, pe_modes=args.pe_modes))
+    pe_modes, bands = _pe_build(engine_build(rows, cols, args.dtype, pe_modes=args.pe_modes), args)
     return sim_matmul(
         rows=rows,
         cols=cols,
@@ -251,6 +286,7 @@ def _cmd_sim(args):
         m=m,
         n=n,
         pe_modes=pe_modes,
+        bands=bands,
         **_run_options(args, formats, data, own),
     )
 
@@ -317,7 +353,7 @@ def _sim_sparse(args):
         _sparse_golden_check(args, data, pe_mode, formats, ratio, rows, cols)
         (k, m), n = data["values"].shape, data["moving"].shape[2]
         _match_sizes(args, k, m, n)
-    pe_modes = _pe_build(engine)
+    pe_modes, bands = _pe_build(engine, args)
     return sim_matmul_sparse(
         rows=rows,
         cols=cols,
@@ -334,6 +370,7 @@ def _sim_sparse(args):
         source=_sparse_source(args) if data is not None else "",
         out=args.out,
         pe_modes=pe_modes,
+        bands=bands,
     )
 
 
@@ -528,7 +565,7 @@ def _sim_psum(args):
     build = core_build(
         rows, cols, args.dtype, args.psum, args.rounding, k // rows, n, args.pe_modes
     )
-    pe_modes = _pe_build(build)
+    pe_modes, _ = _pe_build(build, args, bandable=False)
     return sim_matmul_psum(
         rows=rows,
         cols=cols,
@@ -610,7 +647,7 @@ def _sim_mx(args):
         bad = isa.check(ins, rows, cols, st)
         if bad is not None:
             raise UsageError(f"{what}: {bad[1]}")
-    pe_modes = _pe_build(engine_build(rows, cols, "mx", pe_modes=args.pe_modes))
+    pe_modes, bands = _pe_build(engine_build(rows, cols, "mx", pe_modes=args.pe_modes), args)
     return sim_matmul_mx(
         rows=rows,
         cols=cols,
@@ -627,6 +664,7 @@ def _sim_mx(args):
         special=args.values == "special",
         out=args.out,
         pe_modes=pe_modes,
+        bands=bands,
     )
 
 
@@ -764,6 +802,14 @@ def add_parser(sub, raw):
         help="the modes the PEs are built for: all (the reference and synthesis design), a "
         "family (bf16, fp8, fp32, mx) or modes joined by '+' (default: the narrowest family "
         "serving --dtype, said on stderr)",
+    )
+    s.add_argument(
+        "--bands",
+        type=int,
+        metavar="N",
+        help="step the PE array as N column bands, each a model of its own, on up to N of the "
+        "machine's cores (1: one model, the cocotb testbench; default: from 64 x 64 PEs up as "
+        "many bands as cores, one model below, where bands do not apply, said on stderr)",
     )
     _seed_arg(s)
     s.add_argument(

@@ -11,6 +11,7 @@ and write the RTL's result as float32 (:func:`save_result`).
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ __all__ = [
     "sparse_operands",
     "dense_comparison",
     "engine_build",
+    "run_matmul",
     "k_text",
     "result_values",
     "save_result",
@@ -99,7 +101,7 @@ def engine_build(rows, cols, dtype, *, sparse=False, pe_modes=None):
     return block, params, player_ports(rows, cols, params["tile_unit"], x_width), why
 
 
-def _run_matmul(
+def run_matmul(
     *,
     rows,
     cols,
@@ -108,21 +110,62 @@ def _run_matmul(
     m,
     n,
     seed,
-    waves,
-    player,
+    waves=False,
+    player=True,
     data=None,
     formats=(0, 0),
     special=False,
     sparse=False,
     pe_modes=None,
+    bands=None,
+    repeat=1,
+    progress=True,
 ):
-    """One LS + MM of ``dtype`` through ``test_sim`` (random data in ``formats``, with special
-    values when ``special``, or the arrays ``data`` as ``test_sim`` reads them; ``sparse``: on
-    the engine with the sparse path, ``data`` a sparse matmul's): ``(BlockResult, the RTL's
-    [M, N] result bits or None)``."""
+    """``repeat`` LS + MM pairs of ``dtype`` (random data in ``formats``, with special values
+    when ``special``, or one pair on the arrays ``data`` as ``test_sim`` reads them;
+    ``sparse``: on the engine with the sparse path, ``data`` a sparse matmul's), checked
+    against the golden and the timing model: ``(BlockResult, the RTL's [M, N] result bits of
+    the last pair or None)``.
+
+    ``bands``: a :class:`~ncrtl.testbench.tensor_engine.loop_run.BandChoice`, a number of column
+    bands (1: one model) or None for :func:`~ncrtl.testbench.tensor_engine.loop_run.band_choice`'s
+    default (bands on every core at full size).  On bands the program plays from the files of
+    the stream players in the band loop (:func:`~ncrtl.testbench.tensor_engine.loop_run.
+    run_on_bands`); on one model ``test_sim`` runs it in the cocotb testbench (with the Verilog
+    stream players, ``player``, or the Python drivers)."""
+    from ncrtl.testbench.tensor_engine.loop_run import BandChoice, band_choice, run_on_bands
+
     block, params, ports, _ = engine_build(rows, cols, dtype, sparse=sparse, pe_modes=pe_modes)
+    choice = bands
+    if not isinstance(choice, BandChoice):
+        choice = band_choice(params, bands=bands, waves=waves, player=player)
+    if choice.bands > 1:
+        from ncrtl.model.modes import pe_modes as modes_of
+        from ncrtl.testbench.tensor_engine.test_sim import matmul_program
+
+        t0 = time.perf_counter()
+        prog = matmul_program(
+            rows,
+            cols,
+            dtype,
+            k,
+            m,
+            n,
+            seed,
+            data,
+            repeat=repeat,
+            formats=formats,
+            special=special,
+            engine_modes=modes_of(params["pe_modes"]) if sparse else None,
+        )
+        stimulus = time.perf_counter() - t0
+        res, got = run_on_bands(block, params, prog, choice, seed=seed, progress=progress)
+        res.steps["stimulus_s"] = stimulus
+        res.seconds += stimulus
+        rtl = None if got is None else np.asarray(got[:, :m]).T.astype(np.uint32)
+        return res, rtl
     with tempfile.TemporaryDirectory() as tmp:
-        job = {"k": k, "m": m, "n": n, "out": str(Path(tmp) / "out.npy")}
+        job = {"k": k, "m": m, "n": n, "out": str(Path(tmp) / "out.npy"), "repeat": repeat}
         job.update(fmt_s=int(formats[0]), fmt_m=int(formats[1]), special=bool(special))
         if data is not None:
             job["data"] = str(Path(tmp) / "data.npz")
@@ -137,7 +180,7 @@ def _run_matmul(
             testbench="ncrtl.testbench.tensor_engine.test_sim",
             extra_env={"NCRTL_MATMUL": json.dumps(job)},
             player=ports if player else None,
-            progress=True,
+            progress=progress,
         )
         out = Path(job["out"])
         rtl = np.load(out) if out.exists() else None
@@ -181,7 +224,7 @@ def _print_figures(res, *, dtype, rows, cols, k, m, n, ratio=1):
         )
     if c.get("run_us"):
         stream = streaming_rate(res)
-        sim_s = res.steps.get("simulate") or 0.0
+        sim_s = res.steps.get("simulate") or res.steps.get("loop_s") or 0.0
         print(
             f"  simulation speed {stream:.1f} cycles/s streaming ({c['run_us'] / 1e6:.1f} s), "
             f"{c['cycles'] / res.seconds:.1f} cycles/s end to end ({res.seconds:.1f} s; "
@@ -209,6 +252,7 @@ def sim_matmul(
     source="",
     out=None,
     pe_modes=None,
+    bands=None,
 ):
     """Run the matmul and print its figures; return the exit status (0 = matched).
 
@@ -228,7 +272,7 @@ def sim_matmul(
         f"{rows}x{cols} array, {fs} x {fm}, {what}",
         flush=True,
     )
-    res, rtl = _run_matmul(
+    res, rtl = run_matmul(
         rows=rows,
         cols=cols,
         dtype=dtype,
@@ -242,6 +286,7 @@ def sim_matmul(
         formats=formats,
         special=special,
         pe_modes=pe_modes,
+        bands=bands,
     )
     if not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
@@ -379,6 +424,7 @@ def sim_matmul_sparse(
     source="",
     out=None,
     pe_modes=None,
+    bands=None,
 ):
     """One sparse matmul (``nc_matmul_sparse``, compression ratio ``ratio``) on the RTL engine
     built with the sparse path; print its figures (dense-equivalent MACs and TFLOPS), whether
@@ -414,7 +460,7 @@ def sim_matmul_sparse(
         "fmt_s": int(formats[0]),
         "fmt_m": int(formats[1]),
     }
-    res, rtl = _run_matmul(
+    res, rtl = run_matmul(
         rows=rows,
         cols=cols,
         dtype=dtype,
@@ -427,6 +473,7 @@ def sim_matmul_sparse(
         data=codes,
         sparse=True,
         pe_modes=pe_modes,
+        bands=bands,
     )
     if rtl is None or not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
@@ -495,6 +542,7 @@ def sim_matmul_mx(
     special=False,
     out=None,
     pe_modes=None,
+    bands=None,
 ):
     """The MX chain on the RTL: two BF16 tiles quantized by the RTL QuantizeMX, the MX matmul of
     the RTL's codes and scales on the RTL Tensor Engine; both compared bit for bit with the
@@ -554,7 +602,7 @@ def sim_matmul_mx(
         fmt_s=MX_FORMATS.index(fs),
         fmt_m=MX_FORMATS.index(fm),
     )
-    res, rtl = _run_matmul(
+    res, rtl = run_matmul(
         rows=rows,
         cols=cols,
         dtype="mx",
@@ -566,6 +614,7 @@ def sim_matmul_mx(
         player=True,
         data=data,
         pe_modes=pe_modes,
+        bands=bands,
     )
     if rtl is None or not res.counters.get("last_out"):
         print(f"simulation failed: {res.message}")
