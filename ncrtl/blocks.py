@@ -138,6 +138,11 @@ class Block:
         synthesizes, one by one, instead of the whole flattened design (for a block that joins
         blocks checked on their own and that Yosys takes too long on as a whole); None: the
         whole design.
+    runner : str
+        ``"module:function"`` of a runner a conformance run tries before the cocotb testbench:
+        ``function(block, params, *, count, seed, stall, waves, progress)`` returns the run's
+        ``BlockResult``, or None to leave the run to the testbench (``pe_array``: column bands
+        of a full-size engine, :mod:`ncrtl.testbench.tensor_engine.loop_run`); "": none.
     program_modes : callable or None
         ``program_modes(**params) -> mode names``: the engine modes of the instructions of the
         run ``params`` describe, for a block whose PEs are built for part of the mode table
@@ -158,6 +163,7 @@ class Block:
     program_check: object = None
     synth_parts: object = None
     program_modes: object = None
+    runner: str = ""
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -762,6 +768,7 @@ register(
         check=_check_te,
         program_check=_check_te_program,
         program_modes=_te_program_modes,
+        runner="ncrtl.testbench.tensor_engine.loop_run:run_conformance_on_bands",
     )
 )
 

@@ -138,7 +138,76 @@ def run_bench(args):
         ok &= _bench_neuroncore(getattr(args, "nc_size", 8))
     if only == "regress":
         ok &= _bench_regress()
+    if only == "defaults":
+        ok &= _bench_defaults(args.te_size or 128, getattr(args, "te_repeat", 1))
     return 0 if ok else 1
+
+
+#: The runs of ``ncrtl bench --only defaults``: (what, pe_modes, bands: None for the default).
+DEFAULT_RUNS = (
+    ("the earlier default: all modes, one model (cocotb, stream players)", "all", 1),
+    ("bf16 program, default: the bf16 family on column bands", None, None),
+    ("all-mode program, default: all modes on column bands", "all", None),
+)
+
+
+def _bench_defaults(size=128, repeat=1):
+    """``ncrtl sim matmul``'s defaults at ``size x size``: ``repeat`` bf16 K = M = ``size``, N =
+    512 matmuls back to back on the engine ``ncrtl sim matmul`` builds by default for a bf16
+    program (the narrowest PE family, column bands on the machine's cores) and for a program of
+    every mode (the all-mode PE on bands), against the earlier default (the all-mode PE, one
+    model stepped by the cocotb testbench with its stream players), in one run: each build (or
+    the cached build), then a run on the cached build, streaming and end-to-end cycles/s."""
+    from ncrtl.testbench.conformance import print_time_split
+    from ncrtl.testbench.tensor_engine.loop_run import available_cores
+    from ncrtl.testbench.tensor_engine.simulate import engine_build, run_matmul
+
+    print(
+        f"\nncrtl sim matmul's defaults: {size} x {size} engine, {repeat} bf16 matmul(s) K = M = "
+        f"{size}, N = 512, {available_cores()} cores"
+    )
+    ok, rates = True, {}
+    for what, spec, bands in DEFAULT_RUNS:
+        shape = dict(rows=size, cols=size, dtype="bf16", k=size, m=size, n=512, seed=1)
+        rss0 = _children_maxrss_mib()
+        t0 = time.perf_counter()
+        first, _ = run_matmul(**shape, pe_modes=spec, bands=bands, repeat=repeat)
+        first_s = time.perf_counter() - t0
+        res, _ = run_matmul(**shape, pe_modes=spec, bands=bands, repeat=repeat, progress=False)
+        if not (first.passed and res.passed):
+            print(f"  {what}: FAILED: {(res if first.passed else first).message}")
+            ok = False
+            continue
+        built = first.steps
+        build = (
+            "cached"
+            if built.get("cached")
+            else f"built in {built.get('generate', 0) + built.get('build', 0):.0f} s"
+        )
+        params = engine_build(size, size, "bf16", pe_modes=spec)[1]
+        stream, end = streaming_rate(res), res.cycles / res.seconds
+        rates[what] = stream
+        how = res.label.split(" as ")[-1] if " as " in res.label else "one model"
+        print(f"  {what} (pe_modes={params['pe_modes']}, {how}):")
+        print(
+            f"    build {build} (first run {first_s:.0f} s, peak build process "
+            f"{max(_children_maxrss_mib(), rss0):.0f} MiB so far)"
+        )
+        print(
+            f"    streaming {stream:.1f} cycles/s, end to end {end:.1f} cycles/s = "
+            f"{end / stream:.2f} x streaming ({res.cycles} cycles in {res.seconds:.2f} s; "
+            f"target >= 0.8)"
+        )
+        print_time_split(res)
+    base = rates.get(DEFAULT_RUNS[0][0])
+    for (what, _, _), target in zip(DEFAULT_RUNS[1:], (1000.0, 200.0)):
+        if base and what in rates:
+            print(
+                f"  {what.split(',')[0]}: {rates[what]:.1f} cycles/s streaming = "
+                f"{rates[what] / base:.2f} x the earlier default (target >= {target:.0f} "
+                f"cycles/s: {'met' if rates[what] >= target else 'NOT met'})"
+            )
+    return ok
 
 
 def _bench_regress(tasks=16, workers=(1, 2)):

@@ -298,7 +298,7 @@ def _replay(played, ports, folder, run):
 
 
 @pytest.mark.sim
-def test_bands_play_every_conformance_program_as_the_one_model(tmp_path):
+def test_bands_play_every_conformance_program_as_the_one_model(tmp_path, monkeypatch, capsys):
     """Every conformance program of the engine (a random program of each operation of the mode
     table, illegal instructions mixed in), with idle cycles and backpressure and without, run
     as ``ncrtl sim`` runs a full-size engine: on column bands (an all-mode 4 x 4 engine, 2
@@ -339,6 +339,17 @@ def test_bands_play_every_conformance_program_as_the_one_model(tmp_path):
                 played, ports, tmp_path / f"{op}-{stall}-one", lambda f: run_loop(one, f)
             )
             assert differ == [], (op, stall, differ)
+    # a conformance run of an engine the band rule cuts (here from 16 PEs on 2 cores) runs the
+    # testbench's two programs on the bands
+    from ncrtl.testbench import conformance
+    from ncrtl.testbench.tensor_engine import loop_run
+
+    monkeypatch.setattr(loop_run, "BAND_MIN_PES", 16)
+    monkeypatch.setattr(loop_run, "available_cores", lambda: 2)
+    params = block.resolve({**hw, "mode": "double_row"})
+    assert conformance.run_conformance([(block, params)], count=300, seed=4, stall=0.3) == 0
+    out = capsys.readouterr().out
+    assert " as 2 bands" in out and "1/1 configurations passed" in out
 
 
 @pytest.mark.sim

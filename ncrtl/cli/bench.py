@@ -9,6 +9,8 @@ def _cmd_bench(args):
     for flag, value, least in (("--count", args.count, 1), ("--pe-cycles", args.pe_cycles, 1)):
         if not least <= value <= 10**8:
             raise UsageError(f"{flag} {value} must be in {least}..{10**8}")
+    if args.te_repeat < 1:
+        raise UsageError(f"--te-repeat {args.te_repeat} must be >= 1")
     if not (args.te_size == 0 or 2 <= args.te_size <= 128):
         raise UsageError(f"--te-size {args.te_size} must be 0 (skip) or in 2..128")
     if args.bands < 1:
@@ -75,6 +77,7 @@ def add_parser(sub, raw):
             "dma",
             "neuroncore",
             "regress",
+            "defaults",
         ),
         help="run one section: pe (the PE in a C++ loop), fp (the FP units), golden (the "
         "bit-exact golden matmul per mode), harness (the "
@@ -82,8 +85,10 @@ def add_parser(sub, raw):
         "column bands on threads against one model; only when named), psum, dma (the DMA "
         "engine's bandwidth) or neuroncore (the RTL NeuronCore: build, simulation speed, the "
         "tiled matmul's cycles against the timing model), regress (ncrtl regress: tasks per "
-        "second on a local Dask cluster of 1 and 2 workers; only when named) (default: all of "
-        "them but bands and regress)",
+        "second on a local Dask cluster of 1 and 2 workers; only when named), defaults (ncrtl "
+        "sim matmul's default engines at --te-size, 128 unless given: the narrowest PE family "
+        "and column bands against the all-mode one model; only when named) (default: all of "
+        "them but bands, regress and defaults)",
     )
     s.add_argument(
         "--nc-size",
@@ -122,7 +127,13 @@ def add_parser(sub, raw):
         type=int,
         default=128,
         help="Tensor Engine array size to measure, 2..128 (default 128, about 15 minutes; "
-        "0 skips it)",
+        "0 skips it; --only defaults: 128 when 0)",
+    )
+    s.add_argument(
+        "--te-repeat",
+        type=int,
+        default=1,
+        help="--only defaults: bf16 matmuls back to back in each run, >= 1 (default 1)",
     )
     s.add_argument(
         "--pe-modes",

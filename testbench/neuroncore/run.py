@@ -58,6 +58,7 @@ def run_rtl(
     from ncrtl.hdl.neuroncore.isa import program_image
     from ncrtl.model.neuroncore.isa import encode
     from ncrtl.testbench.conformance import run_block
+    from ncrtl.testbench.tensor_engine.loop_run import BAND_MIN_PES
 
     from . import jobs
 
@@ -71,6 +72,13 @@ def run_rtl(
         modes, why = narrowest_pe_modes(enc.modes())
         if progress:
             say_pe_build(f"pe_modes={modes}: {why}", "--param pe_modes=...")
+    if progress and geo.rows * geo.cols >= BAND_MIN_PES:
+        from ncrtl.testbench.progress import say
+
+        say(
+            "simulated as one model: the core's Tensor Engine steps inside the core's model "
+            "(column bands cut the Tensor Engine alone: ncrtl sim matmul)"
+        )
     params = block_params(geo, modes)
     block = blocks.get("neuroncore")
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,6 +35,7 @@ __all__ = [
     "build_bands",
     "cached_bands",
     "run_on_bands",
+    "run_conformance_on_bands",
     "BAND_MIN_PES",
 ]
 
@@ -322,6 +323,61 @@ def run_on_bands(
         steps,
     )
     return res, got
+
+
+def run_conformance_on_bands(block, params, *, count, seed, stall, waves=None, progress=False):
+    """A ``pe_array`` conformance run as the testbench makes it (its two programs: the timed one
+    without stalls, then the one with ``max(stall, 0.2)`` idle and backpressure cycles) on
+    column bands when :func:`band_choice` cuts the engine (one :class:`BlockResult`, the
+    scoreboards of both programs added up), else None: the cocotb testbench runs it (the
+    reason said with ``progress`` at full size)."""
+    from ncrtl.testbench import progress as report
+    from ncrtl.testbench.tensor_engine.test_tensor_engine import conformance_program
+
+    choice = band_choice(params, waves=bool(waves), player=True)
+    if choice.bands == 1:
+        if progress and params["rows"] * params["cols"] >= BAND_MIN_PES:
+            report.say(f"{block.label(params)}: {choice.line()}")
+        return None
+    if progress:
+        report.say(f"{block.label(params)}: {choice.line()}")
+    settings = (params, count)
+    runs = (
+        (conformance_program(seed, 1, settings=settings), 0.0, seed, True),
+        (
+            conformance_program(seed, 2, timed=False, settings=settings),
+            max(stall, 0.2),
+            seed + 11,
+            False,
+        ),
+    )
+    results = []
+    for prog, st, sd, timed in runs:
+        res, _ = run_on_bands(
+            block, params, prog, choice, seed=sd, stall=st, check_timing=timed, progress=progress
+        )
+        results.append(res)
+        if not res.passed:
+            return res
+    units = {}
+    for res in results:
+        for u in res.units:
+            old = units.setdefault(u["name"], {**u, "vectors": 0, "mismatches": 0, "first": []})
+            old["vectors"] += u["vectors"]
+            old["mismatches"] += u["mismatches"]
+            old["first"] = (old["first"] + u.get("first", []))[:10]
+    first, last = results
+    return type(first)(
+        first.label,
+        True,
+        list(units.values()),
+        sum(r.seconds for r in results),
+        first.build_seconds,
+        sum(r.cycles for r in results),
+        "",
+        {"cycles": first.cycles + last.cycles},
+        first.steps,
+    )
 
 
 def _quiet():

@@ -479,8 +479,12 @@ def _timing_board(dut, tsb, obs, sched):
     return tsb
 
 
-def _program(seed, salt, *, timed=True):
-    params, count, _, _ = tb_settings()
+def conformance_program(seed, salt, *, timed=True, settings=None):
+    """The random program of a conformance test: ``settings`` ``(params, count)`` of the run
+    (default: the testbench's, :func:`~ncrtl.testbench.conformance.tb_settings`), ``salt`` 1
+    for the timed test, 2 for the one with stalls (``timed`` False: no instruction whose
+    acceptance depends on timing)."""
+    params, count = settings if settings is not None else tb_settings()[:2]
     rng = np.random.default_rng(seed * 7919 + salt)
     rows, cols = params["rows"], params["cols"]
     # ``count`` bounds the moving vectors of the program: groups of up to 3 MMs of up to max_n.
@@ -541,7 +545,7 @@ def _program(seed, salt, *, timed=True):
 async def test_program_timing(dut):
     """No stalls: values, error codes, and the cycle of every output vector and error pulse."""
     params, count, seed, _ = tb_settings()
-    await run_program(dut, _program(seed, 1), stall=0.0, seed=seed, check_timing=True)
+    await run_program(dut, conformance_program(seed, 1), stall=0.0, seed=seed, check_timing=True)
 
 
 @cocotb.test()
@@ -550,7 +554,7 @@ async def test_program_stalls(dut):
     params, count, seed, stall = tb_settings()
     await run_program(
         dut,
-        _program(seed, 2, timed=False),
+        conformance_program(seed, 2, timed=False),
         stall=max(stall, 0.2),
         seed=seed + 11,
         check_timing=False,
