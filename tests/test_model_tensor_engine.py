@@ -1696,3 +1696,45 @@ def test_sparse_program_refuses_tiles_transposes_and_other_ratios():
 def mode_of_code(mode):
     """The operation name of an instruction mode (``Mode.FP32`` -> ``"fp32"``)."""
     return Mode(mode).name.lower()
+
+
+def test_narrowest_pe_build_is_the_union_of_the_families():
+    """The PE a simulation builds: the families of the modes it runs (a family shared by its
+    modes, so that bf16 and fp16 runs share a build), all when that is every mode, the bf16
+    family without a matmul; every build serves every mode asked for, and no smaller union
+    of families does; the registry applies it unless pe_modes is named."""
+    import itertools
+
+    from ncrtl import blocks
+    from ncrtl.model.modes import ENGINE_MODES, FAMILIES, narrowest_pe_modes, pe_modes
+
+    assert narrowest_pe_modes(["fp16"]) == (
+        "bf16",
+        "the narrowest build serving fp16 (the family: bf16, fp16)",
+    )
+    assert narrowest_pe_modes(["mx", "double_row"])[0] == "fp8+mx"
+    assert narrowest_pe_modes([m.name for m in ENGINE_MODES])[0] == "all"
+    assert narrowest_pe_modes([]) == ("bf16", "the program has no matmul: the smallest build")
+    families = [f for f in FAMILIES if f != "all"]
+    for n in (1, 2, 3):
+        for used in itertools.combinations([m.name for m in ENGINE_MODES], n):
+            spec, _ = narrowest_pe_modes(used)
+            built = {m.name for m in pe_modes(spec)}
+            assert set(used) <= built
+            smaller = [
+                c
+                for k in range(1, len(families) + 1)
+                for c in itertools.combinations(families, k)
+                if set(used) <= {m.name for m in pe_modes(list(c))}
+                and len(pe_modes(list(c))) < len(built)
+            ]
+            assert smaller == [], (used, spec, smaller)
+    block = blocks.get("pe_array")
+    assert block.resolve_run({"mode": "transpose_fp32"})[0]["pe_modes"] == "fp32"
+    assert block.resolve_run({"mode": "sparse", "sparse": "1"})[0]["pe_modes"] == "bf16+fp8+fp32"
+    assert block.resolve_run({"mode": "fp8", "pe_modes": "all"}) == (
+        block.resolve({"mode": "fp8", "pe_modes": "all"}),
+        None,
+    )
+    assert blocks.get("neuroncore").resolve_run({})[0]["pe_modes"] == "bf16+fp8"
+    assert blocks.get("core").resolve_run({"mode": "mx"})[0]["pe_modes"] == "mx"
