@@ -20,12 +20,12 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ncrtl.hdl.common.params import check_int, validated_init
-from ncrtl.hdl.verilog import Cell
+from ncrtl.hdl.verilog import Cell, convert, flat_module, loop_memory_inits
 
-from .array import PE_WIDTHS, TILE_MODULE, PETile, default_block, place_tile
+from .array import PE_MODULE, PE_WIDTHS, TILE_MODULE, PETile, default_block, place_tile
 from .pe import PE, build_modes
 
-__all__ = ["PEBand", "BAND_MODULE", "band_plan"]
+__all__ = ["PEBand", "BAND_MODULE", "band_plan", "tile_verilog"]
 
 #: Verilog module name of a band.
 BAND_MODULE = "te_band"
@@ -53,6 +53,16 @@ def band_plan(cols, bands, chain_width):
         starts = [c for c in range(c0, c0 + width) if c % chain_width == 0]
         plan.append((c0, width, [c // chain_width for c in starts]))
     return plan
+
+
+def tile_verilog(block, modes=None):
+    """The Verilog of a band's ``block x block`` tile and its PE (built for ``modes``): the
+    modules of :meth:`PEBand.cells`, as a band's own Verilog has them, without the band; for a
+    simulator that places and steps the tiles itself
+    (:mod:`ncrtl.testbench.tensor_engine.band_loop`)."""
+    check_int(block, "tile block", minimum=1)
+    pe = loop_memory_inits(flat_module(PE(build_modes(modes)), PE_MODULE))
+    return pe + convert(PETile(block), TILE_MODULE)
 
 
 class PEBand(wiring.Component):
