@@ -187,7 +187,7 @@ def _bench_defaults(size=128, repeat=1):
         params = engine_build(size, size, "bf16", pe_modes=spec)[1]
         stream, end = streaming_rate(res), res.cycles / res.seconds
         rates[what] = stream
-        how = res.label.split(" as ")[-1] if " as " in res.label else "one model"
+        how = f"{res.steps['bands']} bands" if res.steps.get("bands") else "one model"
         print(f"  {what} (pe_modes={params['pe_modes']}, {how}):")
         print(
             f"    build {build} (first run {first_s:.0f} s, peak build process "

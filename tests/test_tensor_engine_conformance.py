@@ -349,7 +349,7 @@ def test_bands_play_every_conformance_program_as_the_one_model(tmp_path, monkeyp
     params = block.resolve({**hw, "mode": "double_row"})
     assert conformance.run_conformance([(block, params)], count=300, seed=4, stall=0.3) == 0
     out = capsys.readouterr().out
-    assert " as 2 bands" in out and "1/1 configurations passed" in out
+    assert "tensor_engine.tensor_engine_4x4_u2_bands" in out and "1/1 configurations passed" in out
 
 
 @pytest.mark.sim

@@ -240,7 +240,7 @@ def run_on_bands(
         write_player_files,
     )
 
-    label = f"{block.label(params)} as {choice.bands} bands"
+    label = block.label(params)
     t0 = time.perf_counter()
     said = (
         report.step(f"column-band build of {block.top_name(params)} ({choice.bands} bands)")
@@ -257,6 +257,8 @@ def run_on_bands(
     built_s = time.perf_counter() - t0
     generate = loop.parts.get("verilog", 0.0)
     steps = {
+        "bands": choice.bands,
+        "threads": choice.threads,
         "generate": generate,
         "build": built_s - generate,
         "cached": not any(loop.parts.values()),
