@@ -16,13 +16,13 @@ from .common import (
 def _cmd_conformance(args):
     from ncrtl.testbench.conformance import run_conformance
 
-    runs = _expand(args.block, args.param, args, run=True)
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     _check_seed(args.seed)
     _check_stall(args.stall)
     if args.junit:
         check_output(args.junit, "--junit")
+    runs = _expand(args.block, args.param, args, run=True)  # last: it says the PE build
     return run_conformance(
         runs,
         count=args.count,
