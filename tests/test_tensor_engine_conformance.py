@@ -188,6 +188,25 @@ def test_full_array_sparse_programs():
 
 @pytest.mark.sim
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", blocks.TE_MODES)
+def test_full_array_conformance_on_bands(mode, monkeypatch):
+    """128 x 128, each operation's conformance program (without and with stalls) as
+    ``ncrtl conformance pe_array --mode MODE`` runs it: on the narrowest PE family serving it,
+    as 2 column bands on 2 threads (whatever the machine's cores), checked bit for bit and, the
+    timed program, cycle for cycle."""
+    from ncrtl.testbench.conformance import run_conformance
+    from ncrtl.testbench.tensor_engine import loop_run
+
+    monkeypatch.setattr(loop_run, "available_cores", lambda: 2)
+    block = blocks.get("pe_array")
+    params, why = block.resolve_run({"mode": mode})
+    assert why is not None and params["pe_modes"] != "all"
+    assert loop_run.band_choice(params).bands == 2
+    assert run_conformance([(block, params)], count=2000, seed=3, stall=0.2) == 0
+
+
+@pytest.mark.sim
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bf16", "fp32", "double_row", "mx", "transpose_bf16"])
 def test_full_array_matmul(mode):
     """128 x 128 array, K = 128, M = 128, N = 512: values and output cycles."""
