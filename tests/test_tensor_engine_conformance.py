@@ -402,3 +402,36 @@ def test_column_bands_replay_a_player_run_byte_for_byte(tmp_path, bands):
     for threads in (1, 2):
         folder = tmp_path / f"threads{threads}"
         assert _replay(played, ports, folder, lambda f: loop.run(f, threads)) == []
+
+
+def test_full_size_runs_say_why_they_run_as_one_model(monkeypatch, capsys):
+    """Where column bands do not apply, a full-size conformance run is left to the cocotb
+    testbench (the runner returns None) and says why in one line; the band rule names what a
+    band cut would break."""
+    from ncrtl.testbench.tensor_engine import loop_run
+
+    monkeypatch.setattr(loop_run, "available_cores", lambda: 16)
+    block = blocks.get("pe_array")
+    cases = {
+        "parallel tiles stream per lane group": {"parallel_tiles": "1"},
+        "the background plane streams per plane": {"background_transpose": "1"},
+        "the sparse path takes moving words from up to three columns": {
+            "mode": "sparse",
+            "sparse": "1",
+        },
+        "a profile-guided build is of the one model": {"pgo": "1"},
+    }
+    for why, user in cases.items():
+        params = block.resolve(user)
+        kw = dict(count=100, seed=1, stall=0.2, progress=True)
+        assert loop_run.run_conformance_on_bands(block, params, **kw) is None
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"simulated as one model: {why}" in err, err
+    assert loop_run.run_conformance_on_bands(block, params, waves=True, **kw) is None
+    assert "waves are recorded from the one model" in capsys.readouterr().err
+    # 16 cores: 16 bands of 8 columns, each within a LoadStationary chain of 32
+    choice = loop_run.band_choice(block.resolve({}))
+    assert (choice.bands, choice.threads) == (16, 16)
+    choice = loop_run.band_choice(block.resolve({"rows": "64", "cols": "64"}), cores=3)
+    assert (choice.bands, choice.threads) == (2, 2)
+    assert loop_run.band_choice(block.resolve({"rows": "32", "cols": "32"})).bands == 1
