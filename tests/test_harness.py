@@ -660,6 +660,7 @@ def test_check_verdicts_are_kept_by_content(tmp_path, monkeypatch):
         lint.lint_verilog(good, "top")
 
 
+@pytest.mark.synth  # the loop's Verilog is linted
 def test_memory_initialization_written_as_a_loop():
     """A memory's zero contents come out of :func:`ncrtl.hdl.verilog.convert` as one loop,
     not a line per word (a partition memory of the full-size SBUF is 14,336 words, placed 128

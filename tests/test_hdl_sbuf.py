@@ -230,6 +230,7 @@ def test_engine_ports_shared_round_robin_with_stalls(clients):
     assert len(turns) > 10 and all(j == after for j, after in turns)
 
 
+@pytest.mark.synth  # its Verilog is linted
 @pytest.mark.parametrize(("items", "index_bits"), [(1, 2), (3, 2), (5, 4), (8, 3), (16, 5)])
 def test_pick_and_decode_select_and_give_zero_past_the_end(items, index_bits):
     """The SBUF's selects (``ncrtl.hdl.common.bits``): ``pick`` gives item ``index`` and zero
