@@ -19,6 +19,7 @@ depend on how it was stepped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -245,7 +246,7 @@ def run_on_bands(
     said = (
         report.step(f"column-band build of {block.top_name(params)} ({choice.bands} bands)")
         if progress
-        else _quiet()
+        else contextlib.nullcontext()
     )
     try:
         with said:
@@ -380,9 +381,3 @@ def run_conformance_on_bands(block, params, *, count, seed, stall, waves=None, p
         {"cycles": first.cycles + last.cycles},
         first.steps,
     )
-
-
-def _quiet():
-    import contextlib
-
-    return contextlib.nullcontext()
