@@ -73,21 +73,16 @@ class BandChoice:
         )
 
 
-def _plan_ok(rows, cols, bands, tile_unit):
-    """None when the grid cuts into ``bands`` bands, else the rule it breaks."""
-    from ncrtl.hdl.tensor_engine.array import default_block
+def _plan_ok(cols, bands, tile_unit):
+    """None when the grid cuts into ``bands`` bands (:func:`~ncrtl.hdl.tensor_engine.band.
+    band_plan`), else the rule it breaks."""
     from ncrtl.hdl.tensor_engine.band import band_plan
     from ncrtl.model.tensor_engine.timing import chain_width
 
-    chain = chain_width(cols, tile_unit)
     try:
-        band_plan(cols, bands, chain)
+        band_plan(cols, bands, chain_width(cols, tile_unit))
     except ValueError as e:
         return str(e)
-    width = cols // bands
-    block = default_block(rows, width, min(width, chain))
-    if rows % block or width % block:
-        return f"a band of {width} columns does not hold whole {block} x {block} tiles"
     return None
 
 
@@ -120,7 +115,7 @@ def band_choice(params, *, bands=None, waves=False, player=True, cores=None):
     if bands is not None:
         if why is not None:
             raise ValueError(f"--bands {bands}: {why}; --bands 1 runs it")
-        bad = _plan_ok(rows, cols, bands, unit)
+        bad = _plan_ok(cols, bands, unit)
         if bad is not None:
             raise ValueError(f"--bands {bands}: {bad}")
         return BandChoice(bands, min(bands, cores), f"as --bands {bands} asks")
@@ -130,7 +125,7 @@ def band_choice(params, *, bands=None, waves=False, player=True, cores=None):
         return BandChoice(1, 1, f"bands apply from {BAND_MIN_PES} PEs (64 x 64) up")
     if cores < 2:
         return BandChoice(1, 1, "this machine gives the process one core")
-    n = next(b for b in range(min(cores, cols), 0, -1) if _plan_ok(rows, cols, b, unit) is None)
+    n = next(b for b in range(min(cores, cols), 0, -1) if _plan_ok(cols, b, unit) is None)
     if n == 1:
         return BandChoice(1, 1, f"no cut of the {cols} columns into up to {cores} bands")
     return BandChoice(
@@ -219,6 +214,7 @@ def run_on_bands(
     check_timing=True,
     progress=True,
     folder=None,
+    summary=None,
 ):
     """Run ``prog`` on ``choice.bands`` column bands of the engine of ``params`` (built, or
     found in the build cache) and check it as the testbench does: ``(BlockResult, result
@@ -229,7 +225,8 @@ def run_on_bands(
     ``first_out``, ``last_out``, ``cycles``, ``run_cycles``, ``run_us``).  ``stall``: the
     probability of an idle cycle on each input stream and of backpressure on the result, as
     the players play it; ``folder``: where the player files are written and kept (default: a
-    temporary folder)."""
+    temporary folder); ``summary``: a JSON summary file the scoreboards are merged into, as a
+    testbench's are (:meth:`~ncrtl.testbench.scoreboard.Scoreboard.write_json`)."""
     from ncrtl.model.tensor_engine.isa import Op
     from ncrtl.testbench import progress as report
     from ncrtl.testbench.conformance import BlockResult, verdict
@@ -303,6 +300,9 @@ def run_on_bands(
         boards, got, ran, message = [], None, False, f"{type(exc).__name__}: {exc}"
     steps["compare_s"] = time.perf_counter() - t_compare
     units = [b.summary() for b in boards]
+    if summary is not None:
+        for b in boards:
+            b.write_json(summary)
     passed, message = verdict(units, ran, message)
     if not passed and boards:
         message = "\n".join([message] + [b.report() for b in boards if b.mismatches])
@@ -355,25 +355,29 @@ def run_conformance_on_bands(block, params, *, count, seed, stall, waves=None, p
         ),
     )
     results = []
-    for prog, st, sd, timed in runs:
-        res, _ = run_on_bands(
-            block, params, prog, choice, seed=sd, stall=st, check_timing=timed, progress=progress
-        )
-        results.append(res)
-        if not res.passed:
-            return res
-    units = {}
-    for res in results:
-        for u in res.units:
-            old = units.setdefault(u["name"], {**u, "vectors": 0, "mismatches": 0, "first": []})
-            old["vectors"] += u["vectors"]
-            old["mismatches"] += u["mismatches"]
-            old["first"] = (old["first"] + u.get("first", []))[:10]
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "summary.json"  # both programs' scoreboards, added up
+        for prog, st, sd, timed in runs:
+            res, _ = run_on_bands(
+                block,
+                params,
+                prog,
+                choice,
+                seed=sd,
+                stall=st,
+                check_timing=timed,
+                progress=progress,
+                summary=summary,
+            )
+            results.append(res)
+            if not res.passed:
+                return res
+        units = json.loads(summary.read_text())["scoreboards"]
     first, last = results
     return type(first)(
         first.label,
         True,
-        list(units.values()),
+        units,
         sum(r.seconds for r in results),
         first.build_seconds,
         sum(r.cycles for r in results),
