@@ -6,7 +6,7 @@ the cocotb testbench that checks it against the golden model.  Groups name sets 
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ncrtl.hdl.tensor_engine import VERILATOR_CONFIG as TE_VERILATOR_CONFIG
 from ncrtl.model.modes import MODES, get_mode, operand_formats, operation, operations
@@ -147,6 +147,12 @@ class Block:
         ``program_modes(**params) -> mode names``: the engine modes of the instructions of the
         run ``params`` describe, for a block whose PEs are built for part of the mode table
         (parameter ``pe_modes``): :meth:`resolve_run` builds the narrowest PE that serves them.
+    follows : tuple of (str, str)
+        ``(name, source)``: parameter ``name`` takes ``source``'s value unless given itself
+        (the NeuronCore's PE rows and columns follow its partitions), for every command alike.
+    presets : dict
+        ``{name: {parameter: value}}``: named configurations of the block (the documented small
+        cores), which given parameters override (:meth:`resolve`'s ``preset``).
     """
 
     name: str
@@ -164,6 +170,8 @@ class Block:
     synth_parts: object = None
     program_modes: object = None
     runner: str = ""
+    follows: tuple = ()
+    presets: dict = field(default_factory=dict)
 
     def build_args(self, params):
         """Verilator arguments of the block's simulation build for ``params``: ``sim_args``, plus
@@ -171,13 +179,26 @@ class Block:
         n = self.threads(**params) if self.threads is not None else 1
         return tuple(self.sim_args) + (("--threads", str(n)) if n > 1 else ())
 
-    def resolve(self, user):
-        """Validate ``{name: text}`` from the command line; return the full parameter dict."""
+    def resolve(self, user, preset=None):
+        """Validate ``{name: text}`` from the command line; return the full parameter dict.
+        ``preset``: a name of :attr:`presets` whose values stand in for the defaults."""
         known = {p.name: p for p in self.params}
         for k in user:
             if k not in known:
                 allowed = ", ".join(known) or "none"
                 raise BlockError(f"{self.name}: unknown parameter {k!r}; allowed: {allowed}")
+        base = {}
+        if preset is not None:
+            if preset not in self.presets:
+                raise BlockError(
+                    f"{self.name}: unknown preset {preset!r}; presets: "
+                    f"{', '.join(self.presets) or 'none'}"
+                )
+            base = self.presets[preset]
+        user = {**{k: str(v) for k, v in base.items()}, **user}
+        for name, source in self.follows:
+            if name not in user and source in user:
+                user[name] = user[source]
         out = {}
         for p in self.params:
             out[p.name] = p.convert(self.name, user[p.name]) if p.name in user else p.default
@@ -538,11 +559,20 @@ def _check_te(
     _check_engine("pe_array", rows, cols, block, tile_unit)
     if mode == TE_SPARSE and not sparse:
         raise BlockError("pe_array: mode=sparse needs the PEs' sparse path: parameter sparse=1")
-    if sparse and (rows % 4 or parallel_tiles or background_transpose):
+    if sparse and rows % 4:
         raise BlockError(
-            f"pe_array: parameter sparse=1 needs rows a multiple of 4 (not {rows}) and the "
-            f"serial engine (no parallel_tiles, no background_transpose)"
+            f"pe_array: parameter sparse=1 needs rows a multiple of 4 (the groups of 4 "
+            f"compressed rows), not rows={rows}"
         )
+    for other, value in (
+        ("parallel_tiles", parallel_tiles),
+        ("background_transpose", background_transpose),
+    ):
+        if sparse and value:
+            raise BlockError(
+                f"pe_array: parameters sparse=1 and {other}=1 cannot be combined: the sparse "
+                f"path is built for the serial engine"
+            )
     if sparse and not any(m.sparse for m in _pe_modes(pe_modes)):
         raise BlockError(
             f"pe_array: parameter sparse=1 needs a mode with sparse matmuls in "
@@ -1587,31 +1617,6 @@ _NEURONCORE_PARAMS = (
     ),
 )
 
-register(
-    Block(
-        "neuroncore",
-        "NeuronCore: instruction fetch and queues, DMA + SBUF, Tensor Engine + PSUM, Vector "
-        "Engine (eviction; QuantizeMX on v4): a kernel's streams",
-        _NEURONCORE_PARAMS,
-        _make_neuroncore,
-        _neuroncore_top,
-        "ncrtl.testbench.neuroncore.test_neuroncore",
-        sim_args=_TE_SIM_ARGS,
-        threads=lambda rows, cols, **_: _big_array_threads(rows, cols),
-        check=_check_neuroncore,
-        program_check=_check_neuroncore_program,
-        program_modes=_neuroncore_program_modes,
-        synth_parts=_neuroncore_parts,
-        stimulus=lambda count, version="v3", **_: (
-            "the shipped examples matmul_basic and matmul_tiled at the core's geometry, the "
-            "evictions of special values"
-            + (", the quantizations (QuantizeMX)" if version == "v4" else "")
-            + ", matmul_fp8_double_row and matmul_mx where the PEs have their modes"
-            + f", then {count} random kernels (--count), each from a reset"
-        ),
-    )
-)
-
 #: A small NeuronCore: 8 partitions, 8 x 8 PEs, 2 DMA engines, 4 DMA queues (the geometry of
 #: the default test suite).
 NEURONCORE_SMALL = {
@@ -1641,6 +1646,33 @@ NEURONCORE_V4_QUADRANT = {
     "tile_unit": 8,
     "version": "v4",
 }
+register(
+    Block(
+        "neuroncore",
+        "NeuronCore: instruction fetch and queues, DMA + SBUF, Tensor Engine + PSUM, Vector "
+        "Engine (eviction; QuantizeMX on v4): a kernel's streams",
+        _NEURONCORE_PARAMS,
+        _make_neuroncore,
+        _neuroncore_top,
+        "ncrtl.testbench.neuroncore.test_neuroncore",
+        sim_args=_TE_SIM_ARGS,
+        threads=lambda rows, cols, **_: _big_array_threads(rows, cols),
+        check=_check_neuroncore,
+        program_check=_check_neuroncore_program,
+        program_modes=_neuroncore_program_modes,
+        synth_parts=_neuroncore_parts,
+        follows=(("rows", "partitions"), ("cols", "partitions")),
+        presets={"small": NEURONCORE_SMALL, "v4_quadrant": NEURONCORE_V4_QUADRANT},
+        stimulus=lambda count, version="v3", **_: (
+            "the shipped examples matmul_basic and matmul_tiled at the core's geometry, the "
+            "evictions of special values"
+            + (", the quantizations (QuantizeMX)" if version == "v4" else "")
+            + ", matmul_fp8_double_row and matmul_mx where the PEs have their modes"
+            + f", then {count} random kernels (--count), each from a reset"
+        ),
+    )
+)
+
 #: The ``neuroncore`` group: the small core, one of 16 partitions with an 8-byte SBUF word,
 #: 4 DMA engines on 2 queues, 4 PSUM banks of 256 bytes and tile unit 4, and the v4 quadrant.
 GROUPS["neuroncore"] = [

@@ -92,16 +92,21 @@ def run_block(
     extra_env=None,
     player=None,
     progress=False,
+    own_program=False,
 ):
     """Build ``block`` with ``params`` (wrapped in stream players: ``player``, see
     :func:`build_block`) and run its testbench (or the cocotb module ``testbench``) with
-    ``extra_env``; return a :class:`BlockResult`.  ``progress``: say on stderr what the build
+    ``extra_env``; return a :class:`BlockResult`.  ``own_program``: ``extra_env`` hands the
+    testbench the caller's program, which the caller checked, in place of the block's
+    conformance program (whose :meth:`~ncrtl.blocks.Block.check_program` then does not
+    apply).  ``progress``: say on stderr what the build
     does (:func:`build_block`) and draw a progress bar while the simulation runs
     (:mod:`ncrtl.testbench.progress`: the work done for testbenches that report it, the elapsed
     time for the others)."""
     from ncrtl.testbench.progress import ENV, ProgressBar
 
-    block.check_program(params)  # before anything is generated
+    if not own_program:
+        block.check_program(params)  # before anything is generated
     label = block.label(params)
     t0 = time.perf_counter()
     try:

@@ -196,6 +196,14 @@ def test_verilog_writes_a_module(tmp_path, capsys):
             "pe_array: parameter pe_modes='fp8' does not serve mode='bf16'",
         ),
         (
+            [
+                *("conformance", "pe_array", "--rows", "8", "--cols", "8"),
+                *("--param", "sparse=1", "--param", "parallel_tiles=1"),
+            ],
+            # the rule that is broken, not one that holds (rows 8 is a multiple of 4)
+            "parameters sparse=1 and parallel_tiles=1 cannot be combined",
+        ),
+        (
             ["timing", "matmul", "--rows", "300"],
             "--rows 300 must be in 1..255 (the instruction's 8-bit K, M and tile fields)",
         ),

@@ -228,9 +228,8 @@ def test_run_rtl_reports_outputs_and_cycles(tmp_path):
     test's build): the RTL's outputs equal the golden's and report.json has the RTL's cycles
     beside the timing model's."""
     out = tmp_path / "out"
-    params = {k: v for k, v in SMALL_PARAMS.items() if k != "pe_modes"}
-    argv = ["run", "--example", "matmul_basic", "--rtl", "--out", str(out)]
-    assert main(argv + _param_flags(params)) == 0
+    argv = ["run", "--example", "matmul_basic", "--rtl", "--preset", "small", "--out", str(out)]
+    assert main(argv) == 0
     rtl = json.loads((out / "report.json").read_text())["rtl"]
     assert rtl["outputs_equal"] is True and rtl["pe_modes"] == "bf16"
     assert rtl["geometry"]["partitions"] == 8 and rtl["cycles"] > 100
@@ -252,6 +251,57 @@ def test_run_rtl_refuses_a_kernel_before_building(monkeypatch, capsys, tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert _line("activation") in err and "no scalar stream" in err
+
+
+def test_run_rtl_builds_the_family_the_kernel_needs(monkeypatch, capsys):
+    """``--rtl`` builds the PE family of the kernel's matmuls (double-row FP8: the fp8 family),
+    not the conformance program's, and runs the kernel in place of that program; PE modes
+    that lack the kernel's matmuls are refused before the golden run."""
+    from ncrtl.model.kernel import golden as kgolden
+    from ncrtl.testbench import conformance
+    from ncrtl.testbench.conformance import BlockResult
+
+    asked = {}
+
+    def fake_run_block(block, params, **kw):
+        asked.update(params=params, own_program=kw.get("own_program"))
+        return BlockResult("neuroncore[...]", False, message="not run here")
+
+    monkeypatch.setattr(conformance, "run_block", fake_run_block)
+    argv = ["run", "--example", "matmul_fp8_double_row", "--rtl", "--preset", "small"]
+    assert main(argv) == 1  # the fake run's failure: after the build was asked for
+    assert asked["params"]["pe_modes"] == "fp8" and asked["own_program"] is True
+    assert asked["params"]["partitions"] == 8 and asked["params"]["dma_queues"] == 4
+    capsys.readouterr()
+
+    def no_golden(*a, **k):
+        raise AssertionError("the golden ran")
+
+    monkeypatch.setattr(kgolden, "run", no_golden)
+    assert main(argv + ["--param", "pe_modes=bf16"]) == 2
+    err = capsys.readouterr().err
+    assert "pe_modes='bf16' does not serve the kernel's double_row matmuls" in err
+
+
+def test_core_geometry_rules_are_the_blocks(capsys):
+    """One rule for ``ncrtl run --rtl`` and ``ncrtl conformance neuroncore``: PE rows and
+    columns follow the partitions unless given; a preset is the documented small core, which
+    given parameters override; ``ncrtl list`` says both."""
+    block = blocks.get("neuroncore")
+    assert block.resolve({"partitions": "8"})["cols"] == 8
+    assert block.resolve({"partitions": "8", "rows": "4"})["rows"] == 4
+    small = block.resolve({}, preset="small")
+    assert small == block.resolve({k: str(v) for k, v in blocks.NEURONCORE_SMALL.items()})
+    assert block.resolve({"dma_engines": "1"}, preset="small")["dma_engines"] == 1
+    with pytest.raises(blocks.BlockError, match="unknown preset 'tiny'; presets: small"):
+        block.resolve({}, preset="tiny")
+    assert main(["run", "--example", "matmul_basic", "--rtl", "--preset", "tiny"]) == 2
+    assert "unknown preset 'tiny'" in capsys.readouterr().err
+    assert main(["run", "--example", "matmul_basic", "--preset", "small"]) == 2
+    assert "preset: parameters of the RTL core, only with --rtl" in capsys.readouterr().err
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cols follows partitions unless given" in out and "preset small: partitions=8" in out
 
 
 def test_run_rtl_options_need_rtl(capsys):

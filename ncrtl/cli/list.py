@@ -15,6 +15,11 @@ def _cmd_list(args):
                 f"{'':16s}--param {p.name}=<{p.kind.__name__}>{role}  default {p.default!r}"
                 f"{choices}: {p.help}"
             )
+        for name, source in b.follows:
+            print(f"{'':16s}{name} follows {source} unless given")
+        for name, values in b.presets.items():
+            shown = ", ".join(f"{k}={v}" for k, v in values.items())
+            print(f"{'':16s}preset {name}: {shown}")
     for g, members in blocks.GROUPS.items():
         names = sorted({b for b, _ in members})
         print(f"{g:14s} group of {len(members)} configurations of {', '.join(names)}")

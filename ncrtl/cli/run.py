@@ -147,14 +147,13 @@ def _cmd_run(args):
     except (nki.NkiError, TypeError, AssertionError) as e:
         raise UsageError(_kernel_error(e)) from None
     if geo is not None:
-        from ..hdl.neuroncore.isa import program_image
-        from ..model.neuroncore.isa import Unsupported, encode
+        from ..testbench.neuroncore.run import plan
 
         try:
-            # a kernel the RTL does not run, or whose streams do not fit its device memory,
-            # is refused before any build
-            program_image(encode(program, geo), geo)
-        except Unsupported as e:
+            # a kernel the RTL does not run, whose streams do not fit its device memory or
+            # whose matmuls the PE build of --param pe_modes lacks: refused before the golden
+            plan(program, geo, args.pe_modes)
+        except ValueError as e:  # Unsupported is one
             raise UsageError(str(e)) from None
     if args.dump_streams:
         for p in program if isinstance(program, tuple) else (program,):
@@ -204,8 +203,9 @@ def _cmd_run(args):
 def _geometry(args, kernel):
     """The RTL core's :class:`~ncrtl.model.neuroncore.isa.Geometry` of ``--rtl`` (None without
     it): the ``neuroncore`` block's parameters (``--param``, ``--partitions``, ``--rows``,
-    ``--cols``, ``--dma-engines``; the real core's by default, PE rows and columns following
-    ``--partitions`` unless given) at the kernel's core version."""
+    ``--cols``, ``--dma-engines`` over ``--preset``'s or the real core's, PE rows and columns
+    following ``--partitions`` unless given: the block's rule) at the kernel's core
+    version."""
     from dataclasses import replace
 
     from .. import blocks
@@ -219,6 +219,8 @@ def _geometry(args, kernel):
                 raise UsageError(f"--{flag.replace('_', '-')} and --param {flag}: give it once")
             user[flag] = str(value)
     if not args.rtl:
+        if args.preset:
+            user["preset"] = args.preset
         if user:
             raise UsageError(
                 f"{', '.join(sorted(user))}: parameters of the RTL core, only with --rtl"
@@ -232,13 +234,16 @@ def _geometry(args, kernel):
         )
     if not 0 <= args.stall < 1:
         raise UsageError(f"--stall {args.stall} must be in [0, 1)")
-    if "partitions" in user:
-        user.setdefault("cols", user["partitions"])
-        user.setdefault("rows", user["partitions"])
     block = blocks.get("neuroncore")
     try:
-        params = block.resolve(user)
-        version = core_of(args.core) if args.core else kernel.core
+        params = block.resolve(user, preset=args.preset)
+        # --core, else a preset's or --param's version, else the kernel's platform target
+        if args.core:
+            version = core_of(args.core)
+        elif "version" in user or "version" in block.presets.get(args.preset, {}):
+            version = params["version"]
+        else:
+            version = kernel.core
         geo = replace(blocks.neuroncore_geometry(params), version=version)
     except (blocks.BlockError, ValueError, NkiError) as e:
         raise UsageError(f"--rtl: {e}") from None
@@ -423,6 +428,11 @@ def add_parser(sub, raw):
         "compared bit for bit with the golden's, cycles with the timing model's",
     )
     rtl.add_argument("--rtl", action="store_true", help="run on the RTL NeuronCore too")
+    rtl.add_argument(
+        "--preset",
+        help="a documented core whose parameters the others override (ncrtl list: the "
+        "neuroncore block's presets; small: 8 partitions, 2 DMA engines, the test suite's)",
+    )
     rtl.add_argument("--partitions", type=int, help="SBUF partitions (default 128)")
     rtl.add_argument("--rows", type=int, help="PE rows (default: --partitions)")
     rtl.add_argument("--cols", type=int, help="PE columns, = partitions (default: --partitions)")

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RtlResult", "block_params", "run_rtl", "completions", "model_at_rtl", "LATENCY"]
+__all__ = ["RtlResult", "block_params", "plan", "run_rtl", "completions", "model_at_rtl", "LATENCY"]
 
 #: Cycles of the device memory model behind every DMA engine (``ncrtl run --rtl``): from an
 #: accepted read address to its first data beat, and from a write burst's last beat to its
@@ -42,6 +42,33 @@ def block_params(geo, pe_modes):
     )
 
 
+def plan(program, geo, pe_modes=None):
+    """``(pe_modes, why)``: the PE build that runs ``program`` on the core of ``geo`` (the
+    narrowest family serving its matmuls, ``why`` in words; or ``pe_modes`` as given, ``why``
+    None).  Raises :class:`~ncrtl.model.neuroncore.isa.Unsupported` for a program the core does
+    not run or whose streams do not fit its device memory, ``ValueError`` for ``pe_modes`` that
+    do not serve its matmuls: what ``ncrtl run --rtl`` checks before its golden run."""
+    from ncrtl.hdl.neuroncore.isa import program_image
+    from ncrtl.model.modes import narrowest_pe_modes
+    from ncrtl.model.modes import pe_modes as modes_of
+    from ncrtl.model.neuroncore.isa import encode
+
+    enc = encode(program, geo)
+    program_image(enc, geo)
+    used = enc.modes()
+    if pe_modes is None:
+        return narrowest_pe_modes(used)
+    built = {m.name for m in modes_of(pe_modes)}
+    missing = [m for m in used if m not in built]
+    if missing:
+        raise ValueError(
+            f"pe_modes={pe_modes!r} does not serve the kernel's {', '.join(missing)} "
+            f"matmuls; its modes: {', '.join(sorted(built))} (leave pe_modes out: the "
+            f"narrowest build serving the kernel)"
+        )
+    return pe_modes, None
+
+
 def run_rtl(
     program, inputs, geo, *, pe_modes=None, stall=0.0, seed=1, latency=LATENCY, progress=False
 ):
@@ -55,23 +82,16 @@ def run_rtl(
     core does not run, ``RuntimeError`` when the run fails (a mismatch with the golden, an
     error strobe, a hang), with the testbench's report."""
     from ncrtl import blocks
-    from ncrtl.hdl.neuroncore.isa import program_image
-    from ncrtl.model.neuroncore.isa import encode
     from ncrtl.testbench.conformance import run_block
     from ncrtl.testbench.tensor_engine.loop_run import BAND_MIN_PES
 
     from . import jobs
 
-    enc = encode(program, geo)  # refuses before anything is built
-    program_image(enc, geo)  # and so does a program that does not fit the device memory
-    modes = pe_modes
-    if modes is None:
-        from ncrtl.model.modes import narrowest_pe_modes
+    modes, why = plan(program, geo, pe_modes)  # refuses before anything is built
+    if why and progress:
         from ncrtl.testbench.progress import say_pe_build
 
-        modes, why = narrowest_pe_modes(enc.modes())
-        if progress:
-            say_pe_build(f"pe_modes={modes}: {why}", "--param pe_modes=...")
+        say_pe_build(f"pe_modes={modes}: {why}", "--param pe_modes=...")
     if progress and geo.rows * geo.cols >= BAND_MIN_PES:
         from ncrtl.testbench.progress import say
 
@@ -87,6 +107,7 @@ def run_rtl(
         res = run_block(
             block,
             params,
+            own_program=True,  # the job's kernel, checked by plan(), not the conformance one
             count=1,
             seed=seed,
             stall=stall,
