@@ -9,16 +9,23 @@
 * **A write that still fails at the end** (the disk filled up meanwhile) is one line naming the
   flag, the path and the reason (:class:`OutputError`, exit status 2 in the CLI); what the run
   printed before stays printed.
+* **A folder of a command's files** (``ncrtl run --out``: ``out<N>.npy``, ``report.json``) is
+  written as one step (:func:`write_folder`): the files go into a fresh folder beside it, and
+  only when all are written do they replace the previous run's files of those names, so the
+  folder never holds a mix of two runs, nor a half-written run.  :func:`check_output` refuses
+  beforehand a folder where one of those names is taken by something that is not a file.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["OutputError", "check_output", "write_output"]
+__all__ = ["OutputError", "check_output", "write_output", "write_folder"]
 
 
 class OutputError(ValueError):
@@ -50,9 +57,11 @@ def _probe(folder: Path, flag: str, path: Path):
     os.unlink(name)
 
 
-def check_output(path, flag: str, *, folder: bool = False) -> Path:
+def check_output(path, flag: str, *, folder: bool = False, owned: str | None = None) -> Path:
     """Check before any work that ``path`` can be written: a file (or with ``folder`` a
-    folder the command writes files into).  Returns the path; :class:`OutputError` otherwise."""
+    folder the command writes files into; ``owned``: the regular expression of the names
+    :func:`write_folder` writes there, each of which must be free or a file).  Returns the
+    path; :class:`OutputError` otherwise.  Nothing is left behind."""
     p = Path(path)
     kind = "folder" if folder else "file"
     if str(path) == "":
@@ -63,6 +72,16 @@ def check_output(path, flag: str, *, folder: bool = False) -> Path:
             raise OutputError(f"{flag} {path} is {what}; give a {kind}")
         if folder:
             _probe(p, flag, p)
+            if owned:
+                for entry in sorted(p.iterdir()):
+                    if re.fullmatch(owned, entry.name) and (
+                        entry.is_symlink() or not entry.is_file()
+                    ):
+                        raise OutputError(
+                            f"{flag} {path}: {entry.name} there is not a file, and the command "
+                            f"writes its {entry.name} in its place; remove it or give another "
+                            f"folder"
+                        )
         else:
             # Open the existing file for appending, without writing: refused exactly when the
             # write would be (a read-only file, a file in /proc), and its content is untouched.
@@ -86,3 +105,48 @@ def write_output(path, flag: str, write: Callable[[Path], None], *, folder: bool
     except OSError as exc:
         raise OutputError(f"cannot write {flag} {path}: {_reason(exc)}") from None
     return p
+
+
+def write_folder(path, flag: str, write: Callable[[Path], None], owned: str):
+    """Write a command's files into the folder ``path`` as one step: ``write(tmp)`` fills a
+    fresh folder beside it; then the files of the folder whose names match ``owned`` (a
+    previous run's) are removed and the new ones moved in.  A write that fails leaves the
+    folder, and the folders above it, as they were.  Returns ``(written, removed)``: the
+    names.  An ``OSError`` on the way is one :class:`OutputError` line."""
+    p = Path(path)
+    missing = []  # the folders above ``path`` this write creates, removed again if it fails
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    tmp = None
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.ncrtl-", dir=p.parent))
+        write(tmp)
+        written = sorted(e.name for e in tmp.iterdir())
+        if not p.exists():
+            os.rename(tmp, p)
+            tmp = None
+            return written, []
+        removed = sorted(
+            e.name for e in p.iterdir() if re.fullmatch(owned, e.name) and e.name not in written
+        )
+        for name in removed:
+            (p / name).unlink()
+        for name in written:
+            os.replace(tmp / name, p / name)
+        return written, removed
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp = None
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        raise OutputError(f"cannot write {flag} {path}: {_reason(exc)}") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

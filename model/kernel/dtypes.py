@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Dtype", "DTYPES", "dtype_of", "FLOAT_NAMES"]
+__all__ = ["Dtype", "DTYPES", "dtype_of", "file_dtype", "reference_bound", "FLOAT_NAMES"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,17 @@ class Dtype:
     @property
     def is_float(self):
         return self.fmt is not None and self.packed == 1
+
+    @property
+    def unit_roundoff(self):
+        """Half the gap above 1 of the format (2^-24 for float32, 2^-8 for bfloat16, 2^-11
+        for tfloat32); 0 for integers, bool and the packed types (compared bit for bit)."""
+        if not self.is_float:
+            return 0.0
+        from ncrtl.model.fp.formats import get_format
+
+        f = get_format(self.fmt)
+        return 2.0 ** -(f.man_bits - f.ignored_low_bits + 1)
 
     def __str__(self):
         return self.name
@@ -95,3 +106,77 @@ def dtype_of(value):
     if dt is not None and dt in _BY_STORAGE:
         return _BY_STORAGE[dt]
     raise ValueError(f"unknown dtype {value!r}; the dtypes are: {', '.join(DTYPES)}")
+
+
+def file_dtype(stored, named=None):
+    """The :class:`Dtype` of the elements a ``.npy`` file holds: ``stored`` (the numpy dtype of
+    its header), ``named`` (the dtype the user names for it, the ``:DTYPE`` of ``A.npy:DTYPE``;
+    None if none).
+
+    numpy saves the ml_dtypes types (bfloat16, fp8) as raw bytes (``|V2``, ``|V1``): a name
+    says what those bytes are, and must be one of that width.  A typed file (float16, int32
+    ...) says what it holds itself: a name, if given, must be that type (or a type stored the
+    same way: float32 read as tfloat32, unsigned integers as the packed ``_x4`` types), never a
+    reinterpretation of its bits.
+
+    Raises
+    ------
+    ValueError
+        A raw file without a name, a name of another width or type, a type with no NKI name.
+    """
+    stored = np.dtype(stored)
+    raw = stored.kind == "V" and stored.fields is None
+    if named is None:
+        if raw:
+            raise ValueError(
+                f"the file holds raw {stored.itemsize}-byte elements (numpy saves bfloat16 and "
+                f"fp8 so); name their dtype: {_raw_names(stored.itemsize)}"
+            )
+        try:
+            return dtype_of(stored)
+        except ValueError:
+            raise ValueError(
+                f"the file holds {stored}, not a dtype of the kernels: {', '.join(DTYPES)}"
+            ) from None
+    d = dtype_of(named)
+    if raw:
+        if stored.itemsize != d.itemsize:
+            raise ValueError(
+                f"the file holds raw {stored.itemsize}-byte elements, {d.name} has "
+                f"{d.itemsize}: {_raw_names(stored.itemsize)}"
+            )
+        return d
+    if stored != d.storage:
+        raise ValueError(
+            f"the file holds {stored}, not {d.name}: a :DTYPE names the dtype of raw-byte "
+            f"files (bfloat16, fp8); save the array as {d.name}, or leave out the :DTYPE"
+        )
+    return d
+
+
+def _raw_names(itemsize):
+    """The dtypes a raw file of ``itemsize``-byte elements may hold, as a hint."""
+    names = [
+        n
+        for n, d in DTYPES.items()
+        # ml_dtypes' own types (numpy's isbuiltin 2): the ones np.save writes as raw bytes
+        if d.itemsize == itemsize and d.packed == 1 and d.storage.isbuiltin == 2
+    ]
+    if not names:
+        return f"no dtype of the kernels has {itemsize}-byte raw elements"
+    return "one of " + ", ".join(f":{n}" for n in names)
+
+
+#: The reference check's bound, in unit roundoffs of the output's dtype (:func:`reference_bound`).
+REFERENCE_ROUNDOFFS = 8
+
+
+def reference_bound(dtype, ref):
+    """The largest |error| an output of ``dtype`` may keep from its float64 reference ``ref``
+    (``ncrtl run --reference``): :data:`REFERENCE_ROUNDOFFS` unit roundoffs of the dtype times
+    the reference's largest magnitude, for every element (normwise: a sum that cancels leaves
+    its small elements the absolute error of the large); 0 for integer and bool outputs, which
+    must equal it."""
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    return REFERENCE_ROUNDOFFS * dtype_of(dtype).unit_roundoff * scale

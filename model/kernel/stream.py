@@ -60,7 +60,8 @@ class Core:
 
     ``sbuf_partition_bytes``: 192 / 224 / 256 KiB per partition (24 / 28 / 32 MiB); clocks in
     MHz (Tensor, Vector, Scalar, GpSimd, DMA); PSUM 8 banks of 2 KiB per partition; 16 DMA
-    engines."""
+    engines; ``device_bytes``: the device memory (HBM) a kernel on one NeuronCore may address,
+    the core's share of its device's (:meth:`check_device_memory`)."""
 
     name: str
     sbuf_partition_bytes: int
@@ -79,6 +80,7 @@ class Core:
     #: The Tensor Engine's tile granule (tile sizes ``tile_unit`` and ``2 x tile_unit``; 32 on
     #: the hardware, smaller on the RTL core's small geometries).
     tile_unit: int = 32
+    device_bytes: int = 16 << 30
 
     @property
     def psum_partition_bytes(self):
@@ -91,11 +93,30 @@ class Core:
     def to_dict(self):
         return dict(self.__dict__)
 
+    def check_device_memory(self, nbytes, what, cores=1):
+        """Raise ``ValueError`` naming ``what``, its size, the limit and the core version when
+        ``nbytes`` of device tensors exceed what a kernel on ``cores`` NeuronCores (a logical
+        core's 1 or 2) may address: checked before anything of that size is allocated."""
+        limit = self.device_bytes * cores
+        if nbytes > limit:
+            on = f"{cores} NeuronCore-{self.name}s" if cores > 1 else f"a NeuronCore-{self.name}"
+            raise ValueError(
+                f"{what}: {_size(nbytes)} exceed the {_size(limit)} of device memory (HBM) a "
+                f"kernel on {on} may address (its share of the device's; docs/kernels.md)"
+            )
 
+
+def _size(nbytes):
+    return f"{nbytes / (1 << 30):,.1f} GiB ({nbytes:,} bytes)"
+
+
+#: The device memory per NeuronCore: Trainium1's 32 GiB over its 2 NeuronCore-v2s, Trainium2's
+#: 96 GiB over 8 NeuronCore-v3s, Trainium3's 144 GiB over 8 NeuronCore-v4s (the architecture
+#: guides; docs/kernels.md).
 CORES = {
-    "v2": Core("v2", 192 * 1024, 2800, 1120, 1400, 1400),
-    "v3": Core("v3", 224 * 1024, 2400, 960, 1200, 1200),
-    "v4": Core("v4", 256 * 1024, 2400, 1200, 1200, 1200),
+    "v2": Core("v2", 192 * 1024, 2800, 1120, 1400, 1400, device_bytes=16 << 30),
+    "v3": Core("v3", 224 * 1024, 2400, 960, 1200, 1200, device_bytes=12 << 30),
+    "v4": Core("v4", 256 * 1024, 2400, 1200, 1200, 1200, device_bytes=18 << 30),
 }
 
 

@@ -203,33 +203,61 @@ def _dtypes_epilog():
     return _wrap(lines)
 
 
-def load_npy(path, flag):
-    """The array in the ``.npy`` file ``path`` given by ``flag``; one line naming the flag and
-    the file when it is not one readable array."""
+def npy_header(path, flag):
+    """``(shape, dtype)`` of the array in the ``.npy`` file ``path`` given by ``flag``, read
+    from its header alone (what a check can afford for a file of any size); one line naming
+    the flag and the file when it is not one readable array."""
+    import os
+
     import numpy as np
 
+    fmt = np.lib.format
     try:
         with open(path, "rb") as f:
             magic = f.read(6)
-        if magic[:2] == b"PK":
-            raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")
-        if magic != b"\x93NUMPY":
-            raise UsageError(
-                f"{flag} {path}: not a .npy file (it does not begin with the .npy header; a "
-                f"text or other file named .npy?): save the array with np.save"
-            )
-        arr = np.load(path, allow_pickle=False)
+            if magic[:2] == b"PK":
+                raise UsageError(
+                    f"{flag} {path}: an .npz archive; give one array saved with np.save"
+                )
+            if magic != b"\x93NUMPY":
+                raise UsageError(
+                    f"{flag} {path}: not a .npy file (it does not begin with the .npy header; a "
+                    f"text or other file named .npy?): save the array with np.save"
+                )
+            f.seek(0)
+            version = fmt.read_magic(f)
+            read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+            if version not in read:
+                raise ValueError(f".npy format version {version[0]}.{version[1]}")
+            shape, _, dtype = read[version](f)
+            start = f.tell()
+        size = os.path.getsize(path)
     except FileNotFoundError:
         raise UsageError(f"{flag} {path}: no such file") from None
     except IsADirectoryError:
         raise UsageError(f"{flag} {path}: a folder, not a .npy file") from None
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise UsageError(
-                f"{flag} {path}: a .npy of Python objects; give an array of numbers"
-            ) from None
+    except (ValueError, OSError, EOFError) as exc:
         raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
-    except (OSError, EOFError) as exc:
+    if dtype.hasobject:
+        raise UsageError(f"{flag} {path}: a .npy of Python objects; give an array of numbers")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if start + nbytes > size:
+        raise UsageError(
+            f"{flag} {path}: not a readable .npy array (its header promises {nbytes:,} bytes "
+            f"of data, the file holds {size - start:,}: cut short?)"
+        )
+    return shape, dtype
+
+
+def load_npy(path, flag):
+    """The array in the ``.npy`` file ``path`` given by ``flag``; one line naming the flag and
+    the file when it is not one readable array (:func:`npy_header`)."""
+    import numpy as np
+
+    npy_header(path, flag)
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
         raise UsageError(f"{flag} {path}: not a readable .npy array ({exc})") from None
     if not isinstance(arr, np.ndarray):
         raise UsageError(f"{flag} {path}: an .npz archive; give one array saved with np.save")

@@ -1,7 +1,9 @@
 """``ncrtl run``: an NKI kernel on the golden and the timing model of one NeuronCore."""
 
-from ..testbench.outputs import check_output, write_output
-from .common import UsageError, _parse_params, load_npy
+from dataclasses import dataclass
+
+from ..testbench.outputs import check_output, write_folder, write_output
+from .common import MAX_SEED, UsageError, _check_seed, _parse_params, load_npy
 
 
 def _kernel(args):
@@ -26,19 +28,115 @@ def _kernel(args):
         raise UsageError(str(e)) from None
 
 
-def _arrays(args):
-    """The ``--args`` files (``PATH`` or ``PATH:DTYPE``) as numpy arrays, or with ``--shapes``
-    random tensors of those shapes (``ROWSxCOLS[x...]:DTYPE``: standard normal values of
-    ``--seed`` in the dtype)."""
+#: The files ``--out`` writes (and removes from a previous run: never a mix of two runs).
+OUT_FILES = r"out\d+\.npy|report\.json"
+OUT_NAMES = "out<N>.npy, report.json"
+#: The ``--plot`` formats, by the file's suffix (what matplotlib writes with no extra package).
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+@dataclass
+class Checked:
+    """What :func:`check` found a run needs: the kernel (with ``--psum-rounding``), the
+    example (or None), the RTL geometry (or None), the kernel core the tensors are sized
+    against, the keyword arguments, the reference function (or None), and the inputs as
+    recipes: :meth:`arrays` makes them (files read, random tensors drawn) for the run only."""
+
+    kernel: object
+    example: object
+    geo: object
+    core: object
+    kwargs: dict
+    inputs: list
+    seed: int
+    reference: object = None
+
+    def arrays(self):
+        """The device tensors, in argument order."""
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        out = []
+        for kind, value, d in self.inputs:
+            if kind == "array":
+                out.append(value)
+            elif kind == "file":
+                out.append(load_npy(value, "--args").view(d.storage))
+            else:
+                out.append(_standard_normal(rng, value, d.storage))
+        return out
+
+
+def _standard_normal(rng, dims, storage):
+    """Standard normal values of ``rng`` in ``storage``, drawn in chunks: the tensor's own
+    bytes and no float64 copy of it (the values are those of one draw)."""
     import numpy as np
 
-    from ..model.kernel.dtypes import dtype_of
+    out = np.empty(dims, storage)
+    flat = out.reshape(-1)
+    chunk = 1 << 20
+    for i in range(0, flat.size, chunk):
+        n = min(chunk, flat.size - i)
+        flat[i : i + n] = rng.standard_normal(n).astype(np.float32).astype(storage)
+    return out
 
+
+def check(args):
+    """Check every argument of ``ncrtl run`` as the run does, and return what it needs
+    (:class:`Checked`); :class:`UsageError` (or :class:`~ncrtl.testbench.outputs.OutputError`)
+    for the first bad one.  Nothing is traced, run, allocated beyond the example's own inputs,
+    or written: ``ncrtl run --check`` and ``ncrtl regress``'s check of its tasks call it."""
+    from ..model.kernel.stream import CORES
+    from ..nki.kernel import core_of
+
+    _check_seed(args.seed)
+    kernel, example = _kernel(args)
+    if args.psum_rounding:
+        from ..nki.kernel import Kernel
+
+        options = {**kernel.options, "psum_rounding": args.psum_rounding}
+        kernel = Kernel(kernel.fn, kernel.platform_target, kernel.lnc, **options)
+    geo = _geometry(args, kernel)
+    core = geo.core() if geo is not None else CORES[core_of(args.core or kernel.core)]
+    if example is not None:
+        import numpy as np
+
+        if args.args or args.shapes:
+            raise UsageError("--example runs on its own random inputs: leave out --args / --shapes")
+        if args.reference is not None:
+            raise UsageError(
+                "--example is checked against its own reference: --reference is for a "
+                "KERNEL.py::FUNCTION"
+            )
+        try:
+            arrays = example.arrays(
+                np.random.default_rng(args.seed), geo.core() if geo is not None else None
+            )
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        inputs = [("array", a, None) for a in arrays]
+        kwargs = dict(example.kwargs)
+    else:
+        inputs = _inputs(args, core, kernel.lnc)
+        kwargs = {}
+    kwargs.update(_kwargs(args))
+    _check_outputs(args)
+    reference = _reference(args) if args.reference is not None else None
+    return Checked(kernel, example, geo, core, kwargs, inputs, args.seed, reference)
+
+
+def _inputs(args, core, lnc):
+    """The recipes of the ``--args`` files (``PATH`` or ``PATH:DTYPE``, their headers read) or
+    of the ``--shapes`` random tensors (``ROWSxCOLS[x...]:DTYPE``: standard normal values of
+    ``--seed`` in the dtype), each and all together within the core's device memory."""
+    import math
+
+    from ..model.kernel.dtypes import DTYPES, dtype_of, file_dtype
+
+    out, sizes = [], []
     if args.shapes:
         if args.args:
             raise UsageError("--shapes and --args both give the device tensors; give one")
-        rng = np.random.default_rng(args.seed)
-        out = []
         for item in args.shapes:
             shape, _, dt = item.partition(":")
             try:
@@ -49,34 +147,81 @@ def _arrays(args):
                 raise UsageError(
                     f"--shapes {item!r}: give ROWSxCOLS[xMORE]:DTYPE (128x512:bfloat16)"
                 ) from None
-            try:
-                d = dtype_of(dt or "float32")
-            except ValueError as e:
-                raise UsageError(f"--shapes {item}: {e}") from None
-            out.append(rng.standard_normal(dims).astype(np.float32).astype(d.storage))
-        return out
-    out = []
-    for item in args.args or ():
-        path, _, dt = item.partition(":") if not item.endswith(".npy") else (item, "", "")
-        arr = load_npy(path, "--args")
-        if dt:
+            if not dt:
+                raise UsageError(
+                    f"--shapes {item}: name the dtype, {item}:DTYPE; the dtypes: "
+                    f"{', '.join(DTYPES)}"
+                )
             try:
                 d = dtype_of(dt)
             except ValueError as e:
+                raise UsageError(f"--shapes {item}: {e}") from None
+            out.append(("random", dims, d))
+            sizes.append((f"--shapes {item}", math.prod(dims) * d.itemsize))
+    else:
+        from .common import npy_header
+
+        for item in args.args or ():
+            path, _, dt = item.rpartition(":") if not item.endswith(".npy") else ("", "", "")
+            if not path:
+                path, dt = item, ""
+            shape, stored = npy_header(path, "--args")
+            try:
+                d = file_dtype(stored, dt or None)
+            except ValueError as e:
                 raise UsageError(f"--args {item}: {e}") from None
-            if arr.dtype.itemsize != d.itemsize:
-                raise UsageError(
-                    f"--args {item}: the file holds {arr.dtype.itemsize}-byte elements, "
-                    f"{d.name} has {d.itemsize}"
-                )
-            arr = np.ascontiguousarray(arr).view(d.storage)
-        elif arr.dtype.kind == "V":
-            raise UsageError(
-                f"--args {item}: the file holds raw {arr.dtype.itemsize}-byte elements (numpy "
-                f"saves bfloat16 and fp8 so); name their dtype: {path}:bfloat16"
+            out.append(("file", path, d))
+            sizes.append((f"--args {item}", math.prod(shape) * stored.itemsize))
+    try:
+        for what, nbytes in sizes:
+            core.check_device_memory(nbytes, what, lnc)
+        if len(sizes) > 1:
+            flag = "--shapes" if args.shapes else "--args"
+            core.check_device_memory(
+                sum(n for _, n in sizes), f"the {len(sizes)} tensors of {flag} together", lnc
             )
-        out.append(arr)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     return out
+
+
+def _check_outputs(args):
+    """``--out``, ``--trace`` and ``--plot``: each writable (an empty path refused), the plot's
+    format known by its suffix, no two of them the same file, ``--out``'s files free to
+    replace."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    if args.plot is not None:
+        suffix = Path(args.plot).suffix.lower()
+        if args.plot and suffix not in PLOT_FORMATS:
+            raise UsageError(
+                f"--plot {args.plot}: the plot's format is its suffix, one of "
+                f"{', '.join(PLOT_FORMATS)} (not {suffix or 'none'})"
+            )
+    for path, flag, folder in (
+        (args.out, "--out", True),
+        (args.trace, "--trace", False),
+        (args.plot, "--plot", False),
+    ):
+        if path is not None:
+            check_output(path, flag, folder=folder, owned=OUT_FILES if folder else None)
+    if args.trace is not None and args.plot is not None:
+        if Path(args.trace).resolve() == Path(args.plot).resolve():
+            raise UsageError(f"--trace and --plot both name {args.plot}; give two files")
+    if args.out is not None:
+        out = Path(args.out).resolve()
+        for path, flag in ((args.trace, "--trace"), (args.plot, "--plot")):
+            if path is None:
+                continue
+            p = Path(path).resolve()
+            if p == out or (p.parent == out and re.fullmatch(OUT_FILES, p.name)):
+                raise UsageError(
+                    f"{flag} {path} is a path --out {args.out} writes ({OUT_NAMES}); give another"
+                )
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib (pip install matplotlib)")
 
 
 def _kwargs(args):
@@ -107,39 +252,12 @@ def _cmd_run(args):
     from ..model.kernel import golden as kgolden
     from ..model.kernel import timing as ktiming
 
-    kernel, example = _kernel(args)
-    if args.psum_rounding:
-        from ..nki.kernel import Kernel
-
-        options = {**kernel.options, "psum_rounding": args.psum_rounding}
-        kernel = Kernel(kernel.fn, kernel.platform_target, kernel.lnc, **options)
-    geo = _geometry(args, kernel)
-    if example is not None:
-        if args.args or args.shapes:
-            raise UsageError("--example runs on its own random inputs: leave out --args / --shapes")
-        try:
-            arrays = example.arrays(
-                np.random.default_rng(args.seed), geo.core() if geo is not None else None
-            )
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        kwargs = dict(example.kwargs)
-    else:
-        arrays = _arrays(args)
-        kwargs = {}
-    kwargs.update(_kwargs(args))
-    for path, flag, folder in (
-        (args.out, "--out", True),
-        (args.trace, "--trace", False),
-        (args.plot, "--plot", False),
-    ):
-        if path:
-            check_output(path, flag, folder=folder)
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
+    checked = check(args)
+    if args.check:
+        print("ncrtl run: the arguments are good (--check: nothing traced, run or written)")
+        return 0
+    kernel, example, geo, kwargs = checked.kernel, checked.example, checked.geo, checked.kwargs
+    arrays = checked.arrays()
     try:
         program = nki.trace(
             kernel, arrays, kwargs, core=geo.core() if geo is not None else args.core
@@ -175,27 +293,34 @@ def _cmd_run(args):
     summary = report.summary()
     if example is not None and outputs:
         summary["reference"] = _check_example(example, arrays, outputs)
+    elif checked.reference is not None and outputs:
+        summary["reference"] = _check_reference(args.reference, checked.reference, arrays, outputs)
     _print(summary, report)
     if geo is not None:
         summary["rtl"] = _run_rtl(args, program, arrays, geo, outputs)
         if not summary["rtl"]["outputs_equal"]:
             return 1  # a failed run writes nothing
-    if args.out:
+    if args.out is not None:
 
         def write(folder):
             for i, o in enumerate(outputs):
-                np.save(folder / f"out{i}.npy", o)
+                with open(folder / f"out{i}.npy", "wb") as f:
+                    np.save(f, o)
             (folder / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
 
-        write_output(args.out, "--out", write, folder=True)
-        print(f"outputs: {args.out}/out0.npy ... ({len(outputs)}), report: {args.out}/report.json")
-    if args.trace:
+        _, removed = write_folder(args.out, "--out", write, OUT_FILES)
+        n = len(outputs)
+        names = f"out0.npy ... out{n - 1}.npy ({n}), " if n > 1 else "out0.npy, " if n else ""
+        print(f"outputs: {names}report.json in {args.out}")
+        if removed:
+            print(f"removed the previous run's {', '.join(removed)} from {args.out}")
+    if args.trace is not None:
         write_output(args.trace, "--trace", report.trace.write)
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
-    if args.plot:
+    if args.plot is not None:
         write_output(args.plot, "--plot", lambda p: ktiming.plot(report, p))
         print(f"plot: {args.plot}")
-    if example is not None and outputs and not summary["reference"]["within_bound"]:
+    if "reference" in summary and not summary["reference"]["within_bound"]:
         return 1
     return 0
 
@@ -330,16 +455,125 @@ def _kernel_error(e):
 
 
 def _check_example(example, arrays, outputs):
+    refs = example.reference(*arrays)
+    return _compare(outputs, refs, [example.bound(r, arrays) for r in refs])
+
+
+def _compare(outputs, refs, bounds):
+    """The outputs against their float64 references: per output the largest |error| and
+    whether every element keeps within its bound (the examples' bound functions, or
+    :func:`~ncrtl.model.kernel.dtypes.reference_bound`); the ``reference`` entry of
+    report.json."""
     import numpy as np
 
-    refs = example.reference(*arrays)
-    worst, ok = 0.0, True
-    for o, r in zip(outputs, refs):
+    rows = []
+    for i, (o, r, bound) in enumerate(zip(outputs, refs, bounds)):
         err = np.abs(np.asarray(o).astype(np.float64) - r)
-        bound = example.bound(r, arrays)
-        ok = ok and bool((err <= bound).all())
-        worst = max(worst, float(err.max()))
-    return {"within_bound": ok, "max_abs_error": worst}
+        rows.append(
+            {
+                "output": f"out{i}",
+                "max_abs_error": float(err.max()) if err.size else 0.0,
+                "bound": float(np.max(bound)) if np.size(bound) else 0.0,
+                "within_bound": bool((err <= bound).all()),
+            }
+        )
+    return {
+        "within_bound": all(r["within_bound"] for r in rows),
+        "max_abs_error": max((r["max_abs_error"] for r in rows), default=0.0),
+        "outputs": rows,
+    }
+
+
+def _reference(args):
+    """The function of ``--reference REF.py::FUNCTION``, its file imported (one line naming
+    the file's line for an error in it)."""
+    import importlib.util
+    import os
+    import sys
+
+    if args.timing_only:
+        raise UsageError("--reference checks the golden's outputs: not with --timing-only")
+    path, sep, name = args.reference.rpartition("::")
+    if not sep or not path or not name:
+        raise UsageError(f"--reference {args.reference!r}: name it as REF.py::FUNCTION")
+    if not os.path.isfile(path):
+        raise UsageError(f"--reference {args.reference}: {path}: no such file")
+    spec = importlib.util.spec_from_file_location(
+        "ncrtl_reference_" + os.path.splitext(os.path.basename(path))[0], path
+    )
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise UsageError(
+            f"--reference {args.reference}: {path}:{e.lineno}: the file does not parse: {e.msg}"
+        ) from None
+    except Exception as e:  # the user's module body: its error is the message
+        raise UsageError(f"--reference {args.reference}: {_user_error(e, path)}") from None
+    finally:
+        sys.path.remove(folder)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        funcs = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise UsageError(
+            f"--reference {args.reference}: {path} has no function {name!r}; its functions: "
+            f"{', '.join(funcs) or 'none'}"
+        )
+    return fn
+
+
+def _user_error(e, path):
+    """``FILE:LINE: Type: message`` of an exception raised in the user's file ``path`` (its
+    innermost frame there, else the innermost)."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
+    where = (mine or frames or [None])[-1]
+    at = f"{where.filename}:{where.lineno}: " if where is not None else ""
+    return f"{at}{type(e).__name__}: {e}"
+
+
+def _check_reference(given, fn, arrays, outputs):
+    """The outputs against ``fn`` of the inputs (as float64 arrays): one float64 array per
+    output, each output's error within :func:`reference_bound` of its dtype."""
+    import numpy as np
+
+    from ..model.kernel.dtypes import reference_bound
+
+    path = given.rpartition("::")[0]
+    try:
+        refs = fn(*(np.asarray(a).astype(np.float64) for a in arrays))
+    except Exception as e:  # the user's function: its error is the message
+        raise UsageError(f"--reference {given}: {_user_error(e, path)}") from None
+    if not isinstance(refs, (tuple, list)):
+        refs = [refs]
+    if len(refs) != len(outputs):
+        raise UsageError(
+            f"--reference {given} returns {len(refs)} array(s); the kernel returns "
+            f"{len(outputs)} output(s)"
+        )
+    out = []
+    for i, (r, o) in enumerate(zip(refs, outputs)):
+        try:
+            r = np.asarray(r, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise UsageError(
+                f"--reference {given}: its value for out{i} is not an array of numbers ({e})"
+            ) from None
+        if r.shape != np.shape(o):
+            raise UsageError(
+                f"--reference {given}: its out{i} has shape {list(r.shape)}, the kernel's "
+                f"{list(np.shape(o))}"
+            )
+        out.append(r)
+    bounds = [reference_bound(o.dtype, r) for o, r in zip(outputs, out)]
+    result = _compare(outputs, out, bounds)
+    result["function"] = given
+    return result
 
 
 def _print(summary, report):
@@ -367,8 +601,19 @@ def _print(summary, report):
             )
     if "reference" in s:
         r = s["reference"]
-        verdict = "within the bound" if r["within_bound"] else "OUTSIDE the bound"
-        print(f"float64 reference: max |error| {r['max_abs_error']:.3g}, {verdict}")
+        if "function" not in r:
+            verdict = "within the bound" if r["within_bound"] else "OUTSIDE the bound"
+            print(f"float64 reference: max |error| {r['max_abs_error']:.3g}, {verdict}")
+        else:
+            print(
+                f"reference {r['function']}: "
+                + "; ".join(
+                    f"{o['output']} max |error| {o['max_abs_error']:.3g} "
+                    + ("within" if o["within_bound"] else "OUTSIDE")
+                    + f" the bound {o['bound']:.3g}"
+                    for o in r["outputs"]
+                )
+            )
 
 
 def add_parser(sub, raw):
@@ -394,10 +639,28 @@ def add_parser(sub, raw):
         nargs="*",
         metavar="SHAPE:DTYPE",
         help="random device tensors instead of --args, in argument order: ROWSxCOLS[x...]:DTYPE "
-        "(128x512:bfloat16), standard normal values of --seed (what-ifs over shapes)",
+        "(128x512:bfloat16; the dtype is required), standard normal values of --seed (what-ifs "
+        "over shapes)",
     )
     s.add_argument("--kwarg", action="append", metavar="NAME=VALUE", help="a keyword argument")
-    s.add_argument("--out", help="folder for out0.npy ... and report.json")
+    s.add_argument(
+        "--reference",
+        metavar="REF.py::FUNCTION",
+        help="a numpy function of the inputs (as float64 arrays) returning the float64 "
+        "outputs (one array, or a tuple of them): each output's largest |error| against it, "
+        "exit status 1 beyond the bound of its dtype (docs/kernels.md)",
+    )
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="check every argument as the run does, then stop: nothing traced, run or "
+        "written (exit status 0, or 2 with the first bad argument)",
+    )
+    s.add_argument(
+        "--out",
+        help="folder for out0.npy ... and report.json (replacing a previous run's out*.npy "
+        "and report.json there)",
+    )
     s.add_argument(
         "--core",
         choices=("v2", "v3", "v4", "trn1", "trn2", "trn3"),
@@ -411,7 +674,10 @@ def add_parser(sub, raw):
     )
     s.add_argument("--timing-only", action="store_true", help="skip the golden values")
     s.add_argument("--trace", help="Perfetto / Chrome trace file (JSON)")
-    s.add_argument("--plot", help="PNG of the engines' occupancy (matplotlib)")
+    s.add_argument(
+        "--plot",
+        help="the engines' occupancy (matplotlib), as its suffix says: " + ", ".join(PLOT_FORMATS),
+    )
     s.add_argument("--dump-streams", action="store_true", help="print the instruction streams")
     s.add_argument(
         "--allow-uninitialized",
@@ -419,7 +685,10 @@ def add_parser(sub, raw):
         help="reading SBUF / PSUM that nothing wrote warns instead of failing",
     )
     s.add_argument(
-        "--seed", type=int, default=0, help="inputs of --example and --shapes (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help=f"inputs of --example and --shapes, 0..{MAX_SEED} (default 0)",
     )
     rtl = s.add_argument_group(
         "RTL core (docs/neuroncore.md)",
