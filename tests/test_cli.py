@@ -293,7 +293,7 @@ def test_timing_matmul(tmp_path, capsys):
         (["--rows", "300"], "--rows 300 must be in 1..255"),
         (["--dtype", "mx", "--n", "1024"], "N=1024 must be in 1..512 (mx with an FP32 result"),
         (["--n", "1024", "--bf16-out"], "N=1024 must be in 1..512 (bf16 with a BF16 result)"),
-        (["--tile-unit", "0"], "--tile-unit 0 must be at least 1"),
+        (["--tile-unit", "0"], "--tile-unit 0 must be one of 1, 2, 4, 8, 16, 32"),
         (
             ["--trace", "/proc/ncrtl/t.json"],
             "--trace /proc/ncrtl/t.json: cannot write in /proc:",

@@ -30,8 +30,13 @@ def _cmd_timing(args):
     sparse = 0 if args.sparse is None else sparse_ratio(args.sparse)
     if args.trace:
         check_output(args.trace, "--trace")
-    if args.tile_unit < 1:
-        raise UsageError(f"--tile-unit {args.tile_unit} must be at least 1")
+    # the Tensor Engine's tile granules: the pe_array block's tile_unit, one rule for both
+    units = {p.name: p for p in blocks.get("pe_array").params}["tile_unit"].choices
+    if args.tile_unit not in units:
+        raise UsageError(
+            f"--tile-unit {args.tile_unit} must be one of {', '.join(map(str, units))}: a "
+            f"32-partition quadrant on the hardware, a power-of-two share of it on small arrays"
+        )
     tile = None
     if args.tile_size is not None:
         try:
@@ -260,7 +265,7 @@ def add_parser(sub, raw):
         "--tile-unit",
         type=int,
         default=32,
-        help="the smallest tile, >= 1 (default 32, the hardware's)",
+        help="the smallest tile: 1, 2, 4, 8, 16 or 32 (default 32, the hardware's)",
     )
     s.add_argument(
         "--rules",

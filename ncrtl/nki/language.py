@@ -157,6 +157,20 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
             fail(
                 call, f"partition dimension {shape[0]} exceeds the {tr.core.partitions} partitions"
             )
+    if space == "hbm":
+        # refused before the golden allocates it: the core's device memory, alone and with
+        # the device tensors already made (the inputs among them)
+        nbytes = d.itemsize
+        for s in shape:
+            nbytes *= s
+        held = sum(t.nbytes for t in tr.builder.decls if t.space == "hbm")
+        try:
+            tr.core.check_device_memory(nbytes, f"{list(shape)} {d.name}", tr.num_programs)
+            tr.core.check_device_memory(
+                held + nbytes, "the device tensors with this one", tr.num_programs
+            )
+        except ValueError as e:
+            fail(call, str(e))
     kind = "output" if space == "hbm" else "internal"
     decl = tr.builder.tensor(space, shape, d.name, name=name or None, kind=kind, line=caller_line())
     return _trace.tensor(decl)
