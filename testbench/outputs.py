@@ -74,13 +74,16 @@ def check_output(path, flag: str, *, folder: bool = False, owned: str | None = N
             _probe(p, flag, p)
             if owned:
                 for entry in sorted(p.iterdir()):
-                    if re.fullmatch(owned, entry.name) and (
-                        entry.is_symlink() or not entry.is_file()
+                    # a folder cannot be replaced by a file (a link to one can)
+                    if (
+                        re.fullmatch(owned, entry.name)
+                        and entry.is_dir()
+                        and not entry.is_symlink()
                     ):
                         raise OutputError(
-                            f"{flag} {path}: {entry.name} there is not a file, and the command "
-                            f"writes its {entry.name} in its place; remove it or give another "
-                            f"folder"
+                            f"{flag} {path}: {entry.name} there is a folder, and the command "
+                            f"writes its file {entry.name} in its place; remove it or give "
+                            f"another folder"
                         )
         else:
             # Open the existing file for appending, without writing: refused exactly when the
@@ -123,6 +126,10 @@ def write_folder(path, flag: str, write: Callable[[Path], None], owned: str):
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.ncrtl-", dir=p.parent))
+        # mkdtemp's folder is private (0700); the folder it becomes gets the usual mode
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
         write(tmp)
         written = sorted(e.name for e in tmp.iterdir())
         if not p.exists():

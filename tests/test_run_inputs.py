@@ -161,7 +161,7 @@ def test_outputs_are_checked_first_and_written_whole(tmp_path, capsys):
     ):
         assert message in _error([*run, *argv], capsys)
     (out / "report.json").mkdir(parents=True)
-    assert "report.json there is not a file" in _error([*run, "--out", str(out)], capsys)
+    assert "report.json there is a folder" in _error([*run, "--out", str(out)], capsys)
     assert [p.name for p in out.iterdir()] == ["report.json"]
     (out / "report.json").rmdir()
     full = tmp_path / "full.png"
