@@ -55,6 +55,7 @@ from ncrtl.model.vector_engine import quantize_mx
 __all__ = [
     "CoreState",
     "KernelError",
+    "UninitializedRead",
     "run",
     "ALU_OPS",
     "ACTIVATIONS",
@@ -67,6 +68,21 @@ __all__ = [
 class KernelError(ValueError):
     """A rule broken while running the streams: the message names the instruction, its
     kernel line and the rule."""
+
+
+class UninitializedRead(UserWarning):
+    """A read of memory that nothing wrote, with ``uninitialized="warn"``: the message names
+    the instruction and its kernel line.  Shown as one line, ``ncrtl: warning: <message>``
+    (never golden.py's line: the read is the kernel's)."""
+
+
+def _formatwarning(message, category, filename, lineno, line=None, _shown=warnings.formatwarning):
+    if isinstance(category, type) and issubclass(category, UninitializedRead):
+        return f"ncrtl: warning: {message}\n"
+    return _shown(message, category, filename, lineno, line)
+
+
+warnings.formatwarning = _formatwarning
 
 
 def _f32(fn):
@@ -238,7 +254,7 @@ class CoreState:
             )
             if self.uninitialized == "error":
                 raise KernelError(msg)
-            warnings.warn(msg, stacklevel=2)
+            warnings.warn(msg, UninitializedRead, stacklevel=2)
         data = mem[sel]
         return np.ascontiguousarray(data).view(ref.element.storage).reshape(ref.view_shape)
 

@@ -17,7 +17,15 @@ from ncrtl.model.kernel.build import Operand
 from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.kernel.stream import Ref
 
-__all__ = ["NkiError", "NotModelled", "NkiTensor", "current", "caller_line", "Trace"]
+__all__ = [
+    "NkiError",
+    "NotModelled",
+    "NkiTensor",
+    "current",
+    "caller_line",
+    "stand_in",
+    "Trace",
+]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
@@ -52,6 +60,46 @@ def not_modelled(name):
         f"{caller_line()}: {name} is not modelled by ncrtl (docs/kernels.md lists the supported "
         f"calls)"
     )
+
+
+class _Unmodelled(type):
+    """The type of a stand-in (:func:`stand_in`): the stand-in is a class, so that a kernel may
+    subclass it as it subclasses ``nl.NKIObject``; calling or indexing the stand-in itself
+    raises :class:`NotModelled` at the kernel's line."""
+
+    def __call__(cls, *args, **kwargs):
+        if "_nki_name" in cls.__dict__:
+            not_modelled(cls._nki_name)
+        return super().__call__(*args, **kwargs)
+
+    def __getitem__(cls, key):
+        if "_nki_name" in cls.__dict__:
+            not_modelled(f"{cls._nki_name}[...]")
+        raise TypeError(f"{cls.__name__} is not subscriptable")
+
+    def __repr__(cls):
+        return cls.__dict__.get("_nki_short") or super().__repr__()
+
+
+_STAND_INS = {}
+
+
+def stand_in(module, short, name):
+    """The stand-in of ``module.name`` (``nki.language.divide``), a name of the NKI API that
+    ncrtl does not model, shown as ``short.name`` (``nl.divide``); one object per name."""
+    key = (module, name)
+    if key not in _STAND_INS:
+        _STAND_INS[key] = _Unmodelled(
+            name,
+            (),
+            {
+                "_nki_name": f"{module}.{name}",
+                "_nki_short": f"{short}.{name}",
+                "__module__": module,
+                "__doc__": f"{module}.{name}: not modelled by ncrtl (docs/kernels.md)",
+            },
+        )
+    return _STAND_INS[key]
 
 
 class Trace:

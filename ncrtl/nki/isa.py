@@ -87,10 +87,23 @@ def get_nc_version():
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _tensor(call, what, t, spaces):
-    """The operand of argument ``what``: an NkiTensor in one of ``spaces``."""
+def _is_tensor(call, what, t):
     if not isinstance(t, NkiTensor):
         fail(call, f"{what} must be a tensor (nl.ndarray or a view of one), not {t!r}")
+
+
+def _pair(call, what, v):
+    """``tile_position`` / ``tile_size``: a tuple of integers, or None where not given."""
+    if v is None or (isinstance(v, (tuple, list)) and not v):
+        return None
+    if not isinstance(v, (tuple, list)):
+        fail(call, f"{what} must be a tuple of integers, not {v!r}")
+    return tuple(_trace._int(i, what, call) for i in v)
+
+
+def _tensor(call, what, t, spaces):
+    """The operand of argument ``what``: an NkiTensor in one of ``spaces``."""
+    _is_tensor(call, what, t)
     if t._decl.space not in spaces:
         where = " or ".join(s.upper() if s != "hbm" else "device memory (HBM)" for s in spaces)
         fail(call, f"{what} {t.name} is in {t.buffer}; it must be in {where}")
@@ -249,12 +262,13 @@ def nc_matmul(
     tr = current(call)
     s = _tensor(call, "stationary", stationary, ("sbuf",))
     x = _tensor(call, "moving", moving, ("sbuf",))
+    _is_tensor(call, "dst", dst)
     pm = getattr(perf_mode, "value", perf_mode)
     pm = None if pm in (None, "none") else pm
     if pm is not None and tr.core.name == "v2":
         fail(call, "perf_mode double_row needs NeuronCore-v3 or later")
-    pos = tuple(tile_position) if tile_position else None
-    size = tuple(tile_size) if tile_size else None
+    pos = _pair(call, "tile_position", tile_position)
+    size = _pair(call, "tile_size", tile_size)
     fs = "tf32" if stationary.dtype == "tfloat32" else None
     fm = "tf32" if moving.dtype == "tfloat32" else None
     n_all = moving.shape[-1] if pm == "double_row" else _free(moving)
@@ -333,6 +347,7 @@ def nc_matmul_mx(
     x = _tensor(call, "moving", moving, ("sbuf",))
     ss = _tensor(call, "stationary_scale", stationary_scale, ("sbuf",))
     xs = _tensor(call, "moving_scale", moving_scale, ("sbuf",))
+    _is_tensor(call, "dst", dst)
     for what, t in (("stationary", stationary), ("moving", moving)):
         if dtype_of(t.dtype).packed != 4:
             fail(
@@ -342,8 +357,8 @@ def nc_matmul_mx(
     for what, t in (("stationary_scale", stationary_scale), ("moving_scale", moving_scale)):
         if dtype_of(t.dtype).itemsize != 1 or dtype_of(t.dtype).fmt is not None:
             fail(call, f"{what} dtype {t.dtype} must be uint8 / float8_e8m0fnu (E8M0 scales)")
-    pos = tuple(tile_position) if tile_position else None
-    size = tuple(tile_size) if tile_size else None
+    pos = _pair(call, "tile_position", tile_position)
+    size = _pair(call, "tile_size", tile_size)
     from ncrtl.model.fp import get_format
 
     def unpacked(t):
@@ -440,6 +455,8 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
     identity, into PSUM) or, for tiles up to 32 x 32, on the Vector Engine."""
     call = "nisa.nc_transpose"
     tr = current(call)
+    _is_tensor(call, "dst", dst)
+    _is_tensor(call, "data", data)
     p, f = data.shape[0], _free(data)
     small = p <= 32 and f <= 32
     default = "vector" if small and dst._decl.space == "sbuf" else "tensor"
@@ -486,9 +503,9 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None):
 def memset(dst, value, engine=engine.unknown, name=None):
     """Fill ``dst`` with a constant."""
     call = "nisa.memset"
+    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
     default = "gpsimd" if dst._decl.space == "sbuf" else "vector"
     which = _engine(call, engine, ("vector", "gpsimd"), default)
-    d = _tensor(call, "dst", dst, ("sbuf", "psum"))
     if which == "gpsimd" and dst._decl.space == "psum":
         fail(call, "the GpSimd engine cannot access PSUM")
     if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
@@ -707,12 +724,4 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_eng
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-
-    def unmodelled(*args, **kwargs):
-        not_modelled(f"nki.isa.{name}")
-
-    unmodelled.__name__ = name
-    return unmodelled
-
-
-_ = _trace
+    return _trace.stand_in("nki.isa", "nisa", name)

@@ -1,8 +1,9 @@
 """``nki.language`` as ncrtl models it: buffers, tensor creation, slicing, loops, tile sizes,
 dtypes and the operator tokens (docs/kernels.md lists what is modelled).
 
-A name of the NKI language that ncrtl does not model is still an attribute: calling it raises
-:class:`~ncrtl.nki.NotModelled` naming it (never an AttributeError).
+A name of the NKI language that ncrtl does not model is still an attribute, shown as its name
+(``nl.divide``): calling it raises :class:`~ncrtl.nki.NotModelled` naming it and the kernel's
+line (never an AttributeError); a kernel may subclass it (``class X(nl.NKIObject)``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from ncrtl.model.kernel.dtypes import DTYPES, dtype_of
 
 from . import _trace
-from ._trace import _DS, NotModelled, caller_line, current, fail, not_modelled
+from ._trace import _DS, NotModelled, _int, caller_line, current, fail, not_modelled
 
 # -- memory buffers ------------------------------------------------------------------------------
 
@@ -102,17 +103,36 @@ class tile_size(metaclass=_TileSizes):
 # -- loops (unrolled when the kernel is traced, as NKI unrolls them) -------------------------------
 
 
+_RANGE = ("start", "stop", "step")
+
+
+def _range(call, start, stop, step):
+    """``range(start, stop, step)`` (``range(start)`` without ``stop``), its arguments
+    integers known when the kernel is traced."""
+    if stop is None:
+        start, stop = 0, start
+    start, stop, step = (_int(v, what, call) for v, what in zip((start, stop, step), _RANGE))
+    if step == 0:
+        fail(call, "step must not be 0")
+    return range(start, stop, step)
+
+
 def affine_range(start, stop=None, step=1):
-    return range(start, stop, step) if stop is not None else range(start)
+    return _range("nl.affine_range", start, stop, step)
 
 
-sequential_range = affine_range
-static_range = affine_range
+def sequential_range(start, stop=None, step=1):
+    return _range("nl.sequential_range", start, stop, step)
+
+
+def static_range(start, stop=None, step=1):
+    return _range("nl.static_range", start, stop, step)
 
 
 def ds(start, size):
     """A slice of ``size`` elements from ``start``: ``t[:, nl.ds(i * 512, 512)]``."""
-    return _DS(start, size)
+    call = "nl.ds"
+    return _DS(_int(start, "start", call), _int(size, "size", call))
 
 
 def program_id(axis=0):
@@ -228,12 +248,7 @@ del _name
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-
-    def unmodelled(*args, **kwargs):
-        not_modelled(f"nki.language.{name}")
-
-    unmodelled.__name__ = name
-    return unmodelled
+    return _trace.stand_in("nki.language", "nl", name)
 
 
 __all__ = [
