@@ -1,5 +1,6 @@
-"""``ncrtl run``'s messages name what the kernel wrote: its line (never one inside ncrtl), the
-names it used (docs/kernels.md, "Supported API", "Golden run")."""
+"""``ncrtl run`` on kernels whose own Python fails, or whose messages name what the kernel
+wrote: one line naming the kernel's line, exit status 2, nothing written (docs/kernels.md,
+"Kernel errors")."""
 
 import os
 import subprocess
@@ -30,6 +31,95 @@ def _error(argv, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     return err
+
+
+@pytest.fixture
+def npy(tmp_path):
+    """``npy(shape)``: the path of a float32 .npy file of zeros of that shape."""
+
+    def make(shape):
+        path = tmp_path / f"x{len(shape)}.npy"
+        np.save(path, np.zeros(shape, np.float32))
+        return str(path)
+
+    return make
+
+
+# Kernel files whose module body fails, written to tmp_path: (text, what the line holds).
+FILES = {
+    "body.py": ("import nki\n\nTABLE = {}\nX = TABLE[1]\n", "body.py:4: KeyError: 1"),
+    "exits.py": ("import sys\n\nsys.exit('bye')\n", "exits.py:3: SystemExit: the kernel's"),
+    "syntax.py": ("def k(:\n", "syntax.py:1: the kernel file does not parse"),
+}
+
+
+@pytest.mark.parametrize(
+    "kernel, shape, expected",
+    [
+        ("value_error", (128, 4), "{value_error}: ValueError: the kernel refuses"),
+        ("runtime_error", (128, 4), "{runtime_error}: RuntimeError: no"),
+        ("zero_division", (128, 4), "{zero_division}: ZeroDivisionError: integer division"),
+        ("key_error", (128, 4), "{key_error}: KeyError: 'b'"),
+        ("index_error", (128, 4), "{index_error}: IndexError: list index out of range"),
+        ("recursion", (128, 4), "{recursion}: RecursionError: maximum recursion depth"),
+        ("assertion", (128, 4), "{assertion}: AssertionError: the kernel's assertion failed"),
+        ("exits", (128, 4), "{exits}: SystemExit: the kernel's code called sys.exit(3)"),
+        # arguments of a rank the kernel does not expect: P, F = x.shape
+        ("two_dims", (128,), "{two_dims}: ValueError: not enough values to unpack"),
+        ("two_dims", (2, 3, 4), "{two_dims}: ValueError: too many values to unpack"),
+        ("NOT_A_KERNEL", (128, 4), "raises.py::NOT_A_KERNEL is not a kernel function (it is of"),
+        ("Tiles", (128, 4), "raises.py::Tiles is not a kernel function (it is a class)"),
+        *((name, (128, 4), FILES[name][1]) for name in FILES),
+        ("a .npy", (128, 4), "not a Python kernel file (it holds binary data)"),
+    ],
+)
+def test_a_kernels_own_error_is_one_line(kernel, shape, expected, npy, tmp_path, capsys):
+    """Any exception of the kernel's own Python (its file imported, the kernel traced),
+    sys.exit included, a name that is no function, a file that is not Python: one line with
+    the exception's type and message and the innermost line of the kernel's file (never one
+    inside ncrtl), exit status 2, nothing written."""
+    x = npy(shape)
+    if kernel in FILES:
+        (tmp_path / kernel).write_text(FILES[kernel][0])
+        kernel = f"{tmp_path / kernel}::k"
+    elif kernel == "a .npy":
+        kernel = f"{x}::k"
+    else:
+        kernel = f"{RAISES}::{kernel}"
+    out = tmp_path / "o"
+    err = _error([kernel, "--args", x, "--out", str(out)], capsys)
+    tags = ("value_error", "runtime_error", "zero_division", "key_error", "index_error")
+    tags += ("recursion", "assertion", "exits", "two_dims")
+    assert err.startswith("ncrtl: error: "), err
+    assert expected.format(**{t: _line(t) for t in tags}) in err, err
+    assert "ncrtl/nki" not in err and "ncrtl/cli" not in err
+    assert not out.exists()
+
+
+def _ncrtl_function(module, text):
+    """A function defined in ncrtl's module ``module`` (its frames are ncrtl's)."""
+    scope = {"__name__": module}
+    exec(text, scope)
+    return scope["f"]
+
+
+def test_a_bug_in_ncrtl_is_told_apart(monkeypatch, capsys):
+    """An exception raised inside ncrtl under the kernel's call names the kernel's line and
+    where in ncrtl it was raised; one with no line of the kernel's keeps its traceback (a bug
+    report's)."""
+    from ncrtl.model.kernel.build import Builder
+
+    module = "ncrtl.model.kernel.build"
+    monkeypatch.setattr(Builder, "emit", _ncrtl_function(module, "def f(*a, **k): 1 / 0"))
+    err = _error([f"{RAISES}::own_class", "--shapes", "128x4:float32"], capsys)
+    assert (
+        f"{_line('own_class')}: ZeroDivisionError: division by zero (raised inside ncrtl: " in err
+    )
+    assert f"{module} line 1)" in err
+    monkeypatch.undo()
+    monkeypatch.setattr(Builder, "finish", _ncrtl_function(module, "def f(*a, **k): 1 / 0"))
+    with pytest.raises(ZeroDivisionError):
+        main(["run", f"{RAISES}::own_class", "--shapes", "128x4:float32"])
 
 
 @pytest.mark.parametrize(

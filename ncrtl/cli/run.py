@@ -259,11 +259,14 @@ def _cmd_run(args):
     kernel, example, geo, kwargs = checked.kernel, checked.example, checked.geo, checked.kwargs
     arrays = checked.arrays()
     try:
-        program = nki.trace(
-            kernel, arrays, kwargs, core=geo.core() if geo is not None else args.core
-        )
-    except (nki.NkiError, TypeError, AssertionError) as e:
-        raise UsageError(_kernel_error(e)) from None
+        # the kernel's own errors are one line naming its line; a bug of ncrtl's keeps its
+        # traceback (kernel_error)
+        with nki.kernel_code():
+            program = nki.trace(
+                kernel, arrays, kwargs, core=geo.core() if geo is not None else args.core
+            )
+    except nki.NkiError as e:
+        raise UsageError(str(e)) from None
     if geo is not None:
         from ..testbench.neuroncore.run import plan
 
@@ -440,18 +443,6 @@ def _rtl_failed(report, geo):
 
     print(f"RTL core: the run FAILED\n{report}")
     return {"geometry": asdict(geo), "outputs_equal": False, "failure": report}
-
-
-def _kernel_error(e):
-    import traceback
-
-    if isinstance(e, AssertionError):
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        return f"{tb.filename}:{tb.lineno}: the kernel's assertion failed: {tb.line}"
-    if isinstance(e, TypeError):
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        return f"{tb.filename}:{tb.lineno}: {e}"
-    return str(e)
 
 
 def _check_example(example, arrays, outputs):

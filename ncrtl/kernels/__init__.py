@@ -6,6 +6,7 @@ runs on, a float64 numpy reference and the bound its outputs keep from it.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -273,31 +274,65 @@ def load_file(path, function):
     Raises
     ------
     ValueError
-        No such file, a file that does not import, or no such function in it.
+        No such file, a file that is not Python or does not parse, no such function in it, a
+        name that is not a function; an :class:`~ncrtl.nki.NkiError` of one line where the
+        file's own code raises (:func:`ncrtl.nki.kernel_error`: the exception and its line).
     """
+    import inspect
+
     import ncrtl.nki as nki
 
     nki.install_aliases()
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such kernel file")
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: the kernel file cannot be read: {e.strerror}") from None
+    if b"\0" in source:
+        raise ValueError(
+            f"{path}: not a Python kernel file (it holds binary data); give KERNEL.py::FUNCTION"
+        )
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        where = f"{path}:{e.lineno}" if e.lineno else path
+        raise ValueError(f"{where}: the kernel file does not parse: {e.msg}") from None
     name = "ncrtl_kernel_" + os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    # any file name, not only *.py: the loader is named, not found by the suffix
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location(name, path, loader=loader)
+    )
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)
     try:
-        spec.loader.exec_module(module)
-    except SyntaxError as e:
-        raise ValueError(f"{path}:{e.lineno}: the kernel file does not parse: {e.msg}") from None
+        with nki.kernel_code():
+            exec(code, module.__dict__)
     finally:
         sys.path.remove(folder)
     fn = getattr(module, function, None)
+    kernels = sorted(n for n, v in vars(module).items() if isinstance(v, nki.Kernel))
     if fn is None:
-        funcs = sorted(n for n, v in vars(module).items() if isinstance(v, nki.Kernel))
         raise ValueError(
-            f"{path} has no function {function!r}; its kernels: {', '.join(funcs) or 'none'}"
+            f"{path} has no function {function!r}; its kernels: {', '.join(kernels) or 'none'}"
         )
-    return fn if isinstance(fn, nki.Kernel) else nki.Kernel(fn)
+    if isinstance(fn, nki.Kernel):
+        return fn
+    if not inspect.isfunction(fn):
+        what = (
+            "a class"
+            if isinstance(fn, type)
+            else "a module"
+            if inspect.ismodule(fn)
+            else f"of type {type(fn).__name__}"
+        )
+        raise ValueError(
+            f"{path}::{function} is not a kernel function (it is {what}); its kernels: "
+            f"{', '.join(kernels) or 'none'}"
+        )
+    return nki.Kernel(fn)
 
 
 def load(name):

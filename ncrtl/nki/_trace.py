@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import threading
 
 import numpy as np
@@ -23,6 +24,8 @@ __all__ = [
     "NkiTensor",
     "current",
     "caller_line",
+    "kernel_error",
+    "kernel_code",
     "stand_in",
     "Trace",
 ]
@@ -100,6 +103,98 @@ def stand_in(module, short, name):
             },
         )
     return _STAND_INS[key]
+
+
+# -- the kernel's own Python: its errors, its bounds -----------------------------------------------
+
+# Frames of these folders are a library's (the standard library, installed packages), neither
+# ncrtl's nor the kernel's: an error's line is the kernel's call into them.
+_LIBRARIES = tuple(
+    {
+        os.path.join(os.path.realpath(p), "")
+        for k, p in sysconfig.get_paths().items()
+        if k in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+)
+
+
+def _kind(frame):
+    """``"ncrtl"``, ``"library"`` or ``"kernel"``: whose code ``frame`` runs.  ncrtl's modules
+    go by their names (the shipped examples load as ``ncrtl_kernel_*``, kernels as any other)."""
+    module = frame.f_globals.get("__name__") or ""
+    if module == "ncrtl" or module.startswith("ncrtl."):
+        return "ncrtl"
+    path = frame.f_code.co_filename
+    if path.startswith("<") or os.path.realpath(path).startswith(_LIBRARIES):
+        return "library"
+    return "kernel"
+
+
+def _kernel_frame(frames):
+    """``(frame, line)``: the innermost of ``frames`` (outermost first) that runs the kernel's
+    code, else the innermost outside ncrtl; None if all are ncrtl's."""
+    for wanted in (("kernel",), ("kernel", "library")):
+        for frame, line in reversed(frames):
+            if _kind(frame) in wanted:
+                return frame, line
+    return None
+
+
+def _one_line(text):
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def kernel_error(exc):
+    """The one-line :class:`NkiError` that ``exc``, raised while ncrtl ran a kernel's own Python
+    (its file imported, the kernel traced), is to the kernel's author:
+    ``file:line: Type: message`` at the innermost frame of the kernel's code (its file, or any
+    file that is neither ncrtl's nor an installed library's), never a line inside ncrtl; where
+    ``exc`` was raised inside ncrtl, on the kernel's arguments, the message ends with where.
+    An :class:`NkiError` is its own message.  None where no frame is the kernel's: ``exc`` is
+    a bug in ncrtl, whose traceback belongs in a bug report."""
+    if isinstance(exc, NkiError):
+        return exc
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    found = _kernel_frame(frames)
+    if found is None:
+        return None
+    frame, line = found
+    path = frame.f_code.co_filename
+    kind = type(exc).__name__
+    message = _one_line(exc)
+    if isinstance(exc, SystemExit):
+        code = "" if exc.code is None else repr(exc.code)
+        message = f"the kernel's code called sys.exit({code}); a kernel returns its tensors"
+    elif isinstance(exc, AssertionError) and not message:
+        import linecache
+
+        message = f"the kernel's assertion failed: {linecache.getline(path, line).strip()}"
+    text = f"{path}:{line}: {kind}: {message}" if message else f"{path}:{line}: {kind}"
+    inner, at = frames[-1]
+    if _kind(inner) == "ncrtl":
+        text += f" (raised inside ncrtl: {inner.f_globals['__name__']} line {at})"
+    return NkiError(text)
+
+
+class kernel_code:
+    """``with kernel_code():`` around ncrtl running a kernel's own Python (importing its file,
+    tracing it): any exception of it, ``sys.exit`` too, leaves as :func:`kernel_error`'s
+    :class:`NkiError`; a ``KeyboardInterrupt`` and a bug in ncrtl (no frame of the kernel) as
+    they are."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or isinstance(exc, (KeyboardInterrupt, NkiError)):
+            return False
+        err = kernel_error(exc)
+        if err is None:
+            return False
+        raise err from None
 
 
 class Trace:

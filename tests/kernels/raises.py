@@ -1,9 +1,13 @@
-"""Kernels whose errors ``ncrtl run`` tells at this file's line
-(tests/test_run_kernel_errors.py)."""
+"""Kernels whose own Python fails: ``ncrtl run`` says each in one line naming the exception and
+this file's line (tests/test_run_kernel_errors.py)."""
+
+import sys
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+
+NOT_A_KERNEL = 3
 
 
 class Tiles(nl.NKIObject):
@@ -11,6 +15,63 @@ class Tiles(nl.NKIObject):
 
     def __init__(self, n):
         self.n = n
+
+
+def _helper(x):
+    return {"a": 1}[x]  # LINE key_error
+
+
+@nki.jit
+def value_error(x):
+    raise ValueError("the kernel refuses")  # LINE value_error
+
+
+@nki.jit
+def runtime_error(x):
+    raise RuntimeError("no")  # LINE runtime_error
+
+
+@nki.jit
+def zero_division(x):
+    n = x.shape[0] // 0  # LINE zero_division
+    return n
+
+
+@nki.jit
+def key_error(x):
+    return _helper("b")
+
+
+@nki.jit
+def index_error(x):
+    return [x][3]  # LINE index_error
+
+
+def _down(n):
+    return _down(n + 1)  # LINE recursion
+
+
+@nki.jit
+def recursion(x):
+    return _down(0)
+
+
+@nki.jit
+def assertion(x):
+    assert x.shape[0] == 3  # LINE assertion
+
+
+@nki.jit
+def exits(x):
+    sys.exit(3)  # LINE exits
+
+
+@nki.jit
+def two_dims(x):
+    p, f = x.shape  # LINE two_dims
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
 
 
 @nki.jit
@@ -47,6 +108,6 @@ def own_class(x):
     tiles = Tiles(4)
     t = nl.ndarray((128, tiles.n), dtype=nl.float32, buffer=nl.sbuf)
     out = nl.ndarray((128, tiles.n), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.memset(dst=t, value=1.0)
+    nisa.memset(dst=t, value=1.0)  # LINE own_class
     nisa.dma_copy(dst=out, src=t)
     return out
