@@ -1,6 +1,6 @@
-"""``ncrtl run`` on kernels whose own Python fails, or whose messages name what the kernel
-wrote: one line naming the kernel's line, exit status 2, nothing written (docs/kernels.md,
-"Kernel errors")."""
+"""``ncrtl run`` on kernels whose own Python fails, that run past the tracing bounds, or whose
+messages name what the kernel wrote: one line naming the kernel's line, exit status 2, nothing
+written (docs/kernels.md, "Kernel errors and tracing bounds")."""
 
 import os
 import subprocess
@@ -13,6 +13,7 @@ import pytest
 from ncrtl.cli import main
 from ncrtl.model.kernel import golden as kgolden
 from ncrtl.nki import language as nl
+from ncrtl.testbench import progress
 
 from .kernel_lines import kernel_line
 
@@ -120,6 +121,30 @@ def test_a_bug_in_ncrtl_is_told_apart(monkeypatch, capsys):
     monkeypatch.setattr(Builder, "finish", _ncrtl_function(module, "def f(*a, **k): 1 / 0"))
     with pytest.raises(ZeroDivisionError):
         main(["run", f"{RAISES}::own_class", "--shapes", "128x4:float32"])
+
+
+def test_tracing_bounds(monkeypatch, capsys):
+    """--max-instructions and --trace-timeout stop a trace with one line naming the bound and
+    the kernel's line, a Python loop that emits nothing too; after SHOW_AFTER seconds the trace
+    says what it does on stderr, unless NCRTL_NO_PROGRESS=1."""
+    shapes = ["--shapes", "128x4:float32"]
+    err = _error([f"{RAISES}::many", *shapes, "--max-instructions", "10"], capsys)
+    assert f"{_line('many')}: nisa.memset: tracing stopped" in err
+    assert "more than 10 instructions" in err and "--max-instructions" in err
+
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.05)
+    monkeypatch.setenv("NCRTL_NO_PROGRESS", "1")
+    argv = [f"{RAISES}::spins", *shapes, "--trace-timeout", "0.3"]
+    err = _error(argv, capsys)
+    assert f"{_line('spins')}: tracing stopped after 0.3 s" in err and "--trace-timeout" in err
+    monkeypatch.delenv("NCRTL_NO_PROGRESS")
+    assert main(["run", *argv]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "tracing spins ..." and lines[-2].startswith("tracing spins: failed")
+    assert lines[-1].startswith(f"ncrtl: error: {_line('spins')}: tracing stopped")
+
+    for flag, value in (("--max-instructions", "0"), ("--trace-timeout", "-1")):
+        assert f"{flag} {value}" in _error([f"{RAISES}::many", *shapes, flag, value], capsys)
 
 
 @pytest.mark.parametrize(

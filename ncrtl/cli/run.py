@@ -5,11 +5,26 @@ from dataclasses import dataclass
 from ..testbench.outputs import check_output, write_folder, write_output
 from .common import MAX_SEED, UsageError, _check_seed, _parse_params, load_npy
 
+#: The tracing bounds' defaults (docs/kernels.md, "Kernel errors and tracing bounds"): far
+#: above a real kernel's trace (matmul_fully_optimized's 1,328 instructions trace in 0.2 s).
+MAX_INSTRUCTIONS = 10**7
+TRACE_TIMEOUT = 600.0
+
 
 def _kernel(args):
-    """``(kernel, example or None)`` of ``KERNEL.py::FUNCTION`` or ``--example``."""
+    """``(kernel, example or None)`` of ``KERNEL.py::FUNCTION`` or ``--example``; the tracing
+    bounds checked (``--max-instructions``, ``--trace-timeout``).  The kernel file's own error
+    is one line naming its line (:func:`ncrtl.kernels.load_file`)."""
+    import math
+
     from .. import kernels
 
+    if args.max_instructions < 1:
+        raise UsageError(f"--max-instructions {args.max_instructions} must be at least 1")
+    if not (math.isfinite(args.trace_timeout) and args.trace_timeout > 0):
+        raise UsageError(
+            f"--trace-timeout {args.trace_timeout} must be a positive number of seconds"
+        )
     if args.example:
         if args.kernel:
             raise UsageError("give a KERNEL.py::FUNCTION or --example NAME, not both")
@@ -260,10 +275,15 @@ def _cmd_run(args):
     arrays = checked.arrays()
     try:
         # the kernel's own errors are one line naming its line; a bug of ncrtl's keeps its
-        # traceback (kernel_error)
-        with nki.kernel_code():
+        # traceback (kernel_error); tracing says what it does after 2 s (its instructions)
+        bounds = nki.Bounds(args.max_instructions, args.trace_timeout)
+        with _tracing(kernel, bounds), nki.kernel_code():
             program = nki.trace(
-                kernel, arrays, kwargs, core=geo.core() if geo is not None else args.core
+                kernel,
+                arrays,
+                kwargs,
+                core=geo.core() if geo is not None else args.core,
+                bounds=bounds,
             )
     except nki.NkiError as e:
         raise UsageError(str(e)) from None
@@ -443,6 +463,29 @@ def _rtl_failed(report, geo):
 
     print(f"RTL core: the run FAILED\n{report}")
     return {"geometry": asdict(geo), "outputs_equal": False, "failure": report}
+
+
+def _tracing(kernel, bounds):
+    """Say on stderr what tracing does once it takes :data:`~ncrtl.testbench.progress.SHOW_AFTER`
+    seconds: the instructions so far (a line redrawn on a terminal, a line every
+    :data:`~ncrtl.testbench.progress.STEP_LOG_EVERY` seconds in a log); nothing with
+    ``NCRTL_NO_PROGRESS=1``."""
+    import contextlib
+    import os
+
+    from ..testbench import progress
+
+    if os.environ.get("NCRTL_NO_PROGRESS", "") not in ("", "0"):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def said():
+        with progress.step(f"tracing {kernel.fn.__name__}") as state:
+            state["detail"] = bounds  # read live: "12,345 instructions"
+            yield
+            state["done"] = f"{bounds} in {{seconds:.1f}} s"
+
+    return said()
 
 
 def _check_example(example, arrays, outputs):
@@ -680,6 +723,20 @@ def add_parser(sub, raw):
         type=int,
         default=0,
         help=f"inputs of --example and --shapes, 0..{MAX_SEED} (default 0)",
+    )
+    s.add_argument(
+        "--max-instructions",
+        type=int,
+        default=MAX_INSTRUCTIONS,
+        metavar="N",
+        help=f"stop tracing a kernel that emits more instructions (default {MAX_INSTRUCTIONS:,})",
+    )
+    s.add_argument(
+        "--trace-timeout",
+        type=float,
+        default=TRACE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop tracing a kernel that takes longer (default {TRACE_TIMEOUT:g} s)",
     )
     rtl = s.add_argument_group(
         "RTL core (docs/neuroncore.md)",

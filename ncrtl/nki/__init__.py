@@ -10,7 +10,7 @@ arrays; :func:`run` also runs the timing model.  See docs/kernels.md.
 import sys
 
 from . import isa, language
-from ._trace import NkiError, NotModelled, kernel_code, kernel_error
+from ._trace import Bounds, NkiError, NotModelled, TraceLimit, kernel_code, kernel_error
 from .kernel import Kernel, Result, jit, run, simulate, trace
 
 __all__ = [
@@ -21,6 +21,8 @@ __all__ = [
     "Kernel",
     "NkiError",
     "NotModelled",
+    "TraceLimit",
+    "Bounds",
     "kernel_code",
     "kernel_error",
     "run",

@@ -8,9 +8,11 @@ A kernel runs its Python once per trace; every NKI call lands here: a tensor cre
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import sysconfig
 import threading
+import time
 
 import numpy as np
 
@@ -21,6 +23,8 @@ from ncrtl.model.kernel.stream import Ref
 __all__ = [
     "NkiError",
     "NotModelled",
+    "TraceLimit",
+    "Bounds",
     "NkiTensor",
     "current",
     "caller_line",
@@ -41,6 +45,10 @@ class NkiError(ValueError):
 
 class NotModelled(NkiError):
     """A call of the NKI API that ncrtl does not model."""
+
+
+class TraceLimit(NkiError):
+    """A trace ran past one of its :class:`Bounds` (instructions, seconds)."""
 
 
 def caller_line():
@@ -140,6 +148,15 @@ def _kernel_frame(frames):
     return None
 
 
+def _stack(frame, outer):
+    """``(frame, line)`` from ``frame`` out to ``outer`` (not included), outermost first."""
+    frames = []
+    while frame is not None and frame is not outer:
+        frames.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return frames[::-1]
+
+
 def _one_line(text):
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
@@ -197,11 +214,91 @@ class kernel_code:
         raise err from None
 
 
+class Bounds:
+    """What tracing a kernel may take: ``instructions`` (emitted by the whole trace, both cores
+    of a ``kernel[2]``) and ``seconds`` (wall clock); None: no bound.  ``emitted`` counts the
+    instructions so far (a progress display reads it from another thread: ``str(bounds)``).
+
+    The time limit holds in the main thread by ``SIGALRM`` (a kernel looping in Python with no
+    NKI call is stopped too); elsewhere at each instruction the kernel emits."""
+
+    def __init__(self, instructions=None, seconds=None):
+        self.instructions = instructions
+        self.seconds = seconds
+        self.emitted = 0
+        self.deadline = None
+
+    def __str__(self):
+        return f"{self.emitted:,} instructions"
+
+    def emit(self, call):
+        """Count one instruction of ``call``; :class:`TraceLimit` past a bound."""
+        self.emitted += 1
+        if self.instructions is not None and self.emitted > self.instructions:
+            raise TraceLimit(
+                f"{caller_line()}: {call}: tracing stopped: the kernel emits more than "
+                f"{self.instructions:,} instructions, the trace's instruction bound (ncrtl run "
+                f"--max-instructions)"
+            )
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise self._timeout(caller_line())
+
+    def _timeout(self, where):
+        return TraceLimit(
+            (f"{where}: " if where else "")
+            + f"tracing stopped after {self.seconds:g} s, the trace's time limit (ncrtl run "
+            f"--trace-timeout), at {self.emitted:,} instructions"
+            + ("" if where else ", after the kernel returned (placing its tensors)")
+        )
+
+    def __enter__(self):
+        self._alarm = None
+        if self.seconds is None:
+            return self
+        self.deadline = time.monotonic() + self.seconds
+        if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "setitimer"
+        ):
+            return self
+        armed = [True]
+        outer = sys._getframe(1)  # the trace's caller: its frames are not the kernel's
+
+        def alarm(signum, frame):
+            # a late signal, after the trace: nothing to stop
+            if armed[0]:
+                found = _kernel_frame(_stack(frame, outer))
+                raise self._timeout(found and f"{found[0].f_code.co_filename}:{found[1]}")
+
+        previous = signal.signal(signal.SIGALRM, alarm)
+        # again every second: a kernel that catches the first one is stopped by the next
+        other = signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 1e-6), 1.0)
+        self._alarm = (armed, previous, other, time.monotonic())
+        return self
+
+    def __exit__(self, *exc):
+        self.deadline = None
+        if self._alarm is None:
+            return False
+        armed, previous, other, t0 = self._alarm
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        # None: a handler installed from outside Python, which cannot be put back
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        if other[0] > 0:  # an alarm someone else had set, less the time spent here
+            signal.setitimer(
+                signal.ITIMER_REAL, max(other[0] - (time.monotonic() - t0), 1e-6), other[1]
+            )
+        return False
+
+
 class Trace:
     """One trace of a kernel: its builder, its core, its logical-core id."""
 
-    def __init__(self, builder, core, program_id=0, num_programs=1, psum_rounding="rne"):
+    def __init__(
+        self, builder, core, program_id=0, num_programs=1, psum_rounding="rne", bounds=None
+    ):
         self.builder = builder
+        self.bounds = bounds  # a Bounds, or None
         self.psum_rounding = psum_rounding  # BF16 PSUM writes: "rne" or "sr" (NeuronCore-v4)
         self.core = core
         self.program_id = program_id

@@ -112,6 +112,8 @@ def _tensor(call, what, t, spaces):
 
 def _emit(engine_name, op, dsts, srcs, args, call):
     tr = current(call)
+    if tr.bounds is not None:
+        tr.bounds.emit(call)
     if op not in ("matmul", "matmul_mx", "matmul_sparse"):
         # Another engine reading (an eviction) or writing a PSUM location ends its matmul
         # accumulation there: with accumulate=None the next matmul into it overwrites.

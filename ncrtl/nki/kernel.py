@@ -93,17 +93,26 @@ def simulate(kernel):
     return kernel
 
 
-def trace(kernel, args, kwargs=None, *, core=None):
+def trace(kernel, args, kwargs=None, *, core=None, bounds=None):
     """Trace ``kernel`` on ``args`` (numpy arrays: the device tensors; other values passed as
     they are) into a :class:`~ncrtl.model.kernel.stream.Program`; ``kernel[2]`` gives the two
-    cores' programs (a tuple), sharing the device tensors."""
+    cores' programs (a tuple), sharing the device tensors.  ``bounds``: a
+    :class:`~ncrtl.nki.Bounds` on the instructions and the seconds the trace may take
+    (:class:`~ncrtl.nki.TraceLimit` past one)."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
+    if bounds is None:
+        return _traced(kernel, args, kwargs, core, None)
+    with bounds:
+        return _traced(kernel, args, kwargs, core, bounds)
+
+
+def _traced(kernel, args, kwargs, core, bounds):
     if kernel.lnc == 1:
-        return _trace_one(kernel, args, kwargs, core, 0, 1, 0)
-    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0)
+        return _trace_one(kernel, args, kwargs, core, 0, 1, 0, bounds)
+    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0, bounds)
     end = max((t.base + t.nbytes for t in first.tensors.values() if t.space == "hbm"), default=0)
-    second = _trace_one(kernel, args, kwargs, core, 1, 2, end)
+    second = _trace_one(kernel, args, kwargs, core, 1, 2, end, bounds)
     for name in first.inputs + first.outputs:
         a, b = first.tensors.get(name), second.tensors.get(name)
         if b is None or (a.base, a.shape, a.dtype) != (b.base, b.shape, b.dtype):
@@ -116,14 +125,14 @@ def trace(kernel, args, kwargs=None, *, core=None):
     return first, second
 
 
-def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base):
+def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base, bounds):
     if isinstance(core, Core):
         c = core  # a geometry of its own (the RTL core's: ncrtl.model.neuroncore)
     else:
         c = CORES[core_of(core) if core else kernel.core]
     builder = Builder(c, kernel.fn.__name__)
     tr = _trace.Trace(
-        builder, c, program_id, num_programs, kernel.options.get("psum_rounding", "rne")
+        builder, c, program_id, num_programs, kernel.options.get("psum_rounding", "rne"), bounds
     )
     names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
     inputs, call_args = [], []

@@ -1,7 +1,8 @@
-"""Kernels whose own Python fails: ``ncrtl run`` says each in one line naming the exception and
-this file's line (tests/test_run_kernel_errors.py)."""
+"""Kernels whose own Python fails, or that run past the tracing bounds: ``ncrtl run`` says each
+in one line naming the exception and this file's line (tests/test_run_kernel_errors.py)."""
 
 import sys
+import time
 
 import nki
 import nki.isa as nisa
@@ -111,3 +112,18 @@ def own_class(x):
     nisa.memset(dst=t, value=1.0)  # LINE own_class
     nisa.dma_copy(dst=out, src=t)
     return out
+
+
+@nki.jit
+def many(x):
+    t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+    for i in range(1000):
+        nisa.memset(dst=t, value=1.0)  # LINE many
+
+
+@nki.jit
+def spins(x, seconds=30.0):
+    # a Python loop that emits nothing (bounded, so that a broken limit fails, not hangs)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # LINE spins
+        pass
