@@ -519,35 +519,20 @@ def _compare(outputs, refs, bounds):
 
 
 def _reference(args):
-    """The function of ``--reference REF.py::FUNCTION``, its file imported (one line naming
-    the file's line for an error in it)."""
-    import importlib.util
-    import os
-    import sys
+    """The function of ``--reference REF.py::FUNCTION``, its file imported as a kernel file is
+    (:func:`ncrtl.kernels.load_module`: one line naming the file's line for an error in it)."""
+    from .. import kernels
+    from ..nki import NkiError
 
     if args.timing_only:
         raise UsageError("--reference checks the golden's outputs: not with --timing-only")
     path, sep, name = args.reference.rpartition("::")
     if not sep or not path or not name:
         raise UsageError(f"--reference {args.reference!r}: name it as REF.py::FUNCTION")
-    if not os.path.isfile(path):
-        raise UsageError(f"--reference {args.reference}: {path}: no such file")
-    spec = importlib.util.spec_from_file_location(
-        "ncrtl_reference_" + os.path.splitext(os.path.basename(path))[0], path
-    )
-    module = importlib.util.module_from_spec(spec)
-    folder = os.path.dirname(os.path.abspath(path))
-    sys.path.insert(0, folder)
     try:
-        spec.loader.exec_module(module)
-    except SyntaxError as e:
-        raise UsageError(
-            f"--reference {args.reference}: {path}:{e.lineno}: the file does not parse: {e.msg}"
-        ) from None
-    except Exception as e:  # the user's module body: its error is the message
-        raise UsageError(f"--reference {args.reference}: {_user_error(e, path)}") from None
-    finally:
-        sys.path.remove(folder)
+        module = kernels.load_module(path, "reference")
+    except (ValueError, NkiError) as e:
+        raise UsageError(f"--reference {args.reference}: {e}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         funcs = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
@@ -558,31 +543,19 @@ def _reference(args):
     return fn
 
 
-def _user_error(e, path):
-    """``FILE:LINE: Type: message`` of an exception raised in the user's file ``path`` (its
-    innermost frame there, else the innermost)."""
-    import os
-    import traceback
-
-    frames = traceback.extract_tb(e.__traceback__)
-    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
-    where = (mine or frames or [None])[-1]
-    at = f"{where.filename}:{where.lineno}: " if where is not None else ""
-    return f"{at}{type(e).__name__}: {e}"
-
-
 def _check_reference(given, fn, arrays, outputs):
     """The outputs against ``fn`` of the inputs (as float64 arrays): one float64 array per
     output, each output's error within :func:`reference_bound` of its dtype."""
     import numpy as np
 
     from ..model.kernel.dtypes import reference_bound
+    from ..nki import NkiError, kernel_code
 
-    path = given.rpartition("::")[0]
     try:
-        refs = fn(*(np.asarray(a).astype(np.float64) for a in arrays))
-    except Exception as e:  # the user's function: its error is the message
-        raise UsageError(f"--reference {given}: {_user_error(e, path)}") from None
+        with kernel_code():  # the user's function: its error at its line is the message
+            refs = fn(*(np.asarray(a).astype(np.float64) for a in arrays))
+    except NkiError as e:
+        raise UsageError(f"--reference {given}: {e}") from None
     if not isinstance(refs, (tuple, list)):
         refs = [refs]
     if len(refs) != len(outputs):

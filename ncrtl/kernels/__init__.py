@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Example", "EXAMPLES", "load", "load_file", "HERE"]
+__all__ = ["Example", "EXAMPLES", "load", "load_file", "load_module", "HERE"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -267,6 +267,46 @@ EXAMPLES = {
 }
 
 
+def load_module(path, what="kernel"):
+    """The user's Python file ``path`` (a ``what`` file: a kernel, a reference) run as a module,
+    ``import nki`` resolving to :mod:`ncrtl.nki`, its folder importable while it runs.  The
+    errors of :func:`load_file`, its file's own exceptions as one-line
+    :class:`~ncrtl.nki.NkiError` s at their line."""
+    import ncrtl.nki as nki
+
+    nki.install_aliases()
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such {what} file")
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: the {what} file cannot be read: {e.strerror}") from None
+    if b"\0" in source:
+        raise ValueError(
+            f"{path}: not a Python {what} file (it holds binary data); give FILE.py::FUNCTION"
+        )
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        where = f"{path}:{e.lineno}" if e.lineno else path
+        raise ValueError(f"{where}: the {what} file does not parse: {e.msg}") from None
+    name = f"ncrtl_{what}_" + os.path.splitext(os.path.basename(path))[0]
+    # any file name, not only *.py: the loader is named, not found by the suffix
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location(name, path, loader=loader)
+    )
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        with nki.kernel_code():
+            exec(code, module.__dict__)
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
 def load_file(path, function):
     """The kernel ``function`` of the NKI kernel file ``path``, imported with ``import nki``
     resolving to :mod:`ncrtl.nki`.
@@ -282,36 +322,7 @@ def load_file(path, function):
 
     import ncrtl.nki as nki
 
-    nki.install_aliases()
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such kernel file")
-    try:
-        with open(path, "rb") as f:
-            source = f.read()
-    except OSError as e:
-        raise ValueError(f"{path}: the kernel file cannot be read: {e.strerror}") from None
-    if b"\0" in source:
-        raise ValueError(
-            f"{path}: not a Python kernel file (it holds binary data); give KERNEL.py::FUNCTION"
-        )
-    try:
-        code = compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as e:
-        where = f"{path}:{e.lineno}" if e.lineno else path
-        raise ValueError(f"{where}: the kernel file does not parse: {e.msg}") from None
-    name = "ncrtl_kernel_" + os.path.splitext(os.path.basename(path))[0]
-    # any file name, not only *.py: the loader is named, not found by the suffix
-    loader = importlib.machinery.SourceFileLoader(name, path)
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location(name, path, loader=loader)
-    )
-    folder = os.path.dirname(os.path.abspath(path))
-    sys.path.insert(0, folder)
-    try:
-        with nki.kernel_code():
-            exec(code, module.__dict__)
-    finally:
-        sys.path.remove(folder)
+    module = load_module(path, "kernel")
     fn = getattr(module, function, None)
     kernels = sorted(n for n, v in vars(module).items() if isinstance(v, nki.Kernel))
     if fn is None:
