@@ -19,24 +19,37 @@ A plan is a TOML file of tables, each a grid whose list values are crossed
 
     [[timing]]                 # ncrtl timing matmul ARGS
     args = ["--k 128 --n 512", "--sparse 4:16 --n 512"]
+    timeout = 600              # seconds a task may run (default TASK_TIMEOUT)
 
 Every task carries the one ``ncrtl`` command that reproduces it on one machine.  A task is a
 *pass*, a *fail* (a mismatch, a rule broken: the command's verdict) or an *error* (the task
-died: its worker was lost twice, or it raised); an error is never counted as a pass.
+died: its worker was lost twice, it raised, or it ran past its time limit); an error is never
+counted as a pass.
+
+The plan's own rules (its tables, keys, the type of every value, the number of tasks) are
+here; each task's arguments are its command's to check (``ncrtl regress`` asks the command
+before any cluster starts).  A task runs in a process group of its own, which is ended when the
+task runs past its time limit, is cancelled, or its worker dies.
 
 Dask (``distributed``, ``dask-jobqueue``) is the optional extra ``ncrtl[cluster]``; everything
 else here is plain Python, so plans are checked before any cluster starts.
 """
 
+import contextlib
 import csv
 import io
 import itertools
 import json
+import math
 import os
+import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,20 +59,28 @@ import tomllib
 
 __all__ = [
     "PlanError",
+    "ClusterError",
     "Task",
     "TaskResult",
     "load_plan",
+    "parse_plan",
+    "count_tasks",
     "expand",
+    "command_argv",
     "run_task",
+    "check_cluster",
+    "start_client",
     "run_plan",
     "write_results",
     "summary_table",
     "JOBQUEUES",
+    "MAX_TASKS",
+    "TASK_TIMEOUT",
 ]
 
 #: The plan's tables and the keys each takes (a value or a list of values; lists are crossed).
 TABLES = {
-    "conformance": ("block", "mode", "geometry", "param", "count", "seed", "stall"),
+    "conformance": ("block", "mode", "geometry", "param", "count", "seed", "stall", "timeout"),
     "run": (
         "kernel",
         "example",
@@ -73,9 +94,56 @@ TABLES = {
         "rows",
         "cols",
         "dma_engines",
+        "timeout",
     ),
-    "timing": ("args",),
+    "timing": ("args", "timeout"),
 }
+
+#: The type of each key's values (a list of them is crossed): ``float`` takes an integer too;
+#: ``dict`` is a TOML table of scalars (``param = { sparse = 1 }``).  A value's range is its
+#: command's rule (the task's command checks it), never repeated here.
+KEY_TYPES = {
+    "block": (str,),
+    "mode": (str,),
+    "geometry": (str,),
+    "param": (str, dict),
+    "count": (int,),
+    "seed": (int,),
+    "stall": (float,),
+    "kernel": (str,),
+    "example": (str,),
+    "args": (str,),
+    "shapes": (str,),
+    "kwarg": (str, dict),
+    "core": (str,),
+    "rtl": (bool,),
+    "partitions": (int,),
+    "rows": (int,),
+    "cols": (int,),
+    "dma_engines": (int,),
+    "timeout": (float,),
+}
+
+#: Keys that take one value, never a list to cross: a time limit is not a variant of a task.
+SINGLE = ("timeout",)
+
+#: The most tasks a plan may expand to without ``--max-tasks``: a grid of a few long lists
+#: crosses to millions by accident (each task a process, each result a row).
+MAX_TASKS = 10_000
+
+#: A task's time limit in seconds unless its table gives ``timeout``: an hour, above the
+#: longest task of the project (a 128 x 128 conformance build and run, 4 to 10 minutes), so
+#: that a kernel that loops forever ends as an error instead of holding its worker.
+TASK_TIMEOUT = 3600.0
+
+#: The command a task's arguments are given to: the ``ncrtl`` of this Python.
+NCRTL = (sys.executable, "-m", "ncrtl.cli")
+
+#: Seconds between SIGTERM and SIGKILL when a task's process group is ended.
+GRACE = 5.0
+
+#: Seconds between a running task's looks at its deadline and at its cancellation.
+POLL = 0.2
 
 #: ``--jobqueue`` names and their dask-jobqueue cluster classes.
 JOBQUEUES = {
@@ -86,22 +154,53 @@ JOBQUEUES = {
     "htcondor": "HTCondorCluster",
 }
 
+#: The command each farm's jobs are submitted with: it must be on PATH (the farm's submit host).
+SUBMIT = {
+    "slurm": "sbatch",
+    "lsf": "bsub",
+    "pbs": "qsub",
+    "sge": "qsub",
+    "htcondor": "condor_submit",
+}
+
+#: Local worker processes per core at most: each runs one task's simulator, so more than a few
+#: per core only queue for the CPU (and each costs its memory).
+WORKERS_PER_CORE = 4
+
+#: The most jobs ``--jobqueue`` asks of a farm at once.
+MAX_JOBS = 1000
+
+#: Seconds to wait for the scheduler at ``--cluster`` (its address is checked before).
+CONNECT_TIMEOUT = 5.0
+
+#: The schemes of a Dask scheduler's address.
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
 
 class PlanError(ValueError):
     """A plan that cannot be expanded: the message names the table, the key and the rule."""
 
 
+class ClusterError(ValueError):
+    """A cluster that cannot be used (its options, its address, a scheduler that does not
+    answer): the message names the option and the rule."""
+
+
 @dataclass(frozen=True)
 class Task:
     """One unit of work: ``kind`` (a plan table), ``argv`` (the ``ncrtl`` arguments that run
-    it), ``label`` (what the summary groups it under: block and mode, kernel, or timing) and
-    ``design`` (the build it needs, for grouping; None when it builds nothing)."""
+    it), ``label`` (what the summary groups it under: block and mode, kernel and its inputs
+    and core, or timing), ``design`` (the build it needs, for grouping; None when it builds
+    nothing), ``timeout`` (seconds it may run) and ``origin`` (where the plan makes it: its
+    table, grid, task number and combination)."""
 
     index: int
     kind: str
     argv: tuple
     label: str
     design: str = None
+    timeout: float = TASK_TIMEOUT
+    origin: str = ""
 
     @property
     def command(self):
@@ -128,17 +227,104 @@ class TaskResult:
 
 def load_plan(path):
     """The plan's tables from a TOML file: ``{table: [grid dicts]}``; :class:`PlanError` for a
-    file that is not TOML or a table or key the plan does not take."""
+    file that is not UTF-8 TOML or breaks a rule of :func:`parse_plan`."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise PlanError(f"plan {path}: cannot be read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanError(
+            f"plan {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            f"a plan is TOML, which is UTF-8"
+        ) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlanError(f"plan {path}: not TOML ({exc})") from None
     return parse_plan(data, str(path))
 
 
+def _toml(value):
+    """``value`` as the plan writes it (strings quoted, booleans true / false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean (true or false)",
+    dict: "a table of name = value",
+    list: "a list",
+}
+
+
+def _type_name(value):
+    for t in (bool, str, int, float, dict, list):
+        if isinstance(value, t):
+            return _TYPE_NAMES[t]
+    return type(value).__name__
+
+
+def _is(value, t):
+    if isinstance(value, bool):  # TOML's true is Python's 1: never a number here
+        return t is bool
+    if t is float:
+        return isinstance(value, (int, float))
+    if t is dict:
+        return isinstance(value, dict) and all(
+            isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value.values()
+        )
+    return isinstance(value, t)
+
+
+def _check_key(where, key, value):
+    """A key's value (or each of its list's values) against :data:`KEY_TYPES`: one line
+    naming the key, the value and the type it takes."""
+    types = KEY_TYPES[key]
+    takes = " or ".join(_TYPE_NAMES[t] for t in types)
+    if isinstance(value, list):
+        if key in SINGLE:
+            raise PlanError(f"{where}: {key} = {_toml(value)}: {key} takes one value, {takes}")
+        if not value:
+            raise PlanError(
+                f"{where}: {key} = [] gives no value, so no task; give a value or a list of them"
+            )
+        values = value
+    else:
+        values = [value]
+    for v in values:
+        if not any(_is(v, t) for t in types):
+            raise PlanError(f"{where}: {key} = {_toml(v)} is {_type_name(v)}; {key} takes {takes}")
+    if key == "timeout":
+        check_timeout(value, f"{where}: timeout =")
+
+
+def check_timeout(value, what):
+    """A time limit: a positive, finite number of seconds; :class:`PlanError` naming ``what``
+    (the plan's key or the option) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlanError(f"{what} {_toml(value)} is not a number of seconds")
+    if not (math.isfinite(value) and value > 0):
+        raise PlanError(f"{what} {value:g} must be a positive number of seconds")
+    return float(value)
+
+
 def parse_plan(data, where="plan"):
+    """The plan's tables ``{table: [grid dicts]}`` from TOML's data: every table one the plan
+    takes (a table or an array of tables), every key one its table takes, every value of the
+    key's type (:data:`KEY_TYPES`), no empty list; :class:`PlanError` naming the first broken
+    rule."""
     out = {}
     for table, grids in data.items():
         if table not in TABLES:
@@ -148,155 +334,327 @@ def parse_plan(data, where="plan"):
             )
         if isinstance(grids, dict):
             grids = [grids]
+        if not isinstance(grids, list) or not all(isinstance(g, dict) for g in grids):
+            raise PlanError(
+                f"{where}: {table} = {_toml(grids)} is not a table; write [[{table}]] and its "
+                f"keys below it"
+            )
         for i, grid in enumerate(grids):
-            bad = [k for k in grid if k not in TABLES[table]]
-            if bad:
-                raise PlanError(
-                    f"{where}: [[{table}]] #{i + 1}: key {bad[0]!r} is not one it takes; keys: "
-                    f"{', '.join(TABLES[table])}"
-                )
+            here = f"{where}: [[{table}]] #{i + 1}"
+            for key, value in grid.items():
+                if key not in TABLES[table]:
+                    raise PlanError(
+                        f"{here}: key {key!r} is not one it takes; keys: {', '.join(TABLES[table])}"
+                    )
+                _check_key(here, key, value)
         out[table] = list(grids)
     if not out:
         raise PlanError(f"{where}: no table; a plan has [[conformance]], [[run]] or [[timing]]")
     return out
 
 
+def _grid_tasks(grid):
+    """How many tasks a grid crosses to: the product of its lists' lengths."""
+    return math.prod(len(v) for k, v in grid.items() if isinstance(v, list) and k not in SINGLE)
+
+
+def count_tasks(plan):
+    """How many tasks a plan expands to, without expanding it."""
+    return sum(_grid_tasks(g) for grids in plan.values() for g in grids)
+
+
 def _cross(grid):
-    """Every combination of a grid's values (a scalar is a list of one)."""
-    keys = list(grid)
-    values = [v if isinstance(v, list) else [v] for v in grid.values()]
+    """Every combination of a grid's values (a scalar is a list of one); ``timeout`` is not
+    crossed."""
+    keys = [k for k in grid if k not in SINGLE]
+    values = [grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys]
     for combo in itertools.product(*values):
         yield dict(zip(keys, combo))
 
 
-def expand(plan):
-    """The tasks of a plan, in plan order; each checked as its command would check it (a block,
-    a parameter, a value out of range) before any task runs: :class:`PlanError` naming the
-    table, the combination and the rule."""
+def expand(plan, *, max_tasks=MAX_TASKS, timeout=TASK_TIMEOUT):
+    """The tasks of a plan, in plan order, each with its time limit (its table's ``timeout``,
+    else ``timeout``); :class:`PlanError` for a plan of more than ``max_tasks`` tasks (counted
+    before any is made) or a combination that makes no task (a block unknown, no kernel),
+    naming the table, the combination and the rule.  Each task's arguments are its command's
+    to check (``ncrtl regress`` does, before any cluster starts)."""
     from ncrtl import blocks
 
+    n = count_tasks(plan)
+    if n > max_tasks:
+        raise PlanError(
+            f"the plan crosses to {n:,} tasks, more than the limit of {max_tasks:,}; give "
+            f"--max-tasks {n} to run them all"
+        )
     tasks = []
     for table, grids in plan.items():
         for i, grid in enumerate(grids):
-            where = f"[[{table}]] #{i + 1}"
+            limit = float(grid.get("timeout", timeout))
             for combo in _cross(grid):
+                where = f"[[{table}]] #{i + 1} task {len(tasks) + 1} {_toml(combo)}"
                 build = {"conformance": _conformance, "run": _run, "timing": _timing}[table]
                 try:
                     argv, label, design = build(combo, blocks)
                 except (blocks.BlockError, ValueError) as exc:
-                    raise PlanError(f"{where} {combo}: {exc}") from None
-                tasks.append(Task(len(tasks), table, tuple(argv), label, design))
+                    raise PlanError(f"{where}: {exc}") from None
+                tasks.append(Task(len(tasks), table, tuple(argv), label, design, limit, where))
     return tasks
 
 
 def _params(value):
-    """A ``param`` value: a table ``{name = value}`` or a list of ``"name=value"`` strings."""
+    """A ``param`` value: a table ``{name = value}`` or a ``"name=value"`` string."""
     if value is None:
         return {}
     if isinstance(value, dict):
         return {str(k): str(v) for k, v in value.items()}
-    items = [value] if isinstance(value, str) else value
-    out = {}
-    for item in items:
-        if "=" not in str(item):
-            raise ValueError(f"param {item!r} is not of the form name=value")
-        k, v = str(item).split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
+    if "=" not in value:
+        raise ValueError(f"param {value!r} is not of the form name=value")
+    k, v = value.split("=", 1)
+    return {k.strip(): v.strip()}
 
 
 def _conformance(c, blocks):
     if "block" not in c:
         raise ValueError("a [[conformance]] task needs a block")
-    block = blocks.get(str(c["block"]))
+    block = blocks.get(c["block"])
     user = _params(c.get("param"))
     if "mode" in c:
-        user["mode"] = str(c["mode"])
+        user["mode"] = c["mode"]
     if "geometry" in c:
-        g = str(c["geometry"]).lower().split("x")
+        g = c["geometry"].lower().split("x")
         if len(g) != 2 or not all(x.isdigit() for x in g):
             raise ValueError(f"geometry {c['geometry']!r} is not ROWSxCOLS (8x8)")
         user["rows"], user["cols"] = g
-    params, _ = block.resolve_run(user)  # every parameter rule, and the build, as the command's
-    block.check_program(params)
-    count, seed, stall = int(c.get("count", 10000)), int(c.get("seed", 1)), c.get("stall", 0.2)
-    if count < 1 or not 0 <= float(stall) < 1:
-        raise ValueError(f"count {count} must be >= 1 and stall {stall} in [0, 1)")
+    params, _ = block.resolve_run(user)  # the build the command makes: the task's design
     argv = ["conformance", block.name]
     argv += [f"--param={k}={v}" for k, v in user.items()]
-    argv += ["--count", str(count), "--seed", str(seed), "--stall", str(stall)]
+    for key in ("count", "seed", "stall"):  # the command's defaults where the plan gives none
+        if key in c:
+            argv += [f"--{key}", str(c[key])]
     label = block.name + (f" mode={params['mode']}" if "mode" in params else "")
     return argv, label, block.top_name(params)
+
+
+#: The ``[[run]]`` keys passed as ``--KEY VALUE`` (``dma_engines`` as ``--dma-engines``) and
+#: that tell one kernel run from another in the summary; ``seed`` only changes the values.
+_RUN_FLAGS = ("core", "seed")
+_RTL_FLAGS = ("partitions", "rows", "cols", "dma_engines")
 
 
 def _run(c, blocks):
     if ("kernel" in c) == ("example" in c):
         raise ValueError("a [[run]] task names a kernel (FILE.py::FUNCTION) or an example")
-    argv = ["run"] + (["--example", str(c["example"])] if "example" in c else [str(c["kernel"])])
-    args = c.get("args")
-    if args:
-        argv += ["--args", *([args] if isinstance(args, str) else [str(a) for a in args])]
+    what = c.get("example") or c["kernel"]
+    argv = ["run"] + (["--example", what] if "example" in c else [what])
+    label = [what]
+    if c.get("args"):  # one task's device tensors: "q.npy:bfloat16 k.npy:bfloat16"
+        argv += ["--args", *c["args"].split()]
+        label.append(c["args"])
     if c.get("shapes"):  # one task's tensors: "128x512:bfloat16 512x512:bfloat16"
-        argv += ["--shapes", *str(c["shapes"]).split()]
-    for kw in [c["kwarg"]] if isinstance(c.get("kwarg"), str) else c.get("kwarg", []):
-        argv += ["--kwarg", str(kw)]
-    for key in ("core", "seed"):
+        argv += ["--shapes", *c["shapes"].split()]
+        label.append(c["shapes"])
+    kwargs = c.get("kwarg")
+    if isinstance(kwargs, dict):
+        kwargs = [f"{k}={v}" for k, v in kwargs.items()]
+    for kw in [kwargs] if isinstance(kwargs, str) else kwargs or ():
+        argv += ["--kwarg", kw]
+        label.append(kw)
+    for key in _RUN_FLAGS:
         if key in c:
             argv += [f"--{key}", str(c[key])]
+    if "core" in c:
+        label.append(f"core={c['core']}")
     design = None
     if c.get("rtl"):
         argv.append("--rtl")
-        for key in ("partitions", "rows", "cols", "dma_engines"):
+        geometry = [f"{k}={c[k]}" for k in _RTL_FLAGS if k in c]
+        for key in _RTL_FLAGS:
             if key in c:
                 argv += [f"--{key.replace('_', '-')}", str(c[key])]
-        design = "neuroncore " + " ".join(
-            f"{k}={c[k]}" for k in ("partitions", "rows", "cols", "dma_engines", "core") if k in c
-        )
-    label = str(c.get("example") or c.get("kernel")) + (f" core={c['core']}" if "core" in c else "")
-    return argv, label, design
+        label.append(" ".join(["rtl", *geometry]))
+        design = "neuroncore " + " ".join(f"{k}={c[k]}" for k in (*_RTL_FLAGS, "core") if k in c)
+    return argv, " ".join(label), design
 
 
 def _timing(c, blocks):
     args = c.get("args", "")
-    return ["timing", "matmul", *shlex.split(str(args))], "timing matmul " + str(args), None
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:  # an unclosed quote
+        raise ValueError(f"args {args!r} cannot be split into arguments ({exc})") from None
+    return ["timing", "matmul", *words], "timing matmul " + args, None
 
 
 # -- one task on a worker -------------------------------------------------------------------------
 
 
-def run_task(task, build=None):
+def command_argv(task, tmp):
+    """The ``ncrtl`` arguments a task runs with, its outputs in the folder ``tmp`` (a run's
+    report, a conformance run's JUnit file): the task's command as :func:`run_task` runs it,
+    and as ``ncrtl regress`` checks it before any cluster starts."""
+    argv = list(task.argv)
+    if task.kind == "run":
+        argv += ["--out", str(Path(tmp) / "out")]
+    elif task.kind == "conformance":
+        argv += ["--junit", str(Path(tmp) / "junit.xml")]
+    return argv
+
+
+def run_task(task, build=None, *, stop=None):
     """Run one task (on a Dask worker, or here): ``ncrtl`` in a subprocess of this Python, its
     figures read from its report (``run``), its summary (``conformance``: the JUnit file) or
     its output lines (``timing``).  ``build``: the result of the design's build task (only an
     ordering dependency).  Exit status 0 is a pass, 1 or 2 a fail (a mismatch, a broken rule);
-    anything else, or a Python traceback, an error."""
+    anything else, or a Python traceback, an error.
+
+    The command runs in a process group of its own (a session, so a Ctrl-C at the terminal
+    reaches the regression, not the tasks), under a leader (:func:`_leader`) that ends the group
+    when this process dies.  Past ``task.timeout`` seconds, or once ``stop()`` is true (default:
+    the task's Dask future was cancelled, or its worker is closing), the group is ended
+    (SIGTERM, SIGKILL after :data:`GRACE` seconds) and the task is an error naming why.  Its
+    temporary folder is removed in every case."""
     t0 = time.perf_counter()
     worker = os.environ.get("DASK_WORKER_NAME", "") or _worker_name()
-    with tempfile.TemporaryDirectory(prefix="ncrtl-regress-") as tmp:
-        argv = list(task.argv)
-        if task.kind == "run":
-            argv += ["--out", str(Path(tmp) / "out")]
-        elif task.kind == "conformance":
-            argv += ["--junit", str(Path(tmp) / "junit.xml")]
-        proc = subprocess.run(
-            [sys.executable, "-m", "ncrtl.cli", *argv],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "NCRTL_NO_PROGRESS": "1"},
-        )
-        figures = _figures(task, proc.stdout, Path(tmp))
+    stop = stop or _cancelled_check()
+    with tempfile.TemporaryDirectory(prefix="ncrtl-regress-", ignore_cleanup_errors=True) as tmp:
+        cmd = [*NCRTL, *command_argv(task, tmp)]
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _LEADER, tmp, *cmd],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                env={**os.environ, "NCRTL_NO_PROGRESS": "1"},
+                start_new_session=True,
+            )
+            why = None
+            try:
+                why = _wait(proc, task.timeout, stop)
+            finally:
+                if why is not None or proc.returncode is None:  # also on an exception here
+                    _end_group(proc)
+                proc.stdin.close()
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        figures = {} if why else _figures(task, stdout, Path(tmp))
     seconds = time.perf_counter() - t0
-    crashed = "Traceback (most recent call last)" in proc.stderr
-    if proc.returncode == 0:
+    crashed = "Traceback (most recent call last)" in stderr
+    if why:
+        tail = "\n".join((stderr.strip() or stdout.strip()).splitlines()[-5:])
+        status, message = "error", why + (f"; its last lines:\n{tail}" if tail else "")
+    elif proc.returncode == 0:
         status, message = "pass", ""
     elif proc.returncode in (1, 2) and not crashed:
         status = "fail"
-        message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-20:]
+        message = (stderr.strip() or stdout.strip()).splitlines()[-20:]
         message = "\n".join(message)
     else:
         status = "error"
-        message = f"ncrtl exited with status {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+        message = f"ncrtl exited with status {proc.returncode}: {stderr.strip()[-2000:]}"
     return TaskResult(task.index, status, seconds, worker, message, figures)
+
+
+def _wait(proc, timeout, stop):
+    """Wait for the task's process: None when it ended, else why it must be ended (its time
+    limit passed, or ``stop()``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(timeout=min(POLL, max(0.0, deadline - time.monotonic())))
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            return (
+                f"timed out after {timeout:g} s (the task's time limit: its table's timeout, "
+                f"else --task-timeout)"
+            )
+        if stop():
+            return "cancelled"
+
+
+def _end_group(proc):
+    """End the task's process group: SIGTERM, then SIGKILL for whatever is left after
+    :data:`GRACE` seconds (descendants that outlive the leader included)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        if sig == signal.SIGTERM:
+            try:
+                proc.wait(timeout=GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+    proc.wait()
+
+
+def _leader(tmp, cmd):
+    """The leader of a task's process group (``python -c _LEADER TMP CMD...``): runs ``cmd``
+    as its child in the group and exits with its status.  Its stdin is a pipe from the worker
+    that nothing writes: it ends only when the worker closes it or dies (the kernel closes a
+    dead process's files, however it died), and then the leader ends the group (SIGTERM,
+    SIGKILL after :data:`GRACE` seconds) and removes the task's folder ``tmp``, which the dead
+    worker can no longer do."""
+    # The group's SIGTERM is for the command; the leader stays to finish the job (a handler,
+    # unlike SIG_IGN, is not inherited by the command).
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    ending = threading.Event()
+
+    def watch():
+        while os.read(0, 4096):
+            pass
+        if child.poll() is not None:
+            return  # the task ended first: the worker closed the pipe after it
+        ending.set()
+        os.killpg(0, signal.SIGTERM)
+        try:
+            child.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.killpg(0, signal.SIGKILL)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    rc = child.wait()
+    if ending.is_set():
+        watcher.join()  # the group is being ended: its SIGKILL ends this process too
+    os._exit(rc if rc >= 0 else 128 - rc)  # no interpreter shutdown beside the watching thread
+
+
+_LEADER = (
+    "import sys; from ncrtl.testbench.regress import _leader; _leader(sys.argv[1], sys.argv[2:])"
+)
+
+
+def _cancelled_check():
+    """A function that says whether the Dask task running here is no longer wanted: its future
+    cancelled (Ctrl-C in ``ncrtl regress``) or released, or its worker closing.  Outside a
+    worker, never.  (The worker's task state is Dask's own; any surprise there reads as
+    'wanted', so a task is never stopped by a change in Dask.)"""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        key = worker.get_current_task()
+    except Exception:
+        return lambda: False
+
+    def cancelled():
+        try:
+            ts = worker.state.tasks.get(key)
+            return (
+                ts is None
+                or ts.state in ("cancelled", "released")
+                or worker.status.name in ("closing", "closed", "failed")
+            )
+        except Exception:
+            return False
+
+    return cancelled
 
 
 def _worker_name():
@@ -360,44 +718,165 @@ def _build_design(task):
 # -- the run --------------------------------------------------------------------------------------
 
 
-def start_client(*, cluster=None, jobqueue=None, workers=None, jobqueue_options=()):
-    """A Dask client: on the scheduler at ``cluster`` (an address), on a dask-jobqueue cluster
-    (``jobqueue``, one of :data:`JOBQUEUES`, asking the farm for ``workers`` jobs; options
-    ``KEY=VALUE`` for the cluster class), else a local cluster of ``workers`` processes (this
-    machine's cores).  A task whose worker dies is retried once elsewhere
+def local_worker_limit():
+    """The most local worker processes: :data:`WORKERS_PER_CORE` per core of this machine."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+_ADDRESS = re.compile(
+    r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):(?P<port>\d+)"
+)
+
+
+def check_cluster(
+    *, cluster=None, jobqueue=None, workers=None, jobqueue_options=(), connect_timeout=None
+):
+    """The cluster options' rules, before anything is read or started: one cluster named, a
+    scheduler's address of the form ``[SCHEME://]HOST:PORT``, ``workers`` at least 1 and at
+    most :func:`local_worker_limit` local processes or :data:`MAX_JOBS` farm jobs (none with
+    ``cluster``: that scheduler's workers are the ones started for it), options of the form
+    ``KEY=VALUE`` (with ``jobqueue`` only), the farm's submit command on PATH;
+    :class:`ClusterError` naming the option and the rule."""
+    if cluster is not None and jobqueue:
+        raise ClusterError("--cluster and --jobqueue name two clusters; give one")
+    if cluster is not None:
+        m = _ADDRESS.fullmatch(cluster)
+        if not m or (m["scheme"] and m["scheme"] not in SCHEMES) or not 1 <= int(m["port"]) < 65536:
+            raise ClusterError(
+                f"--cluster {cluster!r} is not a Dask scheduler's address: give "
+                f"[{'|'.join(SCHEMES)}://]HOST:PORT, e.g. tcp://sched-host:8786"
+            )
+    if workers is not None:
+        if cluster is not None:
+            raise ClusterError(
+                "--workers is for a local cluster or --jobqueue; the scheduler at --cluster "
+                "runs the workers started for it"
+            )
+        if jobqueue:
+            limit, rule = MAX_JOBS, "the jobs --jobqueue asks of the farm at once"
+        else:
+            limit = local_worker_limit()
+            rule = (
+                f"a local cluster runs at most {WORKERS_PER_CORE} worker processes per core "
+                f"({os.cpu_count() or 1} here); for more, a farm (--jobqueue) or a scheduler "
+                f"of your own (--cluster)"
+            )
+        if not 1 <= workers <= limit:
+            raise ClusterError(f"--workers {workers} must be in 1..{limit}: {rule}")
+    if jobqueue_options and not jobqueue:
+        raise ClusterError("--jobqueue-option needs --jobqueue (the farm it configures)")
+    for item in jobqueue_options or ():
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ClusterError(f"--jobqueue-option {item!r} is not of the form KEY=VALUE")
+    if connect_timeout is not None:
+        try:
+            check_timeout(connect_timeout, "--connect-timeout")
+        except PlanError as exc:
+            raise ClusterError(str(exc)) from None
+    if jobqueue and shutil.which(SUBMIT[jobqueue]) is None:
+        raise ClusterError(
+            f"--jobqueue {jobqueue} submits its workers with {SUBMIT[jobqueue]}, which is not on "
+            f"PATH: run ncrtl regress on the farm's submit host"
+        )
+
+
+def start_client(
+    *, cluster=None, jobqueue=None, workers=None, jobqueue_options=(), connect_timeout=None
+):
+    """A Dask client: on the scheduler at ``cluster`` (an address; :class:`ClusterError` when
+    none answers within ``connect_timeout`` seconds, default :data:`CONNECT_TIMEOUT`), on a
+    dask-jobqueue cluster (``jobqueue``, one of :data:`JOBQUEUES`, asking the farm for
+    ``workers`` jobs; options ``KEY=VALUE`` for the cluster class), else a local cluster of
+    ``workers`` processes (this machine's cores).  The options are checked first
+    (:func:`check_cluster`).  A task whose worker dies is retried once elsewhere
     (``distributed.scheduler.allowed-failures`` = 1), then reported as an error."""
+    check_cluster(
+        cluster=cluster,
+        jobqueue=jobqueue,
+        workers=workers,
+        jobqueue_options=jobqueue_options,
+        connect_timeout=connect_timeout,
+    )
     try:
         import dask
         from distributed import Client, LocalCluster
     except ImportError:
-        raise PlanError(
+        raise ClusterError(
             "ncrtl regress needs Dask: pip install 'ncrtl[cluster]' (make install installs it)"
         ) from None
     dask.config.set({"distributed.scheduler.allowed-failures": 1})
     if cluster:
-        return Client(cluster), None
+        timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
+        try:
+            return Client(cluster, timeout=timeout), None
+        except Exception as exc:  # refused, timed out, or something that speaks no Dask
+            raise ClusterError(
+                f"--cluster {cluster}: no Dask scheduler answered within {timeout:g} s "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
     if jobqueue:
         farm = jobqueue_cluster(jobqueue, jobqueue_options)
         farm.scale(jobs=workers or 1)
         return Client(farm), farm
     n = workers or os.cpu_count() or 1
-    local = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+    with _sigint_ignored():
+        local = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            preload=[__name__],  # dask_setup: a worker restarted later ignores SIGINT too
+        )
     return Client(local), local
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while the local workers start, so that they inherit it ignored: a Ctrl-C
+    at the terminal reaches every process of its group, and it is the regression's to handle
+    (it cancels the tasks, waits for them to end their processes, closes the workers), not each
+    worker's to die of mid-task."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to inherit from here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def dask_setup(worker):
+    """Dask's preload hook, run in each local worker process as it starts (its main thread):
+    SIGINT ignored, as :func:`_sigint_ignored` gives the workers started with the cluster,
+    for a worker the cluster starts again after one died."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def jobqueue_cluster(name, options=()):
     """The dask-jobqueue cluster of a farm (``name`` one of :data:`JOBQUEUES`), its options
     from ``KEY=VALUE`` strings (numbers as numbers), no job submitted yet; its workers retry a
-    lost task once, as the local cluster's."""
-    import dask
-    import dask_jobqueue
+    lost task once, as the local cluster's.  :class:`ClusterError` for dask-jobqueue missing
+    or an option its cluster class does not take."""
+    try:
+        import dask
+        import dask_jobqueue
+    except ImportError:
+        raise ClusterError(
+            "--jobqueue needs dask-jobqueue: pip install 'ncrtl[cluster]' (make install "
+            "installs it)"
+        ) from None
 
     dask.config.set({"distributed.scheduler.allowed-failures": 1})
     opts = {"cores": 1, "memory": "4GB", "processes": 1}
     for item in options:
         k, v = item.split("=", 1)
         opts[k.strip().replace("-", "_")] = _literal(v.strip())
-    return getattr(dask_jobqueue, JOBQUEUES[name])(**opts)
+    try:
+        return getattr(dask_jobqueue, JOBQUEUES[name])(**opts)
+    except (TypeError, ValueError) as exc:
+        raise ClusterError(f"--jobqueue {name} with {' '.join(options)}: {exc}") from None
 
 
 def _literal(v):
@@ -414,16 +893,21 @@ def run_plan(tasks, client, *, progress=True, on_result=None):
     Dask places them where the build is), then every task, each retried once if it raises;
     returns the :class:`TaskResult` s in task order (an error for a task that died).  Ctrl-C
     cancels what is left and returns what finished (the others as errors, ``interrupted``)."""
+    import uuid
+
     from distributed import as_completed
 
+    prefix = f"ncrtl-{uuid.uuid4().hex[:8]}-"  # this run's tasks among a scheduler's others
     builds = {}
     for t in tasks:
         if t.design and t.kind == "conformance" and t.design not in builds:
-            builds[t.design] = client.submit(_build_design, t, key=f"build-{t.index}", pure=False)
+            key = f"{prefix}build-{t.index}"
+            builds[t.design] = client.submit(_build_design, t, key=key, pure=False)
     futures = {}
     for t in sorted(tasks, key=lambda t: (t.design or "", t.index)):
         dep = builds.get(t.design)
-        futures[client.submit(run_task, t, dep, key=f"task-{t.index}", pure=False, retries=1)] = t
+        key = f"{prefix}task-{t.index}"
+        futures[client.submit(run_task, t, dep, key=key, pure=False, retries=1)] = t
     results = {}
     done = failed = 0
     bar = _Progress(len(tasks)) if progress else None
@@ -442,14 +926,34 @@ def run_plan(tasks, client, *, progress=True, on_result=None):
             if bar:
                 bar.show(done, len(tasks) - done, failed)
     except KeyboardInterrupt:
-        for fut in futures:
-            fut.cancel()
+        # a cancelled task ends its process group at its next look (run_task); the workers
+        # closed after this end the groups of any task that still runs (their leaders)
+        client.cancel(list(futures) + list(builds.values()), force=True)
+        _wait_for_running(client, prefix + "task-", GRACE + 2 * POLL)
         for t in tasks:
             results.setdefault(t.index, TaskResult(t.index, "error", message="interrupted"))
     finally:
         if bar:
             bar.close()
     return [results[t.index] for t in tasks]
+
+
+def _wait_for_running(client, prefix, timeout):
+    """Wait (at most ``timeout`` seconds) until no worker runs a task whose key begins with
+    ``prefix``: cancelled, each ends its process group at its next look, and the workers can
+    then be closed with nothing of theirs still running."""
+
+    def running(dask_worker):
+        return sum(str(k).startswith(prefix) for k in dask_worker.active_threads.values())
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if not any(client.run(running).values()):
+                return
+        except Exception:  # a worker gone meanwhile: its leaders end its tasks' groups
+            return
+        time.sleep(POLL)
 
 
 class _Progress:
@@ -476,8 +980,9 @@ class _Progress:
 
 def summary_table(tasks, results):
     """The summary, as text: per conformance block and mode (tasks, vectors, mismatches, time),
-    per kernel (cycles, Tensor Engine utilization), per timing run (cycles, TFLOPS), then the
-    totals and the command of every task that did not pass."""
+    per kernel run (its kernel, inputs, core and RTL geometry: the timing model's cycles, the
+    RTL's cycles, Tensor Engine utilization), per timing run (cycles, TFLOPS), then the totals
+    and the command of every task that did not pass (with an error's reason)."""
     by = {}
     for t, r in zip(tasks, results):
         by.setdefault((t.kind, t.label), []).append(r)
@@ -485,7 +990,7 @@ def summary_table(tasks, results):
     w = max((len(label) for _, label in by), default=10) + 2
     for kind, title, cols in (
         ("conformance", "conformance", ("vectors", "mismatches")),
-        ("run", "kernels", ("total_cycles", "te_utilization")),
+        ("run", "kernels", ("total_cycles", "rtl_cycles", "te_utilization")),
         ("timing", "timing", ("total_cycles", "tflops")),
     ):
         rows = [(label, rs) for (k, label), rs in by.items() if k == kind]
@@ -503,7 +1008,7 @@ def summary_table(tasks, results):
                     figs.append("-")
                 elif c in ("vectors", "mismatches"):
                     figs.append(f"{sum(vals):,}")
-                elif c == "total_cycles":
+                elif c in ("total_cycles", "rtl_cycles"):
                     figs.append(f"{max(vals):,}" if len(set(vals)) > 1 else f"{vals[0]:,}")
                 else:
                     figs.append(f"{sum(vals) / len(vals):.3f}")
@@ -521,7 +1026,9 @@ def summary_table(tasks, results):
     bad = [(t, r) for t, r in zip(tasks, results) if r.status != "pass"]
     if bad:
         lines.append("to reproduce on one machine:")
-        lines += [f"  [{r.status}] {t.command}" for t, r in bad]
+        for t, r in bad:  # an error says why (a fail's reason is the command's own output)
+            why = r.message.splitlines()[0] if r.status == "error" and r.message else ""
+            lines.append(f"  [{r.status}] {t.command}" + (f"  ({why})" if why else ""))
     return "\n".join(lines)
 
 

@@ -13,16 +13,24 @@ from .common import (
 )
 
 
-def _cmd_conformance(args):
-    from ncrtl.testbench.conformance import run_conformance
-
+def check(args):
+    """Everything ``ncrtl conformance`` refuses before it builds: the count, the seed, the
+    stall, the report's path, the block, its parameters and their build, and the program
+    against the design.  Returns the runs (block, parameters); :class:`UsageError` (or the
+    block's error) naming the first rule broken."""
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     _check_seed(args.seed)
     _check_stall(args.stall)
     if args.junit:
         check_output(args.junit, "--junit")
-    runs = _expand(args.block, args.param, args, run=True)  # last: it says the PE build
+    return _expand(args.block, args.param, args, run=True)  # last: it says the PE build
+
+
+def _cmd_conformance(args):
+    from ncrtl.testbench.conformance import run_conformance
+
+    runs = check(args)
     return run_conformance(
         runs,
         count=args.count,

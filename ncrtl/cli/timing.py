@@ -9,8 +9,12 @@ from ..testbench.outputs import check_output, write_output
 from .common import SPARSE_PATTERNS, UsageError, sparse_ratio
 
 
-def _cmd_timing(args):
-    """``ncrtl timing matmul``: figures of R nc_matmuls from the timing model alone."""
+def check(args):
+    """Everything ``ncrtl timing matmul`` refuses before it simulates: the arguments, the
+    program's size and tiles, and each of its distinct instructions against the engine's rules
+    (the rules :func:`isa.check` states, which the simulation applies to every instruction).
+    Returns ``(k, m, tile, sparse, rules, program)`` for the run; :class:`UsageError` naming
+    the first rule broken."""
     from ..model.modes import operations
     from ..model.tensor_engine import timing
 
@@ -71,6 +75,24 @@ def _cmd_timing(args):
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    # The program repeats one LS and MM per tile: the first tiles' pairs are all it holds.
+    for i in range(0, min(len(prog), 2 * args.tiles), 2):
+        for index, ins, ls in ((i, prog[i], None), (i + 1, prog[i + 1], prog[i])):
+            bad = isa.check(ins, args.rows, args.cols, ls, tile_unit=args.tile_unit)
+            if bad is not None:
+                raise UsageError(_rejected(index, ins, *bad))
+    return k, m, tile, sparse, rules, prog
+
+
+def _rejected(index, ins, error, message):
+    return f"instruction {index} ({ins.op.name}) is rejected: {error.name}: {message}"
+
+
+def _cmd_timing(args):
+    """``ncrtl timing matmul``: figures of R nc_matmuls from the timing model alone."""
+    from ..model.tensor_engine import timing
+
+    k, m, tile, sparse, rules, prog = check(args)
     sched = _simulate(prog, args, rules, "timing model")
     mms = [r for r in sched.records if r.instruction.op == Op.MM]
     what = f"nc_matmul {args.dtype} K={k}"
@@ -132,10 +154,7 @@ def _simulate(prog, args, rules, label):
         )
     bad = next((r for r in sched.records if not r.accepted), None)
     if bad is not None:
-        raise UsageError(
-            f"instruction {bad.index} ({bad.instruction.op.name}) is rejected: "
-            f"{bad.error.name}: {bad.message}"
-        )
+        raise UsageError(_rejected(bad.index, bad.instruction, bad.error, bad.message))
     return sched
 
 
