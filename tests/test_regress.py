@@ -18,6 +18,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+import tomllib
 
 from ncrtl.cli import main
 from ncrtl.testbench import regress
@@ -62,6 +63,23 @@ def test_a_plan_is_crossed_into_tasks_with_their_commands():
     assert tasks[3].command == "ncrtl timing matmul --sparse 4:16 --n 128 --repeat 4"
     assert tasks[5].command == "ncrtl run --example matmul_basic --core v4"
     assert tasks[5].label == "matmul_basic core=v4" and tasks[5].design is None
+
+
+def test_the_documented_plan_is_checked_as_a_regression_checks_it():
+    """docs/regress.md's plan crosses to its tasks and every one passes its command's check,
+    but the [[run]] of the reader's own kernel, whose file is theirs."""
+    from ncrtl.cli.regress import check_tasks
+
+    doc = (Path(__file__).parents[1] / "docs" / "regress.md").read_text()
+    plan = parse_plan(tomllib.loads(re.search(r"```toml\n(.*?)```", doc, re.S)[1]))
+    assert plan["run"][2]["kernel"] == "my_kernels.py::attention"
+    assert plan["run"][2]["timeout"] == 7200
+    del plan["run"][2]
+    tasks = expand(plan)
+    assert len(tasks) == 4 + 6 + 4 + 4 + 2
+    check_tasks(tasks)
+    pe = [t for t in tasks if t.label.startswith("pe_array")]
+    assert all("--param=sparse=1" in t.argv and "--param=block=2" in t.argv for t in pe)
 
 
 def test_a_grid_with_params_and_geometry():

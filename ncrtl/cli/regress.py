@@ -77,13 +77,17 @@ def check_tasks(tasks, plan="plan"):
     command refuses before its work), with the outputs where :func:`regress.run_task` puts
     them.  The first task refused is one :class:`UsageError` naming the plan, the table, the
     task and its combination, and the command's message; nothing is printed for the others."""
-    from ..testbench import regress
+    from ..testbench import progress, regress
     from . import build_parser, conformance, run, timing
 
     checks = {"conformance": conformance.check, "run": run.check, "timing": timing.check}
     parser = build_parser()
-    with tempfile.TemporaryDirectory(prefix="ncrtl-regress-check-") as tmp:
-        for task in tasks:
+    with (
+        tempfile.TemporaryDirectory(prefix="ncrtl-regress-check-") as tmp,
+        progress.step(f"checking {len(tasks):,} task(s)") as state,
+    ):
+        for i, task in enumerate(tasks):
+            state["detail"] = f"{i:,} checked"
             said = io.StringIO()  # what the command would print (a PE build, usage) is not said
             try:
                 with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
