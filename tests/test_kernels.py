@@ -324,25 +324,25 @@ def test_a_matmul_stays_in_one_psum_bank():
 
 def test_dma_timing_against_its_closed_form(runs):
     """transpose_dma: a [256, 128] bf16 transpose into SBUF, then the [128, 256] tile out, one
-    after the other (the second reads what the first wrote).  Each moves 4,096 16-byte words
-    on 16 engines, 256 words each: the transpose reads a word per device-memory read, at 8/9
-    of a word per cycle (288 cycles; ``outstanding / (latency + 3)``), the copy out reads the
-    SBUF at a word per cycle (256 cycles); then each the fixed latency of 1,820 + 4 + 6 + 4
-    cycles, at 1.4 GHz."""
+    after the other (the second reads what the first wrote).  Each moves 128 partitions of
+    512 bytes on 16 engines, 8 partitions each, a packet per partition (docs/kernels.md,
+    "Costs"): the transpose at 90% of a copy's rate, the copy out at the rate; then each the
+    1.3 us latency (NeuronCore-v3: 23 B/ns per engine, a packet the time of 256 bytes)."""
     e, ins, res = runs["transpose_dma"]
-    fixed = 1820 + 4 + 6 + 4
-    assert res.report.total_ns == pytest.approx((288 + fixed + 256 + fixed) / 1.4, abs=1e-6)
+    c = ktiming.DMA_COSTS["v3"]
+    assert c.transfer_ns(128, 512, rate=0.9) == pytest.approx(8 * (256 + 512 / 0.9) / 23)
+    want = c.transfer_ns(128, 512, rate=0.9) + c.transfer_ns(128, 512) + 2 * 1300
+    assert res.report.total_ns == pytest.approx(want, abs=2 * res.report.core.ns(1))
 
 
 def test_tiled_matmul_timing_bounds(runs):
     """matmul_tiled: the Tensor Engine needs at least 8 x 512 cycles for its 8 matmuls, and
-    no run is shorter than its DMA bytes over the 16 engines' peak (16 B x 8/9 per cycle at
-    1.4 GHz each)."""
+    no run is shorter than its DMA bytes over the 16 engines' peak (368 GB/s on v3)."""
     e, ins, res = runs["matmul_tiled"]
     rep = res.report
     lo, hi = rep.te_window
     assert (hi - lo) / rep.core.clocks["tensor"].period >= 8 * 512
-    assert rep.total_ns >= rep.dma_bytes / (16 * 16 * 8 / 9 * 1.4)
+    assert rep.total_ns >= rep.dma_bytes / 368
     assert rep.utilization(window=True) == pytest.approx(8 * 512 / ((hi - lo) / 14), rel=1e-9)
 
 
@@ -465,12 +465,11 @@ def test_one_matmul_examples_against_the_tensor_engine_rules(runs, name):
 
 def test_two_core_exchange_against_its_closed_form(runs):
     """exchange_halves: a load, the sendrecv and a store, one after the other on each core,
-    each moving a [128, 64] FP32 tile (2,048 words on 16 engines: 128 words each, 128 cycles
-    at a word per cycle: the load reads 16-word bursts, the others the SBUF) and then the
-    1,834 cycles of fixed latency, at 1.4 GHz."""
+    each moving a [128, 64] FP32 tile (128 partitions of 256 bytes on 16 engines, 8 each, a
+    packet per partition) and then the 1.3 us latency (docs/kernels.md, "Costs")."""
     e, ins, res = runs["exchange_halves"]
-    one = 128 + 1820 + 4 + 6 + 4
-    assert res.report.total_ns == pytest.approx(3 * one / 1.4, abs=1e-6)
+    one = ktiming.DMA_COSTS["v3"].transfer_ns(128, 256) + 1300
+    assert res.report.total_ns == pytest.approx(3 * one, abs=3 * res.report.core.ns(1))
 
 
 def test_accumulate_none_starts_over_after_an_eviction():

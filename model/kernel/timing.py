@@ -53,7 +53,17 @@ from ncrtl.model.tensor_engine.timing import (
     peak_macs_per_cycle,
 )
 
-__all__ = ["simulate", "Report", "Params", "DgeStage", "FIXED_LATENCY", "DMA_WORD_BYTES"]
+__all__ = [
+    "simulate",
+    "Report",
+    "Params",
+    "DgeStage",
+    "DmaCosts",
+    "DMA_COSTS",
+    "dma_costs",
+    "FIXED_LATENCY",
+    "DMA_WORD_BYTES",
+]
 
 #: Cycles from the end of a Vector / Scalar / GpSimd instruction's occupancy to its completion.
 FIXED_LATENCY = 100
@@ -61,6 +71,66 @@ FIXED_LATENCY = 100
 DMA_WORD_BYTES = 16
 #: The documented per-transfer overhead, 1.3 us, in cycles of the 1.4 GHz DMA clock.
 DMA_OVERHEAD = 1820
+
+
+@dataclass(frozen=True)
+class DmaCosts:
+    """The DMA engines' costs as the documentation states them (docs/kernels.md, "Costs"):
+    ``bytes_per_ns`` one engine's peak (the NKI DMA bandwidth guide: 17 / 23 / 33 B/ns on
+    Trainium1 / 2 / 3), ``packet_bytes`` the per-packet (descriptor) cost as the bytes an engine
+    moves in that time (fitted to the guide's payload curve: below 256 B per partition the
+    packet costs more than its data), ``latency_ns`` the cross-engine semaphore-to-start
+    latency (overlapped with other transfers' data), the rate of a DMA transpose against a copy
+    from the device memory and from the SBUF (seed 000: up to 90%, up to 50%), and ``dge_ns``
+    a descriptor generator's time per instruction (seed 000: about 600 ns on NeuronCore-v3).
+
+    One engine moves ``rows`` partitions of ``b`` bytes each, ``k`` packets per partition, in
+    ``rows x (k x packet_bytes + b / rate) / bytes_per_ns`` ns (:meth:`engine_ns`); a transfer
+    of ``P`` partitions uses ``min(16, P)`` engines, each ``ceil(P / engines)`` partitions."""
+
+    bytes_per_ns: float
+    packet_bytes: float = 256
+    latency_ns: float = 1300
+    transpose_hbm: float = 0.9
+    transpose_sbuf: float = 0.5
+    dge_ns: float = 600
+
+    @property
+    def packet_ns(self):
+        return self.packet_bytes / self.bytes_per_ns
+
+    def engine_ns(self, rows, bytes_per_row, packets_per_row=1, rate=1.0):
+        """ns one engine takes to move ``rows`` partitions (rows of the transfer) of
+        ``bytes_per_row`` bytes in ``packets_per_row`` packets each, at ``rate`` of a copy."""
+        return rows * (
+            packets_per_row * self.packet_ns + bytes_per_row / (rate * self.bytes_per_ns)
+        )
+
+    def transfer_ns(
+        self, partitions, bytes_per_partition, packets_per_partition=1, engines=16, rate=1.0
+    ):
+        """ns of data movement of a lone transfer (the latency apart): its busiest engine's."""
+        parts = max(1, min(engines, partitions))
+        rows = -(-partitions // parts)
+        return self.engine_ns(rows, bytes_per_partition, packets_per_partition, rate)
+
+    def efficiency(self, bytes_per_packet):
+        """The fraction of an engine's peak a stream of packets of ``bytes_per_packet`` gets."""
+        return bytes_per_packet / (bytes_per_packet + self.packet_bytes)
+
+
+#: Per-engine DMA bandwidth by NeuronCore version (the NKI DMA bandwidth guide's table:
+#: TRN1 17, TRN2 23, TRN3 33 B/ns; 272 / 368 / 528 GB/s over 16 engines).
+DMA_COSTS = {"v2": DmaCosts(17), "v3": DmaCosts(23), "v4": DmaCosts(33)}
+
+
+def dma_costs(core):
+    """The documented :class:`DmaCosts` of ``core`` (a :class:`~ncrtl.model.kernel.stream.Core`
+    or its name)."""
+    name = getattr(core, "name", core)
+    if name not in DMA_COSTS:
+        raise ValueError(f"no documented DMA costs for core {name!r}: {', '.join(DMA_COSTS)}")
+    return DMA_COSTS[name]
 
 
 @dataclass(frozen=True)
@@ -87,13 +157,25 @@ class Params:
     descriptor generators (:class:`DgeStage`; none by default), and ``starts``: per stream
     (``"tensor"``, ``"dma0"`` ...) the cycle of its engine's clock from which it may take its
     first instruction (every stream from 0 by default; the RTL core's instruction fetch
-    staggers them: ``ncrtl.hdl.neuroncore.isa.fetch_starts``)."""
+    staggers them: ``ncrtl.hdl.neuroncore.isa.fetch_starts``).
+
+    ``dma_costs``: ``"documented"`` (the default) charges a transfer the documented costs of
+    its core version (:data:`DMA_COSTS`); a :class:`DmaCosts` those; None the data-path words
+    of ``dma`` (:func:`~ncrtl.model.dma.timing.bandwidth_cycles`) and its fixed latency, as
+    the RTL core moves them."""
 
     te_rules: object = DOCUMENTED
     dma: EngineTiming = EngineTiming(word_bytes=DMA_WORD_BYTES, overhead=DMA_OVERHEAD)
     fixed_latency: int = FIXED_LATENCY
     dge: DgeStage | None = None
     starts: dict | None = None
+    dma_costs: object = "documented"
+
+    def costs_for(self, core):
+        """The :class:`DmaCosts` a run on ``core`` uses (None: the data-path word model)."""
+        if self.dma_costs == "documented":
+            return dma_costs(core)
+        return self.dma_costs
 
     @property
     def dma_latency(self):
@@ -339,6 +421,27 @@ def _earliest(holds, t, dur, engine):
     return t
 
 
+def _runs(ref):
+    """The contiguous runs of bytes of the view ``ref`` (an on-chip view's partitions apart):
+    the packets a DMA engine moves it in."""
+    return max(1, ref.size * ref.element.itemsize // _run_bytes(ref))
+
+
+def _run_bytes(ref):
+    """Bytes of one contiguous run of the view ``ref``."""
+    run = ref.element.itemsize
+    step = 1
+    pat = ref.pattern
+    for s, num in reversed(pat[1:] if ref.on_chip else pat):
+        if num == 1:
+            continue
+        if s != step:
+            break
+        run *= num
+        step *= num
+    return run
+
+
 def _runs_words(ref, *, per_run=False):
     """Data-path words to move the view ``ref``: per contiguous run of bytes, its words (with
     ``per_run``: the words of one run, the longest read burst the view allows)."""
@@ -393,6 +496,12 @@ def simulate(program, *, params=None, trace=False):
         for _ in programs
     ]
     pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
+    costs = params.costs_for(core)
+    # a transfer completes this many ticks after its data has moved
+    if costs is not None:
+        dma_latency = round(costs.latency_ns * ev.tick_mhz / 1000)
+    else:
+        dma_latency = params.dma_latency * clocks["dma"].period
     dge = params.dge
     dge_state = [
         [{"free": 0, "last": 0, "asking": {}} for _ in range(dge.count if dge else 0)]
@@ -403,6 +512,19 @@ def simulate(program, *, params=None, trace=False):
     # GpSimdE, and each PSUM bank VectorE and ScalarE share (on v2, PSUM as one).
     buses = [_Busy() for _ in programs]
     banks = [[_Busy() for _ in range(core.psum_banks)] for _ in programs]
+    # Descriptor generation (documented costs only): the two hardware DGEs' free ticks per
+    # core, and the GpSimd engine as software DGE holds it (only when a transfer asks for it,
+    # so that GpSimd's own instructions keep no spans otherwise).
+    hw_dge_free = [[0, 0] for _ in programs]
+    dge_ticks = round(costs.dge_ns * ev.tick_mhz / 1000) if costs is not None else 0
+    sw_dge = costs is not None and any(
+        i.args.get("dge") == "sw"
+        for p in programs
+        for n, st in p.streams.items()
+        if n.startswith("dma")
+        for i in st
+    )
+    gpsimd_engine = [_Busy() for _ in programs]
     decoded = {}  # instruction word -> Instruction, one object per distinct word
     stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
     slices = {}  # (stream, index) -> trace slice
@@ -447,6 +569,8 @@ def simulate(program, *, params=None, trace=False):
         """``(engine-ticks of data movement, engines it can use)`` of a transfer."""
         (dst,), src = ins.dsts, ins.srcs[0]
         stats["dma_bytes"] += dst.size * dst.element.itemsize
+        if costs is not None:
+            return documented_dma_work(ins, dst, src)
         parts = max(
             1, min(core.dma_engines, dst.view_shape[0] if dst.on_chip else src.view_shape[0])
         )
@@ -461,6 +585,26 @@ def simulate(program, *, params=None, trace=False):
             cycles *= 2
         return cycles * parts * clocks["dma"].period, parts
 
+    def documented_dma_work(ins, dst, src):
+        """The documented costs (:class:`DmaCosts`): the transfer's rows (partitions of its
+        on-chip side, else the device side's outer entries) over ``min(16, rows)`` engines,
+        each row its packets (the contiguous runs of the side cut finer, at least one) and
+        its bytes at the engine's rate (a transpose's 90% from the device memory, 50% SBUF to
+        SBUF)."""
+        nbytes = dst.size * dst.element.itemsize
+        side = dst if dst.on_chip else src
+        rows = max(1, side.view_shape[0])
+        if ins.op == "dma_transpose":
+            # the engines write the destination's tiles together: its runs are the packets
+            packets = max(rows, _runs(dst))
+            rate = costs.transpose_sbuf if src.on_chip else costs.transpose_hbm
+        else:
+            packets = max(rows, _runs(dst), _runs(src))
+            rate = 1.0
+        parts = min(core.dma_engines, rows)
+        ns = costs.engine_ns(-(-rows // parts), nbytes / rows, packets / rows, rate)
+        return ns * ev.tick_mhz / 1000 * parts, parts
+
     def compute_timing(s, ins, ready):
         period = s.clock.period
         dst = ins.dsts[0]
@@ -474,6 +618,8 @@ def simulate(program, *, params=None, trace=False):
         on_sbuf = any(r.space == "sbuf" for r in (*ins.dsts, *ins.srcs))
         if on_sbuf and (s.local == "gpsimd" or (s.local == "vector" and (factor > 1 or v2))):
             holds.append(buses[s.core])
+        if sw_dge and s.local == "gpsimd":
+            holds.append(gpsimd_engine[s.core])
         if s.local in ("vector", "scalar"):
             for r in (*ins.dsts, *ins.srcs):
                 if r.space == "psum":
@@ -530,7 +676,7 @@ def simulate(program, *, params=None, trace=False):
                 return
             end = max(moved.values())
             for st, i, _ready, w, b in sides.values():
-                done = max(end + params.dma_latency * clocks["dma"].period, st.last_done)
+                done = max(end + dma_latency, st.last_done)
                 finish(st, i, _ready, start, end, done, w, b)
             for st, *_ in sides.values():
                 advance(st)
@@ -606,7 +752,7 @@ def simulate(program, *, params=None, trace=False):
             entry[3] = ev.now
             while s.pending and s.pending[0][3] is not None:
                 i, r, start, end, w, b = s.pending.pop(0)
-                done = max(end + params.dma_latency * period, s.last_done)
+                done = max(end + dma_latency, s.last_done)
                 finish(s, i, r, start, end, done, w, b)
             issue_dge(s)
 
@@ -634,15 +780,16 @@ def simulate(program, *, params=None, trace=False):
             if s.local.startswith("dma"):
                 start = max(ready, s.free, ev.now)
                 work, cap = dma_work(ins)
+                data = start + descriptors(s, ins, start)
 
                 def moved(s=s, ins=ins, ready=ready, start=start, waited=waited, blocker=blocker):
                     end = ev.now
-                    done = max(end + params.dma_latency * s.clock.period, s.last_done)
+                    done = max(end + dma_latency, s.last_done)
                     finish(s, ins, ready, start, end, done, waited, blocker)
                     advance(s)
 
-                if start > ev.now:
-                    ev.at(start, pools[c].submit, work, cap, moved)
+                if data > ev.now:
+                    ev.at(data, pools[c].submit, work, cap, moved)
                 else:
                     pools[c].submit(work, cap, moved)
                 return
@@ -652,6 +799,26 @@ def simulate(program, *, params=None, trace=False):
                 start, end, done = compute_timing(s, ins, ready)
             done = max(done, s.last_done)
             finish(s, ins, ready, start, end, done, waited, blocker)
+
+    def descriptors(s, ins, start):
+        """Ticks from a transfer's start to its data's (documented costs): a hardware DGE's
+        wait and time (queue ``q`` on DGE ``q % 2``, or the one of its ``dge_engine``: Sync 0,
+        Scalar 1), the GpSimd engine's as software DGE, nothing for precomputed descriptors."""
+        mode = ins.args.get("dge") if costs is not None else None
+        if mode == "hw":
+            which = ins.args.get("dge_engine")
+            g = {"sync": 0, "scalar": 1}.get(which, int(s.local[3:]) % 2)
+            free = hw_dge_free[s.core]
+            t = max(start, free[g])
+            free[g] = t + dge_ticks
+            return free[g] - start
+        if mode == "sw":
+            gp = gpsimd_engine[s.core]
+            # held as the queue's, so that two queues' generations take turns
+            t = _earliest([gp], start, dge_ticks, s.name)
+            gp.add(t, t + dge_ticks, s.name)
+            return t + dge_ticks - start
+        return 0
 
     def finish(s, ins, ready, start, end, done, waited, blocker):
         rec = Record(ins, ready, start, end, done, waited, blocker if waited else None, s.name)

@@ -47,7 +47,8 @@ def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES, starts=Non
     dge = timing.DgeStage(
         cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight, queues=geo.dma_queues
     )
-    return timing.Params(dma=dma, dge=dge, starts=starts)
+    # the RTL's own data path and none of the documented costs it does not have
+    return timing.Params(dma=dma, dge=dge, starts=starts, dma_costs=None)
 
 
 def simulate_at_rtl(program, geo, latency, *, trace=False, starts=None):

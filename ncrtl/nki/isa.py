@@ -651,7 +651,7 @@ def dma_copy(
         )
     if dtype_of(src.dtype).packed != dtype_of(dst.dtype).packed:
         fail(call, f"src {src.dtype} and dst {dst.dtype}: packed types are copied as they are")
-    _emit("dma", "dma_copy", [d], [s], {}, call)
+    _emit("dma", "dma_copy", [d], [s], _dge(call, dge_mode, engine), call)
 
 
 def dma_transpose(
@@ -673,7 +673,31 @@ def dma_transpose(
         fail(call, f"src {src.dtype} and dst {dst.dtype} must be one 2- or 4-byte dtype")
     if len(src.shape) != 2 or tuple(dst.shape) != tuple(src.shape[::-1]):
         fail(call, f"dst {list(dst.shape)} must be src {list(src.shape)} transposed (2-D)")
-    _emit("dma", "dma_transpose", [d], [s], {}, call)
+    _emit("dma", "dma_transpose", [d], [s], _dge(call, dge_mode, engine.unknown), call)
+
+
+def _dge(call, mode, trigger):
+    """A transfer's descriptor generation as the timing model takes it (docs/kernels.md,
+    "Costs"): ``{"dge": "hw", "dge_engine": ...}`` (the hardware DGE, NeuronCore-v3 and later,
+    triggered by the Scalar or Sync engine's queue), ``{"dge": "sw"}`` (on the GpSimd engine),
+    nothing for precomputed descriptors (``none``, or ``unknown``: the compiler's choice)."""
+    if mode in (dge_mode.unknown, dge_mode.none, None):
+        return {}
+    if mode == dge_mode.swdge:
+        return {"dge": "sw"}
+    if mode != dge_mode.hwdge:
+        fail(call, f"dge_mode={mode!r}: one of nisa.dge_mode's unknown, none, swdge, hwdge")
+    name = current(call).core.name
+    if name == "v2":
+        fail(call, "dge_mode=hwdge: the hardware descriptor generator is NeuronCore-v3 and later")
+    by = {engine.scalar: "scalar", engine.sync: "sync"}
+    if trigger not in (None, engine.unknown, *by):
+        fail(
+            call,
+            f"engine={trigger!r}: only nisa.engine.scalar or nisa.engine.sync trigger the "
+            "hardware descriptor generator (dge_mode=hwdge)",
+        )
+    return {"dge": "hw", **({"dge_engine": by[trigger]} if trigger in by else {})}
 
 
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
