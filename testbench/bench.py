@@ -127,6 +127,8 @@ def run_bench(args):
                 family,
                 _thread_counts(getattr(args, "band_threads", None)),
             )
+    if only in (None, "dma-curve"):
+        ok &= _bench_dma_curve()
     if only in (None, "dma"):
         ok &= _bench_dma(getattr(args, "dma_partitions", 16))
         ok &= _bench_dma_qos()
@@ -872,6 +874,65 @@ def _pyplot():
         )
         return None
     return plt
+
+
+#: ``ncrtl bench --only dma-curve``: bytes per partition (64 B to 64 KiB) and partitions.
+CURVE_BYTES = tuple(64 << i for i in range(11))
+CURVE_PARTITIONS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _documented_point(nbytes):
+    """The NKI DMA bandwidth guide's range that ``nbytes`` per partition falls in."""
+    if nbytes < 256:
+        return "< 256 B: overhead-bound"
+    if nbytes < 2048:
+        return "256 B - 2 KiB: improving"
+    if nbytes < 4096:
+        return ">= 2 KiB: near peak"
+    return ">= 4 KiB: saturating"
+
+
+def _bench_dma_curve():
+    """The kernel timing model's DMA costs (docs/kernels.md, "Costs"): the achieved GB/s of
+    one device memory -> SBUF copy (its data, the 1.3 us latency apart, as in a stream of
+    transfers) against bytes per partition and partitions, per core version, beside the
+    documented points."""
+    from ncrtl.model.kernel import timing as ktiming
+    from ncrtl.model.kernel.stream import CORES, Instruction, Program, Ref
+
+    def achieved(core, partitions, nbytes):
+        f = nbytes // 2
+        pattern = ((f, partitions), (1, f))
+        ins = Instruction(
+            "dma0",
+            "dma_copy",
+            dsts=(Ref("sbuf", "a", 0, (partitions, f), "bfloat16", pattern),),
+            srcs=(Ref("hbm", "x", 0, (partitions, f), "bfloat16", pattern),),
+        )
+        rep = ktiming.simulate(Program(core, {"dma0": [ins]}, {}, [], [], "dma_curve"))
+        rec = rep.records["dma0"][0]
+        return partitions * nbytes / rep.core.ns(rec.end - rec.start)
+
+    t0 = time.perf_counter()
+    print("\nDMA costs of the kernel timing model: GB/s of one device memory -> SBUF copy")
+    print("(its data; the 1.3 us latency overlaps other transfers), by partitions")
+    for name in ("v2", "v3", "v4"):
+        core = CORES[name]
+        c = ktiming.dma_costs(core)
+        peak = c.bytes_per_ns * core.dma_engines
+        print(
+            f"\nNeuronCore-{name}: {c.bytes_per_ns:g} B/ns per engine, {peak:g} GB/s for "
+            f"{core.dma_engines}; a packet costs {c.packet_bytes:g} bytes' time "
+            f"({c.packet_ns:.1f} ns)"
+        )
+        head = "".join(f"{p:>8}" for p in CURVE_PARTITIONS)
+        print(f"{'bytes/partition':>15}{head}  of peak  documented")
+        for b in CURVE_BYTES:
+            row = [achieved(core, p, b) for p in CURVE_PARTITIONS]
+            cells = "".join(f"{g:8.1f}" for g in row)
+            print(f"{b:>15}{cells}  {row[-1] / peak:7.3f}  {_documented_point(b)}")
+    print(f"\n({time.perf_counter() - t0:.1f} s)")
+    return True
 
 
 def _bench_dma(partitions=16, word_bytes=16, clock_ghz=1.4, plot="build/bench/dma_bandwidth.png"):

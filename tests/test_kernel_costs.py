@@ -150,3 +150,21 @@ def test_the_rtl_comparison_keeps_the_rtl_data_path():
     assert rtl_params(small, 8).dma_costs is None
     job = jobs.example_job("matmul_basic", small, np.random.default_rng(3))
     assert round(model_at_rtl(job.program, small).total_ns) == 1916
+
+
+def test_bench_dma_curve_prints_the_model_beside_the_documented_points(capsys):
+    """``ncrtl bench --only dma-curve``: per core version, the model's GB/s for 64 B to 64 KiB
+    per partition and 1 to 128 partitions, each row beside the guide's range."""
+    from ncrtl.cli import main
+
+    assert main(["bench", "--only", "dma-curve"]) == 0
+    out = capsys.readouterr().out
+    for name, peak in (("v2", 272), ("v3", 368), ("v4", 528)):
+        assert f"NeuronCore-{name}: " in out and f"{peak} GB/s for 16" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 3 * 11
+    v3 = {int(r[0]): r for r in rows[11:22]}
+    assert float(v3[2048][8]) == pytest.approx(16 * 23 * 2048 / (2048 + 256), abs=0.05)
+    assert float(v3[2048][1]) == pytest.approx(23 * 2048 / (2048 + 256), abs=0.05)
+    assert " ".join(v3[64][10:]) == "< 256 B: overhead-bound"
+    assert " ".join(v3[4096][10:]) == ">= 4 KiB: saturating"

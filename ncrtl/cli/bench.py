@@ -75,6 +75,7 @@ def add_parser(sub, raw):
             "bands",
             "psum",
             "dma",
+            "dma-curve",
             "neuroncore",
             "regress",
             "defaults",
@@ -83,7 +84,8 @@ def add_parser(sub, raw):
         "bit-exact golden matmul per mode), harness (the "
         "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
         "column bands on threads against one model; only when named), psum, dma (the DMA "
-        "engine's bandwidth) or neuroncore (the RTL NeuronCore: build, simulation speed, the "
+        "engine's bandwidth), dma-curve (the kernel timing model's DMA GB/s against bytes per "
+        "partition and partitions, per core version, beside the documented points), neuroncore (the RTL NeuronCore: build, simulation speed, the "
         "tiled matmul's cycles against the timing model), regress (ncrtl regress: tasks per "
         "second on a local Dask cluster of 1 and 2 workers; only when named), defaults (ncrtl "
         "sim matmul's default engines at --te-size, 128 unless given: the narrowest PE family "
