@@ -14,6 +14,7 @@ from .codec import (
 from .formats import FORMATS, Format, format_of_dtype, get_format
 from .ops import (
     MAX_SCALE_EXP,
+    check_ieee_float32,
     exact_sum_round,
     fp32_add,
     fp32_dot_add,
@@ -39,6 +40,7 @@ __all__ = [
     "format_of_dtype",
     "get_format",
     "MAX_SCALE_EXP",
+    "check_ieee_float32",
     "exact_sum_round",
     "fp32_add",
     "fp32_dot_add",

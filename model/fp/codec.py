@@ -149,6 +149,12 @@ def decode(values, fmt=None):
     f = _fmt(fmt) if fmt is not None else format_of_dtype(arr.dtype)
     if f.name == "fp32" and arr.dtype == np.float32:
         return arr.astype(np.float64)  # every float32 is a float64; NaN stays NaN
+    if f.name == "tf32" and arr.dtype == np.float32:
+        # The low bits cleared, as _decode_arith does: the float32 left is the TF32 value
+        # (a NaN whose payload was only in those bits reads as Inf).
+        keep = np.uint32(~((1 << f.ignored_low_bits) - 1) & 0xFFFFFFFF)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly
+            return (arr.view(np.uint32) & keep).view(np.float32).astype(np.float64)
     bits = to_bits(values, f)
     if f.container_bits <= 16:
         return _table(f)[0][np.asarray(bits).astype(np.int64)]

@@ -27,6 +27,7 @@ __all__ = [
     "exact_sum_round",
     "fp32_dot_add",
     "fp32_add",
+    "check_ieee_float32",
     "fp32_to_bf16",
     "check_rand",
     "fp32_to_fp16",
@@ -176,14 +177,43 @@ def fp32_dot_add(psum, a, b, *, a_format=None, b_format=None, scale_exp=None, sc
     return out.view(np.float32)
 
 
+#: Float32 probes of :func:`check_ieee_float32`: ``2**-149 * 2`` reads a subnormal input,
+#: ``2**-126 * 0.5`` makes a subnormal result; both are nonzero unless subnormals are flushed.
+_PROBE = (np.array([2.0**-149, 2.0**-126], np.float32), np.array([2.0, 0.5], np.float32))
+
+
+def check_ieee_float32():
+    """Raise ``RuntimeError`` where this thread's float32 arithmetic flushes subnormals to zero
+    (FTZ / DAZ, which a library built with fast-math may switch on): the goldens' float32
+    roads are IEEE float32 arithmetic, gradual underflow included (docs/numerics.md)."""
+    if not (_PROBE[0] * _PROBE[1]).all():
+        raise RuntimeError(
+            "this process's float32 arithmetic flushes subnormals to zero (FTZ/DAZ, switched on "
+            "by a library built with fast-math): the golden model needs IEEE gradual underflow"
+        )
+
+
 def fp32_add(x, y):
-    """``round_fp32(x + y)`` for float32 arrays (RNE, subnormals kept, canonical NaN)."""
+    """``round_fp32(x + y)`` for float32 arrays (RNE, subnormals kept, canonical NaN).
+
+    The sum of two float32 values is IEEE float32 addition: one rounding to nearest even of
+    the exact sum, gradual underflow, overflow to infinity, ``+0 + -0 = +0`` and ``-0 + -0 =
+    -0`` (the contract's signed-zero rule); a nonzero exact sum is a multiple of ``2**-149``,
+    so it never rounds to zero.  Only NaN needs the contract's canonical encoding.
+    ``tests/test_model_fp.py::test_fp32_add_vs_rational`` checks it against the rational
+    reference."""
     x = np.asarray(x)
     y = np.asarray(y)
     for v, what in ((x, "x"), (y, "y")):
         if v.dtype != np.float32:
             raise ValueError(f"{what} must be float32, got {v.dtype}")
-    return exact_sum_round([x.astype(np.float64), y.astype(np.float64)], _FP32).view(np.float32)
+    check_ieee_float32()
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = np.asarray(np.add(x, y))
+    nan = np.isnan(out)
+    if nan.any():
+        out = np.where(nan, np.uint32(QNAN["fp32"]).view(np.float32), out)
+    return out
 
 
 def round_fp32(values):
@@ -226,9 +256,18 @@ def fp32_to_bf16(x, rounding="rne", rand=None):
     import ml_dtypes
 
     if rounding == "rne":
-        with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly; they map to qNaN
-            wide = x.astype(np.float64)
-        return round_to_format(wide, "bf16").view(ml_dtypes.bfloat16)
+        # BF16 is the upper half of FP32, so rounding to nearest even is integer arithmetic on
+        # the encoding: add just under half the dropped part's weight, plus the kept part's last
+        # bit (the tie goes to even), and drop the low half.  The same addition carries into
+        # the exponent (a subnormal rounding up to the least normal, the largest finite
+        # overflowing to Inf) and keeps the sign; only NaN needs the canonical encoding.
+        bits = x.view(np.uint32)
+        up = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+        out = ((bits + up) >> np.uint32(16)).astype(np.uint16)
+        nan = np.isnan(x)
+        if nan.any():
+            out[nan] = QNAN["bf16"]
+        return out.view(ml_dtypes.bfloat16)
     if rounding != "sr":
         raise ValueError(f"unknown rounding {rounding!r}; allowed: 'rne', 'sr'")
     r = check_rand(rand, x.shape, "x")

@@ -26,6 +26,7 @@ import numpy as np
 from ncrtl.model.fp import (
     QNAN,
     Format,
+    check_ieee_float32,
     decode,
     format_of_dtype,
     fp32_dot_add,
@@ -466,8 +467,9 @@ def matmul(
     # The psum chain of column m for moving vector n, all (m, n) at once: one fused, correctly
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
     if mode_by_code(mode).products == 1:
-        chain = _chain_float64 if _short_products(fs, fm) else _chain_two_sum
-        return chain(decode(s, fs), decode(x, fm))
+        if _short_products(fs, fm):
+            return _chain_short(decode(s, fs), decode(x, fm), _precision(fs) + _precision(fm))
+        return _chain_two_sum(decode(s, fs), decode(x, fm))
     return _chain_double_row(s, x, fs, fm)  # the other mode nc_matmul takes (MX: matmul_mx)
 
 
@@ -486,6 +488,90 @@ def _short_products(fs, fm):
     """The products of ``fs x fm`` operands have at most :data:`SHORT_PRODUCT_BITS` significand
     bits: bf16 16, fp16 and tf32 22, the fp8 pairs 8 at most (fp32 and fp32 x tf32 do not)."""
     return _precision(fs) + _precision(fm) <= SHORT_PRODUCT_BITS
+
+
+#: Least magnitude of a product for which the bound of :func:`float32_steps` is checked:
+#: the last bit of a product of ``bits`` significand bits at or above ``2**(bits - 149)`` lies
+#: on float32's grid (``2**-149``).
+_FP32_LAST_BIT = -149
+
+
+def float32_steps(sv, xv, bits):
+    """Per step ``k`` of a chain, whether every product ``sv[k, m] * xv[k, n]`` of finite
+    operands is a float32 value (``bits``: the most significand bits a product has, at most
+    24), so that float32 multiplication computes it exactly.  ``sv [K, M]`` and ``xv [K, N]``
+    are the operands' exact values (float64); zeros, infinities and NaN take no part (their
+    float32 products are the exact ones: signed zeros, infinities, NaN).
+
+    A product ``q`` of ``bits`` significand bits is a float32 when ``|q| < 2**128`` and its last
+    bit is at or above ``2**-149``.  Its last bit is the product of the operands' last bits,
+    each above ``|v| * 2**-p`` for a value of ``p`` significand bits (its leading bit is above
+    ``|v| / 2``), so it is above ``|q| * 2**-bits``: the step's least nonzero magnitudes, one
+    per operand, whose product is at least ``2**(bits - 149)``, bound every product's last bit
+    from below; the largest finite magnitudes, whose product is below ``2**128``, bound every
+    product from above.  Data far from the ends of float32's range (any ML tensor) passes;
+    a step holding a subnormal-range product or a product past the largest float32 does not."""
+    a, b = np.abs(sv), np.abs(xv)
+    with np.errstate(invalid="ignore", over="ignore"):
+        big = np.where(a < np.inf, a, 0).max(axis=1, initial=0) * np.where(b < np.inf, b, 0).max(
+            axis=1, initial=0
+        )
+        small = np.where(a > 0, a, np.inf).min(axis=1, initial=np.inf) * np.where(
+            b > 0, b, np.inf
+        ).min(axis=1, initial=np.inf)
+    return (big < 2.0**128) & (small >= 2.0 ** (bits + _FP32_LAST_BIT))
+
+
+def _negative_zero(p):
+    """Whether a float32 array holds -0."""
+    return bool((p.view(np.uint32) == np.uint32(0x80000000)).any())
+
+
+def _chain_short(sv, xv, bits):
+    """The psum chains of a one-product mode with short products (``bits`` significand bits
+    at most, :func:`_short_products`), ``sv [K, M]`` and ``xv [K, N]`` the operands' exact
+    values (float64).  A step whose products are all float32 values (:func:`float32_steps`:
+    every step of data away from the ends of float32's range) is computed in float32: the
+    products by float32 multiplication, exact, then one float32 addition ``p + q`` of two
+    float32 values, which IEEE rounds once to nearest even with gradual underflow and overflow
+    to infinity: the contract's ``round_fp32(p + q)`` itself.  Any other step is the float64
+    step of :func:`float64_chain` (its proof there), so each step is exact whichever road it
+    takes, and the roads mix freely along a chain.
+
+    Signed zeros: ``np.einsum`` computes the products as ``0 + s * x``, so a product that is
+    -0 comes out +0.  That changes nothing while the psum holds no -0: ``p + q`` is -0 only
+    for ``p = q = -0``, and the sum of a float32 psum and an exact nonzero float32 product is
+    never rounded to zero (it is a nonzero multiple of ``2**-149``).  A psum can become -0 only
+    in a float64 step (a negative product too small for float32, rounded to -0); from then on,
+    while the psum holds a -0, the products are taken by ``np.multiply``, which keeps their
+    signs.  NaN results are the canonical quiet NaN.  The float32 arithmetic is the host's
+    IEEE arithmetic, as the float64 -> float32 conversion of :func:`float64_chain` is: a host
+    that flushes subnormals to zero is refused (:func:`ncrtl.model.fp.check_ieee_float32`)."""
+    check_ieee_float32()
+    k, m, n = sv.shape[0], sv.shape[1], xv.shape[1]
+    fast = float32_steps(sv, xv, bits).tolist()
+    s32, x32 = sv.astype(np.float32), xv.astype(np.float32)
+    p = np.zeros((m, n), dtype=np.float32)
+    q = np.empty((m, n), dtype=np.float32)
+    negzero = False
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(k):
+            if not fast[i]:
+                t = np.multiply.outer(sv[i], xv[i])
+                t += p
+                p = t.astype(np.float32)
+                negzero = _negative_zero(p)
+            elif negzero:
+                np.multiply.outer(s32[i], x32[i], out=q)
+                p += q
+                negzero = _negative_zero(p)
+            else:
+                np.einsum("i,j->ij", s32[i], x32[i], out=q)
+                p += q
+    nan = np.isnan(p)
+    if nan.any():
+        p[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
+    return p
 
 
 def _chain_float64(sv, xv):
