@@ -39,7 +39,7 @@ import numpy as np
 from ncrtl.model.dma import engine as dma_golden
 from ncrtl.model.dma.access import AccessPattern
 from ncrtl.model.dma.engine import AddDtype, add_elements
-from ncrtl.model.fp import encode, from_bits, get_format
+from ncrtl.model.fp import encode, fp32_to_bf16, from_bits, get_format
 from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.psum import Dtype, Flag, Geometry, Psum, Rounding, Write
 from ncrtl.model.tensor_engine import isa as te_isa
@@ -141,6 +141,8 @@ def convert(values, dtype):
         return np.clip(np.rint(v.astype(np.float64)), info.min, info.max).astype(d.storage)
     if d.name == "float32" and v.dtype == np.float32:
         return v.copy()
+    if d.name == "bfloat16" and v.dtype == np.float32:
+        return fp32_to_bf16(v)  # the contract's FP32 -> BF16 rounding, that of encode
     return from_bits(encode(v.astype(np.float64), get_format(d.fmt)), d.fmt).astype(d.storage)
 
 
@@ -194,6 +196,18 @@ class CoreState:
         words = np.ascontiguousarray(b).view(np.uint32).reshape(m.shape[2], m.shape[0], m.shape[1])
         m[...] = words.transpose(1, 2, 0)
 
+    def _psum_view(self, ref):
+        """:func:`_strided` of a PSUM view over the bytes of the banks it reaches alone (not
+        the whole of :meth:`psum_bytes`), or None."""
+        box = ref.box()
+        if box is None:
+            return None
+        bank = self.program.core.psum_bank_bytes
+        lo, hi = box[2] // bank, -(-box[3] // bank)
+        m = self.psum.mem[lo:hi]
+        mem = np.ascontiguousarray(m.transpose(2, 0, 1)).view(np.uint8).reshape(m.shape[2], -1)
+        return _strided(mem, ref, origin=lo * bank)
+
     def _memory(self, space):
         if space == "sbuf":
             return self.sbuf, self.sbuf_written
@@ -237,13 +251,16 @@ class CoreState:
 
     def read(self, ref, ins=None):
         """The view's elements, shape ``view_shape``, as its storage dtype."""
+        if ref.space == "psum":
+            view = self._psum_view(ref)
+            written = self.psum_written
+        else:
+            mem, written = self._memory(ref.space)
+            view = _strided(mem, ref)
+        if view is not None and _strided(written, ref).all():
+            data = np.ascontiguousarray(view)
+            return data.view(ref.element.storage).reshape(ref.view_shape)
         mem, written = self._memory(ref.space)
-        slab = self._slab(ref)
-        if slab is not None:
-            sel = slab[1] if slab[0] is None else slab
-            if written[sel].all():
-                data = np.ascontiguousarray(mem[sel])
-                return data.view(ref.element.storage).reshape(ref.view_shape)
         part, byte = self._positions(ref)
         sel = byte if part is None else (part, byte)
         if not written[sel].all():
@@ -264,16 +281,15 @@ class CoreState:
         v = np.ascontiguousarray(np.asarray(values).astype(ref.element.storage, copy=False))
         if v.size != ref.size:
             raise KernelError(f"{v.size} values for a view of {ref.size} elements ({ref})")
-        slab = self._slab(ref)
-        if slab is not None:
+        if _one_visit(ref):
             mem, written = self._memory(ref.space)
-            sel = slab[1] if slab[0] is None else slab
-            shape = mem[sel].shape
-            mem[sel] = v.reshape(-1).view(np.uint8).reshape(shape)
-            written[sel] = True
-            if ref.space == "psum":
-                self._store_psum(mem)
-            return
+            view = _strided(mem, ref)
+            if view is not None:
+                view[...] = v.reshape(-1).view(np.uint8).reshape(view.shape)
+                _strided(written, ref)[...] = True
+                if ref.space == "psum":
+                    self._store_psum(mem)
+                return
         part, byte = self._positions(ref)
         isz = ref.element.itemsize
         flat_b = byte.reshape(-1, isz)
@@ -303,6 +319,47 @@ class CoreState:
 
 def _where(ins):
     return "" if ins is None else f"{ins.where} "
+
+
+def _strided(mem, ref, origin=0):
+    """The view's bytes in ``mem`` (device memory ``[bytes]``, or on chip ``[partitions,
+    bytes]``; its ``written`` mask alike) as a strided numpy view ``view_shape + (itemsize,)``,
+    formed from the pattern without an index per element, where the view is rows of its
+    tensor (:meth:`Ref.box <ncrtl.model.kernel.stream.Ref.box>`: its corners inside the tensor
+    and its partitions whole, so every access rule holds and no byte outside the tensor is
+    reached); else None (the caller forms the indices, which check the rules).  ``origin``:
+    the byte of a partition (of the device memory) that ``mem``'s first column holds."""
+    if ref.box() is None:
+        return None
+    isz = ref.element.itemsize
+    col = mem.strides[-1]
+    if ref.on_chip:
+        row = int(np.prod(ref.tensor_shape()[1:]))
+        p0, c0 = divmod(ref.offset, row)
+        (_, n0), inner = ref.pattern[0], ref.pattern[1:]
+        start = mem[p0:, ref.base + c0 * isz - origin :]
+        shape = (n0,) + tuple(n for _, n in inner) + (isz,)
+        strides = (mem.strides[0],) + tuple(s * isz * col for s, _ in inner) + (col,)
+    else:
+        start = mem[ref.base + ref.offset * isz - origin :]
+        shape = ref.view_shape + (isz,)
+        strides = tuple(s * isz * col for s, _ in ref.pattern) + (col,)
+    return np.lib.stride_tricks.as_strided(start, shape, strides)
+
+
+def _one_visit(ref):
+    """Whether the view visits no element twice, so that writing it through :func:`_strided`
+    leaves what sequential writes leave: the free dimensions (on chip; every dimension in
+    device memory, whose rows are elements too), ordered by step, each step beyond every
+    offset the smaller ones reach, give each element one view index (partitions are distinct
+    by themselves)."""
+    dims = ref.pattern[1:] if ref.on_chip else ref.pattern
+    reach = 0
+    for step, num in sorted((abs(s), n) for s, n in dims if n > 1):
+        if step <= reach:
+            return False
+        reach += step * (num - 1)
+    return True
 
 
 # -- the operations ---------------------------------------------------------------------------
@@ -337,8 +394,13 @@ def _dma_copy(st, ins):
         )
         st.write(dst, out.reshape(-1).view(dst.element.storage))
         return
-    # The DMA golden's copy on the two views (bytes unchanged, later visits stay).
-    out = dma_golden.dma_copy(
+    if vals.size == dst.size:
+        # The DMA golden's copy between two flat views of one size moves each element to its
+        # own place: the bytes in source order, which the write puts through the destination
+        # view (later visits stay).
+        st.write(dst, vals.reshape(-1))
+        return
+    out = dma_golden.dma_copy(  # the DMA golden's rule for views of different sizes
         np.zeros(dst.size, vals.dtype),
         _flat_ap(dst.size),
         vals.reshape(-1),
