@@ -533,6 +533,9 @@ def run_task(task, build=None, *, stop=None):
             finally:
                 if why is not None or proc.returncode is None:  # also on an exception here
                     _end_group(proc)
+                else:  # a process the command started and left running
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
                 proc.stdin.close()
             out.seek(0)
             err.seek(0)

@@ -458,6 +458,32 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _kill_in_second_task(session):
+    """Kill the processes of ``session`` (a ``dask worker`` and its worker process) once they
+    have started a second task (a second task's group leader), whatever a task's time."""
+    leaders = set()
+    deadline = time.monotonic() + 300
+    while len(leaders) < 2:
+        if time.monotonic() > deadline:
+            return  # the test says w0 was not killed
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                if "_leader" in (proc / "cmdline").read_text() and _ancestor(proc.name, session):
+                    leaders.add(proc.name)
+        time.sleep(0.1)
+    os.killpg(session, signal.SIGKILL)
+
+
+def _ancestor(pid, ancestor):
+    """``ancestor`` is the parent of ``pid``, or its parent's parent, ..."""
+    while pid not in ("0", "1"):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = stat.rsplit(")", 1)[1].split()[1]
+        if int(pid) == ancestor:
+            return True
+    return False
+
+
 @pytest.mark.sim
 @pytest.mark.slow
 def test_separate_scheduler_and_workers_with_a_worker_killed(tmp_path, capsys):
@@ -491,17 +517,16 @@ def test_separate_scheduler_and_workers_with_a_worker_killed(tmp_path, capsys):
             )
         time.sleep(3)
         plan = tmp_path / "plan.toml"
-        # 8 what-ifs of about 4 s each: w0 dies in its second task
+        # 8 what-ifs of a few seconds each: w0 dies in its second task
         plan.write_text(
             "[[timing]]\nargs = ["
             + ", ".join(f'"--k 128 --n 512 --repeat {150000 + i}"' for i in range(8))
             + "]\n"
         )
-        killer = subprocess.Popen(
-            [sys.executable, "-c", f"import time, os; time.sleep(7); os.killpg({procs[1].pid}, 9)"]
-        )
+        killer = threading.Thread(target=_kill_in_second_task, args=(procs[1].pid,), daemon=True)
+        killer.start()
         rc = main(["regress", str(plan), "--cluster", address, "--out", str(tmp_path / "o")])
-        killer.wait()
+        killer.join()
         text = capsys.readouterr().out
         assert procs[1].poll() is not None  # w0 was killed
         assert rc == 0, text
