@@ -49,13 +49,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
 
 import tomllib
+
+from .regress_leader import GRACE
 
 __all__ = [
     "PlanError",
@@ -76,6 +77,7 @@ __all__ = [
     "JOBQUEUES",
     "MAX_TASKS",
     "TASK_TIMEOUT",
+    "GRACE",
 ]
 
 #: The plan's tables and the keys each takes (a value or a list of values; lists are crossed).
@@ -139,8 +141,6 @@ TASK_TIMEOUT = 3600.0
 #: The command a task's arguments are given to: the ``ncrtl`` of this Python.
 NCRTL = (sys.executable, "-m", "ncrtl.cli")
 
-#: Seconds between SIGTERM and SIGKILL when a task's process group is ended.
-GRACE = 5.0
 
 #: Seconds between a running task's looks at its deadline and at its cancellation.
 POLL = 0.2
@@ -508,8 +508,8 @@ def run_task(task, build=None, *, stop=None):
     anything else, or a Python traceback, an error.
 
     The command runs in a process group of its own (a session, so a Ctrl-C at the terminal
-    reaches the regression, not the tasks), under a leader (:func:`_leader`) that ends the group
-    when this process dies.  Past ``task.timeout`` seconds, or once ``stop()`` is true (default:
+    reaches the regression, not the tasks), under a leader
+    (:mod:`ncrtl.testbench.regress_leader`) that ends the group when this process dies.  Past ``task.timeout`` seconds, or once ``stop()`` is true (default:
     the task's Dask future was cancelled, or its worker is closing), the group is ended
     (SIGTERM, SIGKILL after :data:`GRACE` seconds) and the task is an error naming why.  Its
     temporary folder is removed in every case."""
@@ -520,7 +520,7 @@ def run_task(task, build=None, *, stop=None):
         cmd = [*NCRTL, *command_argv(task, tmp)]
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-c", _LEADER, tmp, *cmd],
+                [sys.executable, "-m", "ncrtl.testbench.regress_leader", tmp, *cmd],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
@@ -591,46 +591,6 @@ def _end_group(proc):
             except subprocess.TimeoutExpired:
                 pass
     proc.wait()
-
-
-def _leader(tmp, cmd):
-    """The leader of a task's process group (``python -c _LEADER TMP CMD...``): runs ``cmd``
-    as its child in the group and exits with its status.  Its stdin is a pipe from the worker
-    that nothing writes: it ends only when the worker closes it or dies (the kernel closes a
-    dead process's files, however it died), and then the leader ends the group (SIGTERM,
-    SIGKILL after :data:`GRACE` seconds) and removes the task's folder ``tmp``, which the dead
-    worker can no longer do."""
-    # The group's SIGTERM is for the command; the leader stays to finish the job (a handler,
-    # unlike SIG_IGN, is not inherited by the command).
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
-    ending = threading.Event()
-
-    def watch():
-        while os.read(0, 4096):
-            pass
-        if child.poll() is not None:
-            return  # the task ended first: the worker closed the pipe after it
-        ending.set()
-        os.killpg(0, signal.SIGTERM)
-        try:
-            child.wait(timeout=GRACE)
-        except subprocess.TimeoutExpired:
-            pass
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.killpg(0, signal.SIGKILL)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    rc = child.wait()
-    if ending.is_set():
-        watcher.join()  # the group is being ended: its SIGKILL ends this process too
-    os._exit(rc if rc >= 0 else 128 - rc)  # no interpreter shutdown beside the watching thread
-
-
-_LEADER = (
-    "import sys; from ncrtl.testbench.regress import _leader; _leader(sys.argv[1], sys.argv[2:])"
-)
 
 
 def _cancelled_check():
