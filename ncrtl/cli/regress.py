@@ -117,6 +117,7 @@ def add_parser(sub, raw):
     """The ``regress`` subcommand's arguments."""
     from ..testbench.regress import (
         CONNECT_TIMEOUT,
+        JOBQUEUES,
         MAX_JOBS,
         MAX_TASKS,
         TASK_TIMEOUT,
@@ -150,7 +151,7 @@ def add_parser(sub, raw):
     )
     s.add_argument(
         "--jobqueue",
-        choices=("slurm", "lsf", "pbs", "sge", "htcondor"),
+        choices=tuple(JOBQUEUES),
         help="ask the farm for workers through dask-jobqueue (its submit command on PATH)",
     )
     s.add_argument(
