@@ -323,7 +323,10 @@ def test_a_task_past_its_time_limit_or_cancelled_ends_its_process_group(how, tmp
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     pids = tmp_path / "pids"
     plan = {"timing": [{"args": str(pids), "timeout": 1 if how == "timeout" else 60}]}
-    (task,) = expand(parse_plan(plan))
+    (task,) = expand(parse_plan(plan), timeout=30)  # the table's timeout over --task-timeout
+    assert task.timeout == (1 if how == "timeout" else 60)
+    assert expand(parse_plan({"timing": [{}]}), timeout=30)[0].timeout == 30
+    assert expand(parse_plan({"timing": [{}]}))[0].timeout == regress.TASK_TIMEOUT == 3600
     stop = pids.exists if how == "cancelled" else None
     r = regress.run_task(task, stop=stop)
     assert r.status == "error" and pids.exists(), r.message
