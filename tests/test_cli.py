@@ -251,11 +251,13 @@ def test_sim_matmul_mx_chain(capsys):
 
 
 def test_timing_matmul(tmp_path, capsys):
-    """``ncrtl timing matmul``: the documented steady-state cost, parallel tiles, a trace that
-    Perfetto reads (a slice per instruction on its tile's LS or MM track)."""
+    """``ncrtl timing matmul``: the documented steady-state cost (without the warm-up
+    throttle, which these short runs never leave), parallel tiles, a trace that Perfetto reads
+    (a slice per instruction on its tile's LS or MM track)."""
     import json
 
-    assert main(["timing", "matmul", "--k", "128", "--m", "32", "--n", "16", "--repeat", "32"]) == 0
+    argv = ["timing", "matmul", "--k", "128", "--m", "32", "--n", "16", "--repeat", "32"]
+    assert main([*argv, "--no-throttle"]) == 0
     out = capsys.readouterr().out
     assert "steady state: 32.0 cycles per matmul" in out and "total: " in out
     args = ["timing", "matmul", "--k", "128", "--m", "32", "--n", "16", "--repeat", "32"]
@@ -265,7 +267,7 @@ def test_timing_matmul(tmp_path, capsys):
     assert "steady state: 32.0 cycles per matmul" in capsys.readouterr().out
     trace = tmp_path / "t.json"
     argv = ["timing", "matmul", "--k", "32", "--tile-size", "32,128", "--tiles", "4"]
-    assert main([*argv, "--repeat", "8", "--trace", str(trace)]) == 0
+    assert main([*argv, "--repeat", "8", "--no-throttle", "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
     assert "utilization: 0.9" in out and "TFLOPS at 2.4 GHz" in out
     events = json.loads(trace.read_text())["traceEvents"]
@@ -415,8 +417,9 @@ def test_combinations_that_cannot_run_are_refused_before_any_build(
 
 def test_timing_mx_with_a_bf16_result_takes_n_1024(capsys):
     """What ``ncrtl timing matmul --help`` promises: MX matmuls into a BF16 PSUM tile take N up
-    to 1024, one beat a cycle."""
+    to 1024, one beat a cycle (at full rate: without the warm-up throttle)."""
     argv = ["timing", "matmul", "--dtype", "mx", "--n", "1024", "--bf16-out", "--repeat", "4"]
+    argv.append("--no-throttle")
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "N=1024" in out and "steady state: 1024.0 cycles per matmul" in out
@@ -874,10 +877,10 @@ def test_sim_matmul_psum_on_own_matrices(tmp_path, capsys):
 def test_timing_matmul_sparse(tmp_path, capsys):
     """``ncrtl timing matmul --sparse 4:16``: the pattern and the logical K in the header,
     dense-equivalent utilization and TFLOPS against the sparse peak, and the dense matmuls of
-    the same logical K run through the same model (4 x the cycles per output); --trace still
-    writes a slice per instruction."""
+    the same logical K run through the same model (4 x the cycles per output; without the
+    warm-up throttle); --trace still writes a slice per instruction."""
     trace = tmp_path / "t.json"
-    argv = ["timing", "matmul", "--sparse", "4:16", "--n", "512", "--repeat", "64"]
+    argv = ["timing", "matmul", "--sparse", "4:16", "--n", "512", "--repeat", "64", "--no-throttle"]
     assert main([*argv, "--trace", str(trace)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (

@@ -10,6 +10,7 @@ import pytest
 import ncrtl.nki as nki
 from ncrtl.kernels import load_file
 from ncrtl.model.kernel import timing as ktiming
+from ncrtl.model.tensor_engine import timing as te_timing
 
 HERE = os.path.dirname(__file__)
 COSTS = os.path.join(HERE, "kernels", "costs.py")
@@ -138,7 +139,7 @@ def test_hardware_dge_on_v2_is_refused_naming_the_line(tmp_path, capsys):
 
 def test_the_rtl_comparison_keeps_the_rtl_data_path():
     """``model_at_rtl`` runs the timing model at the RTL's figures, none of the documented
-    costs: matmul_basic on the small core keeps its 1,916 cycles (docs/kernels.md)."""
+    costs and no warm-up throttle: matmul_basic on the small core keeps its 1,916 cycles (docs/kernels.md)."""
     from ncrtl import blocks
     from ncrtl.model.neuroncore.timing import rtl_params
     from ncrtl.testbench.neuroncore import jobs
@@ -147,7 +148,7 @@ def test_the_rtl_comparison_keeps_the_rtl_data_path():
     small = blocks.neuroncore_geometry(
         blocks.get("neuroncore").resolve(blocks.GROUPS["neuroncore"][0][1])
     )
-    assert rtl_params(small, 8).dma_costs is None
+    assert rtl_params(small, 8).dma_costs is None and rtl_params(small, 8).throttle is None
     job = jobs.example_job("matmul_basic", small, np.random.default_rng(3))
     assert round(model_at_rtl(job.program, small).total_ns) == 1916
 
@@ -168,3 +169,125 @@ def test_bench_dma_curve_prints_the_model_beside_the_documented_points(capsys):
     assert float(v3[2048][1]) == pytest.approx(23 * 2048 / (2048 + 256), abs=0.05)
     assert " ".join(v3[64][10:]) == "< 256 B: overhead-bound"
     assert " ".join(v3[4096][10:]) == ">= 4 KiB: saturating"
+
+
+def _mm_issues(sched):
+    return [r for r in sched.records if r.instruction.op == te_timing.Op.MM]
+
+
+def test_throttle_ramp():
+    """The Tensor Engine's warm-up throttle at 2.4 GHz (a 7,200-cycle window and warm-up): R
+    bf16 matmuls of N = 512 back to back run at half rate (1,024 cycles each) until their
+    occupancy reaches 7,200 cycles (8 of them: the decision is per matmul), then at full rate
+    (512 each); the throttle added 8 x 512 cycles."""
+    th = te_timing.throttle_at(2400)
+    assert (th.window, th.warmup, th.threshold, th.factor) == (7200, 7200, 0.5, 2)
+    prog = te_timing.matmul_program(128, 128, 512, "bf16", repeat=20)
+    sched = te_timing.simulate(prog, throttle=th)
+    mms = _mm_issues(sched)
+    k = -(-7200 // 1024)
+    assert [r.throttled for r in mms] == [True] * k + [False] * (20 - k)
+    assert [r.issue for r in mms] == [
+        31 + 1024 * min(i, k) + 512 * max(0, i - k) for i in range(20)
+    ]
+    assert mms[0].beats.step == 2 and mms[-1].beats.step == 1
+    assert sched.throttle_cycles == k * 512 and sched.throttled == k
+    plain = te_timing.simulate(prog)
+    assert sched.total_cycles - plain.total_cycles == k * 512
+
+
+@pytest.mark.parametrize("gap, throttled", [(3500, False), (3569, False), (3570, True)])
+def test_throttle_engages_again_below_half_utilization(gap, throttled):
+    """Warm, then idle: the next matmul (its LoadStationary ``gap`` cycles after the last
+    matmul's end, itself 31 more) looks back 7,200 cycles, busy for 7,200 - gap - 31 of them;
+    below half (a gap over 3,569) the throttle engages again, and that matmul runs at half
+    rate."""
+    seq = te_timing.Sequencer(throttle=te_timing.throttle_at(2400))
+    prog = te_timing.matmul_program(128, 128, 512, "bf16", repeat=30)
+    for ins in prog:
+        seq.issue(ins)
+    end = seq.records[-1].busy_until
+    assert not seq.records[-1].throttled
+    seq.issue(prog[0], end + gap)
+    mm = seq.issue(prog[1])
+    assert mm.issue == end + gap + 31 and mm.throttled == throttled
+    assert mm.beats.step == (2 if throttled else 1)
+
+
+def test_kernel_runs_throttled_on_v3_and_v4_not_v2_and_says_what_it_cost(capsys):
+    """In the kernel timing run the Tensor Engine of v3 and v4 has the throttle (v2 none);
+    ``--no-throttle`` runs without it; the report says how many matmuls ran at half rate and
+    the Tensor Engine time it added."""
+    from ncrtl.cli import main
+
+    for core, modelled in (("v2", False), ("v3", True), ("v4", True)):
+        rep = nki.run(*_example("matmul_basic"), core=core, golden=False).report
+        t = rep.summary()["throttle"]
+        assert t["modelled"] == modelled
+        if modelled:
+            assert t["matmuls_throttled"] == 1
+            assert t["ns"] == pytest.approx(512 / 2.4, abs=0.01)
+    assert main(["run", "--example", "matmul_basic", "--timing-only"]) == 0
+    out = capsys.readouterr().out
+    assert "Tensor Engine throttle: 1 matmuls at half rate, +213.3 ns of Tensor Engine time" in out
+    assert main(["run", "--example", "matmul_basic", "--timing-only", "--no-throttle"]) == 0
+    assert "Tensor Engine throttle" not in capsys.readouterr().out
+
+
+def test_ncrtl_timing_matmul_throttles_under_the_documented_rules_only(capsys):
+    from ncrtl.cli import main
+
+    argv = ["timing", "matmul", "--repeat", "20"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "warm-up throttle: 8 of 20 matmuls at half rate, +4096 cycles" in out
+    assert f"total: {31 + 8 * 1024 + 12 * 512 + 259} cycles" in out
+    for more in (["--no-throttle"], ["--rules", "hdl"]):
+        assert main(argv + more) == 0
+        out = capsys.readouterr().out
+        assert "throttle" not in out and f"total: {31 + 20 * 512 + 259} cycles" in out
+
+
+def _example(name):
+    from ncrtl.kernels import load
+
+    e, k = load(name)
+    return k, e.inputs(np.random.default_rng(0)), e.kwargs
+
+
+def test_report_dma_queues_utilizations_and_waits(tmp_path):
+    """The report: per DMA queue its bytes, GB/s while moving, fraction of the peak and
+    payload per partition (and the engines together over the run); MFU, HFU, MBU against their
+    closed forms (a Tensor Engine transpose is issued FLOPs, not useful ones); the waits of
+    each engine by the engine it waited on; counter tracks in the Perfetto trace."""
+    import json
+
+    k, ins, kw = _example("matmul_tiled")
+    res = nki.run(k, ins, kw, golden=False, trace_file=True)
+    rep = res.report
+    s = rep.summary()
+    assert s["dma_peak_gbps"] == 368
+    q = s["dma_queues"]
+    assert sum(v["bytes"] for n, v in q.items() if n != "dma_engines") == rep.dma_bytes
+    assert q["dma_engines"]["bytes"] == rep.dma_bytes
+    assert q["dma_engines"]["gbps"] == pytest.approx(rep.dma_bytes / rep.total_ns, abs=1e-3)
+    # dma4's one transfer: a [128, 512] bf16 load alone on the engines, at 80% of the peak
+    assert q["dma4"]["bytes_per_partition"] == 1024 and q["dma4"]["of_peak"] == 0.8
+    peak_flops = 2 * 128 * 128 * 2.4  # bf16, per ns
+    assert s["mfu"] == pytest.approx(2 * rep.macs / (peak_flops * rep.total_ns), abs=1e-4)
+    assert s["mfu"] == pytest.approx(s["te_utilization"], abs=1e-3) and s["hfu"] == s["mfu"]
+    assert s["mbu"] == pytest.approx(rep.dma_bytes / (368 * rep.total_ns), abs=1e-4)
+    waits = s["engine_waits_ns"]
+    assert set(waits) == {"tensor", "vector", "dma"} and set(waits["tensor"]) == {"dma"}
+    total = sum(r.waited for rs in rep.records.values() for r in rs if r.blocker)
+    assert sum(v for row in waits.values() for v in row.values()) == pytest.approx(
+        rep.core.ns(total), abs=0.01
+    )
+    rep.trace.write(tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["name"] for e in events if e["ph"] == "C"}
+    assert names == {"DMA engines in use", "Tensor Engine rate (throttle)"}
+
+    k, ins, kw = _example("transpose_tensor_engine")
+    s = nki.run(k, ins, kw, golden=False).report.summary()
+    assert s["mfu"] == 0 and s["hfu"] > 0

@@ -105,11 +105,12 @@ def test_streams_serialize_and_run_the_same(runs):
 
 
 def test_a_matmul_only_stream_has_the_cycles_of_ncrtl_timing_matmul():
-    """The Tensor Engine of the core model is the Sequencer of ``ncrtl timing matmul``."""
+    """The Tensor Engine of the core model is the Sequencer of ``ncrtl timing matmul``, its
+    warm-up throttle included."""
     from ncrtl.model.kernel.stream import CORES
 
     prog = te_timing.matmul_program(32, 128, 128, "bf16", repeat=40, tile=(32, 128), tiles=4)
-    want = te_timing.simulate(prog).total_cycles
+    want = te_timing.simulate(prog, throttle=te_timing.throttle_at(2400)).total_cycles
     stream = []
     for i in range(0, len(prog), 2):
         words = [te_isa.encode(prog[i]), te_isa.encode(prog[i + 1])]
@@ -397,8 +398,8 @@ def test_v4_matmul_over_several_psum_banks():
     assert res.report.macs == 128 * 128 * 2048
     lo, hi = res.report.te_window
     # the first MultiplyMoving starts on the LoadStationary's last (32nd) beat; the four run back
-    # to back
-    assert (hi - lo) // res.report.core.clocks["tensor"].period == 31 + 4 * 512
+    # to back, at half rate (the warm-up throttle: 4 x 1,024 cycles are under its 3 us)
+    assert (hi - lo) // res.report.core.clocks["tensor"].period == 31 + 4 * 2 * 512
     with pytest.raises(nki.NkiError) as e:
         nki.trace(load_file(V4, "wide_on_v3"), (a, b))
     assert "N=2048: at most 512 on NeuronCore-v3 (4096 on v4)" in str(e.value)
@@ -451,13 +452,13 @@ def test_cli_run_names_a_missing_argument_and_sets_sr(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["matmul_basic", "matmul_fp8_double_row", "matmul_mx"])
 def test_one_matmul_examples_against_the_tensor_engine_rules(runs, name):
     """A kernel of one matmul: its LoadStationary's 32 beats (4 chains of 32 columns), then
-    the 512 moving beats starting on the last of them: 31 + 512 Tensor Engine cycles between
-    the matmul's issue and its sequencer's release; its MACs those of K x M x N (x2 double
-    row, x4 MX)."""
+    the 512 moving beats starting on the last of them, at half rate (the engine's warm-up
+    throttle): 31 + 2 x 512 Tensor Engine cycles between the matmul's issue and its
+    sequencer's release; its MACs those of K x M x N (x2 double row, x4 MX)."""
     e, ins, res = runs[name]
     rep = res.report
     lo, hi = rep.te_window
-    assert (hi - lo) // rep.core.clocks["tensor"].period == 31 + 512
+    assert (hi - lo) // rep.core.clocks["tensor"].period == 31 + 2 * 512
     (mm,) = res.program.streams["tensor"]
     k = {"matmul_basic": 128 * 64, "matmul_fp8_double_row": 128 * 2 * 128}.get(name, 128 * 4 * 128)
     assert rep.macs == k * 512
@@ -563,12 +564,13 @@ def test_sparse_example_is_the_sparse_golden(runs):
 
 def test_sparse_matmul_takes_r_times_fewer_tensor_engine_cycles(runs):
     """The 4:16 matmul over 512 logical rows is one MultiplyMoving of 128 compressed rows: its
-    LoadStationary's 32 beats and 512 moving beats, 31 + 512 cycles from issue to release;
-    matmul_tiled on the decompressed weight (the same logical K = 512, four dense matmuls)
-    keeps the Tensor Engine about 4 times as long.  The MACs counted are the dense ones."""
+    LoadStationary's 32 beats and 512 moving beats at half rate (the warm-up throttle),
+    31 + 2 x 512 cycles from issue to release; matmul_tiled on the decompressed weight (the
+    same logical K = 512, four dense matmuls, as throttled) keeps the Tensor Engine about 4
+    times as long.  The MACs counted are the dense ones."""
     e, ins, res = runs[SPARSE]
     sparse = res.report.summary()
-    assert sparse["te_matmul_window_cycles"] == 31 + 512
+    assert sparse["te_matmul_window_cycles"] == 31 + 2 * 512
     assert sparse["te_dtype"] == "bf16 4:16" and res.report.macs == 128 * 4 * 128 * 512
     from ncrtl.kernels import _sparse_dense
 

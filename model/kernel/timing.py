@@ -51,6 +51,7 @@ from ncrtl.model.tensor_engine.timing import (
     Sequencer,
     macs_per_beat,
     peak_macs_per_cycle,
+    throttle_at,
 )
 
 __all__ = [
@@ -162,7 +163,12 @@ class Params:
     ``dma_costs``: ``"documented"`` (the default) charges a transfer the documented costs of
     its core version (:data:`DMA_COSTS`); a :class:`DmaCosts` those; None the data-path words
     of ``dma`` (:func:`~ncrtl.model.dma.timing.bandwidth_cycles`) and its fixed latency, as
-    the RTL core moves them."""
+    the RTL core moves them.
+
+    ``throttle``: ``"documented"`` (the default) gives the Tensor Engine of NeuronCore-v3 and
+    v4 its warm-up throttle (:func:`~ncrtl.model.tensor_engine.timing.throttle_at` its clock);
+    a :class:`~ncrtl.model.tensor_engine.timing.Throttle` that one; None none (v2, the RTL,
+    ``--no-throttle``)."""
 
     te_rules: object = DOCUMENTED
     dma: EngineTiming = EngineTiming(word_bytes=DMA_WORD_BYTES, overhead=DMA_OVERHEAD)
@@ -170,6 +176,13 @@ class Params:
     dge: DgeStage | None = None
     starts: dict | None = None
     dma_costs: object = "documented"
+    throttle: object = "documented"
+
+    def throttle_for(self, core):
+        """The Tensor Engine's throttle on ``core`` (None: none)."""
+        if self.throttle == "documented":
+            return throttle_at(core.tensor_mhz) if core.name in ("v3", "v4") else None
+        return self.throttle
 
     def costs_for(self, core):
         """The :class:`DmaCosts` a run on ``core`` uses (None: the data-path word model)."""
@@ -266,6 +279,67 @@ class Report:
             out.append((self.core.ns(r.waited), r, b))
         return out
 
+    def peak_flops_ns(self):
+        """The Tensor Engine's peak FLOPs per ns in the widest mode the kernel used."""
+        return 2 * self.peak_macs_per_cycle * self.core.clocks["tensor"].mhz / 1000
+
+    def mfu(self):
+        """Useful FLOPs (the matmuls', transposes apart) over the peak's in the run."""
+        peak = self.peak_flops_ns() * self.total_ns
+        return 2 * self.macs / peak if peak else 0.0
+
+    def hfu(self):
+        """Issued FLOPs (every matmul the PE array ran, transposes as the identity matmuls
+        they are) over the peak's in the run (a kernel of transposes alone: their mode's)."""
+        per_cycle = self.extra.get("issued_peak", self.peak_macs_per_cycle)
+        peak = 2 * per_cycle * self.core.clocks["tensor"].mhz / 1000 * self.total_ns
+        return 2 * self.extra.get("issued_macs", self.macs) / peak if peak else 0.0
+
+    def mbu(self):
+        """DMA bytes over what the DMA engines' peak moves in the run."""
+        peak = self.extra.get("dma_peak_gbps", 0) * self.total_ns
+        return self.dma_bytes / peak if peak else 0.0
+
+    def dma_queues(self):
+        """Per DMA queue (and ``"dma_engines"``, the engines together): its bytes, the GB/s it
+        achieved while it had transfers moving (the engines: over the run) and its fraction of
+        the generation's peak, the average payload per partition."""
+        peak = self.extra.get("dma_peak_gbps", 0)
+        out = {}
+        total_bytes = total_rows = 0
+        for name, recs in self.records.items():
+            local = name.rsplit(".", 1)[-1]
+            if not local.startswith("dma") or not recs:
+                continue
+            nbytes = rows = 0
+            for r in recs:
+                b, p, _ = _dma_shape(r.ins)
+                nbytes, rows = nbytes + b, rows + p
+            ns = self.core.ns(_union([(r.start, r.end) for r in recs]))
+            gbps = nbytes / ns if ns else 0.0
+            out[name] = _queue_entry(nbytes, gbps, peak, rows)
+            total_bytes, total_rows = total_bytes + nbytes, total_rows + rows
+        if out:
+            gbps = total_bytes / self.total_ns if self.total_ns else 0.0
+            out["dma_engines"] = _queue_entry(total_bytes, gbps, peak, total_rows)
+        return out
+
+    def engine_waits(self):
+        """``{engine: {engine it waited on: ns}}``: the time each engine's instructions waited
+        past the moment it could have started them, by the engine of what they waited for (a
+        core's DMA queues together as ``dma``)."""
+        out = {}
+        for recs in self.records.values():
+            for r in recs:
+                if r.waited > 0 and r.blocker:
+                    w, b = _engine_of(r.stream), _engine_of(r.blocker[0])
+                    row = out.setdefault(w, {})
+                    row[b] = row.get(b, 0) + r.waited
+        return {
+            w: {b: round(self.core.ns(t), 3) for b, t in sorted(row.items())}
+            for w, row in sorted(out.items())
+        }
+
     def summary(self):
         """The report as a dict (``report.json``)."""
         c = self.core
@@ -296,6 +370,13 @@ class Report:
             "te_dtype": self.te_dtype,
             "dma_bytes": self.dma_bytes,
             "dma_gbps": round(self.dma_bytes / self.total_ns, 3) if self.total_ns else 0.0,
+            "dma_peak_gbps": round(self.extra.get("dma_peak_gbps", 0), 3),
+            "dma_queues": self.dma_queues(),
+            "mfu": round(self.mfu(), 4),
+            "hfu": round(self.hfu(), 4),
+            "mbu": round(self.mbu(), 4),
+            "throttle": self.extra.get("throttle", {"modelled": False}),
+            "engine_waits_ns": self.engine_waits(),
             "longest_waits": [
                 {
                     "ns": round(ns, 3),
@@ -307,6 +388,40 @@ class Report:
                 for ns, r, b in self.longest_waits()
             ],
         }
+
+
+def _queue_entry(nbytes, gbps, peak, rows):
+    return {
+        "bytes": nbytes,
+        "gbps": round(gbps, 3),
+        "of_peak": round(gbps / peak, 4) if peak else 0.0,
+        "bytes_per_partition": round(nbytes / rows, 1) if rows else 0.0,
+    }
+
+
+def _engine_of(stream):
+    """The engine of a stream: its name, a DMA queue's ``dma`` (a logical core's with its
+    ``coreN.``)."""
+    core, _, local = stream.rpartition(".")
+    if local.startswith("dma"):
+        local = "dma"
+    return f"{core}.{local}" if core else local
+
+
+def _dma_shape(ins):
+    """``(bytes, rows, packets)`` of a transfer: its destination's bytes; its rows, the
+    partitions of its on-chip side (device memory to device memory: the source's outer
+    entries); its packets, the contiguous runs of either side (a transpose: of its
+    destination), at least one per row."""
+    (dst,), src = ins.dsts, ins.srcs[0]
+    side = dst if dst.on_chip else src
+    rows = max(1, side.view_shape[0])
+    if ins.op == "dma_transpose":
+        # the engines write the destination's tiles together: its runs are the packets
+        packets = max(rows, _runs(dst))
+    else:
+        packets = max(rows, _runs(dst), _runs(src))
+    return dst.size * dst.element.itemsize, rows, packets
 
 
 class _Stream:
@@ -343,8 +458,9 @@ class _DmaPool:
     of the engines, at most one engine per part (water-filling), recomputed whenever a transfer
     starts or ends (the queues' round robin at descriptor granularity, as a fluid)."""
 
-    def __init__(self, ev, engines):
+    def __init__(self, ev, engines, on_rate=None):
         self.ev, self.engines = ev, engines
+        self.on_rate = on_rate  # called with the engines in use whenever the shares change
         self.active = []  # [remaining engine-ticks, cap (engines), callback]
         self.rates = []
         self.last = 0
@@ -371,6 +487,8 @@ class _DmaPool:
 
     def _reschedule(self):
         self._water_fill()
+        if self.on_rate is not None:
+            self.on_rate(sum(self.rates))
         self.version += 1
         if self.active:
             t = min(a[0] / r for a, r in zip(self.active, self.rates))
@@ -394,6 +512,30 @@ class _DmaPool:
         self._reschedule()
         for a in done:
             a[2]()
+
+
+@dataclass
+class _KernelTrace(Trace):
+    """The kernel's trace with counter tracks (Perfetto draws them as graphs): the DMA
+    engines in use, the Tensor Engine's rate under its warm-up throttle."""
+
+    counters: list = field(default_factory=list)
+
+    def counter(self, name, tick, value):
+        last = self.counters[-1] if self.counters else None
+        if last is not None and last[0] == name and last[1] == tick:
+            self.counters[-1] = (name, tick, value)  # the last change of a tick stands
+        else:
+            self.counters.append((name, tick, value))
+
+    def events(self):
+        yield from super().events()
+        if self.counters:
+            pid = 1 << 20  # a process of its own, after the engines'
+            yield {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "counters"}}
+            us = 1 / self.core.tick_mhz
+            for name, tick, value in self.counters:
+                yield {"ph": "C", "name": name, "pid": pid, "ts": tick * us, "args": {name: value}}
 
 
 class _Busy:
@@ -478,7 +620,7 @@ def simulate(program, *, params=None, trace=False):
         "dma": Clock("dma", core.dma_mhz),
     }
     ev = EventCore(list(clocks.values()))
-    tr = Trace(ev) if trace else None
+    tr = _KernelTrace(ev) if trace else None
     many = len(programs) > 1
 
     def key(c, name):
@@ -491,11 +633,23 @@ def simulate(program, *, params=None, trace=False):
             st = _Stream(key(c, name), instrs, clock)
             st.core, st.local = c, name
             streams[st.name] = st
+    throttle = params.throttle_for(core)
     seqs = [
-        Sequencer(core.rows, core.cols, tile_unit=core.tile_unit, rules=params.te_rules)
+        Sequencer(
+            core.rows, core.cols, tile_unit=core.tile_unit, rules=params.te_rules, throttle=throttle
+        )
         for _ in programs
     ]
-    pools = [_DmaPool(ev, core.dma_engines) for _ in programs]
+    pools = [
+        _DmaPool(
+            ev,
+            core.dma_engines,
+            (lambda v, c=c: tr.counter(key(c, "DMA engines in use"), ev.now, round(v, 3)))
+            if tr is not None
+            else None,
+        )
+        for c in range(len(programs))
+    ]
     costs = params.costs_for(core)
     # a transfer completes this many ticks after its data has moved
     if costs is not None:
@@ -526,7 +680,15 @@ def simulate(program, *, params=None, trace=False):
     )
     gpsimd_engine = [_Busy() for _ in programs]
     decoded = {}  # instruction word -> Instruction, one object per distinct word
-    stats = {"macs": 0, "dma_bytes": 0, "peak": 0.0, "dtype": None, "te_window": None}
+    stats = {
+        "macs": 0,
+        "issued_macs": 0,
+        "issued_peak": 0.0,
+        "dma_bytes": 0,
+        "peak": 0.0,
+        "dtype": None,
+        "te_window": None,
+    }
     slices = {}  # (stream, index) -> trace slice
     rendezvous = {}  # (pipe, turn) -> {core: (stream, instruction, ready, waited, blocker)}
 
@@ -549,6 +711,11 @@ def simulate(program, *, params=None, trace=False):
             first = rec.issue if first is None else first
             busy = max(busy, rec.busy_until)
             mm = rec.instruction
+            if mm.op == te_isa.Op.MM:
+                stats["issued_macs"] += mm.k * mm.m * mm.pe_mode.products * (mm.sparse or 1) * mm.n
+                if mm.transpose and not stats["issued_peak"]:
+                    # a kernel of transposes alone: their mode's peak for HFU
+                    stats["issued_peak"] = peak_macs_per_cycle(core.rows, core.cols, mm.mode)
             if mm.op == te_isa.Op.MM and not mm.transpose:
                 # a sparse MM counts its dense-equivalent MACs against the sparse peak
                 stats["macs"] += macs_per_beat(mm) * mm.n
@@ -562,6 +729,9 @@ def simulate(program, *, params=None, trace=False):
             lo, hi = stats["te_window"] or (first * period, busy * period)
             stats["te_window"] = (min(lo, first * period), max(hi, busy * period))
         start, end = first * period, busy * period
+        if tr is not None and throttle is not None and rec.instruction.op == te_isa.Op.MM:
+            rate = 1 / throttle.factor if rec.throttled else 1.0
+            tr.counter(key(s.core, "Tensor Engine rate (throttle)"), rec.issue * period, rate)
         done = (rec.outputs[-1] + 1) * period if rec.outputs else end
         return start, end, done
 
@@ -591,16 +761,10 @@ def simulate(program, *, params=None, trace=False):
         each row its packets (the contiguous runs of the side cut finer, at least one) and
         its bytes at the engine's rate (a transpose's 90% from the device memory, 50% SBUF to
         SBUF)."""
-        nbytes = dst.size * dst.element.itemsize
-        side = dst if dst.on_chip else src
-        rows = max(1, side.view_shape[0])
+        nbytes, rows, packets = _dma_shape(ins)
+        rate = 1.0
         if ins.op == "dma_transpose":
-            # the engines write the destination's tiles together: its runs are the packets
-            packets = max(rows, _runs(dst))
             rate = costs.transpose_sbuf if src.on_chip else costs.transpose_hbm
-        else:
-            packets = max(rows, _runs(dst), _runs(src))
-            rate = 1.0
         parts = min(core.dma_engines, rows)
         ns = costs.engine_ns(-(-rows // parts), nbytes / rows, packets / rows, rate)
         return ns * ev.tick_mhz / 1000 * parts, parts
@@ -866,6 +1030,21 @@ def simulate(program, *, params=None, trace=False):
             for c, pool in enumerate(pools):
                 busy[key(c, "dma_engines")] = pool.busy / (total * core.dma_engines)
     records = {n: s.records for n, s in streams.items()}
+    if costs is not None:
+        peak_gbps = costs.bytes_per_ns * core.dma_engines
+    else:  # the data path's words at the DMA clock
+        peak_gbps = params.dma.word_bytes * core.dma_mhz / 1000 * core.dma_engines
+    te_period = clocks["tensor"].period
+    extra = {
+        "issued_macs": stats["issued_macs"],
+        "issued_peak": (stats["peak"] or stats["issued_peak"]) * len(programs),
+        "dma_peak_gbps": peak_gbps * len(programs),
+        "throttle": {
+            "modelled": throttle is not None,
+            "matmuls_throttled": sum(sq.schedule().throttled for sq in seqs) if throttle else 0,
+            "ns": round(ev.ns(sum(sq.throttle_cycles for sq in seqs) * te_period), 3),
+        },
+    }
     return Report(
         programs[0] if not many else programs,
         ev,
@@ -880,6 +1059,7 @@ def simulate(program, *, params=None, trace=False):
         stats["te_window"],
         stats["dtype"],
         ev.events,
+        extra,
     )
 
 

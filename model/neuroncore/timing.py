@@ -47,8 +47,8 @@ def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES, starts=Non
     dge = timing.DgeStage(
         cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight, queues=geo.dma_queues
     )
-    # the RTL's own data path and none of the documented costs it does not have
-    return timing.Params(dma=dma, dge=dge, starts=starts, dma_costs=None)
+    # the RTL's own data path, and no warm-up throttle: the RTL has none
+    return timing.Params(dma=dma, dge=dge, starts=starts, dma_costs=None, throttle=None)
 
 
 def simulate_at_rtl(program, geo, latency, *, trace=False, starts=None):

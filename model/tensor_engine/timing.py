@@ -66,6 +66,7 @@ time (per-tile loaders, sequencers, banks; a row tile's outputs leave below its 
 transposes may run on a second plane.
 """
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from ncrtl.model.modes import SPARSE_GROUP, get_mode, mode_by_code
@@ -91,6 +92,9 @@ __all__ = [
     "HDL_PARALLEL",
     "HDL_BACKGROUND",
     "ONE_CHAIN",
+    "Throttle",
+    "THROTTLE_NS",
+    "throttle_at",
     "ls_plane",
     "ls_beats",
     "LS_CHAINS",
@@ -205,6 +209,7 @@ class Record:
     outputs: range = range(0)
     plane: int = 0
     busy_until: int = None
+    throttled: bool = False
 
     @property
     def accepted(self):
@@ -228,6 +233,13 @@ class Schedule:
     rows: int
     cols: int
     records: tuple = field(default_factory=tuple)
+    #: the cycles the warm-up throttle added to the MMs' occupancy (:class:`Throttle`)
+    throttle_cycles: int = 0
+
+    @property
+    def throttled(self):
+        """The MMs that ran throttled."""
+        return sum(1 for r in self.records if r.throttled)
 
     @property
     def total_cycles(self):
@@ -355,6 +367,88 @@ class Rules:
         if self.mm_floor == "fixed":
             return MIN_MM_CYCLES
         return min(MIN_MM_CYCLES, ins.m)
+
+
+#: The warm-up throttle's figures (the NKI performance guide and profiler documentation:
+#: Trainium2 and 3): full rate after about 3 us of work, throttled again when the utilization
+#: over about 3 us falls below 50%.
+THROTTLE_NS = 3000
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """The Tensor Engine's warm-up throttle (Trainium2 and Trainium3; docs/kernels.md,
+    "Costs"), in cycles of the engine's clock.
+
+    The engine starts throttled: an MM that issues throttled moves its beats ``factor`` times
+    apart (half rate).  Once the MMs issued throttled have occupied it ``warmup`` cycles (of
+    wall time: MMs on parallel tiles at once count once), the next MM runs at full rate.  An MM that issues at full rate when the engine's occupancy
+    (the union of its MMs' sequencer occupancy) over the ``window`` cycles before its issue is
+    below ``threshold`` of the window engages the throttle again, from no warm-up: it and the
+    MMs after it run throttled.  The throttle is decided per MM (an MM that begins throttled
+    runs throttled throughout).  LoadStationary is not throttled."""
+
+    window: int
+    warmup: int
+    threshold: float = 0.5
+    factor: int = 2
+
+    def __post_init__(self):
+        for name in ("window", "warmup", "factor"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Throttle {name} must be a positive int, not {v!r}")
+        if not 0 <= self.threshold <= 1:
+            raise ValueError(f"Throttle threshold must be in 0..1, not {self.threshold!r}")
+
+
+def throttle_at(mhz, ns=THROTTLE_NS):
+    """The documented :class:`Throttle` at a clock of ``mhz`` MHz: a window and a warm-up of
+    ``ns`` each."""
+    cycles = round(ns * mhz / 1000)
+    return Throttle(window=cycles, warmup=cycles)
+
+
+class _ThrottleState:
+    """A :class:`Throttle`'s state in a :class:`Sequencer`: whether it holds, the warm-up so
+    far, and the recent occupancy as merged intervals (no older than the window)."""
+
+    __slots__ = ("t", "on", "warm", "spans", "added")
+
+    def __init__(self, throttle):
+        self.t = throttle
+        self.on = True
+        self.warm = 0
+        self.spans = deque()  # merged (start, end) of MM occupancy, oldest first
+        self.added = 0
+
+    def at_issue(self, t):
+        """Whether an MM issued in cycle ``t`` runs throttled."""
+        lo = t - self.t.window
+        spans = self.spans
+        while spans and spans[0][1] <= lo:
+            spans.popleft()
+        if not self.on:
+            busy = sum(min(b, t) - max(a, lo) for a, b in spans if a < t)
+            if busy < self.t.threshold * self.t.window:
+                self.on, self.warm = True, 0
+        return self.on
+
+    def occupied(self, start, end, throttled, extra):
+        """An MM occupied the engine from ``start`` to ``end`` (``extra`` cycles of it the
+        throttle's)."""
+        spans = self.spans
+        if spans and start <= spans[-1][1]:
+            new = max(0, end - spans[-1][1])  # MMs on parallel tiles overlap: wall time
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            new = end - start
+            spans.append((start, end))
+        if throttled:
+            self.added += extra
+            self.warm += new
+            if self.warm >= self.t.warmup:
+                self.on = False
 
 
 #: The documented Tensor Engine (the default of :func:`simulate`).
@@ -547,7 +641,9 @@ class _Plane:
         self.uniform = u
 
 
-def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None):
+def simulate(
+    program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None, throttle=None
+):
     """Timing of ``program`` on a ``rows x cols`` array (rules in the module docstring and
     :class:`Rules`).
 
@@ -563,12 +659,14 @@ def simulate(program, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, mod
         with and without parallel tiles).
     modes : sequence of PeMode or None
         The modes the engine is built for (``isa.check``); None: every engine mode.
+    throttle : Throttle or None
+        The warm-up throttle (:func:`throttle_at`), or None (the default, as the RTL).
 
     Returns
     -------
     Schedule
     """
-    engine = Sequencer(rows, cols, tile_unit=tile_unit, rules=rules, modes=modes)
+    engine = Sequencer(rows, cols, tile_unit=tile_unit, rules=rules, modes=modes, throttle=throttle)
     for raw in program:
         engine.issue(raw)
     return engine.schedule()
@@ -585,10 +683,21 @@ class Sequencer:
     """
 
     def __init__(
-        self, rows=128, cols=128, *, tile_unit=32, rules=DOCUMENTED, modes=None, fold=True
+        self,
+        rows=128,
+        cols=128,
+        *,
+        tile_unit=32,
+        rules=DOCUMENTED,
+        modes=None,
+        fold=True,
+        throttle=None,
     ):
         if not isinstance(rules, Rules):
             raise TypeError(f"rules must be a Rules, not {rules!r}")
+        if throttle is not None and not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be a Throttle or None, not {throttle!r}")
+        self.throttle = _ThrottleState(throttle) if throttle is not None else None
         self.rows, self.cols, self.tile_unit, self.rules, self.modes = (
             rows,
             cols,
@@ -617,7 +726,13 @@ class Sequencer:
 
     def schedule(self):
         """The records so far as a :class:`Schedule`."""
-        return Schedule(self.rows, self.cols, tuple(self.records))
+        added = self.throttle.added if self.throttle is not None else 0
+        return Schedule(self.rows, self.cols, tuple(self.records), added)
+
+    @property
+    def throttle_cycles(self):
+        """The cycles the warm-up throttle has added to the MMs' occupancy so far."""
+        return self.throttle.added if self.throttle is not None else 0
 
     # The memos are keyed by object identity (each entry keeps its instruction alive, so an id
     # is never reused while its entry stands): a dataclass's hash walks all its fields, and a
@@ -766,8 +881,10 @@ class Sequencer:
         else:
             seq = max(plane.seq_free.get(g, 0) for g in mine)
             t = max(t0, plane.last_ls[mine[0]][2], seq)
+            ii, slow = self._throttled(t, ii)
             beats = range(t, t + ins.n * ii, ii)
             free = t + max(ins.n, rules.floor(whole)) * ii
+            self._occupied(t, free, slow, ii, ins.n, whole)
             out_lat = (
                 (whole.tile_row + whole.tile_rows + cols + P_PREFIX + 1)
                 if rules.parallel_tiles
@@ -786,6 +903,7 @@ class Sequencer:
                 outputs=range(beats.start + out_lat, beats.stop + out_lat, ii),
                 plane=p,
                 busy_until=free,
+                throttled=slow,
             )
         if every and self.fold:
             plane.collapse(self.all_groups)
@@ -811,8 +929,10 @@ class Sequencer:
             u.busy = (region, beats[-1])
             return rec
         t = max(t0, u.last_ls[2], u.seq_free)
+        ii, slow = self._throttled(t, ii)
         beats = range(t, t + ins.n * ii, ii)
         free = t + max(ins.n, self.rules.floor(whole)) * ii
+        self._occupied(t, free, slow, ii, ins.n, whole)
         out_lat = (
             (whole.tile_row + whole.tile_rows + self.cols + P_PREFIX + 1)
             if self.rules.parallel_tiles
@@ -830,7 +950,19 @@ class Sequencer:
             outputs=range(beats.start + out_lat, beats.stop + out_lat, ii),
             plane=p,
             busy_until=free,
+            throttled=slow,
         )
+
+    def _throttled(self, t, ii):
+        """``(beat interval, throttled)`` of an MM issued in cycle ``t`` (:class:`Throttle`)."""
+        if self.throttle is None or not self.throttle.at_issue(t):
+            return ii, False
+        return ii * self.throttle.t.factor, True
+
+    def _occupied(self, t, free, slow, ii, n, whole):
+        if self.throttle is not None:
+            base = max(n, self.rules.floor(whole)) * (ii // self.throttle.t.factor if slow else ii)
+            self.throttle.occupied(t, free, slow, free - t - base)
 
 
 def _count_in(cycles, start, stop):

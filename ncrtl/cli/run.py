@@ -310,7 +310,8 @@ def _cmd_run(args):
         except kgolden.KernelError as e:
             raise UsageError(str(e)) from None
     try:
-        report = ktiming.simulate(program, trace=bool(args.trace))
+        params = ktiming.Params(throttle=None) if args.no_throttle else None
+        report = ktiming.simulate(program, params=params, trace=bool(args.trace))
     except kgolden.KernelError as e:
         raise UsageError(str(e)) from None
     summary = report.summary()
@@ -598,7 +599,31 @@ def _print(summary, report):
             f"{s['te_utilization_matmul_window']:.3f} (first to last matmul); "
             f"{s['te_tflops']:.1f} TFLOPS of {s['te_peak_tflops']:.1f} peak ({s['te_dtype']})"
         )
-    print(f"DMA: {s['dma_bytes']:,} bytes, {s['dma_gbps']:.1f} GB/s")
+    print(f"DMA: {s['dma_bytes']:,} bytes, {s['dma_gbps']:.1f} GB/s of {s['dma_peak_gbps']:g} peak")
+    queues = s["dma_queues"]
+    if queues:
+        print("DMA queues: bytes, GB/s while moving (of peak), bytes per partition")
+        for name, q in queues.items():
+            print(
+                f"  {name:>11} {q['bytes']:>12,} {q['gbps']:8.1f} ({q['of_peak']:.3f}) "
+                f"{q['bytes_per_partition']:9,.1f}"
+            )
+    print(f"MFU {s['mfu']:.3f}, HFU {s['hfu']:.3f}, MBU {s['mbu']:.3f}")
+    t = s["throttle"]
+    if t["modelled"]:
+        print(
+            f"Tensor Engine throttle: {t['matmuls_throttled']:,} matmuls at half rate, "
+            f"+{t['ns']:,.1f} ns of Tensor Engine time (--no-throttle to compare)"
+        )
+    if s["engine_waits_ns"]:
+        print(
+            "waits by engine: "
+            + "; ".join(
+                f"{w} on {b} {ns:,.1f} ns"
+                for w, row in s["engine_waits_ns"].items()
+                for b, ns in row.items()
+            )
+        )
     if s["longest_waits"]:
         print("longest waits:")
         for w in s["longest_waits"][:5]:
@@ -680,6 +705,12 @@ def add_parser(sub, raw):
         "(default: the kernel's @nki.jit(psum_rounding=), else rne)",
     )
     s.add_argument("--timing-only", action="store_true", help="skip the golden values")
+    s.add_argument(
+        "--no-throttle",
+        action="store_true",
+        help="time the Tensor Engine without its warm-up throttle (v3, v4: half rate until "
+        'about 3 us of work; docs/kernels.md, "Costs"), to see what it costs',
+    )
     s.add_argument("--trace", help="Perfetto / Chrome trace file (JSON)")
     s.add_argument(
         "--plot",

@@ -104,6 +104,11 @@ def _cmd_timing(args):
         f"array, {args.rules} rules"
     )
     print(f"total: {sched.total_cycles} cycles")
+    if _throttle(args) is not None:
+        print(
+            f"warm-up throttle: {sched.throttled} of {len(mms)} matmuls at half rate, "
+            f"+{sched.throttle_cycles} cycles (--no-throttle: without it)"
+        )
     print(f"steady state: {timing.steady_cycles(sched):.1f} cycles per matmul")
     print(f"first output: cycle {mms[0].outputs[0]}, last output: cycle {mms[-1].outputs[-1]}")
     start, stop = sched.mm_window()
@@ -150,12 +155,27 @@ def _simulate(prog, args, rules, label):
                 yield ins
 
         sched = timing.simulate(
-            counted(), args.rows, args.cols, tile_unit=args.tile_unit, rules=rules
+            counted(),
+            args.rows,
+            args.cols,
+            tile_unit=args.tile_unit,
+            rules=rules,
+            throttle=_throttle(args),
         )
     bad = next((r for r in sched.records if not r.accepted), None)
     if bad is not None:
         raise UsageError(_rejected(bad.index, bad.instruction, bad.error, bad.message))
     return sched
+
+
+def _throttle(args):
+    """The Tensor Engine's warm-up throttle at 2.4 GHz (Trainium2 and 3) under the documented
+    rules, unless ``--no-throttle``; the RTL's rules have none."""
+    from ..model.tensor_engine import timing
+
+    if args.rules != "documented" or args.no_throttle:
+        return None
+    return timing.throttle_at(round(timing.CLOCK_HZ / 1e6))
 
 
 def _dense_comparison(args, sparse_sched, logical_k, m, rules, timing):
@@ -295,6 +315,13 @@ def add_parser(sub, raw):
         "parallel_tiles (tiles side by side, no background transpose); hdl-background: the "
         "RTL with background_transpose (tiles one after another); one-chain: an LS a "
         "column per beat and a 64-cycle MM floor",
+    )
+    s.add_argument(
+        "--no-throttle",
+        action="store_true",
+        help="without the Tensor Engine's warm-up throttle (documented rules: the matmuls run "
+        "at half rate until about 3 us of work, and again after utilization under 50%% over "
+        "3 us; the hdl rules never have it)",
     )
     s.add_argument(
         "--trace",
