@@ -18,6 +18,7 @@ __all__ = [
     "from_bits",
     "decode",
     "decode_fields",
+    "decode_float32",
     "encode",
     "round_to_format",
     "round_fp32_pair",
@@ -159,6 +160,24 @@ def decode(values, fmt=None):
     if f.container_bits <= 16:
         return _table(f)[0][np.asarray(bits).astype(np.int64)]
     return decode_fields(bits, f)[0]
+
+
+def decode_float32(values, fmt=None):
+    """:func:`decode` as float32: exact, since every value of every format is a float32
+    (e8m0's least, ``2**-127``, is a subnormal one); NaN for NaN.  BF16 is the upper half of
+    an FP32 encoding, TF32 an FP32 with its low bits cleared; the others widen from
+    :func:`decode`."""
+    arr = np.asarray(values)
+    f = _fmt(fmt) if fmt is not None else format_of_dtype(arr.dtype)
+    if f.name == "fp32" and arr.dtype == np.float32:
+        return arr
+    if f.name == "bf16" and arr.dtype == f.dtype:
+        return (arr.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if f.name == "tf32" and arr.dtype == np.float32:
+        keep = np.uint32(~((1 << f.ignored_low_bits) - 1) & 0xFFFFFFFF)
+        return (arr.view(np.uint32) & keep).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        return decode(arr, f).astype(np.float32)
 
 
 def bits_to_float(bits, fmt):

@@ -28,6 +28,7 @@ from ncrtl.model.fp import (
     Format,
     check_ieee_float32,
     decode,
+    decode_float32,
     format_of_dtype,
     fp32_dot_add,
     get_format,
@@ -256,6 +257,13 @@ def _instructions(
     return ls, replace(ls, op=Op.MM, n=n, bf16_out=bf16_out)
 
 
+#: Calls that passed :func:`_validate`, by everything its rules read (dtypes, shapes and the
+#: arguments, never the values): ``(fs, fm, mode, (K, M, N))``.  A kernel repeats a handful
+#: of matmul shapes thousands of times.
+_VALID = {}
+_VALID_MAX = 4096
+
+
 def _validate(
     stationary,
     moving,
@@ -270,6 +278,53 @@ def _validate(
     tile_unit=32,
 ):
     """Check every rule; return ``(s, fs, x, fm, mode, (K, M, N))``."""
+    s, x = np.asarray(stationary), np.asarray(moving)
+    key = hit = None
+    tiles = (tile_position, tile_size)
+    if all(t is None or isinstance(t, (tuple, list)) for t in tiles):
+        key = (s.dtype, s.shape, x.dtype, x.shape, perf_mode, bool(is_transpose))
+        key += tuple(t if t is None else tuple(t) for t in tiles)
+        # the array sizes' types too: rows=128.0 breaks a rule that rows=128 keeps
+        key += tuple((type(v), v) for v in (rows, cols, tile_unit))
+        key += (stationary_format, moving_format)
+        try:
+            hit = _VALID.get(key)
+        except TypeError:  # an argument that is no value (a list as a format): checked anew
+            key = None
+    if hit is not None:
+        return (s, hit[0], x, hit[1]) + hit[2:]
+    got = _check_rules(
+        s,
+        x,
+        perf_mode,
+        is_transpose,
+        tile_position,
+        tile_size,
+        rows,
+        cols,
+        stationary_format,
+        moving_format,
+        tile_unit,
+    )
+    if key is not None and len(_VALID) < _VALID_MAX:
+        _VALID[key] = (got[1], got[3]) + got[4:]
+    return got
+
+
+def _check_rules(
+    stationary,
+    moving,
+    perf_mode,
+    is_transpose,
+    tile_position,
+    tile_size,
+    rows,
+    cols,
+    stationary_format,
+    moving_format,
+    tile_unit,
+):
+    """:func:`_validate` without its memory of earlier calls."""
     _array_size(rows, cols, tile_unit)
     s, fs = _operand(stationary, stationary_format, "stationary")
     x, fm = _operand(moving, moving_format, "moving")
@@ -468,7 +523,8 @@ def matmul(
     # rounded step per PE row, starting from +0.0 (the first row of the tile adds to +0).
     if mode_by_code(mode).products == 1:
         if _short_products(fs, fm):
-            return _chain_short(decode(s, fs), decode(x, fm), _precision(fs) + _precision(fm))
+            bits = _precision(fs) + _precision(fm)
+            return _chain_short(decode_float32(s, fs), decode_float32(x, fm), bits)
         return _chain_two_sum(decode(s, fs), decode(x, fm))
     return _chain_double_row(s, x, fs, fm)  # the other mode nc_matmul takes (MX: matmul_mx)
 
@@ -490,36 +546,48 @@ def _short_products(fs, fm):
     return _precision(fs) + _precision(fm) <= SHORT_PRODUCT_BITS
 
 
-#: Least magnitude of a product for which the bound of :func:`float32_steps` is checked:
-#: the last bit of a product of ``bits`` significand bits at or above ``2**(bits - 149)`` lies
-#: on float32's grid (``2**-149``).
+#: Exponent of float32's last bit: a value of at most 24 significand bits whose last bit is at
+#: or above ``2**-149`` and whose magnitude is below ``2**128`` is a float32.
 _FP32_LAST_BIT = -149
 
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+_INF_BITS = np.uint32(0x7F800000)
 
-def float32_steps(sv, xv, bits):
-    """Per step ``k`` of a chain, whether every product ``sv[k, m] * xv[k, n]`` of finite
-    operands is a float32 value (``bits``: the most significand bits a product has, at most
-    24), so that float32 multiplication computes it exactly.  ``sv [K, M]`` and ``xv [K, N]``
-    are the operands' exact values (float64); zeros, infinities and NaN take no part (their
-    float32 products are the exact ones: signed zeros, infinities, NaN).
 
-    A product ``q`` of ``bits`` significand bits is a float32 when ``|q| < 2**128`` and its last
-    bit is at or above ``2**-149``.  Its last bit is the product of the operands' last bits,
-    each above ``|v| * 2**-p`` for a value of ``p`` significand bits (its leading bit is above
-    ``|v| / 2``), so it is above ``|q| * 2**-bits``: the step's least nonzero magnitudes, one
-    per operand, whose product is at least ``2**(bits - 149)``, bound every product's last bit
-    from below; the largest finite magnitudes, whose product is below ``2**128``, bound every
-    product from above.  Data far from the ends of float32's range (any ML tensor) passes;
-    a step holding a subnormal-range product or a product past the largest float32 does not."""
-    a, b = np.abs(sv), np.abs(xv)
-    with np.errstate(invalid="ignore", over="ignore"):
-        big = np.where(a < np.inf, a, 0).max(axis=1, initial=0) * np.where(b < np.inf, b, 0).max(
-            axis=1, initial=0
-        )
-        small = np.where(a > 0, a, np.inf).min(axis=1, initial=np.inf) * np.where(
-            b > 0, b, np.inf
-        ).min(axis=1, initial=np.inf)
-    return (big < 2.0**128) & (small >= 2.0 ** (bits + _FP32_LAST_BIT))
+def _magnitudes(v):
+    """Per row of a float32 array ``[K, X]``: its largest finite and its least nonzero
+    magnitude (float64; 0 and inf where the row has none), from the encodings, whose order
+    is the magnitudes' order (NaN above infinity)."""
+    a = v.view(np.uint32) & _MAGNITUDE
+    hi = a.max(axis=1, initial=0)
+    if (hi >= _INF_BITS).any():
+        hi = np.where(a < _INF_BITS, a, 0).max(axis=1, initial=0)
+    # zero wraps past every other encoding, so the least of a - 1 is the least nonzero's
+    lo = (a - np.uint32(1)).min(axis=1, initial=0xFFFFFFFF) + np.uint32(1)
+    lo = np.where((lo == 0) | (lo >= _INF_BITS), _INF_BITS, lo)
+    return hi.view(np.float32).astype(np.float64), lo.view(np.float32).astype(np.float64)
+
+
+def float32_steps(s32, x32, bits):
+    """Per step ``k`` of a chain, whether every product ``s32[k, m] * x32[k, n]`` of finite
+    operands is a float32 value, so that float32 multiplication computes it exactly.  ``s32
+    [K, M]``, ``x32 [K, N]``: the operands' exact values as float32; ``bits``: the most
+    significand bits a product has (at most 24).  Zeros, infinities and NaN take no part
+    (their float32 products are the exact ones: signed zeros, infinities, NaN).
+
+    A product ``q`` of ``bits`` significand bits is a float32 when ``|q| < 2**128`` and its
+    last bit is at or above ``2**-149``.  Its last bit is the product of the operands' last
+    bits, each above ``|v| * 2**-p`` for a value of ``p`` significand bits (its leading bit is
+    above ``|v| / 2``), so it is above ``|q| * 2**-bits``: when the product of the step's
+    least nonzero magnitudes, one per operand, is at least ``2**(bits - 149)``, every
+    product's last bit is above ``2**-149``; when the product of the largest finite ones is
+    below ``2**128``, so is every product.  Data away from the ends of float32's range (any
+    ML tensor) passes; a step holding a product in float32's subnormal range, or past its
+    largest value, does not."""
+    hs, ls = _magnitudes(s32)
+    hx, lx = _magnitudes(x32)
+    with np.errstate(over="ignore"):
+        return (hs * hx < 2.0**128) & (ls * lx >= 2.0 ** (bits + _FP32_LAST_BIT))
 
 
 def _negative_zero(p):
@@ -527,16 +595,17 @@ def _negative_zero(p):
     return bool((p.view(np.uint32) == np.uint32(0x80000000)).any())
 
 
-def _chain_short(sv, xv, bits):
+def _chain_short(s32, x32, bits):
     """The psum chains of a one-product mode with short products (``bits`` significand bits
-    at most, :func:`_short_products`), ``sv [K, M]`` and ``xv [K, N]`` the operands' exact
-    values (float64).  A step whose products are all float32 values (:func:`float32_steps`:
-    every step of data away from the ends of float32's range) is computed in float32: the
-    products by float32 multiplication, exact, then one float32 addition ``p + q`` of two
-    float32 values, which IEEE rounds once to nearest even with gradual underflow and overflow
-    to infinity: the contract's ``round_fp32(p + q)`` itself.  Any other step is the float64
-    step of :func:`float64_chain` (its proof there), so each step is exact whichever road it
-    takes, and the roads mix freely along a chain.
+    at most, :func:`_short_products`), ``s32 [K, M]`` and ``x32 [K, N]`` the operands' exact
+    values as float32 (every operand format of these modes is a subset of float32).  A step
+    whose products are all float32 values (:func:`float32_steps`: every step of data away
+    from the ends of float32's range) is computed in float32: the products by float32
+    multiplication, exact, then one float32 addition ``p + q`` of two float32 values, which
+    IEEE rounds once to nearest even with gradual underflow and overflow to infinity: the
+    contract's ``round_fp32(p + q)`` itself.  Any other step is the float64 step of
+    :func:`float64_chain` (its proof there), so each step is exact whichever road it takes,
+    and the roads mix freely along a chain.
 
     Signed zeros: ``np.einsum`` computes the products as ``0 + s * x``, so a product that is
     -0 comes out +0.  That changes nothing while the psum holds no -0: ``p + q`` is -0 only
@@ -548,26 +617,25 @@ def _chain_short(sv, xv, bits):
     IEEE arithmetic, as the float64 -> float32 conversion of :func:`float64_chain` is: a host
     that flushes subnormals to zero is refused (:func:`ncrtl.model.fp.check_ieee_float32`)."""
     check_ieee_float32()
-    k, m, n = sv.shape[0], sv.shape[1], xv.shape[1]
-    fast = float32_steps(sv, xv, bits).tolist()
-    s32, x32 = sv.astype(np.float32), xv.astype(np.float32)
+    k, m, n = s32.shape[0], s32.shape[1], x32.shape[1]
+    fast = float32_steps(s32, x32, bits).tolist()
     p = np.zeros((m, n), dtype=np.float32)
     q = np.empty((m, n), dtype=np.float32)
     negzero = False
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(k):
-            if not fast[i]:
-                t = np.multiply.outer(sv[i], xv[i])
-                t += p
-                p = t.astype(np.float32)
-                negzero = _negative_zero(p)
-            elif negzero:
+            if fast[i] and not negzero:
+                np.einsum("i,j->ij", s32[i], x32[i], out=q)
+                p += q
+            elif fast[i]:
                 np.multiply.outer(s32[i], x32[i], out=q)
                 p += q
                 negzero = _negative_zero(p)
             else:
-                np.einsum("i,j->ij", s32[i], x32[i], out=q)
-                p += q
+                t = np.multiply.outer(s32[i].astype(np.float64), x32[i].astype(np.float64))
+                t += p
+                p = t.astype(np.float32)
+                negzero = _negative_zero(p)
     nan = np.isnan(p)
     if nan.any():
         p[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
