@@ -30,6 +30,8 @@ a warning with ``uninitialized="warn"``.
 
 from __future__ import annotations
 
+import heapq
+import math
 import random
 import warnings
 from dataclasses import replace
@@ -37,7 +39,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma import engine as dma_golden
-from ncrtl.model.dma.access import AccessPattern
+from ncrtl.model.dma.access import AccessPattern, pattern_bounds
 from ncrtl.model.dma.engine import AddDtype, add_elements
 from ncrtl.model.fp import encode, fp32_to_bf16, from_bits, get_format
 from ncrtl.model.kernel.dtypes import dtype_of
@@ -196,17 +198,16 @@ class CoreState:
         words = np.ascontiguousarray(b).view(np.uint32).reshape(m.shape[2], m.shape[0], m.shape[1])
         m[...] = words.transpose(1, 2, 0)
 
-    def _psum_view(self, ref):
-        """:func:`_strided` of a PSUM view over the bytes of the banks it reaches alone (not
-        the whole of :meth:`psum_bytes`), or None."""
-        box = ref.box()
-        if box is None:
-            return None
+    def _psum_banks(self, layout):
+        """``(bytes, origin)``: the PSUM banks a :func:`_layout` reaches as ``[partitions,
+        bytes]`` (not the whole of :meth:`psum_bytes`), and the byte their first column is."""
+        _, byte, shape, steps = layout
+        lo, hi = pattern_bounds(tuple(zip(steps, (n for n in shape[1:]))))
         bank = self.program.core.psum_bank_bytes
-        lo, hi = box[2] // bank, -(-box[3] // bank)
-        m = self.psum.mem[lo:hi]
+        first, last = (byte + lo) // bank, (byte + hi) // bank
+        m = self.psum.mem[first : last + 1]
         mem = np.ascontiguousarray(m.transpose(2, 0, 1)).view(np.uint8).reshape(m.shape[2], -1)
-        return _strided(mem, ref, origin=lo * bank)
+        return mem, first * bank
 
     def _memory(self, space):
         if space == "sbuf":
@@ -223,7 +224,7 @@ class CoreState:
         k = np.arange(isz)
         if ref.space == "hbm":
             return None, ref.base + idx[..., None] * isz + k
-        row = int(np.prod(ref.tensor_shape()[1:]))
+        row = math.prod(ref.tensor_shape()[1:])
         part, within = np.divmod(idx, row)
         return part[..., None] + 0 * k, ref.base + within[..., None] * isz + k
 
@@ -242,7 +243,7 @@ class CoreState:
         if not ref.on_chip:
             b0 = ref.base + ref.offset * isz
             return None, slice(b0, b0 + ref.size * isz)
-        row = int(np.prod(ref.tensor_shape()[1:]))
+        row = math.prod(ref.tensor_shape()[1:])
         p0, within = divmod(ref.offset, row)
         if pat[0][1] > 1 and pat[0][0] != row:
             return None
@@ -251,15 +252,16 @@ class CoreState:
 
     def read(self, ref, ins=None):
         """The view's elements, shape ``view_shape``, as its storage dtype."""
-        if ref.space == "psum":
-            view = self._psum_view(ref)
-            written = self.psum_written
-        else:
-            mem, written = self._memory(ref.space)
-            view = _strided(mem, ref)
-        if view is not None and _strided(written, ref).all():
-            data = np.ascontiguousarray(view)
-            return data.view(ref.element.storage).reshape(ref.view_shape)
+        lay = _layout(ref)
+        if lay is not None:
+            if ref.space == "psum":
+                mem, origin = self._psum_banks(lay)
+                written = self.psum_written
+            else:
+                (mem, written), origin = self._memory(ref.space), 0
+            if _at(written, lay).all():
+                data = np.ascontiguousarray(_at(mem, lay, origin))
+                return data.view(ref.element.storage).reshape(ref.view_shape)
         mem, written = self._memory(ref.space)
         part, byte = self._positions(ref)
         sel = byte if part is None else (part, byte)
@@ -281,15 +283,14 @@ class CoreState:
         v = np.ascontiguousarray(np.asarray(values).astype(ref.element.storage, copy=False))
         if v.size != ref.size:
             raise KernelError(f"{v.size} values for a view of {ref.size} elements ({ref})")
-        if _one_visit(ref):
+        lay = _layout(ref) if _one_visit(ref) else None
+        if lay is not None:
             mem, written = self._memory(ref.space)
-            view = _strided(mem, ref)
-            if view is not None:
-                view[...] = v.reshape(-1).view(np.uint8).reshape(view.shape)
-                _strided(written, ref)[...] = True
-                if ref.space == "psum":
-                    self._store_psum(mem)
-                return
+            _at(mem, lay)[...] = v.reshape(-1).view(np.uint8).reshape(lay[2])
+            _at(written, lay)[...] = True
+            if ref.space == "psum":
+                self._store_psum(mem)
+            return
         part, byte = self._positions(ref)
         isz = ref.element.itemsize
         flat_b = byte.reshape(-1, isz)
@@ -321,35 +322,40 @@ def _where(ins):
     return "" if ins is None else f"{ins.where} "
 
 
-def _strided(mem, ref, origin=0):
-    """The view's bytes in ``mem`` (device memory ``[bytes]``, or on chip ``[partitions,
-    bytes]``; its ``written`` mask alike) as a strided numpy view ``view_shape + (itemsize,)``,
-    formed from the pattern without an index per element, where the view is rows of its
-    tensor (:meth:`Ref.box <ncrtl.model.kernel.stream.Ref.box>`: its corners inside the tensor
-    and its partitions whole, so every access rule holds and no byte outside the tensor is
-    reached); else None (the caller forms the indices, which check the rules).  ``origin``:
-    the byte of a partition (of the device memory) that ``mem``'s first column holds."""
+def _layout(ref):
+    """Where the view's bytes lie, as ``(first partition or None, first byte, shape, byte
+    steps of the free dimensions)`` for :func:`_at`, when the view is rows of its tensor
+    (:meth:`Ref.box <ncrtl.model.kernel.stream.Ref.box>`: its corners inside the tensor and
+    its partitions whole, so every access rule holds); else None (the caller forms the
+    indices, which check the rules).  The shape is ``view_shape + (itemsize,)``."""
     if ref.box() is None:
         return None
     isz = ref.element.itemsize
-    col = mem.strides[-1]
-    if ref.on_chip:
-        row = int(np.prod(ref.tensor_shape()[1:]))
-        p0, c0 = divmod(ref.offset, row)
-        (_, n0), inner = ref.pattern[0], ref.pattern[1:]
-        start = mem[p0:, ref.base + c0 * isz - origin :]
-        shape = (n0,) + tuple(n for _, n in inner) + (isz,)
-        strides = (mem.strides[0],) + tuple(s * isz * col for s, _ in inner) + (col,)
-    else:
-        start = mem[ref.base + ref.offset * isz - origin :]
-        shape = ref.view_shape + (isz,)
-        strides = tuple(s * isz * col for s, _ in ref.pattern) + (col,)
-    return np.lib.stride_tricks.as_strided(start, shape, strides)
+    if not ref.on_chip:
+        steps = tuple(s * isz for s, _ in ref.pattern) + (1,)
+        return None, ref.base + ref.offset * isz, ref.view_shape + (isz,), steps
+    row = math.prod(ref.tensor_shape()[1:])
+    p0, c0 = divmod(ref.offset, row)
+    inner = ref.pattern[1:]
+    steps = tuple(s * isz for s, _ in inner) + (1,)
+    return p0, ref.base + c0 * isz, ref.view_shape + (isz,), steps
+
+
+def _at(mem, layout, origin=0):
+    """The bytes of a :func:`_layout` in ``mem`` (device memory ``[bytes]``, or on chip
+    ``[partitions, bytes]``, uint8; a ``written`` mask alike) as a numpy view, no index per
+    element; ``origin``: the byte of a partition that ``mem``'s first column holds.  numpy
+    checks that the view stays inside ``mem``."""
+    p0, byte, shape, steps = layout
+    if p0 is None:
+        return np.ndarray(shape, mem.dtype, mem, byte - origin, steps)
+    offset = p0 * mem.strides[0] + byte - origin
+    return np.ndarray(shape, mem.dtype, mem, offset, (mem.strides[0],) + steps)
 
 
 def _one_visit(ref):
-    """Whether the view visits no element twice, so that writing it through :func:`_strided`
-    leaves what sequential writes leave: the free dimensions (on chip; every dimension in
+    """Whether the view visits no element twice, so that writing it through one numpy view
+    leaves what sequential writes leave (:func:`_layout`): the free dimensions (on chip; every dimension in
     device memory, whose rows are elements too), ordered by step, each step beyond every
     offset the smaller ones reach, give each element one view index (partitions are distinct
     by themselves)."""
@@ -435,14 +441,14 @@ def _ap2(shape):
 
 def _psum_target(core, ins, dst, m, n):
     """``(bank, col, first partition)`` of a matmul's PSUM destination ``[M, N]``."""
-    row = int(np.prod(dst.tensor_shape()[1:]))
+    row = math.prod(dst.tensor_shape()[1:])
     p0, within = divmod(dst.offset, row)
     isz = dst.element.itemsize
     pat = dst.pattern
     ok = (
         len(pat) >= 2
         and pat[0] == (row, m)
-        and int(np.prod([num for _, num in pat[1:]])) == n
+        and math.prod(num for _, num in pat[1:]) == n
         and contiguous(pat[1:])
     )
     if not ok:
@@ -515,7 +521,7 @@ def _chunk_refs(dst, chunks):
     one per column chunk over several PSUM banks)."""
     if not chunks:
         return [(0, None, dst)]
-    row = int(np.prod(dst.tensor_shape()[1:]))
+    row = math.prod(dst.tensor_shape()[1:])
     m = dst.view_shape[0]
     return [
         (c0, n, replace(dst, pattern=((row, m), (1, n)), offset=dst.offset + c0))
@@ -685,7 +691,7 @@ def _memset(st, ins):
 
 def _identity(st, ins):
     (dst,) = ins.dsts
-    p, f = dst.view_shape[0], int(np.prod(dst.view_shape[1:]))
+    p, f = dst.view_shape[0], math.prod(dst.view_shape[1:])
     st.write(dst, convert(np.eye(p, f, dtype=np.float32), dst.view_dtype))
 
 
@@ -833,35 +839,58 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
     def head(c, ins):
         return done[(c, ins.engine)] == ins.index and met(c, ins)
 
+    def runnable(c, n):
+        """The next instruction of stream ``(c, n)`` when it can run now, else None."""
+        s, i = streams[(c, n)], done[(c, n)]
+        if i >= len(s) or not met(c, s[i]):
+            return None
+        ins = s[i]
+        if ins.op == "sendrecv":
+            other = partners.get((1 - c, ins.args["pipe_id"], ins.args["turn"]))
+            if other is None or not head(1 - c, other):
+                return None
+        return ins
+
+    # The streams' next instructions by program position: in program order the earliest is
+    # the one to run whenever it can (its waits name earlier instructions), so a step looks at
+    # one stream, not at all of them; the others are found by looking at every stream.
+    nexts = [(s[0].seq, c, n, 0) for (c, n), s in streams.items()]
+    heapq.heapify(nexts)
+
+    def advance(c, n):
+        i = done[(c, n)]
+        if i < len(streams[(c, n)]):
+            heapq.heappush(nexts, (streams[(c, n)][i].seq, c, n, i))
+
     while remaining:
-        ready = []
-        for (c, n), s in streams.items():
-            i = done[(c, n)]
-            if i < len(s) and met(c, s[i]):
-                ins = s[i]
-                if ins.op == "sendrecv":
-                    other = partners.get((1 - c, ins.args["pipe_id"], ins.args["turn"]))
-                    if other is None or not head(1 - c, other):
-                        continue
-                ready.append((c, ins))
-        if not ready:
-            raise KernelError(deadlock(programs, done))
+        ins = None
         if order == "program":
-            c, ins = min(ready, key=lambda ci: (ci[1].seq, ci[0]))
-        elif order == "reverse":
-            c, ins = max(ready, key=lambda ci: (ci[1].seq, ci[0]))
-        else:
-            c, ins = rng.choice(ready)
+            while done[nexts[0][1:3]] != nexts[0][3]:
+                heapq.heappop(nexts)  # a stream that has moved on since
+            _, c, n, _ = nexts[0]
+            ins = runnable(c, n)
+        if ins is None:
+            ready = [(c, i) for c, n in streams if (i := runnable(c, n)) is not None]
+            if not ready:
+                raise KernelError(deadlock(programs, done))
+            if order == "program":
+                c, ins = min(ready, key=lambda ci: (ci[1].seq, ci[0]))
+            elif order == "reverse":
+                c, ins = max(ready, key=lambda ci: (ci[1].seq, ci[0]))
+            else:
+                c, ins = rng.choice(ready)
         if ins.op == "sendrecv":
             other = partners[(1 - c, ins.args["pipe_id"], ins.args["turn"])]
             pair = (ins, other) if c == 0 else (other, ins)
             _sendrecv(states, pair)
             for r, i in enumerate(pair):
                 done[(r, i.engine)] += 1
+                advance(r, i.engine)
             remaining -= 2
             continue
         execute(states[c], ins)
         done[(c, ins.engine)] += 1
+        advance(c, ins.engine)
         remaining -= 1
     return [states[0].tensor(n) for n in programs[0].outputs], (
         states[0] if len(states) == 1 else states
