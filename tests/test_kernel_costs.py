@@ -148,7 +148,8 @@ def test_the_rtl_comparison_keeps_the_rtl_data_path():
     small = blocks.neuroncore_geometry(
         blocks.get("neuroncore").resolve(blocks.GROUPS["neuroncore"][0][1])
     )
-    assert rtl_params(small, 8).dma_costs is None and rtl_params(small, 8).throttle is None
+    rtl = rtl_params(small, 8)
+    assert rtl.dma_costs is None and rtl.throttle is None and rtl.compute is None
     job = jobs.example_job("matmul_basic", small, np.random.default_rng(3))
     assert round(model_at_rtl(job.program, small).total_ns) == 1916
 
@@ -291,3 +292,45 @@ def test_report_dma_queues_utilizations_and_waits(tmp_path):
     k, ins, kw = _example("transpose_tensor_engine")
     s = nki.run(k, ins, kw, golden=False).report.summary()
     assert s["mfu"] == 0 and s["hfu"] > 0
+
+
+# (op, engine, dtype, F, step, core) -> (occupancy, completion latency) in engine cycles
+SHAPES = {
+    ("tensor_copy", None, "float32", 2048, 1, "v3"): (2048, 120),  # N, 2 accesses x 60
+    ("tensor_copy", None, "float32", 16, 1, "v3"): (64, 120),  # the initiation interval
+    ("tensor_tensor", None, "float32", 512, 1, "v3"): (1024, 180),  # 2N, 3 accesses
+    ("tensor_copy", None, "bfloat16", 2048, 1, "v3"): (512, 120),  # performance mode 4x
+    ("tensor_copy", None, "bfloat16", 2048, 1, "v2"): (2048, 120),  # none on v2
+    ("tensor_tensor", None, "bfloat16", 512, 1, "v3"): (512, 180),  # 2x
+    ("tensor_copy", None, "float32", 2048, 4, "v3"): (512, 120),  # stride 16 B: full rate
+    ("tensor_copy", None, "float32", 2048, 8, "v3"): (512, 120),  # 32 B: half rate
+    ("tensor_copy", "gpsimd", "float32", 512, 1, "v3"): (150 + 512, 120),  # start-up
+    ("memset", "gpsimd", "float32", 16, 1, "v3"): (150 + 16, 60),  # no initiation interval
+    ("activation", None, "float32", 512, 1, "v3"): (512, 120),
+    ("activation", None, "float32", 16, 1, "v3"): (64, 120),
+    ("tensor_scalar", "scalar", "bfloat16", 1024, 1, "v3"): (1024, 120),
+    ("tensor_scalar", "scalar", "bfloat16", 1024, 1, "v4"): (512, 120),  # v4's BF16 2x
+    ("tensor_copy", "scalar", "bfloat16", 1024, 1, "v4"): (512, 120),
+    ("tensor_copy", "scalar", "float32", 1024, 1, "v4"): (1024, 120),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES), ids=["-".join(map(str, k)) for k in SHAPES])
+def test_vector_scalar_gpsimd_instruction_costs(shape):
+    """Each Vector / Scalar / GpSimd instruction shape against the documented closed form:
+    occupancy max(64, N x inputs / mode) (GpSimd: 150 + N x inputs), an innermost stride over
+    16 bytes halving the rate outside a performance mode, then 60 cycles per tensor access
+    (inputs and output) before it completes."""
+    op, engine, dtype, f, step, core = shape
+    x = (
+        np.arange(128 * f)
+        .reshape(128, f)
+        .astype(np.float32)
+        .astype(getattr(ml_dtypes, dtype, dtype))
+    )
+    kw = {"op": op, "engine": engine, "step": step}
+    res = nki.run(load_file(COSTS, "one_op"), (x,), kw, core=core)
+    stream = engine or {"activation": "scalar"}.get(op, "vector")
+    (rec,) = res.report.records[stream]
+    period = res.report.core.clocks[stream].period
+    assert ((rec.end - rec.start) // period, (rec.done - rec.end) // period) == SHAPES[shape]

@@ -61,6 +61,7 @@ __all__ = [
     "DgeStage",
     "DmaCosts",
     "DMA_COSTS",
+    "ComputeCosts",
     "dma_costs",
     "FIXED_LATENCY",
     "DMA_WORD_BYTES",
@@ -120,6 +121,39 @@ class DmaCosts:
         return bytes_per_packet / (bytes_per_packet + self.packet_bytes)
 
 
+@dataclass(frozen=True)
+class ComputeCosts:
+    """The Vector, Scalar and GpSimd engines' costs as the NKI ISA reference and performance
+    guide state them (docs/kernels.md, "Costs"), in cycles of the engine's clock: an
+    instruction of ``N`` elements per partition per tensor input (``N`` with one input, ``2N``
+    with two) streams them at one a cycle, divided by a performance mode (the Vector Engine's
+    4x / 2x on v3 and v4; the Scalar Engine's 2x BF16/FP16 ``tensor_copy`` / ``tensor_scalar``
+    on v4: ``scalar_bf16``) or, outside one, halved when an operand's innermost stride is
+    above ``stride_bytes``; it occupies its engine at least ``min_ii`` cycles (the minimum
+    initiation interval), a GpSimd instruction ``gpsimd_startup`` cycles more (and no
+    ``min_ii``); it completes ``access_cycles`` per tensor it reads or writes after that (the
+    fixed cost of a tensor access, which independent instructions overlap)."""
+
+    min_ii: int = 64
+    access_cycles: int = 60
+    stride_bytes: int = 16
+    gpsimd_startup: int = 150
+    scalar_bf16: bool = False
+
+    def cycles(self, engine, elements, factor=1, strided=False, accesses=2):
+        """``(occupancy, completion latency)`` in cycles of an instruction on ``engine``
+        (``"vector"``, ``"scalar"``, ``"gpsimd"``) streaming ``elements`` element-cycles
+        (elements per partition x tensor inputs) at ``factor`` x one a cycle."""
+        if strided and factor == 1:
+            factor = 0.5
+        stream = -(-elements // factor) if factor >= 1 else elements * round(1 / factor)
+        if engine == "gpsimd":
+            occ = self.gpsimd_startup + stream
+        else:
+            occ = max(self.min_ii, stream)
+        return occ, self.access_cycles * accesses
+
+
 #: Per-engine DMA bandwidth by NeuronCore version (the NKI DMA bandwidth guide's table:
 #: TRN1 17, TRN2 23, TRN3 33 B/ns; 272 / 368 / 528 GB/s over 16 engines).
 DMA_COSTS = {"v2": DmaCosts(17), "v3": DmaCosts(23), "v4": DmaCosts(33)}
@@ -165,6 +199,10 @@ class Params:
     of ``dma`` (:func:`~ncrtl.model.dma.timing.bandwidth_cycles`) and its fixed latency, as
     the RTL core moves them.
 
+    ``compute``: ``"documented"`` (the default) charges Vector, Scalar and GpSimd instructions
+    the documented costs (:class:`ComputeCosts`); None one cycle per element per tensor input
+    (over the Vector Engine's performance mode) and ``fixed_latency`` after.
+
     ``throttle``: ``"documented"`` (the default) gives the Tensor Engine of NeuronCore-v3 and
     v4 its warm-up throttle (:func:`~ncrtl.model.tensor_engine.timing.throttle_at` its clock);
     a :class:`~ncrtl.model.tensor_engine.timing.Throttle` that one; None none (v2, the RTL,
@@ -177,6 +215,14 @@ class Params:
     starts: dict | None = None
     dma_costs: object = "documented"
     throttle: object = "documented"
+    compute: object = "documented"
+
+    def compute_for(self, core):
+        """The :class:`ComputeCosts` on ``core`` (None: the element-per-cycle rule and
+        ``fixed_latency``, as the RTL comparison runs)."""
+        if self.compute == "documented":
+            return ComputeCosts(scalar_bf16=core.name == "v4")
+        return self.compute
 
     def throttle_for(self, core):
         """The Tensor Engine's throttle on ``core`` (None: none)."""
@@ -563,6 +609,15 @@ def _earliest(holds, t, dur, engine):
     return t
 
 
+def _strided(ref, limit):
+    """Whether the view ``ref``'s innermost stride (its last entry of more than one element)
+    is above ``limit`` bytes."""
+    for step, num in reversed(ref.pattern[1:]):
+        if num > 1:
+            return abs(step) * ref.element.itemsize > limit
+    return False
+
+
 def _runs(ref):
     """The contiguous runs of bytes of the view ``ref`` (an on-chip view's partitions apart):
     the packets a DMA engine moves it in."""
@@ -651,6 +706,7 @@ def simulate(program, *, params=None, trace=False):
         for c in range(len(programs))
     ]
     costs = params.costs_for(core)
+    compute = params.compute_for(core)
     # a transfer completes this many ticks after its data has moved
     if costs is not None:
         dma_latency = round(costs.latency_ns * ev.tick_mhz / 1000)
@@ -775,7 +831,20 @@ def simulate(program, *, params=None, trace=False):
         n = int(np.prod(dst.view_shape[1:])) if len(dst.view_shape) > 1 else 1
         tensors = [r for r in ins.srcs if r.size > r.view_shape[0]]
         factor = vector_perf(ins, tensors) if s.local == "vector" else 1
-        occ = -(-n * max(1, len(tensors)) // factor) * period
+        if compute is None:
+            occ = -(-n * max(1, len(tensors)) // factor) * period
+            latency = params.fixed_latency * period
+        else:
+            if s.local == "scalar":
+                factor = scalar_perf(ins, tensors)
+            occ, latency = compute.cycles(
+                s.local,
+                n * max(1, len(tensors)),
+                factor,
+                any(_strided(r, compute.stride_bytes) for r in (*ins.dsts, *tensors)),
+                len(ins.dsts) + len(tensors),
+            )
+            occ, latency = occ * period, latency * period
         # The shared resources it holds while it streams: the VectorE-GpSimdE SBUF bus, the
         # PSUM banks it touches (docs/kernels.md, "Shared SBUF and PSUM access").
         holds = []
@@ -794,7 +863,15 @@ def simulate(program, *, params=None, trace=False):
         for h in holds:
             h.add(start, start + occ, s.local)
         end = start + occ
-        return start, end, end + params.fixed_latency * period
+        return start, end, end + latency
+
+    def scalar_perf(ins, tensors):
+        """The Scalar Engine's BF16/FP16 mode (NeuronCore-v4, seed 001): 2x for a
+        tensor_copy / tensor_scalar whose tensors are all BF16/FP16; else 1."""
+        if not compute.scalar_bf16 or ins.op not in ("tensor_copy", "tensor_scalar"):
+            return 1
+        refs = [ins.dsts[0], *tensors]
+        return 2 if all(r.view_dtype in ("bfloat16", "float16") for r in refs) else 1
 
     def vector_perf(ins, tensors):
         """The Vector Engine's performance mode (NeuronCore-v3 and later, seed 000): 4x for a

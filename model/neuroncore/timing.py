@@ -47,8 +47,10 @@ def rtl_params(geo, latency, *, outstanding=8, dge_cycles=DGE_CYCLES, starts=Non
     dge = timing.DgeStage(
         cycles=dge_cycles, count=DGES, in_flight=geo.dma_inflight, queues=geo.dma_queues
     )
-    # the RTL's own data path, and no warm-up throttle: the RTL has none
-    return timing.Params(dma=dma, dge=dge, starts=starts, dma_costs=None, throttle=None)
+    # the RTL's own data path and its engines' rules: no documented costs, no warm-up throttle
+    return timing.Params(
+        dma=dma, dge=dge, starts=starts, dma_costs=None, throttle=None, compute=None
+    )
 
 
 def simulate_at_rtl(program, geo, latency, *, trace=False, starts=None):

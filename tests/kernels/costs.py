@@ -62,3 +62,28 @@ def transposes(x):
     out = nl.ndarray((A, B), dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=u)
     return out
+
+
+@nki.jit
+def one_op(x, op, engine=None, step=1):
+    """``x`` into SBUF, then one ``op`` on it (on ``engine``, a ``nisa.engine`` name; reading
+    every ``step``-th element of each partition), its result out."""
+    P, F = x.shape
+    a = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    src = a if step == 1 else a.ap([[F, P], [step, F // step]])
+    b = nl.ndarray((P, F // step), dtype=x.dtype, buffer=nl.sbuf)
+    kw = {} if engine is None else {"engine": getattr(nisa.engine, engine)}
+    if op == "tensor_copy":
+        nisa.tensor_copy(dst=b, src=src, **kw)
+    elif op == "tensor_tensor":
+        nisa.tensor_tensor(dst=b, data1=src, data2=src, op=nl.add, **kw)
+    elif op == "tensor_scalar":
+        nisa.tensor_scalar(dst=b, data=src, op0=nl.multiply, operand0=2.0, **kw)
+    elif op == "activation":
+        nisa.activation(dst=b, op=nl.exp, data=src)
+    elif op == "memset":
+        nisa.memset(dst=b, value=0.0, **kw)
+    out = nl.ndarray((P, F // step), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=b)
+    return out
