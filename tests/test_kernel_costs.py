@@ -292,6 +292,13 @@ def test_report_dma_queues_utilizations_and_waits(tmp_path):
     k, ins, kw = _example("transpose_tensor_engine")
     s = nki.run(k, ins, kw, golden=False).report.summary()
     assert s["mfu"] == 0 and s["hfu"] > 0
+    # a logical core of two: each queue against its own core's engines, the engines of both
+    k, ins, kw = _example("exchange_halves")
+    s = nki.run(k, ins, kw, golden=False).report.summary()
+    q = s["dma_queues"]["core1.dma0"]
+    assert s["dma_peak_gbps"] == 2 * 368 and q["of_peak"] == pytest.approx(
+        q["gbps"] / 368, abs=1e-4
+    )
 
 
 # (op, engine, dtype, F, step, core) -> (occupancy, completion latency) in engine cycles

@@ -351,6 +351,7 @@ class Report:
         achieved while it had transfers moving (the engines: over the run) and its fraction of
         the generation's peak, the average payload per partition."""
         peak = self.extra.get("dma_peak_gbps", 0)
+        cores = len(self.program) if isinstance(self.program, list) else 1
         out = {}
         total_bytes = total_rows = 0
         for name, recs in self.records.items():
@@ -363,7 +364,7 @@ class Report:
                 nbytes, rows = nbytes + b, rows + p
             ns = self.core.ns(_union([(r.start, r.end) for r in recs]))
             gbps = nbytes / ns if ns else 0.0
-            out[name] = _queue_entry(nbytes, gbps, peak, rows)
+            out[name] = _queue_entry(nbytes, gbps, peak / cores, rows)  # its core's engines
             total_bytes, total_rows = total_bytes + nbytes, total_rows + rows
         if out:
             gbps = total_bytes / self.total_ns if self.total_ns else 0.0

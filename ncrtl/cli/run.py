@@ -610,7 +610,7 @@ def _print(summary, report):
             )
     print(f"MFU {s['mfu']:.3f}, HFU {s['hfu']:.3f}, MBU {s['mbu']:.3f}")
     t = s["throttle"]
-    if t["modelled"]:
+    if t["modelled"] and any(k.endswith("tensor") for k in s["instructions"]):
         print(
             f"Tensor Engine throttle: {t['matmuls_throttled']:,} matmuls at half rate, "
             f"+{t['ns']:,.1f} ns of Tensor Engine time (--no-throttle to compare)"
