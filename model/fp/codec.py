@@ -22,6 +22,8 @@ __all__ = [
     "encode",
     "round_to_format",
     "round_fp32_pair",
+    "round_fp32_sum",
+    "fp32_sum_rounder",
     "bits_to_float",
     "QNAN",
 ]
@@ -225,13 +227,19 @@ _FAST_MIN = 64
 _BELOW_FP32 = _F64_MAN - 23
 
 
+#: The low bits of a float64 below FP32's last place, and their pattern halfway between two
+#: FP32 neighbours (:func:`_needs_residual`).
+_LOW_BITS = np.uint64((1 << _BELOW_FP32) - 1)
+_HALFWAY = np.uint64(1 << (_BELOW_FP32 - 1))
+
+
 def _needs_residual(s, nonzero):
     """Where the float64 -> float32 conversion of ``s`` is not the rounding of ``s + eps``
     (``eps`` a residual under half a float64 ulp, nonzero where ``nonzero``): ``s`` exactly
     halfway between two FP32 neighbours (its low 29 significand bits ``1000...0``), or in
     FP32's subnormal range."""
-    low = s.view(np.uint64) & np.uint64((1 << _BELOW_FP32) - 1)
-    return nonzero & ((low == np.uint64(1 << (_BELOW_FP32 - 1))) | (np.abs(s) < 2.0**-126))
+    low = s.view(np.uint64) & _LOW_BITS
+    return nonzero & ((low == _HALFWAY) | (np.abs(s) < 2.0**-126))
 
 
 def round_fp32_pair(t, e):
@@ -250,6 +258,53 @@ def round_fp32_pair(t, e):
     if nan.any():
         out[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
     return out
+
+
+def round_fp32_sum(a, b, out=None):
+    """``round_fp32(a + b)`` as float32, for float64 arrays holding exact values: the
+    :func:`round_fp32_pair` of their TwoSum, with the residual formed only where it can matter.
+    The float64 sum ``t`` converts to the right FP32 value unless ``t`` lies on an FP32
+    rounding boundary (exactly halfway between two FP32 neighbours, or in FP32's subnormal
+    range; :func:`round_to_format`'s test), so only those elements take the TwoSum residual
+    ``a + b - t`` and the exact rounding.  A NaN result keeps its payload (the caller makes it
+    the canonical NaN).  ``out``: a float32 array to write, else a new one.
+    :func:`fp32_sum_rounder` does the same with buffers kept from call to call."""
+    return fp32_sum_rounder(np.broadcast_shapes(np.shape(a), np.shape(b)))(a, b, out)
+
+
+def fp32_sum_rounder(shape):
+    """:func:`round_fp32_sum` for float64 arrays of ``shape``, as a function ``f(a, b,
+    out=None)`` that keeps its work arrays between calls: a chain of steps allocates (and
+    faults in) no memory per step."""
+    t = np.empty(shape, np.float64)
+    low = np.empty(shape, np.uint64)
+    edge = np.empty(shape, bool)
+    tiny = np.empty(shape, bool)
+
+    def rounder(a, b, out=None):
+        out = np.empty(shape, np.float32) if out is None else out
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.add(a, b, out=t)
+            np.copyto(out, t, casting="same_kind")
+        np.bitwise_and(t.view(np.uint64), _LOW_BITS, out=low)
+        np.equal(low, _HALFWAY, out=edge)
+        np.abs(t, out=low.view(np.float64))
+        np.less(low.view(np.float64), 2.0**-126, out=tiny)
+        np.logical_or(edge, tiny, out=edge)
+        if edge.any():
+            at = np.unravel_index(np.flatnonzero(edge), shape)
+            ta, tb, tt = np.broadcast_to(a, shape)[at], np.broadcast_to(b, shape)[at], t[at]
+            with np.errstate(over="ignore", invalid="ignore"):
+                bb = tt - ta
+                e = (ta - (tt - bb)) + (tb - bb)  # TwoSum: a + b == t + e exactly (t finite)
+            d = np.sign(np.where(np.isnan(e), 0.0, e)).astype(np.int64)
+            fix = d != 0
+            if fix.any():
+                rounded = _round(tt[fix], _fmt("fp32"), d[fix]).view(np.float32)
+                out[tuple(i[fix] for i in at)] = rounded
+        return out
+
+    return rounder
 
 
 def _round_fp32(s, residual_sign):

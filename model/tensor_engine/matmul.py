@@ -31,8 +31,8 @@ from ncrtl.model.fp import (
     decode_float32,
     format_of_dtype,
     fp32_dot_add,
+    fp32_sum_rounder,
     get_format,
-    round_fp32_pair,
     to_bits,
     two_sum,
 )
@@ -636,10 +636,7 @@ def _chain_short(s32, x32, bits):
                 t += p
                 p = t.astype(np.float32)
                 negzero = _negative_zero(p)
-    nan = np.isnan(p)
-    if nan.any():
-        p[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
-    return p
+    return _canonical_nan(p)
 
 
 def _chain_float64(sv, xv):
@@ -693,15 +690,28 @@ def _chain_two_sum(sv, xv):
     """The psum chains of a one-product mode with long products (fp32: 48 significand bits,
     exact in float64): step ``k`` is TwoSum of the float32 psum and the product, an exact
     float64 pair ``t + e``, rounded once to FP32 with ``e`` deciding a tie
-    (:func:`ncrtl.model.fp.round_fp32_pair`, the rounding of :func:`fp32_dot_add`).  Two terms
-    never leave more than one error term, so this is ``fp32_dot_add``'s exact path without its
+    (:func:`ncrtl.model.fp.round_fp32_sum`: the residual formed only where the float64 sum
+    lies on an FP32 rounding boundary; the rounding of :func:`fp32_dot_add`).  Two terms never
+    leave more than one error term, so this is ``fp32_dot_add``'s exact path without its
     per-call checks and general term loop.  IEEE addition gives the signed zeros (``+0 + -0 =
     +0``); a non-finite sum has no residual."""
-    p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
+    shape = (sv.shape[1], xv.shape[1])
+    p = np.zeros(shape, dtype=np.float32)
+    p64, q = np.empty(shape, np.float64), np.empty(shape, np.float64)
+    rounder = fp32_sum_rounder(shape)
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(sv.shape[0]):
-            t, e = two_sum(p.astype(np.float64), np.multiply.outer(sv[i], xv[i]))
-            p = round_fp32_pair(t, e)
+            np.copyto(p64, p)
+            np.multiply.outer(sv[i], xv[i], out=q)
+            rounder(p64, q, out=p)
+    return _canonical_nan(p)
+
+
+def _canonical_nan(p):
+    """``p`` (float32) with every NaN the canonical quiet NaN."""
+    nan = np.isnan(p)
+    if nan.any():
+        p[nan] = np.uint32(QNAN["fp32"]).view(np.float32)
     return p
 
 
@@ -719,23 +729,37 @@ def _products_sum_exactly(fs, fm, terms=2):
 def _chain_mx(sv, xv, ss, xs):
     """The psum chains of the MX mode when its four products always sum exactly in float64
     (:func:`_products_sum_exactly`: every element pair but e5m2 x e5m2): step ``k`` is the
-    products' sum (exact, so in any order), scaled by ``2**(Es + Ex - 254)`` (exact: a power of
-    two far inside float64's range), TwoSum with the psum and one rounding
-    (:func:`ncrtl.model.fp.round_fp32_pair`); a NaN scale (0xFF) makes the step NaN.  ``sv [K, M, 4]``,
+    products' sum scaled by ``2**(Es + Ex - 254)``, TwoSum with the psum and one rounding
+    (:func:`ncrtl.model.fp.round_fp32_sum`); a NaN scale (0xFF) makes the step NaN.  The
+    scale is taken into the operands first, ``s * 2**(Es - 127)`` and ``x * 2**(Ex - 127)``:
+    powers of two far inside float64's range, so each scaled product is the product times the
+    scale and the four still sum exactly (in any order) to the scaled sum; an element of a row
+    whose scale is NaN becomes NaN, and so does every product it enters.  ``sv [K, M, 4]``,
     ``xv [K, N, 4]``: the elements' exact values; ``ss [K, M]``, ``xs [K, N]``: the E8M0
     scales of each PE row."""
-    p = np.zeros((sv.shape[1], xv.shape[1]), dtype=np.float32)
+    sv = _mx_scaled(sv, ss)
+    xv = _mx_scaled(xv, xs)
+    shape = (sv.shape[1], xv.shape[1])
+    p = np.zeros(shape, dtype=np.float32)
+    p64, q, r = (np.empty(shape, np.float64) for _ in range(3))
+    rounder = fp32_sum_rounder(shape)
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(sv.shape[0]):
-            q = np.multiply.outer(sv[i, :, 0], xv[i, :, 0])
+            np.multiply.outer(sv[i, :, 0], xv[i, :, 0], out=q)
             for j in range(1, sv.shape[2]):
-                q += np.multiply.outer(sv[i, :, j], xv[i, :, j])
-            exp = (ss[i][:, None] - 127) + (xs[i][None, :] - 127)
-            q = np.ldexp(q, exp)
-            q[(ss[i][:, None] == 0xFF) | (xs[i][None, :] == 0xFF)] = np.nan
-            t, e = two_sum(p.astype(np.float64), q)
-            p = round_fp32_pair(t, e)
-    return p
+                q += np.multiply.outer(sv[i, :, j], xv[i, :, j], out=r)
+            np.copyto(p64, p)
+            rounder(p64, q, out=p)
+    return _canonical_nan(p)
+
+
+def _mx_scaled(values, scales):
+    """MX element values ``[K, X, 4]`` times their rows' E8M0 scales ``[K, X]`` (``2**(E -
+    127)``, exact), NaN where the scale is NaN (0xFF)."""
+    with np.errstate(invalid="ignore"):
+        out = np.ldexp(values, (scales.astype(np.int32) - 127)[..., None])
+        out[scales == 0xFF] = np.nan
+    return out
 
 
 def _chain_double_row(s, x, fs, fm):
@@ -743,11 +767,12 @@ def _chain_double_row(s, x, fs, fm):
     rounding.  The two products' sum (plain float64 where it is always exact,
     :func:`_products_sum_exactly`, else TwoSum), then TwoSum of the psum and that sum:
     where the first is exact (always, but for e5m2 products more than about 45 binades apart)
-    the step is the exact pair ``t + e`` rounded once (:func:`ncrtl.model.fp.round_fp32_pair`); the other
-    elements take :func:`fp32_dot_add`, which handles two error terms."""
+    the step is the exact pair ``t + e`` rounded once (:func:`ncrtl.model.fp.round_fp32_sum`);
+    the other elements take :func:`fp32_dot_add`, which handles two error terms."""
     sv, xv = decode(s, fs), decode(x, fm)
     p = np.zeros((sv.shape[2], xv.shape[2]), dtype=np.float32)
     exact_pairs = _products_sum_exactly(fs, fm)
+    rounder = fp32_sum_rounder(p.shape)
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(sv.shape[0]):
             q1 = np.multiply.outer(sv[i, 0], xv[i, 0])
@@ -756,8 +781,7 @@ def _chain_double_row(s, x, fs, fm):
                 s1, e1 = q1 + q2, None
             else:
                 s1, e1 = two_sum(q1, q2)
-            t, e = two_sum(p.astype(np.float64), s1)
-            step = round_fp32_pair(t, e)
+            step = rounder(p.astype(np.float64), s1)
             hard = None if e1 is None else (e1 > 0) | (e1 < 0)
             if hard is not None and hard.any():
                 mi, ni = np.nonzero(hard)
@@ -765,7 +789,7 @@ def _chain_double_row(s, x, fs, fm):
                     p[hard], s[i][:, mi].T, x[i][:, ni].T, a_format=fs, b_format=fm
                 )
             p = step
-    return p
+    return _canonical_nan(p)
 
 
 def _transpose(s, fs, x, fm):
