@@ -82,6 +82,20 @@ def test_float32_steps_equal_the_exact_chain(fs, fm):
     assert_bits_equal(result_bits(got), reference(s6, x6, fs, fm))
 
 
+def test_fp32_chain_rounds_a_subnormal_sum_by_its_residual():
+    """The FP32 chain's float64 sum converted alone is right except on an FP32 rounding
+    boundary, where the TwoSum residual decides (``round_fp32_sum``).  In FP32's subnormal
+    range the boundaries are not where a normal's are: psum ``2**-140 + 2**-149``, product
+    ``-2**-150 (1 - 2**-46)``; the float64 sum is the midpoint ``2**-140 + 2**-150`` (the
+    ``2**-196`` is below its last place) and converts to the even ``2**-140``, while the exact
+    sum is above the midpoint: one rounding gives ``2**-140 + 2**-149``."""
+    s = np.array([[(1 + 2.0**-9) * 2.0**-70], [-(1 + 2.0**-23) * 2.0**-75]], np.float32)
+    x = np.array([[2.0**-70], [(1 - 2.0**-23) * 2.0**-75]], np.float32)
+    got = matmul(s, x, rows=8, cols=8)
+    assert got[0, 0] == np.float32(2.0**-140 + 2.0**-149)
+    assert_bits_equal(result_bits(got), reference(s, x, "fp32", "fp32"))
+
+
 def test_decode_float32_is_decode():
     """Every encoding of every format of at most 16 bits, and random FP32 / TF32 ones: the
     float32 decoding holds the exact value (NaN for NaN)."""
