@@ -499,8 +499,12 @@ def _psum_write(st, ins, dst, bits, psum_dtype):
     cols = st.psum.geometry.partitions
     if p0 + m > cols:
         raise KernelError(f"{_where(ins)}writes partitions {p0}..{p0 + m - 1} of {cols}")
-    beats = np.zeros((n, cols), np.uint32)
-    beats[:, p0 : p0 + m] = np.asarray(bits).astype(np.uint32).T
+    bits = np.asarray(bits, dtype=np.uint32)
+    if m == cols:
+        beats = bits.T  # every lane: the result as it stands, no copy
+    else:
+        beats = np.zeros((n, cols), np.uint32)
+        beats[:, p0 : p0 + m] = bits.T
     try:  # only the tile's columns reach PSUM
         st.psum.write(w, beats, lanes=slice(p0, p0 + m))
     except ValueError as e:
