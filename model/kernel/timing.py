@@ -552,8 +552,12 @@ class _DmaPool:
         if version != self.version:
             return
         self._progress()
-        done = [a for a in self.active if a[0] <= 1e-6]
-        self.active = [a for a in self.active if a[0] > 1e-6]
+        # done: what is left is under the thousandth of a tick the completion is timed to (a
+        # float's residue of large work at fractional rates; timed again it would be 0 ticks
+        # away, and the run would never advance)
+        left = [a[0] <= 1e-6 or a[0] < r * 1e-3 for a, r in zip(self.active, self.rates)]
+        done = [a for a, gone in zip(self.active, left) if gone]
+        self.active = [a for a, gone in zip(self.active, left) if not gone]
         for a in done:
             self.busy += a[0]  # the rounding of the last step
         self._reschedule()
