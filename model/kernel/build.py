@@ -20,18 +20,28 @@ created, :meth:`Builder.emit` for each instruction, with operands naming those t
    for every access of theirs.  Within one stream, the compute engines run in order (no wait
    needed); a DMA queue's transfers overlap, so it waits on itself too.  A wait implied by an
    earlier wait of the same stream is left out.
+
+Every step costs a bounded amount per instruction, however long the kernel (docs/kernels.md,
+"Speed"): a wait is on the *latest* conflicting access of each stream, so each tensor keeps,
+per stream, the latest write and the latest access of every byte of it (:class:`_Latest`),
+not the list of its accesses, and drops them after its last use; a tensor placed where
+earlier ones were waits on the latest access of each stream to those bytes, one map per
+memory (:class:`_Paint`, intervals painted over, the last one painted holding) that each
+tensor joins at its last use.  Placement keeps the live tensors by address and by their last
+use.  :data:`work` counts the steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
+import heapq
+import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 
 from ncrtl.model.kernel.dtypes import dtype_of
-from ncrtl.model.kernel.stream import ENGINES, Instruction, Program, Ref, TensorInfo, dma_queue
+from ncrtl.model.kernel.stream import ENGINES, Instruction, Program, TensorInfo, dma_queue
 
-__all__ = ["Builder", "Operand", "Decl", "ALIGN", "PlacementError"]
+__all__ = ["Builder", "Operand", "Decl", "ALIGN", "PlacementError", "Work", "work"]
 
 #: Alignment of an SBUF tensor's first byte (a DMA data-path word is 16 bytes; 64 keeps every
 #: tensor on whole words of the widest access).
@@ -42,6 +52,183 @@ HBM_ALIGN = 64
 
 class PlacementError(ValueError):
     """A tensor does not fit its memory (the message names the live tensors)."""
+
+
+class Work:
+    """Steps the builder took, summed over every :meth:`Builder.finish` (the test of linear
+    cost counts these, never seconds): ``placement`` (live tensors passed over looking for a
+    gap, expired, inserted), ``semaphores`` (intervals visited or replaced in the access
+    maps)."""
+
+    __slots__ = ("placement", "semaphores")
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.placement = 0
+        self.semaphores = 0
+
+
+#: The builder's step counts (:class:`Work`).
+work = Work()
+
+_LOW = -(1 << 62)
+
+
+class _Paint:
+    """A line painted with intervals: each point holds the value of the last interval painted
+    over it (None where none was).  Kept as the starts of its runs of one value, each run up to
+    the next start; painting an interval replaces the runs it covers, so the runs are at most
+    twice the intervals still visible, whatever was painted before.  A value may itself be a
+    :class:`_Paint` (:meth:`paint2`: rows, then bytes within a row)."""
+
+    __slots__ = ("starts", "values")
+
+    def __init__(self, starts=None, values=None):
+        self.starts = starts if starts is not None else [_LOW]
+        self.values = values if values is not None else [None]
+
+    def _cut(self, x):
+        """The index of the run starting at ``x`` (the run holding ``x`` split there)."""
+        starts = self.starts
+        i = bisect_right(starts, x) - 1
+        if starts[i] == x:
+            return i
+        v = self.values[i]
+        starts.insert(i + 1, x)
+        self.values.insert(i + 1, v.copy() if isinstance(v, _Paint) else v)
+        return i + 1
+
+    def copy(self):
+        return _Paint(
+            list(self.starts), [v.copy() if isinstance(v, _Paint) else v for v in self.values]
+        )
+
+    def paint(self, lo, hi, value):
+        """``[lo, hi)`` holds ``value``."""
+        i = self._cut(lo)
+        j = self._cut(hi)
+        work.semaphores += j - i + 1
+        self.starts[i:j] = [lo]
+        self.values[i:j] = [value]
+
+    def latest(self, lo, hi):
+        """The largest value held in ``[lo, hi)`` (-1 where none)."""
+        starts, values = self.starts, self.values
+        i = bisect_right(starts, lo) - 1
+        n = len(starts)
+        best = -1
+        k = i
+        while k < n and starts[k] < hi:
+            v = values[k]
+            if v is not None and v > best:
+                best = v
+            k += 1
+        work.semaphores += k - i + 1
+        return best
+
+    def paint2(self, box, value):
+        """Rows ``[box[0], box[1])``, bytes ``[box[2], box[3])`` of each, hold ``value``."""
+        i = self._cut(box[0])
+        j = self._cut(box[1])
+        values = self.values
+        for k in range(i, j):
+            row = values[k]
+            if row is None:
+                row = values[k] = _Paint()
+            row.paint(box[2], box[3], value)
+
+    def merge(self, lo, hi, values):
+        """``[lo, hi)`` holds ``values`` (a dict) over what it held (a dict per run)."""
+        i = self._cut(lo)
+        j = self._cut(hi)
+        work.semaphores += j - i + 1
+        runs = self.values
+        for k in range(i, j):
+            runs[k] = {**runs[k], **values} if runs[k] else dict(values)
+
+    def latest_each(self, lo, hi, out):
+        """``out[key]`` at least 1 + the largest value of ``key`` held in ``[lo, hi)``, for
+        each key of the dicts held there."""
+        starts, values = self.starts, self.values
+        i = bisect_right(starts, lo) - 1
+        n = len(starts)
+        k = i
+        while k < n and starts[k] < hi:
+            for key, v in (values[k] or {}).items():
+                if out.get(key, 0) <= v:
+                    out[key] = v + 1
+            k += 1
+        work.semaphores += k - i + 1
+
+    def latest2(self, box):
+        """The largest value held in the box (-1 where none)."""
+        starts, values = self.starts, self.values
+        i = bisect_right(starts, box[0]) - 1
+        n = len(starts)
+        best = -1
+        hi = box[1]
+        while i < n and starts[i] < hi:
+            row = values[i]
+            if row is not None:
+                v = row.latest(box[2], box[3])
+                if v > best:
+                    best = v
+            i += 1
+        return best
+
+
+#: Boxes a :class:`_Latest` keeps as a list; past this it becomes a :class:`_Paint`.
+_FEW = 8
+
+
+class _Latest:
+    """Per byte of a tensor (a box: rows, then bytes within a row), the latest of the values
+    put over it.  A tensor is mostly used whole or in a few views: the boxes are kept as a
+    list, each dropped when a later one holds it (the later value wins wherever the earlier
+    could), so a view used again and again is one entry; a tensor used in more views than
+    :data:`_FEW` at once turns into a :class:`_Paint` of rows and bytes."""
+
+    __slots__ = ("boxes", "paint")
+
+    def __init__(self):
+        self.boxes = []  # (first row, end row, first byte, end byte, value), oldest first
+        self.paint = None
+
+    def put(self, box, value):
+        if self.paint is not None:
+            self.paint.paint2(box, value)
+            return
+        p0, p1, b0, b1 = box
+        old = self.boxes
+        work.semaphores += len(old) + 1
+        if len(old) == 1:  # the usual: a view used again
+            e = old[0]
+            if p0 <= e[0] and e[1] <= p1 and b0 <= e[2] and e[3] <= b1:
+                self.boxes = [(p0, p1, b0, b1, value)]
+                return
+        kept = [e for e in old if not (p0 <= e[0] and e[1] <= p1 and b0 <= e[2] and e[3] <= b1)]
+        kept.append((p0, p1, b0, b1, value))
+        if len(kept) > _FEW:
+            self.paint = _Paint()
+            for e in kept:
+                self.paint.paint2(e[:4], e[4])
+            kept = None
+        self.boxes = kept
+
+    def get(self, box):
+        """The latest value put over any byte of ``box`` (-1 where none)."""
+        if self.paint is not None:
+            return self.paint.latest2(box)
+        p0, p1, b0, b1 = box
+        best = -1
+        boxes = self.boxes
+        work.semaphores += len(boxes)
+        for e in boxes:
+            if e[0] < p1 and p0 < e[1] and e[2] < b1 and b0 < e[3] and e[4] > best:
+                best = e[4]
+        return best
 
 
 @dataclass(eq=False)
@@ -58,41 +245,37 @@ class Decl:
     base: int = None
     first: int = -1
     last: int = -1
-    prior: list = field(default_factory=list)  # tensors placed before where this one is
     span: int = 0  # bytes per partition it holds (a whole number of units)
 
     @property
     def partition_bytes(self):
         shape = self.shape if len(self.shape) > 1 else (1,) + tuple(self.shape)
-        return int(np.prod(shape[1:])) * dtype_of(self.dtype).itemsize
+        return math.prod(shape[1:]) * dtype_of(self.dtype).itemsize
 
     @property
     def nbytes(self):
-        return int(np.prod(self.shape)) * dtype_of(self.dtype).itemsize
+        return math.prod(self.shape) * dtype_of(self.dtype).itemsize
 
 
-@dataclass(frozen=True, eq=False)
 class Operand:
-    """An operand as traced: a tensor and a view of it (pattern and offset in elements of
-    ``view_dtype``)."""
+    """An operand as traced: a tensor and ``view``, a :class:`~ncrtl.model.kernel.stream.Ref`
+    of it with the tensor at address 0 (its pattern and offset in elements of its
+    ``view_dtype``); ``extent0`` the view's
+    :meth:`~ncrtl.model.kernel.stream.Ref.extent` there, where the tracer found it (None: found
+    from the placed view)."""
 
-    decl: Decl
-    pattern: tuple
-    offset: int = 0
-    view_dtype: str = None
+    __slots__ = ("decl", "view", "extent0")
+
+    def __init__(self, decl, view, extent0=None):
+        self.decl, self.view, self.extent0 = decl, view, extent0
 
     def ref(self):
-        d = self.decl
-        return Ref(
-            d.space,
-            d.name,
-            d.base,
-            d.shape,
-            d.dtype,
-            self.pattern,
-            self.offset,
-            self.view_dtype or d.dtype,
-        )
+        """The view of the placed tensor: the tracer's own Ref, which nothing has kept, its
+        base set once (not a copy per operand)."""
+        view = self.view
+        if view.base != self.decl.base:
+            object.__setattr__(view, "base", self.decl.base)
+        return view
 
 
 @dataclass
@@ -115,18 +298,25 @@ class Builder:
         self.decls = []
         self.pending = []
         self._names = set()
+        self._suffix = {}  # name -> the first suffix that may be free (those below are taken)
         self._dma_next = 0
+        #: Bytes of the device-memory tensors made so far (the kernel's device memory bound).
+        self.hbm_bytes = 0
 
     def tensor(self, space, shape, dtype, *, name=None, kind="internal", line=""):
         """A new tensor; ``name`` made unique (``name.1`` ...)."""
         base = name or f"{space}{len(self.decls)}"
-        unique, n = base, 0
+        n = self._suffix.get(base, 0)
+        unique = f"{base}.{n}" if n else base
         while unique in self._names:
             n += 1
             unique = f"{base}.{n}"
+        self._suffix[base] = n + 1
         self._names.add(unique)
         decl = Decl(unique, space, tuple(int(s) for s in shape), dtype_of(dtype).name, kind, line)
         self.decls.append(decl)
+        if space == "hbm":
+            self.hbm_bytes += decl.nbytes
         return decl
 
     def emit(self, engine, op, dsts=(), srcs=(), args=None, *, line="", call=""):
@@ -167,28 +357,32 @@ class Builder:
         mine = sorted(
             (d for d in self.decls if d.space == space and d.first >= 0), key=lambda d: d.first
         )
-        live = []  # placed and not yet past their last use
-        freed = []  # placed and past their last use (the reuse dependencies)
+        # The live tensors (placed and not yet past their last use) never overlap: by address
+        # their ends are in order too, so a gap is found by bisection; they leave in the order
+        # of their last use.
+        bases, ends, held = [], [], []
+        expiry = []  # (last use, placement order, decl)
         ptr = 0
-        for d in mine:
-            still = []
-            for t in live:
-                (freed if t.last < d.first else still).append(t)
-            live = still
+        for n, d in enumerate(mine):
+            while expiry and expiry[0][0] < d.first:
+                t = heapq.heappop(expiry)[2]
+                i = bisect_left(bases, t.base)
+                del bases[i], ends[i], held[i]
+                work.placement += 1
             need = -(-max(d.partition_bytes, 1) // unit) * unit
             if d.shape[0] > core.partitions:
                 raise PlacementError(
                     f"{space} tensor {d.name} {list(d.shape)} ({d.line}) has {d.shape[0]} "
                     f"partitions; the {space.upper()} has {core.partitions}"
                 )
-            base = self._gap(live, ptr, need, size)
+            base = self._gap(bases, ends, ptr, need, size)
             if base is None:
-                base = self._gap(live, 0, need, size)
+                base = self._gap(bases, ends, 0, need, size)
             if base is None:
-                used = sum(t.partition_bytes for t in live)
+                used = sum(t.partition_bytes for t in held)
                 names = ", ".join(
                     f"{t.name} {list(t.shape)} {t.dtype} ({t.partition_bytes} B, {t.line})"
-                    for t in sorted(live, key=lambda t: t.base)
+                    for t in held
                 )
                 raise PlacementError(
                     f"{space.upper()} overflow: {d.name} {list(d.shape)} {d.dtype} ({d.line}) "
@@ -196,23 +390,27 @@ class Builder:
                     f"tensors: {names}"
                 )
             d.base, d.span = base, need
-            d.prior = [t for t in freed if t.base < base + need and base < t.base + t.span]
-            live.append(d)
+            i = bisect_left(bases, base)
+            bases.insert(i, base)
+            ends.insert(i, base + need)
+            held.insert(i, d)
+            heapq.heappush(expiry, (d.last, n, d))
+            work.placement += 1
             ptr = base + need
             if ptr >= size:
                 ptr = 0
 
     @staticmethod
-    def _gap(live, start, need, size):
-        """The first address >= start where ``need`` bytes fit between the live tensors."""
+    def _gap(bases, ends, start, need, size):
+        """The first address >= start where ``need`` bytes fit between the live tensors
+        (``bases`` and ``ends`` by address)."""
         addr = start
-        for t in sorted(live, key=lambda t: t.base):
-            end = t.base + t.span
-            if end <= addr:
-                continue
-            if t.base >= addr + need:
-                break
-            addr = max(addr, end)
+        i = bisect_right(ends, addr)  # the first that ends after addr
+        n = len(bases)
+        while i < n and bases[i] < addr + need:
+            addr = ends[i]
+            i += 1
+            work.placement += 1
         return addr if addr + need <= size else None
 
     # -- 3. semaphores ---------------------------------------------------------------------
@@ -228,39 +426,69 @@ class Builder:
             self._place_on_chip(space)
         streams = {e: [] for e in ENGINES}
         streams.update({dma_queue(q): [] for q in range(self.core.dma_queues)})
-        accesses = {}  # decl -> list of (stream, index, write, box)
+        # decl -> ({stream: its latest write per byte}, {stream: its latest access per byte},
+        # {stream: its latest access}), while the tensor is used (_Latest)
+        tracks = {}
+        # on-chip memory -> per byte of a partition, {stream: the latest access} of the tensors
+        # that were there (each put in at its last use): what a tensor placed there waits for
+        spaces = {"sbuf": _Paint(), "psum": _Paint()}
         implied = {}  # stream -> {stream: count already waited for}
-        for seq, p in enumerate(self.pending):
-            dsts = tuple(o.ref() for o in p.dsts)
-            srcs = tuple(o.ref() for o in p.srcs)
-            stream = streams[p.engine]
+        pending = self.pending
+        for seq, p in enumerate(pending):
+            pending[seq] = None  # the instruction replaces it
+            dsts = tuple([o.ref() for o in p.dsts])
+            srcs = tuple([o.ref() for o in p.srcs])
+            engine = p.engine
+            stream = streams[engine]
             index = len(stream)
             need = {}
-            ops = [(o, r, True) for o, r in zip(p.dsts, dsts)]
-            ops += [(o, r, False) for o, r in zip(p.srcs, srcs)]
             boxes = []
-            for o, r, write in ops:
-                box = r.extent()
-                boxes.append((o.decl, write, box))
-                d = o.decl
-                if d.first == seq:
-                    for t in d.prior:
-                        for s, i, _, _ in accesses.get(t, ()):
-                            need[s] = max(need.get(s, 0), i + 1)
-                for s, i, w, b in reversed(accesses.get(d, ())):
-                    if (w or write) and _overlap(b, box) and need.get(s, 0) < i + 1:
-                        need[s] = i + 1
+            for ops, refs, write in ((p.dsts, dsts, True), (p.srcs, srcs, False)):
+                for o, r in zip(ops, refs):
+                    d = o.decl
+                    box = o.extent0
+                    if box is None:
+                        box = r.extent()
+                    elif d.base:  # the same bytes, from the tensor's base on
+                        box = (box[0], box[1], box[2] + d.base, box[3] + d.base)
+                    boxes.append((d, write, box))
+                    if d.first == seq:
+                        if d.space in spaces:
+                            # placed where earlier tensors were: after every access of theirs
+                            spaces[d.space].latest_each(d.base, d.base + d.span, need)
+                        continue
+                    # RAW (a read after the latest write), WAR and WAW (a write after the
+                    # latest access), per stream
+                    for s, latest in tracks[d][write].items():
+                        i = latest.get(box)
+                        if i >= 0 and need.get(s, 0) <= i:
+                            need[s] = i + 1
             for d, write, box in boxes:
-                accesses.setdefault(d, []).append((p.engine, index, write, box))
-            if not p.engine.startswith("dma"):
-                need.pop(p.engine, None)
-            seen = implied.setdefault(p.engine, {})
-            waits = tuple((s, c) for s, c in sorted(need.items()) if c > seen.get(s, 0))
+                track = tracks.get(d)
+                if track is None:
+                    track = tracks[d] = ({}, {}, {})
+                track[2][engine] = index
+                for kind in (True, False) if write else (True,):
+                    latest = track[kind].get(engine)
+                    if latest is None:
+                        latest = track[kind][engine] = _Latest()
+                    latest.put(box, index)
+            for d, _, _ in boxes:
+                if d.last == seq and d in tracks:
+                    # no later access compares with it; a tensor placed there later waits
+                    if d.space in spaces:
+                        spaces[d.space].merge(d.base, d.base + d.span, tracks[d][2])
+                    del tracks[d]
+            if not engine.startswith("dma"):
+                need.pop(engine, None)
+            seen = implied.setdefault(engine, {})
+            waits = tuple([(s, c) for s, c in sorted(need.items()) if c > seen.get(s, 0)])
             for s, c in waits:
                 seen[s] = c
             stream.append(
-                Instruction(p.engine, p.op, dsts, srcs, p.args, waits, p.line, p.call, seq, index)
+                Instruction(engine, p.op, dsts, srcs, p.args, waits, p.line, p.call, seq, index)
             )
+        self.pending = []
         tensors = {
             d.name: TensorInfo(
                 d.name, d.space, d.base, d.shape, d.dtype, d.kind, d.line, d.first, d.last
@@ -278,7 +506,3 @@ class Builder:
             logical_cores,
             core_id,
         )
-
-
-def _overlap(a, b):
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]

@@ -24,12 +24,13 @@ prints them one instruction per line.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ncrtl.model.dma.access import AccessPattern, ap_indices, pattern_bounds, reinterpret_shape
-from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.dma.access import AccessPattern, ap_indices, reinterpret_shape
+from ncrtl.model.kernel.dtypes import DTYPES, dtype_of
 
 __all__ = [
     "SPACES",
@@ -155,23 +156,39 @@ class Ref:
     def __post_init__(self):
         if self.space not in SPACES:
             raise ValueError(f"space must be one of {SPACES}, not {self.space!r}")
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
-        object.__setattr__(self, "pattern", tuple((int(s), int(n)) for s, n in self.pattern))
+        object.__setattr__(self, "shape", tuple(map(int, self.shape)))
+        object.__setattr__(self, "pattern", tuple([(int(s), int(n)) for s, n in self.pattern]))
         if self.view_dtype is None:
             object.__setattr__(self, "view_dtype", self.dtype)
 
+    @classmethod
+    def of(cls, space, tensor, base, shape, dtype, pattern, offset, view_dtype):
+        """A Ref of fields already in their form (``shape`` and ``pattern`` tuples of ints,
+        ``view_dtype`` given): the tracer's, made without converting them again."""
+        ref = object.__new__(cls)
+        put = object.__setattr__  # one at a time: the instances keep sharing their keys
+        put(ref, "space", space)
+        put(ref, "tensor", tensor)
+        put(ref, "base", base)
+        put(ref, "shape", shape)
+        put(ref, "dtype", dtype)
+        put(ref, "pattern", pattern)
+        put(ref, "offset", offset)
+        put(ref, "view_dtype", view_dtype)
+        return ref
+
     @property
     def view_shape(self):
-        return tuple(n for _, n in self.pattern)
+        return tuple([n for _, n in self.pattern])
 
     @property
     def size(self):
-        return int(np.prod(self.view_shape))
+        return math.prod([n for _, n in self.pattern])
 
     @property
     def element(self):
         """The view's :class:`~ncrtl.model.kernel.dtypes.Dtype`."""
-        return dtype_of(self.view_dtype)
+        return DTYPES.get(self.view_dtype) or dtype_of(self.view_dtype)
 
     @property
     def on_chip(self):
@@ -184,6 +201,8 @@ class Ref:
 
     def tensor_shape(self):
         """The tensor's shape in elements of the view's dtype."""
+        if self.view_dtype == self.dtype:
+            return self.shape
         return reinterpret_shape(
             self.shape, dtype_of(self.dtype).itemsize, dtype_of(self.view_dtype).itemsize
         )
@@ -201,16 +220,22 @@ class Ref:
         shape = self.tensor_shape()
         if len(shape) < 2:
             return None
-        row = int(np.prod(shape[1:]))
+        row = math.prod(shape[1:])
         (s0, n0), inner = self.pattern[0], self.pattern[1:]
         if n0 > 1 and (s0 != row if self.on_chip else s0 <= 0 or s0 % row):
             return None
-        lo, hi = pattern_bounds(inner)
+        lo = hi = 0  # the corners of the rest (pattern_bounds, inline: called per operand)
+        for s, n in inner:
+            corner = s * (n - 1)
+            if corner > 0:
+                hi += corner
+            else:
+                lo += corner
         r0, c0 = divmod(self.offset, row)
         r1 = r0 + (s0 // row) * (n0 - 1)
         if r0 < 0 or r1 >= shape[0] or c0 + lo < 0 or c0 + hi >= row:
             return None
-        isz = dtype_of(self.view_dtype).itemsize
+        isz = self.element.itemsize
         return (r0, r1 + 1, self.base + (c0 + lo) * isz, self.base + (c0 + hi + 1) * isz)
 
     def extent(self):
@@ -224,7 +249,7 @@ class Ref:
         isz = dtype_of(self.view_dtype).itemsize
         # rows of the tensor's first dimension (partitions on chip) by bytes within a row: a
         # tile of a device tensor is the box of its rows and columns, not its flat span
-        row = int(np.prod(self.tensor_shape()[1:]))
+        row = math.prod(self.tensor_shape()[1:])
         part, within = np.divmod(idx, row)
         return (
             int(part.min()),
@@ -365,12 +390,12 @@ class TensorInfo:
 
     @property
     def nbytes(self):
-        return int(np.prod(self.shape)) * dtype_of(self.dtype).itemsize
+        return math.prod(self.shape) * dtype_of(self.dtype).itemsize
 
     @property
     def partition_bytes(self):
         """Bytes per partition (on chip)."""
-        return int(np.prod(self.shape[1:])) * dtype_of(self.dtype).itemsize
+        return math.prod(self.shape[1:]) * dtype_of(self.dtype).itemsize
 
     def to_dict(self):
         return {**self.__dict__, "shape": list(self.shape)}

@@ -7,6 +7,7 @@ A kernel runs its Python once per trace; every NKI call lands here: a tensor cre
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ import time
 import numpy as np
 
 from ncrtl.model.kernel.build import Operand
-from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.dtypes import DTYPES, dtype_of
 from ncrtl.model.kernel.stream import Ref
 
 __all__ = [
@@ -51,10 +52,20 @@ class TraceLimit(NkiError):
     """A trace ran past one of its :class:`Bounds` (instructions, seconds)."""
 
 
+_INSIDE = {}  # a code object's file -> whether it is ncrtl.nki's (asked once per file)
+
+
+def _inside(path):
+    inside = _INSIDE.get(path)
+    if inside is None:
+        inside = _INSIDE[path] = os.path.dirname(os.path.abspath(path)) == _HERE
+    return inside
+
+
 def caller_line():
     """``file:line`` of the innermost frame outside ``ncrtl.nki`` (the kernel's call)."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _HERE:
+    while f is not None and _inside(f.f_code.co_filename):
         f = f.f_back
     if f is None:
         return "<unknown>"
@@ -356,10 +367,10 @@ class NkiTensor:
 
     def __init__(self, decl, shape, strides, offset, dtype):
         self._decl = decl
-        self.shape = tuple(int(s) for s in shape)
-        self.strides = tuple(int(s) for s in strides)
+        self.shape = tuple(map(int, shape))
+        self.strides = tuple(map(int, strides))
         self.offset = int(offset)
-        self.dtype = dtype_of(dtype).name
+        self.dtype = dtype if type(dtype) is str and dtype in DTYPES else dtype_of(dtype).name
 
     # -- attributes as NKI names them ------------------------------------------------------
 
@@ -377,7 +388,7 @@ class NkiTensor:
 
     @property
     def size(self):
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def itemsize(self):
@@ -511,8 +522,8 @@ class NkiTensor:
             _int(s, "shape", call)
             for s in (shape if isinstance(shape, (tuple, list)) else (shape,))
         )
-        if int(np.prod(shape)) != self.size:
-            fail(call, f"{list(shape)} has {int(np.prod(shape))} elements, the tensor {self.size}")
+        if math.prod(shape) != self.size:
+            fail(call, f"{list(shape)} has {math.prod(shape)} elements, the tensor {self.size}")
         if self.on_chip:
             if shape[0] != self.shape[0]:
                 fail(call, f"the partition dimension {self.shape[0]} must stay first")
@@ -531,7 +542,7 @@ class NkiTensor:
     def _row_elements(self):
         shape = self._decl.shape
         return (
-            int(np.prod(shape[1:]))
+            math.prod(shape[1:])
             * dtype_of(self._decl.dtype).itemsize
             // dtype_of(self.dtype).itemsize
         )
@@ -541,19 +552,16 @@ class NkiTensor:
     def _operand(self, call, what):
         """The :class:`Operand` of this view; the access rules checked (the view must address
         its tensor, an on-chip view stays in its partitions)."""
-        op = Operand(self._decl, tuple(zip(self.strides, self.shape)), self.offset, self.dtype)
+        d = self._decl
+        pattern = tuple(zip(self.strides, self.shape))
+        ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
         try:
-            ref = self._ref(op)
-            if ref.box() is None:  # not rows of the tensor: the rules on every index
-                ref.indices()
+            box = ref.box()
+            if box is None:  # not rows of the tensor: the rules on every index
+                box = ref.extent()
         except ValueError as e:
             fail(call, f"{what} {self.name}: {e}")
-        return op
-
-    @staticmethod
-    def _ref(op, base=0):
-        d = op.decl
-        return Ref(d.space, d.name, base, d.shape, d.dtype, op.pattern, op.offset, op.view_dtype)
+        return Operand(d, ref, box)
 
 
 def _contiguous_strides(shape):

@@ -11,6 +11,7 @@ the stream.  Every error starts with the kernel's ``file:line``.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -120,7 +121,7 @@ def _emit(engine_name, op, dsts, srcs, args, call):
         for o in (*dsts, *srcs):
             seen = tr.matmul_written.get(o.decl)
             if seen:
-                box = NkiTensor._ref(o).extent()
+                box = o.extent0
                 seen.difference_update([b for b in seen if _overlaps(b, box)])
     return tr.builder.emit(engine_name, op, dsts, srcs, args, line=caller_line(), call=call)
 
@@ -145,7 +146,7 @@ def _engine(call, value, allowed, default):
 
 
 def _free(t):
-    return int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
+    return math.prod(t.shape[1:]) if len(t.shape) > 1 else 1
 
 
 def _op_name(call, what, op, table):
@@ -181,7 +182,7 @@ def _same_layout(call, dst, *srcs):
 def _accumulate(tr, dst_op, accumulate):
     """``accumulate=None``: overwrite on a location's first matmul write, accumulate after,
     until another engine reads or writes the location (:func:`_emit`)."""
-    box = NkiTensor._ref(dst_op).extent()
+    box = dst_op.extent0
     seen = tr.matmul_written.setdefault(dst_op.decl, set())
     first = box not in seen
     seen.add(box)
@@ -246,6 +247,13 @@ def _contiguous_free(t):
     return True
 
 
+#: The Tensor Engine's words of the matmuls traced so far, by everything they follow from (the
+#: operands' dtypes and shapes, the arguments, the core's array): the rules are checked and the
+#: words encoded once per shape, not once per call.
+_MATMULS = {}
+_MATMULS_MAX = 4096
+
+
 def nc_matmul(
     dst,
     stationary,
@@ -276,25 +284,37 @@ def nc_matmul(
     n_all = moving.shape[-1] if pm == "double_row" else _free(moving)
     chunks = _chunks(call, tr, n_all, 512) if not is_transpose else [(0, n_all)]
     first = moving.shape[:-1] + (chunks[0][1],) if len(chunks) > 1 else moving.shape
+    c = tr.core
+    key = (stationary.dtype, stationary.shape, moving.dtype, first, pm, bool(is_transpose), pos)
+    key += (size, c.rows, c.cols, c.tile_unit, fs, fm, tuple(chunks))
     try:
-        ls, mm = instructions(
-            _zeros(stationary.dtype, stationary.shape),
-            _zeros(moving.dtype, first),
-            perf_mode=pm,
-            is_transpose=bool(is_transpose),
-            tile_position=pos,
-            tile_size=size,
-            rows=tr.core.rows,
-            cols=tr.core.cols,
-            stationary_format=fs,
-            moving_format=fm,
-            tile_unit=tr.core.tile_unit,
-        )
-    except ValueError as e:
-        fail(
-            call,
-            f"stationary {list(stationary.shape)} {stationary.dtype}, moving {list(moving.shape)} {moving.dtype}: {e}",
-        )
+        hit = _MATMULS.get(key)
+    except TypeError:  # an argument that is no value (a list as perf_mode): checked anew
+        key = hit = None
+    if hit is None:
+        try:
+            ls, mm = instructions(
+                _zeros(stationary.dtype, stationary.shape),
+                _zeros(moving.dtype, first),
+                perf_mode=pm,
+                is_transpose=bool(is_transpose),
+                tile_position=pos,
+                tile_size=size,
+                rows=c.rows,
+                cols=c.cols,
+                stationary_format=fs,
+                moving_format=fm,
+                tile_unit=c.tile_unit,
+            )
+        except ValueError as e:
+            fail(
+                call,
+                f"stationary {list(stationary.shape)} {stationary.dtype}, moving {list(moving.shape)} {moving.dtype}: {e}",
+            )
+        hit = (mm, [te_isa.encode(ls)] + [te_isa.encode(replace(mm, n=cn)) for _, cn in chunks])
+        if key is not None and len(_MATMULS) < _MATMULS_MAX:
+            _MATMULS[key] = hit
+    mm, words = hit
     if is_transpose:
         if dtype_of(stationary.dtype).itemsize == 1:
             not_modelled(
@@ -317,7 +337,7 @@ def nc_matmul(
         )
     acc = _accumulate(tr, d, accumulate) if not is_transpose else False
     args = {
-        "te": [te_isa.encode(ls)] + [te_isa.encode(replace(mm, n=cn)) for _, cn in chunks],
+        "te": list(words),
         "chunks": [list(c) for c in chunks] if len(chunks) > 1 else None,
         "perf_mode": pm,
         "is_transpose": bool(is_transpose),

@@ -183,7 +183,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         nbytes = d.itemsize
         for s in shape:
             nbytes *= s
-        held = sum(t.nbytes for t in tr.builder.decls if t.space == "hbm")
+        held = tr.builder.hbm_bytes
         try:
             tr.core.check_device_memory(nbytes, f"{list(shape)} {d.name}", tr.num_programs)
             tr.core.check_device_memory(
