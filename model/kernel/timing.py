@@ -590,16 +590,34 @@ class _KernelTrace(Trace):
 
 
 class _Busy:
-    """A shared resource: the intervals engines hold it, kept sorted; an engine's request
-    waits for a gap left by the others (its own instructions follow each other anyway)."""
+    """A shared resource: per engine the intervals it holds it, in time order (an engine's own
+    follow each other; one that overlaps the last is merged into it, the same time held), so
+    that an engine's request finds the gaps the others leave by bisection, however long the
+    run.  Spans of an engine out of time order (none of the model's) are kept in one sorted
+    list, searched whole."""
 
-    __slots__ = ("spans",)
+    __slots__ = ("starts", "ends", "unordered")
 
     def __init__(self):
-        self.spans = []  # (start, end, engine)
+        self.starts = {}  # engine -> the starts of its spans, in time order
+        self.ends = {}  # engine -> their ends (in order too: the spans do not overlap)
+        self.unordered = None  # every (start, end, engine), once one came out of order
 
     def add(self, start, end, engine):
-        bisect.insort(self.spans, (start, end, engine))
+        if self.unordered is None:
+            starts = self.starts.setdefault(engine, [])
+            ends = self.ends.setdefault(engine, [])
+            if not starts or start >= ends[-1]:
+                starts.append(start)
+                ends.append(end)
+                return
+            if start >= starts[-1]:
+                ends[-1] = max(ends[-1], end)
+                return
+            self.unordered = sorted(
+                (a, b, e) for e, sts in self.starts.items() for a, b in zip(sts, self.ends[e])
+            )
+        bisect.insort(self.unordered, (start, end, engine))
 
 
 def _earliest(holds, t, dur, engine):
@@ -608,9 +626,21 @@ def _earliest(holds, t, dur, engine):
     while moved:
         moved = False
         for h in holds:
-            for a, b, e in h.spans:
-                if e != engine and a < t + dur and t < b:
-                    t, moved = b, True
+            if h.unordered is not None:
+                for a, b, e in h.unordered:
+                    if e != engine and a < t + dur and t < b:
+                        t, moved = b, True
+                continue
+            for e, ends in h.ends.items():
+                if e == engine:
+                    continue
+                starts = h.starts[e]
+                i = bisect.bisect_right(ends, t)  # the first that ends after t
+                n = len(ends)
+                while i < n and starts[i] < t + dur:
+                    if t < ends[i]:
+                        t, moved = ends[i], True
+                    i += 1
     return t
 
 
