@@ -231,7 +231,7 @@ class _Latest:
         return best
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Decl:
     """A tensor the kernel created: ``space``, ``shape``, ``dtype``, ``kind`` (``input``,
     ``output``, ``internal``), where it was created; ``base`` once placed."""
@@ -278,7 +278,7 @@ class Operand:
         return view
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     engine: str
     op: str

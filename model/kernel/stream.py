@@ -121,7 +121,7 @@ CORES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ref:
     """One operand: a view of a placed tensor.
 
@@ -166,7 +166,7 @@ class Ref:
         """A Ref of fields already in their form (``shape`` and ``pattern`` tuples of ints,
         ``view_dtype`` given): the tracer's, made without converting them again."""
         ref = object.__new__(cls)
-        put = object.__setattr__  # one at a time: the instances keep sharing their keys
+        put = object.__setattr__
         put(ref, "space", space)
         put(ref, "tensor", tensor)
         put(ref, "base", base)
@@ -280,7 +280,7 @@ class Ref:
         return f"{self.space}:{self.tensor}@{self.base}+{self.offset}[{pat}]{dt}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Instruction:
     """One instruction of a stream (see the module docstring)."""
 
@@ -372,7 +372,7 @@ def _from_json(v):
     return v
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     """A placed tensor: ``kind`` is ``"input"`` (a kernel argument), ``"output"`` (returned),
     or ``"internal"``; ``first`` and ``last`` the program positions (``seq``) of its first and
@@ -398,7 +398,7 @@ class TensorInfo:
         return math.prod(self.shape[1:]) * dtype_of(self.dtype).itemsize
 
     def to_dict(self):
-        return {**self.__dict__, "shape": list(self.shape)}
+        return {**{f: getattr(self, f) for f in self.__slots__}, "shape": list(self.shape)}
 
     @classmethod
     def from_dict(cls, d):

@@ -53,6 +53,19 @@ class TraceLimit(NkiError):
 
 
 _INSIDE = {}  # a code object's file -> whether it is ncrtl.nki's (asked once per file)
+# Values every instruction carries that a kernel repeats (its lines, its views' patterns): one
+# object per distinct value, not one per instruction (up to _SHARED_MAX of them)
+_SHARED = {}
+_SHARED_MAX = 1 << 16
+
+
+def _shared(value):
+    got = _SHARED.get(value)
+    if got is None:
+        got = value
+        if len(_SHARED) < _SHARED_MAX:
+            _SHARED[value] = value
+    return got
 
 
 def _inside(path):
@@ -69,7 +82,12 @@ def caller_line():
         f = f.f_back
     if f is None:
         return "<unknown>"
-    return f"{f.f_code.co_filename}:{f.f_lineno}"
+    line = _SHARED.get((f.f_code.co_filename, f.f_lineno))
+    if line is None:
+        line = f"{f.f_code.co_filename}:{f.f_lineno}"
+        if len(_SHARED) < _SHARED_MAX:
+            _SHARED[(f.f_code.co_filename, f.f_lineno)] = line
+    return line
 
 
 def fail(call, message, cls=NkiError):
@@ -553,7 +571,7 @@ class NkiTensor:
         """The :class:`Operand` of this view; the access rules checked (the view must address
         its tensor, an on-chip view stays in its partitions)."""
         d = self._decl
-        pattern = tuple(zip(self.strides, self.shape))
+        pattern = _shared(tuple(zip(self.strides, self.shape)))
         ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
         try:
             box = ref.box()
