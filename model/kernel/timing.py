@@ -244,7 +244,7 @@ class Params:
         return d.overhead + 4 + d.read_latency + 4
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One instruction's timing in ticks: ``ready`` (its waits met), ``start``, ``end`` (its
     engine free of it), ``done`` (completion signalled); ``waited`` the ticks it waited after
