@@ -598,6 +598,10 @@ class _Busy:
 
     __slots__ = ("starts", "ends", "unordered")
 
+    #: Spans the searches for a gap visited, over every run (a test of linear cost counts
+    #: them, never seconds).
+    visited = 0
+
     def __init__(self):
         self.starts = {}  # engine -> the starts of its spans, in time order
         self.ends = {}  # engine -> their ends (in order too: the spans do not overlap)
@@ -627,6 +631,7 @@ def _earliest(holds, t, dur, engine):
         moved = False
         for h in holds:
             if h.unordered is not None:
+                _Busy.visited += len(h.unordered)
                 for a, b, e in h.unordered:
                     if e != engine and a < t + dur and t < b:
                         t, moved = b, True
@@ -635,12 +640,13 @@ def _earliest(holds, t, dur, engine):
                 if e == engine:
                     continue
                 starts = h.starts[e]
-                i = bisect.bisect_right(ends, t)  # the first that ends after t
+                i = first = bisect.bisect_right(ends, t)  # the first that ends after t
                 n = len(ends)
                 while i < n and starts[i] < t + dur:
                     if t < ends[i]:
                         t, moved = ends[i], True
                     i += 1
+                _Busy.visited += i - first + 1
     return t
 
 
