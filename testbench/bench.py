@@ -311,23 +311,203 @@ def _bench_neuroncore(size):
     return True
 
 
-def _bench_kernel(repeat=50_000):
-    """The whole-core timing model's speed: a Tensor Engine stream of ``repeat`` matmuls
-    alone (instructions per second, memory per instruction, its cycles equal to
-    ``ncrtl timing matmul``'s) and a whole kernel (the fully blocked bf16 matmul at the NKI
-    tutorial's size, DMA and Vector streams included); then the golden run of a kernel."""
-    import tracemalloc
+#: ``ncrtl bench --only kernel``: the shipped ``matmul_tiled`` at M x N = 4096 x 8192 bf16 and
+#: these K (7,168, 25,600 and 99,328 instructions; 8192 is the NKI tutorial's size).
+KERNEL_SIZES = (512, 2048, 8192)
+#: The phases of ``ncrtl run`` the kernel bench times, in the order the command runs them.
+RUN_PHASES = (
+    "inputs",
+    "tracing",
+    "placement",
+    "semaphores",
+    "golden",
+    "timing",
+    "report",
+    "trace",
+)
 
-    import ml_dtypes
+
+def kernel_command(argv):
+    """Run ``ncrtl run`` (``argv`` after ``run``) in this process as a user's command line does
+    (:func:`ncrtl.cli.main`, its output kept from the terminal), timing its phases: the
+    arguments checked and the inputs drawn, tracing (the kernel's Python and the ISA's rules),
+    placement and semaphores (the builder's, ``ncrtl.model.kernel.build.work``), the golden run
+    (without ``--timing-only``), the timing run, the report (summary, printed lines,
+    ``--out``'s report.json) and the Perfetto trace (``--trace``).  Returns ``{"rc", "seconds"
+    (the whole command), "phases" (seconds each), "instructions", "bytes" (the peak resident set
+    above the one when tracing began)}``; meant for a fresh interpreter (the peak is the
+    process's)."""
+    import io
 
     from ncrtl import nki
-    from ncrtl.kernels import load
+    from ncrtl.cli import main
+    from ncrtl.cli import run as run_cli
+    from ncrtl.model.kernel import build
+    from ncrtl.model.kernel import golden as kgolden
+    from ncrtl.model.kernel import timing as ktiming
+
+    phases = dict.fromkeys(RUN_PHASES, 0.0)
+    seen = {"instructions": 0, "rss": None}
+
+    def timed(phase, fn, after=None):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                phases[phase] += time.perf_counter() - t0
+            if after is not None:
+                after(out)
+            return out
+
+        return call
+
+    def traced(program):
+        programs = program if isinstance(program, tuple) else (program,)
+        seen["instructions"] = sum(sum(p.counts().values()) for p in programs)
+
+    def trace(*args, **kwargs):
+        seen["rss"] = _rss_bytes()
+        return timed("tracing", original["trace"], traced)(*args, **kwargs)
+
+    original = {"trace": nki.trace}
+    patches = [
+        (run_cli, "check", timed("inputs", run_cli.check)),
+        (run_cli.Checked, "arrays", timed("inputs", run_cli.Checked.arrays)),
+        (nki, "trace", trace),
+        (kgolden, "run", timed("golden", kgolden.run)),
+        (ktiming, "simulate", timed("timing", ktiming.simulate)),
+        (ktiming.Report, "summary", timed("report", ktiming.Report.summary)),
+        (run_cli, "_print", timed("report", run_cli._print)),
+        (run_cli, "write_folder", timed("report", run_cli.write_folder)),
+        (run_cli, "write_output", timed("trace", run_cli.write_output)),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, fn in patches:
+        setattr(owner, name, fn)
+    build.work.reset()
+    try:
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["run", *argv])
+        seconds = time.perf_counter() - t0
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+    # the builder runs inside the trace: its seconds are placement and semaphores, not tracing
+    phases["placement"] = build.work.placement_s
+    phases["semaphores"] = build.work.semaphores_s
+    phases["tracing"] -= phases["placement"] + phases["semaphores"]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "rc": rc,
+        "seconds": seconds,
+        "phases": phases,
+        "instructions": seen["instructions"],
+        "bytes": peak - seen["rss"] if seen["rss"] is not None else None,
+    }
+
+
+def _rss_bytes():
+    """This process's resident set now (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kernel_command_child(argv):
+    """:func:`kernel_command` in a fresh interpreter; adds ``"wall"``, the child's whole time
+    (start-up, imports and exit included)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from ncrtl.testbench.bench import kernel_command; "
+        "print(json.dumps(kernel_command(sys.argv[1:])))"
+    )
+    env = {**os.environ, "NCRTL_NO_PROGRESS": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"ncrtl run {' '.join(argv)} failed:\n{proc.stderr}")
+    return {**json.loads(proc.stdout.splitlines()[-1]), "wall": wall}
+
+
+def _bench_kernel(repeat=50_000):
+    """``ncrtl run`` as a user calls it, each phase timed (:func:`kernel_command`, a fresh
+    interpreter per run): the shipped ``matmul_tiled`` at M x N = 4096 x 8192 and three K
+    (:data:`KERNEL_SIZES`) with ``--timing-only``, its Perfetto trace and report.json written,
+    then with golden values at 256 x 512 x 2048; then the timing model alone on a Tensor Engine
+    stream of ``repeat`` matmuls (its cycles equal to ``ncrtl timing matmul``'s)."""
+    import tracemalloc
+
+    from ncrtl.kernels import HERE
     from ncrtl.model.kernel import timing as ktiming
     from ncrtl.model.kernel.stream import CORES, Instruction, Program
     from ncrtl.model.tensor_engine import isa as te_isa
     from ncrtl.model.tensor_engine import timing as te_timing
 
-    print("\nwhole-core timing model (ncrtl.model.kernel.timing), one core")
+    kernel = os.path.join(HERE, "matmul.py") + "::matmul_tiled"
+    print("\nncrtl run, the whole command (ncrtl.cli.main; a fresh interpreter per run), one core")
+    head = "".join(f"{p:>11s}" for p in RUN_PHASES if p != "golden")
+    print(
+        f"  matmul_tiled M x N x K = 4096 x 8192 x K, bf16, --timing-only --trace --out; seconds:"
+        f"\n  {'K':>5s}{'instr.':>9s}{'start-up':>10s}{head}{'command':>9s}{'instr./s':>10s}"
+        f"{'B/instr.':>9s}"
+    )
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in KERNEL_SIZES:
+            argv = [
+                kernel,
+                "--shapes",
+                f"{k}x4096:bfloat16",
+                f"{k}x8192:bfloat16",
+                "--timing-only",
+                "--trace",
+                os.path.join(tmp, "t.json"),
+                "--out",
+                os.path.join(tmp, "out"),
+            ]
+            r = _kernel_command_child(argv)
+            ok &= r["rc"] == 0
+            n, ph = r["instructions"], r["phases"]
+            model = r["seconds"] - ph["inputs"]
+            cols = "".join(f"{ph[p]:11.2f}" for p in RUN_PHASES if p != "golden")
+            per = f"{r['bytes'] / n:9,.0f}" if r["bytes"] is not None else f"{'-':>9s}"
+            print(
+                f"  {k:5d}{n:9,d}{r['wall'] - r['seconds']:10.2f}{cols}{r['seconds']:9.2f}"
+                f"{n / model:10,.0f}{per}"
+            )
+        print(
+            "  (instr./s: instructions over the command's seconds less its inputs; B/instr.: the "
+            "peak resident set\n  above the one when tracing began, per instruction)"
+        )
+        argv = [
+            kernel,
+            "--shapes",
+            "2048x256:bfloat16",
+            "2048x512:bfloat16",
+            "--out",
+            os.path.join(tmp, "out"),
+        ]
+        r = _kernel_command_child(argv)
+        ok &= r["rc"] == 0
+        ph = r["phases"]
+        mm = 256 // 128 * 512 // 512 * 2048 // 128
+        print(
+            f"  with golden values, matmul_tiled 256 x 512 x 2048 ({r['instructions']} "
+            f"instructions, {mm} bf16 128 x 128 x 512 matmuls): golden run {ph['golden']:.2f} s, "
+            f"{ph['golden'] / mm * 1000:.1f} ms per matmul; the command {r['seconds']:.2f} s"
+        )
+
+    print("\nwhole-core timing model (ncrtl.model.kernel.timing) alone, one core")
     prog = te_timing.matmul_program(128, 128, 512, "bf16", repeat=repeat)
     words = [te_isa.encode(prog[0]), te_isa.encode(prog[1])]
     stream = [
@@ -344,39 +524,12 @@ def _bench_kernel(repeat=50_000):
     peak = tracemalloc.get_traced_memory()[1] * 10
     tracemalloc.stop()
     want = te_timing.simulate(prog).total_cycles
-    ok = rep.te_cycles == want
+    ok &= rep.te_cycles == want
     print(
         f"  {repeat:,} matmuls (bf16 128 x 128 x 512) alone: {repeat / dt:,.0f} instructions/s, "
         f"{peak / repeat:,.0f} bytes per instruction at the peak; {rep.te_cycles:,} cycles "
-        f"({'equal to' if ok else 'DIFFERENT from'} ncrtl timing matmul's {want:,})"
-    )
-    _, k = load("matmul_fully_optimized")
-    ins = [np.zeros((1024, 4096), ml_dtypes.bfloat16), np.zeros((1024, 2048), ml_dtypes.bfloat16)]
-    t0 = time.perf_counter()
-    traced = nki.trace(k, ins)
-    t1 = time.perf_counter()
-    rep = ktiming.simulate(traced)
-    t2 = time.perf_counter()
-    n = sum(traced.counts().values())
-    print(
-        f"  matmul_fully_optimized 4096 x 1024 x 2048 ({n:,} instructions): traced in "
-        f"{t1 - t0:.2f} s, timed in {t2 - t1:.2f} s ({n / (t2 - t1):,.0f} instructions/s); "
-        f"{rep.total_ns / 1000:,.1f} us, Tensor Engine {rep.utilization(window=True):.3f} of "
-        f"the bf16 peak from its first to its last matmul"
-    )
-    e, k = load("matmul_tiled")
-    rng = np.random.default_rng(0)
-    ins = [
-        rng.standard_normal((512, 256)).astype(ml_dtypes.bfloat16),
-        rng.standard_normal((512, 2048)).astype(ml_dtypes.bfloat16),
-    ]
-    t0 = time.perf_counter()
-    res = nki.run(k, ins, timing=False)
-    dt = time.perf_counter() - t0
-    mm = res.program.counts()["tensor"]
-    print(
-        f"  golden run of matmul_tiled 256 x 512 x 2048 ({mm} bf16 128 x 128 x 512 matmuls, "
-        f"loads, evictions): {dt:.2f} s, {dt / mm * 1000:.1f} ms per matmul"
+        f"({'equal to' if rep.te_cycles == want else 'DIFFERENT from'} ncrtl timing matmul's "
+        f"{want:,})"
     )
     return ok
 

@@ -133,3 +133,21 @@ def test_waits_are_the_all_pairs_rule(name, n, core):
     got = {(i.engine, i.index): i.waits for i in program.instructions()}
     assert got == want
     assert any(got.values())
+
+
+def test_the_kernel_bench_times_every_phase_of_the_command(tmp_path):
+    """``ncrtl bench --only kernel`` times ``ncrtl run`` through ``ncrtl.cli.main`` by its
+    phases (testbench.bench.kernel_command): each is reached, none twice, and they add up to no
+    more than the command."""
+    from ncrtl.testbench.bench import RUN_PHASES, kernel_command
+
+    for timing_only in (True, False):
+        argv = ["--example", "matmul_basic", "--trace", str(tmp_path / "t.json")]
+        r = kernel_command(
+            argv + ["--out", str(tmp_path / "out")] + ["--timing-only"] * timing_only
+        )
+        assert r["rc"] == 0 and r["instructions"] == 5
+        assert set(r["phases"]) == set(RUN_PHASES)
+        assert all(r["phases"][p] > 0 for p in RUN_PHASES if p != "golden" or not timing_only)
+        assert (r["phases"]["golden"] == 0) == timing_only
+        assert sum(r["phases"].values()) <= r["seconds"]

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
@@ -58,9 +59,9 @@ class Work:
     """Steps the builder took, summed over every :meth:`Builder.finish` (the test of linear
     cost counts these, never seconds): ``placement`` (live tensors passed over looking for a
     gap, expired, inserted), ``semaphores`` (intervals visited or replaced in the access
-    maps)."""
+    maps); and the seconds of each (``ncrtl bench --only kernel`` prints them)."""
 
-    __slots__ = ("placement", "semaphores")
+    __slots__ = ("placement", "semaphores", "placement_s", "semaphores_s")
 
     def __init__(self):
         self.reset()
@@ -68,6 +69,8 @@ class Work:
     def reset(self):
         self.placement = 0
         self.semaphores = 0
+        self.placement_s = 0.0
+        self.semaphores_s = 0.0
 
 
 #: The builder's step counts (:class:`Work`).
@@ -420,10 +423,13 @@ class Builder:
         argument and return order; the kernel's own device tensors start at
         ``hbm_internal_base`` (the second core of a logical core places its own after the
         first's)."""
+        t0 = time.perf_counter()
         self._lifetimes()
         self._place_hbm(hbm_internal_base)
         for space in ("sbuf", "psum"):
             self._place_on_chip(space)
+        t1 = time.perf_counter()
+        work.placement_s += t1 - t0
         streams = {e: [] for e in ENGINES}
         streams.update({dma_queue(q): [] for q in range(self.core.dma_queues)})
         # decl -> ({stream: its latest write per byte}, {stream: its latest access per byte},
@@ -489,6 +495,7 @@ class Builder:
                 Instruction(engine, p.op, dsts, srcs, p.args, waits, p.line, p.call, seq, index)
             )
         self.pending = []
+        work.semaphores_s += time.perf_counter() - t1
         tensors = {
             d.name: TensorInfo(
                 d.name, d.space, d.base, d.shape, d.dtype, d.kind, d.line, d.first, d.last

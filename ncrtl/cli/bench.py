@@ -81,7 +81,9 @@ def add_parser(sub, raw):
             "defaults",
         ),
         help="run one section: pe (the PE in a C++ loop), fp (the FP units), golden (the "
-        "bit-exact golden matmul per mode), harness (the "
+        "bit-exact golden matmul per mode), kernel (ncrtl run as a user calls it, each "
+        "phase timed, at three sizes of matmul_tiled up to the NKI tutorial's; the timing model "
+        "alone), harness (the "
         "testbench against a C++ loop), te (the Tensor Engine), bands (the Tensor Engine as "
         "column bands on threads against one model; only when named), psum, dma (the DMA "
         "engine's bandwidth), dma-curve (the kernel timing model's DMA GB/s against bytes per "
