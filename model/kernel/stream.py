@@ -152,6 +152,8 @@ class Ref:
     pattern: tuple
     offset: int = 0
     view_dtype: str = None
+    #: The view's elements (from the pattern; kept, the timing run asks for it often).
+    size: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.space not in SPACES:
@@ -160,6 +162,7 @@ class Ref:
         object.__setattr__(self, "pattern", tuple([(int(s), int(n)) for s, n in self.pattern]))
         if self.view_dtype is None:
             object.__setattr__(self, "view_dtype", self.dtype)
+        object.__setattr__(self, "size", math.prod([n for _, n in self.pattern]))
 
     @classmethod
     def of(cls, space, tensor, base, shape, dtype, pattern, offset, view_dtype):
@@ -175,15 +178,12 @@ class Ref:
         put(ref, "pattern", pattern)
         put(ref, "offset", offset)
         put(ref, "view_dtype", view_dtype)
+        put(ref, "size", math.prod([n for _, n in pattern]))
         return ref
 
     @property
     def view_shape(self):
         return tuple([n for _, n in self.pattern])
-
-    @property
-    def size(self):
-        return math.prod([n for _, n in self.pattern])
 
     @property
     def element(self):

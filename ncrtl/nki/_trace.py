@@ -57,6 +57,7 @@ _INSIDE = {}  # a code object's file -> whether it is ncrtl.nki's (asked once pe
 # object per distinct value, not one per instruction (up to _SHARED_MAX of them)
 _SHARED = {}
 _SHARED_MAX = 1 << 16
+_EXTENTS = {}  # a view (its tensor's space, shape and dtype) -> its extent at address 0
 
 
 def _shared(value):
@@ -573,12 +574,19 @@ class NkiTensor:
         d = self._decl
         pattern = _shared(tuple(zip(self.strides, self.shape)))
         ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
-        try:
-            box = ref.box()
-            if box is None:  # not rows of the tensor: the rules on every index
-                box = ref.extent()
-        except ValueError as e:
-            fail(call, f"{what} {self.name}: {e}")
+        # the rules and the extent follow from the view and its tensor's shape alone: a loop's
+        # views of its fresh tiles are checked once
+        key = (d.space, d.shape, d.dtype, pattern, self.offset, self.dtype)
+        box = _EXTENTS.get(key)
+        if box is None:
+            try:
+                box = ref.box()
+                if box is None:  # not rows of the tensor: the rules on every index
+                    box = ref.extent()
+            except ValueError as e:
+                fail(call, f"{what} {self.name}: {e}")
+            if len(_EXTENTS) < _SHARED_MAX:
+                _EXTENTS[key] = box
         return Operand(d, ref, box)
 
 
