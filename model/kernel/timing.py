@@ -580,7 +580,21 @@ class _KernelTrace(Trace):
             self.counters.append((name, tick, value))
 
     def events(self):
-        yield from super().events()
+        # a slice keeps its instruction and wait until written: its name and arguments (the
+        # operands as text) are formed here, not held for every instruction of the run
+        for ev in super().events():
+            held = ev.get("args")
+            if type(held) is tuple:
+                ins, waited = held
+                ev["name"] = f"{ins.op} {ins.line}"
+                ev["args"] = {
+                    "line": ins.line,
+                    "call": ins.call,
+                    "dst": ", ".join(map(str, ins.dsts)),
+                    "src": ", ".join(map(str, ins.srcs)),
+                    "wait_ns": round(self.core.ns(waited), 3),
+                }
+            yield ev
         if self.counters:
             pid = 1 << 20  # a process of its own, after the engines'
             yield {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "counters"}}
@@ -786,7 +800,7 @@ def simulate(program, *, params=None, trace=False):
         "dtype": None,
         "te_window": None,
     }
-    slices = {}  # (stream, index) -> trace slice
+    slices = {n: [] for n in streams}  # stream -> its instructions' trace slices, in order
     rendezvous = {}  # (pipe, turn) -> {core: (stream, instruction, ready, waited, blocker)}
 
     def te_timing(s, ins, ready):
@@ -1109,17 +1123,14 @@ def simulate(program, *, params=None, trace=False):
         s.free = end
         s.last_done = done
         if tr is not None:
-            args = {
-                "line": ins.line,
-                "call": ins.call,
-                "dst": ", ".join(map(str, ins.dsts)),
-                "src": ", ".join(map(str, ins.srcs)),
-                "wait_ns": round(ev.ns(waited), 3),
-            }
             track = (f"NeuronCore {s.core}" if many else "NeuronCore", s.local)
-            slices[(s.name, ins.index)] = tr.slice(track, f"{ins.op} {ins.line}", start, done, args)
-            if waited and rec.blocker in slices:
-                tr.flow(slices[rec.blocker], slices[(s.name, ins.index)])
+            # named and described when written (_KernelTrace.events)
+            mine = slices[s.name]
+            mine.append(tr.slice(track, ins, start, done, (ins, waited)))
+            if waited and rec.blocker is not None:
+                theirs = slices.get(rec.blocker[0], ())
+                if rec.blocker[1] < len(theirs):
+                    tr.flow(theirs[rec.blocker[1]], mine[-1])
         ev.at(done, s.sem.signal, done)
         s.pos += 1
 
