@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ncrtl.model.kernel.build import Operand
+from ncrtl.model.kernel.build import Operand, collector_paused
 from ncrtl.model.kernel.dtypes import DTYPES, dtype_of
 from ncrtl.model.kernel.stream import Ref
 
@@ -359,10 +359,13 @@ class active:
     def __enter__(self):
         self.prev = getattr(_state, "trace", None)
         _state.trace = self.trace
+        self.paused = collector_paused()
+        self.paused.__enter__()
         return self.trace
 
     def __exit__(self, *exc):
         _state.trace = self.prev
+        self.paused.__exit__(*exc)
 
 
 class _DS:
