@@ -43,6 +43,7 @@ import numpy as np
 
 from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
+from ncrtl.model.kernel.build import collector_paused
 from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.modes import SPARSE_GROUP
 from ncrtl.model.tensor_engine import isa as te_isa
@@ -1137,7 +1138,8 @@ def simulate(program, *, params=None, trace=False):
     starts = params.starts or {}
     for s in streams.values():
         ev.at(starts.get(s.local, 0) * s.clock.period, advance, s)
-    ev.run()
+    with collector_paused():
+        ev.run()
     if any(s.pos < len(s.instrs) for s in streams.values()):
         counts = {(s.core, s.local): s.sem.count for s in streams.values()}
         raise KernelError(deadlock(programs, counts))
