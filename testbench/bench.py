@@ -439,6 +439,30 @@ def _kernel_command_child(argv):
     return {**json.loads(proc.stdout.splitlines()[-1]), "wall": wall}
 
 
+def _kernel_traced_memory(kernel, k):
+    """``(instructions, peak bytes)``: Python's allocations (tracemalloc) while ``kernel`` at
+    M x N x K = 4096 x 8192 x ``k`` is traced and timed and its report made, its inputs
+    apart."""
+    import tracemalloc
+
+    import ml_dtypes
+
+    from ncrtl import kernels, nki
+    from ncrtl.model.kernel import timing as ktiming
+
+    path, _, name = kernel.partition("::")
+    fn = kernels.load_file(path, name)
+    args = [np.zeros((k, 4096), ml_dtypes.bfloat16), np.zeros((k, 8192), ml_dtypes.bfloat16)]
+    tracemalloc.start()
+    try:
+        program = nki.trace(fn, args)
+        ktiming.simulate(program).summary()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return sum(program.counts().values()), peak
+
+
 def _bench_kernel(repeat=50_000):
     """``ncrtl run`` as a user calls it, each phase timed (:func:`kernel_command`, a fresh
     interpreter per run): the shipped ``matmul_tiled`` at M x N = 4096 x 8192 and three K
@@ -488,6 +512,11 @@ def _bench_kernel(repeat=50_000):
         print(
             "  (instr./s: instructions over the command's seconds less its inputs; B/instr.: the "
             "peak resident set\n  above the one when tracing began, per instruction)"
+        )
+        n, peak = _kernel_traced_memory(kernel, KERNEL_SIZES[0])
+        print(
+            f"  K = {KERNEL_SIZES[0]} without --trace, by tracemalloc: {peak / n:,.0f} bytes per "
+            f"instruction at the peak of the trace and timing run (the report's figures included)"
         )
         argv = [
             kernel,
