@@ -151,3 +151,28 @@ def test_the_kernel_bench_times_every_phase_of_the_command(tmp_path):
         assert all(r["phases"][p] > 0 for p in RUN_PHASES if p != "golden" or not timing_only)
         assert (r["phases"]["golden"] == 0) == timing_only
         assert sum(r["phases"].values()) <= r["seconds"]
+
+
+def test_a_dma_transfer_left_with_a_float_residue_completes():
+    """Nine transfers sharing the DMA engines at 16/9 each once left one of them a float's
+    residue of work, timed to complete 0 ticks later again and again: the timing run never
+    ended (matmul_tiled at 2048 x 2048 x 8192).  Each completes, in a bounded number of
+    events."""
+    import heapq
+
+    from ncrtl.model.event import Clock, EventCore
+
+    starts = [(88, 109100), (409, 48735), (896, 199478), (945, 177432), (954, 90624)]
+    starts += [(1882, 75965), (2030, 144929), (2279, 168374), (2577, 189698)]
+    ev = EventCore([Clock("dma", 1400), Clock("tensor", 2400)])
+    pool = ktiming._DmaPool(ev, 16)
+    done = []
+    for tick, work in starts:
+        ev.at(tick, pool.submit, work, 16, lambda: done.append(ev.now))
+    for _ in range(1000):  # EventCore.run, bounded
+        if not ev._queue:
+            break
+        ev.now, _, callback, args = heapq.heappop(ev._queue)
+        callback(*args)
+    assert not ev._queue and len(done) == len(starts)
+    assert done == sorted(done) and done[-1] >= sum(w for _, w in starts) / 16
