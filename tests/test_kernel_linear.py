@@ -137,9 +137,10 @@ def test_waits_are_the_all_pairs_rule(name, n, core):
 
 def test_the_kernel_bench_times_every_phase_of_the_command(tmp_path):
     """``ncrtl bench --only kernel`` times ``ncrtl run`` through ``ncrtl.cli.main`` by its
-    phases (testbench.bench.kernel_command): each is reached, none twice, and they add up to no
+    phases (ncrtl.cli.bench.kernel_command): each is reached, none twice, and they add up to no
     more than the command."""
-    from ncrtl.testbench.bench import RUN_PHASES, kernel_command
+    from ncrtl.cli.bench import kernel_command
+    from ncrtl.testbench.bench import RUN_PHASES
 
     for timing_only in (True, False):
         argv = ["--example", "matmul_basic", "--trace", str(tmp_path / "t.json")]

@@ -1,5 +1,10 @@
 """``ncrtl bench``: generation, build and simulation speed."""
 
+import contextlib
+import os
+import resource
+import time
+
 from .common import UsageError
 
 
@@ -180,3 +185,94 @@ def add_parser(sub, raw):
         help="bf16 matmuls (K = M = size, N = 512) it streams back to back, >= 1 (default 40)",
     )
     s.set_defaults(func=_cmd_bench)
+
+
+def kernel_command(argv):
+    """Run ``ncrtl run`` (``argv`` after ``run``) in this process as a user's command line does
+    (:func:`ncrtl.cli.main`, its output kept from the terminal), timing its phases: the
+    arguments checked and the inputs drawn, tracing (the kernel's Python and the ISA's rules),
+    placement and semaphores (the builder's, ``ncrtl.model.kernel.build.work``), the golden run
+    (without ``--timing-only``), the timing run, the report (summary, printed lines,
+    ``--out``'s report.json) and the Perfetto trace (``--trace``).  Returns ``{"rc", "seconds"
+    (the whole command), "phases" (seconds each), "instructions", "bytes" (the peak resident set
+    above the one when tracing began)}``; meant for a fresh interpreter (the peak is the
+    process's)."""
+    import io
+
+    from ncrtl import nki
+    from ncrtl.cli import main
+    from ncrtl.cli import run as run_cli
+    from ncrtl.model.kernel import build
+    from ncrtl.model.kernel import golden as kgolden
+    from ncrtl.model.kernel import timing as ktiming
+    from ncrtl.testbench.bench import RUN_PHASES
+
+    phases = dict.fromkeys(RUN_PHASES, 0.0)
+    seen = {"instructions": 0, "rss": None}
+
+    def timed(phase, fn, after=None):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                phases[phase] += time.perf_counter() - t0
+            if after is not None:
+                after(out)
+            return out
+
+        return call
+
+    def traced(program):
+        programs = program if isinstance(program, tuple) else (program,)
+        seen["instructions"] = sum(sum(p.counts().values()) for p in programs)
+
+    def trace(*args, **kwargs):
+        seen["rss"] = _rss_bytes()
+        return timed("tracing", original["trace"], traced)(*args, **kwargs)
+
+    original = {"trace": nki.trace}
+    patches = [
+        (run_cli, "check", timed("inputs", run_cli.check)),
+        (run_cli.Checked, "arrays", timed("inputs", run_cli.Checked.arrays)),
+        (nki, "trace", trace),
+        (kgolden, "run", timed("golden", kgolden.run)),
+        (ktiming, "simulate", timed("timing", ktiming.simulate)),
+        (ktiming.Report, "summary", timed("report", ktiming.Report.summary)),
+        (run_cli, "_print", timed("report", run_cli._print)),
+        (run_cli, "write_folder", timed("report", run_cli.write_folder)),
+        (run_cli, "write_output", timed("trace", run_cli.write_output)),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, fn in patches:
+        setattr(owner, name, fn)
+    build.work.reset()
+    try:
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["run", *argv])
+        seconds = time.perf_counter() - t0
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+    # the builder runs inside the trace: its seconds are placement and semaphores, not tracing
+    phases["placement"] = build.work.placement_s
+    phases["semaphores"] = build.work.semaphores_s
+    phases["tracing"] -= phases["placement"] + phases["semaphores"]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "rc": rc,
+        "seconds": seconds,
+        "phases": phases,
+        "instructions": seen["instructions"],
+        "bytes": peak - seen["rss"] if seen["rss"] is not None else None,
+    }
+
+
+def _rss_bytes():
+    """This process's resident set now (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
