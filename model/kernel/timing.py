@@ -698,22 +698,8 @@ def _run_bytes(ref):
 def _runs_words(ref, *, per_run=False):
     """Data-path words to move the view ``ref``: per contiguous run of bytes, its words (with
     ``per_run``: the words of one run, the longest read burst the view allows)."""
-    isz = ref.element.itemsize
-    pat = ref.pattern
-    run = isz
-    step = 1
-    dims = list(reversed(pat[1:] if ref.on_chip else pat))
-    for s, num in dims:
-        if num == 1:
-            continue
-        if s != step:
-            break
-        run *= num
-        step *= num
-    total = ref.size * isz
-    runs = max(1, total // max(run, 1))
-    words = -(-run // DMA_WORD_BYTES)
-    return words if per_run else runs * words
+    words = -(-_run_bytes(ref) // DMA_WORD_BYTES)
+    return words if per_run else _runs(ref) * words
 
 
 def simulate(program, *, params=None, trace=False):
