@@ -156,10 +156,18 @@ def test_tracing_bounds(monkeypatch, capsys):
         ("divide", "{divide_op}: nisa.tensor_tensor: op=nl.divide is not modelled"),
         ("divide_called", "{divide_called}: nki.language.divide is not modelled"),
         ("own_class", None),
+        (
+            "wrong_keyword",
+            "{wrong_keyword}: nisa.memset: no argument 'colour' (its arguments: dst, value, engine, name)",
+        ),
+        ("missing_argument", "{missing_argument}: nisa.tensor_copy: missing argument 'src'"),
+        ("too_many", "{too_many}: nl.ndarray: takes at most 5 positional arguments"),
     ],
 )
 def test_messages_name_the_kernels_line_and_names(function, expected, capsys):
-    """An argument error of nki.language / nki.isa names the kernel's line, not ncrtl's; an
+    """An argument error of nki.language / nki.isa names the kernel's line, not ncrtl's (a
+    wrong keyword, a missing argument, too many: the call and the argument, never Python's own
+    "unexpected keyword argument"); an
     unmodelled name shows as itself (nl.divide) and is a class a kernel may subclass
     (``class Tiles(nl.NKIObject)``: the kernel runs)."""
     argv = [f"{RAISES}::{function}", "--shapes", "128x4:float32"]
@@ -168,6 +176,7 @@ def test_messages_name_the_kernels_line_and_names(function, expected, capsys):
         assert repr(nl.NKIObject) == "nl.NKIObject" and nl.NKIObject is nl.NKIObject
         return
     tags = ("float_range", "bad_call", "tile_position", "divide_op", "divide_called")
+    tags += ("wrong_keyword", "missing_argument", "too_many")
     err = _error(argv, capsys)
     assert expected.format(**{t: _line(t) for t in tags}) in err, err
     assert "ncrtl/nki" not in err

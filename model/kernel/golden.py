@@ -41,8 +41,10 @@ import numpy as np
 from ncrtl.model.dma import engine as dma_golden
 from ncrtl.model.dma.access import AccessPattern, pattern_bounds
 from ncrtl.model.dma.engine import AddDtype, add_elements
-from ncrtl.model.fp import encode, fp32_to_bf16, from_bits, get_format
 from ncrtl.model.kernel.dtypes import dtype_of
+from ncrtl.model.kernel.ops import OPS as MORE_OPS
+from ncrtl.model.kernel.values import ACTIVATIONS, ALU_OPS, KernelError, convert, unpack_x4
+from ncrtl.model.kernel.values import where as _where
 from ncrtl.model.psum import Dtype, Flag, Geometry, Psum, Rounding, Write
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine import (
@@ -52,7 +54,6 @@ from ncrtl.model.tensor_engine import (
     mx_row_scales,
     result_bits,
 )
-from ncrtl.model.vector_engine import quantize_mx
 
 __all__ = [
     "CoreState",
@@ -65,11 +66,6 @@ __all__ = [
     "contiguous",
     "psum_write",
 ]
-
-
-class KernelError(ValueError):
-    """A rule broken while running the streams: the message names the instruction, its
-    kernel line and the rule."""
 
 
 class UninitializedRead(UserWarning):
@@ -85,67 +81,6 @@ def _formatwarning(message, category, filename, lineno, line=None, _shown=warnin
 
 
 warnings.formatwarning = _formatwarning
-
-
-def _f32(fn):
-    return lambda *a: fn(*a).astype(np.float32)
-
-
-#: Vector-engine ALU operations (float32 numpy), by NKI name.
-ALU_OPS = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "equal": _f32(np.equal),
-    "not_equal": _f32(np.not_equal),
-    "greater": _f32(np.greater),
-    "greater_equal": _f32(np.greater_equal),
-    "less": _f32(np.less),
-    "less_equal": _f32(np.less_equal),
-    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
-    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
-    "power": np.power,
-}
-
-#: Unary operations of ``tensor_scalar`` (operand ignored) and ``activation`` functions.
-ACTIVATIONS = {
-    "copy": lambda x: x,
-    "exp": np.exp,
-    "relu": lambda x: np.maximum(x, np.float32(0)),
-    "tanh": np.tanh,
-    "sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
-    "silu": lambda x: x / (np.float32(1) + np.exp(-x)),
-    "square": np.square,
-    "abs": np.abs,
-    "sign": np.sign,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: np.float32(1) / np.sqrt(x),
-    "reciprocal": lambda x: np.float32(1) / x,
-    "log": np.log,
-    "softplus": lambda x: np.log1p(np.exp(x)),
-}
-
-
-def convert(values, dtype):
-    """Values (any float or int array) as ``dtype`` (a kernel dtype name): floats rounded once
-    to nearest even (:func:`ncrtl.model.fp.encode`), integers rounded to nearest even and
-    clipped to the type's range."""
-    d = dtype_of(dtype)
-    v = np.asarray(values)
-    if d.packed != 1:
-        raise KernelError(f"values cannot be converted to the packed type {d.name}")
-    if d.fmt is None:
-        if d.storage == np.bool_:
-            return v != 0
-        info = np.iinfo(d.storage)
-        return np.clip(np.rint(v.astype(np.float64)), info.min, info.max).astype(d.storage)
-    if d.name == "float32" and v.dtype == np.float32:
-        return v.copy()
-    if d.name == "bfloat16" and v.dtype == np.float32:
-        return fp32_to_bf16(v)  # the contract's FP32 -> BF16 rounding, that of encode
-    return from_bits(encode(v.astype(np.float64), get_format(d.fmt)), d.fmt).astype(d.storage)
 
 
 class CoreState:
@@ -316,10 +251,6 @@ class CoreState:
         t = self.program.tensors[name]
         d = dtype_of(t.dtype)
         return self.hbm[t.base : t.base + t.nbytes].copy().view(d.storage).reshape(t.shape)
-
-
-def _where(ins):
-    return "" if ins is None else f"{ins.where} "
 
 
 def _layout(ref):
@@ -567,36 +498,11 @@ def _matmul_chunk(st, ins, dst, s, fs, x, fm):
     _psum_write(st, ins, dst, bits, kind)
 
 
-def _unpack_x4(v, dtype):
-    """A packed ``_x4`` array ``[..., F]`` as ``[..., F, 4]`` elements of its format."""
-    d = dtype_of(dtype)
-    fmt = get_format(d.fmt)
-    if d.itemsize == 4:
-        codes = np.ascontiguousarray(v).view(np.uint8).reshape(v.shape + (4,))
-    else:  # four 4-bit codes in 16 bits, element j in bits [4j, 4j + 4)
-        w = np.asarray(v).astype(np.uint16)[..., None]
-        codes = ((w >> (4 * np.arange(4, dtype=np.uint16))) & 0xF).astype(np.uint8)
-    return from_bits(codes, fmt)
-
-
-def _pack_x4(elements, dtype):
-    d = dtype_of(dtype)
-    from ncrtl.model.fp import to_bits
-
-    codes = to_bits(elements, get_format(d.fmt)).astype(np.uint32)
-    if d.itemsize == 4:
-        return (
-            np.ascontiguousarray(codes.astype(np.uint8)).view(np.uint32).reshape(codes.shape[:-1])
-        )
-    shift = 4 * np.arange(4, dtype=np.uint32)
-    return (codes << shift).sum(axis=-1).astype(np.uint16)
-
-
 def _matmul_mx(st, ins):
     (dst,), (stat, mov, s_scale, m_scale) = ins.dsts, ins.srcs
     core = st.program.core
-    s = _unpack_x4(st.read(stat, ins), stat.view_dtype)
-    x = _unpack_x4(st.read(mov, ins), mov.view_dtype)
+    s = unpack_x4(st.read(stat, ins), stat.view_dtype)
+    x = unpack_x4(st.read(mov, ins), mov.view_dtype)
     k = s.shape[0]
     a = ins.args
     try:
@@ -650,144 +556,13 @@ def _matmul_sparse(st, ins):
     _psum_write(st, ins, dst, result_bits(res), Dtype.FP32)
 
 
-def _float32(st, ref, ins):
-    v = st.read(ref, ins)
-    if ref.element.packed != 1:
-        raise KernelError(f"{_where(ins)}arithmetic on the packed type {ref.view_dtype}")
-    return v.astype(np.float32)
-
-
-def _tensor_copy(st, ins):
-    (dst,), (src,) = ins.dsts, ins.srcs
-    _same_elements(ins, dst, src)
-    v = st.read(src, ins)
-    if src.view_dtype == dst.view_dtype:
-        st.write(dst, v.reshape(dst.view_shape))  # bit for bit
-        return
-    st.write(dst, convert(v, dst.view_dtype).reshape(dst.view_shape))
-
-
-def _same_elements(ins, dst, *srcs):
-    for src in srcs:
-        if src.view_shape[0] != dst.view_shape[0] or src.size != dst.size:
-            raise KernelError(
-                f"{_where(ins)}src {list(src.view_shape)} and dst {list(dst.view_shape)} must have "
-                f"the same partitions and elements per partition"
-            )
-
-
-def _vector_transpose(st, ins):
-    (dst,), (src,) = ins.dsts, ins.srcs
-    v = st.read(src, ins)
-    st.write(dst, v.reshape(v.shape[0], -1).T.copy())
-
-
-def _memset(st, ins):
-    (dst,) = ins.dsts
-    value = ins.args["value"]
-    d = dst.element
-    if d.packed != 1:
-        v = np.zeros(dst.view_shape, d.storage)
-    else:
-        v = np.broadcast_to(convert(np.asarray([value]), dst.view_dtype), dst.view_shape)
-    st.write(dst, v)
-
-
-def _identity(st, ins):
-    (dst,) = ins.dsts
-    p, f = dst.view_shape[0], math.prod(dst.view_shape[1:])
-    st.write(dst, convert(np.eye(p, f, dtype=np.float32), dst.view_dtype))
-
-
-def _tensor_tensor(st, ins):
-    (dst,), (a, b) = ins.dsts, ins.srcs
-    _same_elements(ins, dst, a, b)
-    fa = _float32(st, a, ins).reshape(dst.view_shape)
-    fb = _float32(st, b, ins).reshape(dst.view_shape)
-    with np.errstate(all="ignore"):
-        out = ALU_OPS[ins.args["op"]](fa, fb).astype(np.float32)
-    st.write(dst, convert(out, dst.view_dtype))
-
-
-def _operand(st, ins, value, srcs, p):
-    """A tensor_scalar / activation operand: a number, or the next ``[P, 1]`` source."""
-    if isinstance(value, dict) and "tensor" in value:
-        ref = srcs[value["tensor"]]
-        return _float32(st, ref, ins).reshape(p, 1)
-    return np.float32(value)
-
-
-def _elementwise_input(st, ins):
-    """``(dst, srcs, partitions, data as float32 [P, F])`` of a tensor_scalar / activation."""
-    (dst,), srcs = ins.dsts, ins.srcs
-    _same_elements(ins, dst, srcs[0])
-    p = dst.view_shape[0]
-    return dst, srcs, p, _float32(st, srcs[0], ins).reshape(p, -1)
-
-
-def _tensor_scalar(st, ins):
-    dst, srcs, p, x = _elementwise_input(st, ins)
-    a = ins.args
-    with np.errstate(all="ignore"):
-        for op, operand, reverse in (
-            (a["op0"], a.get("operand0"), a.get("reverse0")),
-            (a.get("op1"), a.get("operand1"), a.get("reverse1")),
-        ):
-            if op is None:
-                continue
-            if op in ACTIVATIONS:
-                x = ACTIVATIONS[op](x).astype(np.float32)
-                continue
-            y = _operand(st, ins, operand, srcs, p)
-            x = (ALU_OPS[op](y, x) if reverse else ALU_OPS[op](x, y)).astype(np.float32)
-    st.write(dst, convert(x, dst.view_dtype).reshape(dst.view_shape))
-
-
-def _activation(st, ins):
-    dst, srcs, p, x = _elementwise_input(st, ins)
-    a = ins.args
-    scale = _operand(st, ins, a.get("scale", 1.0), srcs, p)
-    bias = a.get("bias")
-    with np.errstate(all="ignore"):
-        x = (x * scale).astype(np.float32)
-        if bias is not None:
-            x = (x + _operand(st, ins, bias, srcs, p)).astype(np.float32)
-        x = ACTIVATIONS[a["op"]](x).astype(np.float32)
-    st.write(dst, convert(x, dst.view_dtype).reshape(dst.view_shape))
-
-
-def _quantize_mx(st, ins):
-    (dst, dst_scale), (src,) = ins.dsts, ins.srcs
-    v = st.read(src, ins)
-    v = v.reshape(v.shape[0], -1)
-    try:
-        data, scales = quantize_mx(v, dtype_of(dst.view_dtype).fmt)
-    except ValueError as e:
-        raise KernelError(f"{_where(ins)}{e}") from None
-    if dst.size != data.shape[0] * data.shape[1] or dst_scale.size < scales.size:
-        raise KernelError(
-            f"{_where(ins)}quantize_mx of a {list(v.shape)} tile writes [{v.shape[0]}, "
-            f"{v.shape[1] // 4}] packed elements and scales, not dst {list(dst.view_shape)} and "
-            f"dst_scale {list(dst_scale.view_shape)}"
-        )
-    st.write(dst, _pack_x4(data, dst.view_dtype).reshape(dst.view_shape))
-    st.write(dst_scale, scales.reshape(dst_scale.view_shape).view(dst_scale.element.storage))
-
-
 OPS = {
     "dma_copy": _dma_copy,
     "dma_transpose": _dma_transpose,
     "matmul": _matmul,
     "matmul_mx": _matmul_mx,
     "matmul_sparse": _matmul_sparse,
-    "tensor_copy": _tensor_copy,
-    "memset": _memset,
-    "identity": _identity,
-    "transpose": _vector_transpose,
-    "tensor_tensor": _tensor_tensor,
-    "tensor_scalar": _tensor_scalar,
-    "activation": _activation,
-    "quantize_mx": _quantize_mx,
+    **MORE_OPS,
 }
 
 

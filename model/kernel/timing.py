@@ -39,12 +39,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
 from ncrtl.model.kernel.build import collector_paused
 from ncrtl.model.kernel.golden import KernelError, deadlock
+from ncrtl.model.kernel.ops import STREAMS
 from ncrtl.model.modes import SPARSE_GROUP
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine.timing import (
@@ -869,19 +868,24 @@ def simulate(program, *, params=None, trace=False):
 
     def compute_timing(s, ins, ready):
         period = s.clock.period
-        dst = ins.dsts[0]
-        n = int(np.prod(dst.view_shape[1:])) if len(dst.view_shape) > 1 else 1
+        dst = ins.dsts[0] if ins.dsts else ins.srcs[0]
         tensors = [r for r in ins.srcs if r.size > r.view_shape[0]]
+        shape = STREAMS.get(ins.op)
+        if shape is not None:  # an operation whose stream is not its destination's elements
+            n, inputs = shape(ins)
+        else:
+            n = dst.size // dst.view_shape[0] if dst.view_shape else 1
+            inputs = max(1, len(tensors))
         factor = vector_perf(ins, tensors) if s.local == "vector" else 1
         if compute is None:
-            occ = -(-n * max(1, len(tensors)) // factor) * period
+            occ = -(-n * inputs // factor) * period
             latency = params.fixed_latency * period
         else:
             if s.local == "scalar":
                 factor = scalar_perf(ins, tensors)
             occ, latency = compute.cycles(
                 s.local,
-                n * max(1, len(tensors)),
+                n * inputs,
                 factor,
                 any(_strided(r, compute.stride_bytes) for r in (*ins.dsts, *tensors)),
                 len(ins.dsts) + len(tensors),

@@ -32,6 +32,8 @@ __all__ = [
     "kernel_error",
     "kernel_code",
     "stand_in",
+    "checked_call",
+    "checked_module",
     "Trace",
 ]
 
@@ -72,7 +74,8 @@ def _shared(value):
 def _inside(path):
     inside = _INSIDE.get(path)
     if inside is None:
-        inside = _INSIDE[path] = os.path.dirname(os.path.abspath(path)) == _HERE
+        d = os.path.dirname(os.path.abspath(path))
+        inside = _INSIDE[path] = d == _HERE or os.path.dirname(d) == _HERE  # and nki.isa's
     return inside
 
 
@@ -141,6 +144,76 @@ def stand_in(module, short, name):
             },
         )
     return _STAND_INS[key]
+
+
+def _signature_error(call, sig, args, kwargs):
+    """The one-line rule a call's arguments break (``sig`` does not bind them), or None."""
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError:
+        pass
+    else:
+        return None
+    params = sig.parameters
+    names = ", ".join(params)
+    positional = [
+        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    for k in kwargs:
+        if k not in params:
+            return f"no argument {k!r} (its arguments: {names})"
+    if len(args) > len(positional):
+        return f"takes at most {len(positional)} positional arguments ({names}), got {len(args)}"
+    given = {p.name for p in positional[: len(args)]} | set(kwargs)
+    for k in kwargs:
+        if k in {p.name for p in positional[: len(args)]}:
+            return f"argument {k!r} given twice (by position and by name)"
+    missing = [
+        p.name
+        for p in params.values()
+        if p.default is p.empty
+        and p.kind != p.VAR_POSITIONAL
+        and p.kind != p.VAR_KEYWORD
+        and p.name not in given
+    ]
+    if missing:
+        return f"missing argument {missing[0]!r} (its arguments: {names})"
+    return f"arguments that do not fit ({names})"
+
+
+def checked_call(call, fn):
+    """``fn`` as the NKI call ``call`` (``"nisa.tensor_copy"``): arguments that do not fit its
+    signature (an unknown keyword, a missing argument, too many) raise :class:`NkiError`
+    naming the call and the argument at the kernel's line, never Python's own text.  The
+    signature is bound only when the call raises ``TypeError``, so a call that fits costs
+    nothing more."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError:
+            bad = _signature_error(call, sig, args, kwargs)
+            if bad is None:
+                raise
+        fail(call, bad)
+
+    return checked
+
+
+def checked_module(namespace, short):
+    """Wrap every public function of a module's ``namespace`` (its ``__all__``) with
+    :func:`checked_call`, named ``short.name``."""
+    import types
+
+    for name in namespace.get("__all__", ()):
+        fn = namespace.get(name)
+        if isinstance(fn, types.FunctionType) and not name.startswith("_"):
+            namespace[name] = checked_call(f"{short}.{name}", fn)
 
 
 # -- the kernel's own Python: its errors, its bounds -----------------------------------------------

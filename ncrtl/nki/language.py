@@ -270,3 +270,13 @@ __all__ = [
     "program_id",
     "num_programs",
 ]
+
+# The language's parts in modules of their own (docs/kernels.md, "Supported API")
+from . import control, highlevel, shared  # noqa: E402
+from .control import *  # noqa: E402, F403
+from .highlevel import *  # noqa: E402, F403
+from .shared import *  # noqa: E402, F403
+
+__all__ += control.__all__ + highlevel.__all__ + shared.__all__
+
+_trace.checked_module(globals(), "nl")

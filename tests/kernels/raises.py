@@ -88,6 +88,23 @@ def bad_tile_position(x):
 
 
 @nki.jit
+def wrong_keyword(x):
+    t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0.0, colour=1)  # LINE wrong_keyword
+
+
+@nki.jit
+def missing_argument(x):
+    t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=t)  # LINE missing_argument
+
+
+@nki.jit
+def too_many(x):
+    nl.ndarray((128, 4), nl.float32, nl.sbuf, "t", None, 5)  # LINE too_many
+
+
+@nki.jit
 def float_range(x):
     for i in nl.affine_range(2.5):  # LINE float_range
         pass

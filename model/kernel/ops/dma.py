@@ -1,0 +1,5 @@
+"""The golden of the DMA engines' instructions."""
+
+from __future__ import annotations
+
+OPS = {}

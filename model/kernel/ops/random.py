@@ -1,0 +1,5 @@
+"""The golden of the engines' random-number generators."""
+
+from __future__ import annotations
+
+OPS = {}

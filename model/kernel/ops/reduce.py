@@ -1,0 +1,5 @@
+"""The golden of reductions, scans and statistics."""
+
+from __future__ import annotations
+
+OPS = {}

@@ -1,0 +1,5 @@
+"""The language's high-level functions (``nl.load``, ``nl.add``, ``nl.matmul``, ...), each lowered to instructions of the ISA."""
+
+from __future__ import annotations
+
+__all__ = []

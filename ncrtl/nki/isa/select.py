@@ -1,0 +1,5 @@
+"""Selection, index generation, sorting and gathering on the Vector and GpSimd engines."""
+
+from __future__ import annotations
+
+__all__ = []
