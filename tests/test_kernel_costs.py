@@ -274,6 +274,13 @@ def test_report_dma_queues_utilizations_and_waits(tmp_path):
     assert q["dma_engines"]["gbps"] == pytest.approx(rep.dma_bytes / rep.total_ns, abs=1e-3)
     # dma4's one transfer: a [128, 512] bf16 load alone on the engines, at 80% of the peak
     assert q["dma4"]["bytes_per_partition"] == 1024 and q["dma4"]["of_peak"] == 0.8
+    # per engine: 128-partition transfers spread evenly over the 16 engines, whose bytes add
+    # up to the queues'
+    e = s["dma_engines"]
+    assert list(e) == [f"dma_engine{i}" for i in range(16)]
+    assert sum(v["bytes"] for v in e.values()) == rep.dma_bytes
+    assert len({v["bytes"] for v in e.values()}) == 1
+    assert e["dma_engine0"]["of_peak"] == pytest.approx(q["dma_engines"]["of_peak"], abs=1e-3)
     peak_flops = 2 * 128 * 128 * 2.4  # bf16, per ns
     assert s["mfu"] == pytest.approx(2 * rep.macs / (peak_flops * rep.total_ns), abs=1e-4)
     assert s["mfu"] == pytest.approx(s["te_utilization"], abs=1e-3) and s["hfu"] == s["mfu"]
@@ -299,6 +306,23 @@ def test_report_dma_queues_utilizations_and_waits(tmp_path):
     assert s["dma_peak_gbps"] == 2 * 368 and q["of_peak"] == pytest.approx(
         q["gbps"] / 368, abs=1e-4
     )
+    assert {k.split(".")[0] for k in s["dma_engines"]} == {"core0", "core1"}
+    assert sum(v["bytes"] for v in s["dma_engines"].values()) == s["dma_bytes"]
+
+
+def test_fewer_partitions_use_fewer_dma_engines():
+    """A transfer of R < 16 rows moves on R engines, the others idle (the report's
+    ``dma_engines``: the kernel's load and its store); R = 20 puts two rows on the first four
+    engines, one on the rest."""
+
+    def report(rows):
+        return _run("load", _bf16(rows, 512)).report.summary()["dma_engines"]
+
+    four = report(4)
+    assert list(four) == [f"dma_engine{i}" for i in range(4)]
+    assert all(v["bytes"] == 1024 for v in four.values())
+    twenty = report(20)
+    assert [v["bytes"] // 1024 for v in twenty.values()] == [2] * 4 + [1] * 12
 
 
 # (op, engine, dtype, F, step, core) -> (occupancy, completion latency) in engine cycles

@@ -371,6 +371,43 @@ class Report:
             out["dma_engines"] = _queue_entry(total_bytes, gbps, peak, total_rows)
         return out
 
+    def dma_engines(self):
+        """Per DMA engine of each core (``dma_engine0`` .. ``dma_engine15``, a logical core's
+        with its ``coreN.``): the bytes it moved, its GB/s over the run and that fraction of
+        one engine's peak, its payload per partition.  A transfer of ``R`` rows spreads over
+        ``min(engines, R)`` engines, ``ceil`` or ``floor(R / engines)`` rows each, the first
+        engines taking the extra rows (the rule the DMA queues' cost follows: fewer partitions
+        use fewer engines, docs/kernels.md "Costs")."""
+        programs = self.program if isinstance(self.program, list) else [self.program]
+        engines = programs[0].core.dma_engines
+        peak = self.extra.get("dma_peak_gbps", 0) / (engines * len(programs))
+        moved = {}
+        for name, recs in self.records.items():
+            core, _, local = name.rpartition(".")
+            if not local.startswith("dma") or not recs:
+                continue
+            prefix = f"{core}." if core else ""
+            shapes = {}  # (bytes, rows) -> transfers: a kernel repeats few shapes
+            for r in recs:
+                b, rows, _ = _dma_shape(r.ins)
+                shapes[b, rows] = shapes.get((b, rows), 0) + 1
+            for (b, rows), times in shapes.items():
+                parts = min(engines, rows)
+                each, extra = divmod(rows, parts)
+                for e in range(parts):
+                    n = each + (e < extra)
+                    got = moved.setdefault(f"{prefix}dma_engine{e}", [0, 0])
+                    got[0] += times * (b * n // rows)
+                    got[1] += times * n
+        out = {}
+        for key in sorted(
+            moved, key=lambda k: (k.rpartition("dma_engine")[0], int(k.rpartition("dma_engine")[2]))
+        ):
+            nbytes, rows = moved[key]
+            gbps = nbytes / self.total_ns if self.total_ns else 0.0
+            out[key] = _queue_entry(nbytes, gbps, peak, rows)
+        return out
+
     def engine_waits(self):
         """``{engine: {engine it waited on: ns}}``: the time each engine's instructions waited
         past the moment it could have started them, by the engine of what they waited for (a
@@ -419,6 +456,7 @@ class Report:
             "dma_gbps": round(self.dma_bytes / self.total_ns, 3) if self.total_ns else 0.0,
             "dma_peak_gbps": round(self.extra.get("dma_peak_gbps", 0), 3),
             "dma_queues": self.dma_queues(),
+            "dma_engines": self.dma_engines(),
             "mfu": round(self.mfu(), 4),
             "hfu": round(self.hfu(), 4),
             "mbu": round(self.mbu(), 4),

@@ -608,6 +608,13 @@ def _print(summary, report):
                 f"  {name:>11} {q['bytes']:>12,} {q['gbps']:8.1f} ({q['of_peak']:.3f}) "
                 f"{q['bytes_per_partition']:9,.1f}"
             )
+    engines = s["dma_engines"]
+    if engines:
+        busy = [q["of_peak"] for q in engines.values()]
+        print(
+            f"DMA engines: {len(engines)} moved data, {min(busy):.3f} to {max(busy):.3f} of one "
+            "engine's peak over the run (report.json: dma_engines)"
+        )
     print(f"MFU {s['mfu']:.3f}, HFU {s['hfu']:.3f}, MBU {s['mbu']:.3f}")
     t = s["throttle"]
     if t["modelled"] and any(k.endswith("tensor") for k in s["instructions"]):
