@@ -346,6 +346,10 @@ class Report:
         peak = self.extra.get("dma_peak_gbps", 0) * self.total_ns
         return self.dma_bytes / peak if peak else 0.0
 
+    def instances(self):
+        """The launch grid's instances: core, position, start, end and span in ns."""
+        return _instances(self)
+
     def dma_queues(self):
         """Per DMA queue (and ``"dma_engines"``, the engines together): its bytes, the GB/s it
         achieved while it had transfers moving (the engines: over the run) and its fraction of
@@ -462,6 +466,7 @@ class Report:
             "mbu": round(self.mbu(), 4),
             "throttle": self.extra.get("throttle", {"modelled": False}),
             "engine_waits_ns": self.engine_waits(),
+            "instances": self.instances(),
             "longest_waits": [
                 {
                     "ns": round(ns, 3),
@@ -1220,6 +1225,39 @@ def simulate(program, *, params=None, trace=False):
         ev.events,
         extra,
     )
+
+
+def _instances(report):
+    """Per instance of a launch grid (``kernel[g0, ...]``; none for a kernel without one):
+    its core, grid position, first start and last completion (ns) and their span."""
+    programs = report.program if isinstance(report.program, list) else [report.program]
+    many = len(programs) > 1
+    out = []
+    for c, p in enumerate(programs):
+        spans = getattr(p, "instances", None)
+        if not getattr(p, "grid", None) or not spans:
+            continue
+        recs = [
+            r
+            for n, rs in report.records.items()
+            if not many or n.startswith(f"core{c}.")
+            for r in rs
+        ]
+        for position, first, end in spans:
+            mine = [r for r in recs if first <= r.ins.seq < end]
+            if not mine:
+                continue
+            t0, t1 = min(r.start for r in mine), max(r.done for r in mine)
+            out.append(
+                {
+                    "core": c,
+                    "program_id": list(position),
+                    "start_ns": round(report.core.ns(t0), 3),
+                    "end_ns": round(report.core.ns(t1), 3),
+                    "ns": round(report.core.ns(t1 - t0), 3),
+                }
+            )
+    return out
 
 
 def _union(intervals):

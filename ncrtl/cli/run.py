@@ -592,6 +592,13 @@ def _print(summary, report):
         f"total: {s['total_ns']:,.1f} ns = {s['tensor_engine_cycles']:,} Tensor Engine cycles "
         f"at {s['tensor_engine_ghz']} GHz"
     )
+    if s.get("instances"):
+        print(
+            f"launch grid: {len(s['instances'])} instances, one after another on each core: "
+            + "; ".join(
+                f"core {i['core']} {i['program_id']} {i['ns']:,.1f} ns" for i in s["instances"]
+            )
+        )
     print("instructions: " + ", ".join(f"{k} {v}" for k, v in s["instructions"].items()))
     print("busy: " + ", ".join(f"{k} {v:.2f}" for k, v in s["busy_fraction"].items()))
     if s["te_dtype"]:

@@ -409,6 +409,37 @@ class Trace:
         self.matmul_written = {}  # PSUM decl -> set of boxes a matmul wrote (accumulate=None)
         self.identities = {}  # (partitions, dtype) -> identity tensor for PE transposes
         self.pipes = {}  # sendrecv pipe_id -> sendrecvs posted on it so far
+        # The launch grid (None: not launched, nl.program_ndim() 0) and this instance's
+        # position in it; a core runs its instances one after another (ncrtl.nki.kernel).
+        self.grid = None
+        self.position = (0,)
+        self.instance = 0  # this instance's place among its core's instances
+        self.device = []  # the device tensors the core's first instance made, in order
+        self.made = 0  # device tensors this instance has made so far
+        self.groups = 0  # core_barrier / collective calls so far (their turn across cores)
+        self.shared = {}  # ncrtl-side constants (shared identities, constants) by key
+
+    def device_tensor(self, make, shape, dtype):
+        """A device tensor of the instance: made by ``make()`` in the core's first instance;
+        a later instance's ``n``-th is the first instance's ``n``-th (instances run one after
+        another on the core: shared device memory is one tensor for all of them)."""
+        n = self.made
+        self.made += 1
+        if self.instance == 0:
+            decl = make()
+            self.device.append(decl)
+            return decl
+        if n >= len(self.device):
+            return make()
+        decl = self.device[n]
+        if decl.shape != tuple(shape) or decl.dtype != dtype:
+            fail(
+                "nl.ndarray",
+                f"instance {self.position} makes device tensor {n} as {list(shape)} {dtype}, "
+                f"instance 0 made it {list(decl.shape)} {decl.dtype}: a grid's instances make "
+                f"the same device tensors in the same order",
+            )
+        return decl
 
 
 def current(call="this call"):

@@ -4,6 +4,7 @@ them on the goldens and on the timing model."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 
@@ -56,12 +57,29 @@ class Kernel:
         self.options = options
         functools.update_wrapper(self, fn)
 
-    def __getitem__(self, lnc):
-        if lnc not in (1, 2):
+    def __getitem__(self, grid):
+        """``kernel[g0, g1, ...]``: the SPMD launch grid.  Its instances go to the two cores
+        of a logical core in turn (instance ``i`` on core ``i % 2``; ``kernel[1]`` on one
+        core), each core running its instances one after another."""
+        dims = grid if isinstance(grid, tuple) else (grid,)
+        bad = not dims or any(
+            isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g < 1
+            for g in dims
+        )
+        if bad:
             raise NkiError(
-                f"{self.fn.__name__}[{lnc!r}]: the launch degree is the logical core's 1 or 2"
+                f"{self.fn.__name__}[{grid!r}]: the launch grid is positive integers "
+                f"(kernel[2], kernel[2, 4])"
             )
-        return Kernel(self.fn, self.platform_target, lnc, **self.options)
+        dims = tuple(int(g) for g in dims)
+        lnc = 1 if math.prod(dims) == 1 else 2
+        return Kernel(self.fn, self.platform_target, lnc, **{**self.options, "_grid": dims})
+
+    @property
+    def grid(self):
+        """The launch grid (``kernel[2, 4]``: ``(2, 4)``), or None for a kernel called
+        without one."""
+        return self.options.get("_grid")
 
     @property
     def core(self):
@@ -108,11 +126,12 @@ def trace(kernel, args, kwargs=None, *, core=None, bounds=None):
 
 
 def _traced(kernel, args, kwargs, core, bounds):
+    grid = kernel.grid or ((2,) if kernel.lnc == 2 else None)
     if kernel.lnc == 1:
-        return _trace_one(kernel, args, kwargs, core, 0, 1, 0, bounds)
-    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0, bounds)
+        return _trace_one(kernel, args, kwargs, core, 0, 1, 0, bounds, grid)
+    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0, bounds, grid)
     end = max((t.base + t.nbytes for t in first.tensors.values() if t.space == "hbm"), default=0)
-    second = _trace_one(kernel, args, kwargs, core, 1, 2, end, bounds)
+    second = _trace_one(kernel, args, kwargs, core, 1, 2, end, bounds, grid)
     for name in first.inputs + first.outputs:
         a, b = first.tensors.get(name), second.tensors.get(name)
         if b is None or (a.base, a.shape, a.dtype) != (b.base, b.shape, b.dtype):
@@ -125,7 +144,20 @@ def _traced(kernel, args, kwargs, core, bounds):
     return first, second
 
 
-def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base, bounds):
+def instances_of(grid, core_id, cores):
+    """The grid positions core ``core_id`` of ``cores`` runs, in order: the instances ``i``
+    (row-major) with ``i % cores == core_id``."""
+    if grid is None:
+        return [(0,)]
+    n = math.prod(grid)
+    return [tuple(int(x) for x in np.unravel_index(i, grid)) for i in range(core_id, n, cores)] or [
+        None
+    ]
+
+
+def _trace_one(
+    kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base, bounds, grid=None
+):
     if isinstance(core, Core):
         c = core  # a geometry of its own (the RTL core's: ncrtl.model.neuroncore)
     else:
@@ -134,6 +166,7 @@ def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_interna
     tr = _trace.Trace(
         builder, c, program_id, num_programs, kernel.options.get("psum_rounding", "rne"), bounds
     )
+    tr.grid = grid
     names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
     inputs, call_args = [], []
     for i, a in enumerate(args):
@@ -161,34 +194,72 @@ def _trace_one(kernel, args, kwargs, core, program_id, num_programs, hbm_interna
             + (f" and {sorted(kwargs)}" if kwargs else "")
             + f": {e}"
         ) from None
-    with _trace.active(tr):
-        ret = kernel.fn(*call_args, **(kwargs or {}))
-    if ret is None:
-        rets = ()
-    elif isinstance(ret, (tuple, list)):
-        rets = tuple(ret)
-    else:
-        rets = (ret,)
-    outputs = []
-    for r in rets:
-        if not isinstance(r, NkiTensor) or r._decl.space != "hbm":
+    outputs, instances = None, []
+    for k, position in enumerate(instances_of(grid, program_id, num_programs)):
+        if position is None:  # a grid of fewer instances than cores: this core idles
+            break
+        tr.position, tr.instance, tr.made = position, k, 0
+        first = len(builder.pending)
+        with _trace.active(tr):
+            ret = kernel.fn(*call_args, **(kwargs or {}))
+        instances.append((position, first, len(builder.pending)))
+        if ret is None:
+            rets = ()
+        elif isinstance(ret, (tuple, list)):
+            rets = tuple(ret)
+        else:
+            rets = (ret,)
+        mine = []
+        for r in rets:
+            if not isinstance(r, NkiTensor) or r._decl.space != "hbm":
+                raise NkiError(
+                    f"{kernel.fn.__name__} returns {r!r}: a kernel returns device (HBM) tensors"
+                )
+            mine.append(r._decl)
+        if outputs is not None and [d.name for d in mine] != [d.name for d in outputs]:
             raise NkiError(
-                f"{kernel.fn.__name__} returns {r!r}: a kernel returns device (HBM) tensors"
+                f"{kernel.fn.__name__}: instance {position} of the grid {list(grid)} returns "
+                f"{[d.name for d in mine]}, instance {instances[0][0]} "
+                f"{[d.name for d in outputs]}: every instance returns the same shared tensors"
             )
-        outputs.append(r._decl)
-    for d in outputs:
+        outputs = mine
+    for d in outputs or ():
         if d.kind == "internal":
             d.kind = "output"
     try:
-        return builder.finish(
+        program = builder.finish(
             inputs,
-            outputs,
+            outputs or [],
             hbm_internal_base=hbm_internal_base,
             core_id=program_id,
             logical_cores=num_programs,
         )
     except PlacementError as e:
         raise NkiError(str(e)) from None
+    # the grid's instances this core ran: (position, first program position, end)
+    program.grid = grid
+    program.instances = instances
+    _one_after_another(program, instances)
+    return program
+
+
+def _one_after_another(program, instances):
+    """A core runs its instances one after another: each stream's first instruction of an
+    instance waits for every stream to have completed the instances before it."""
+    import bisect
+
+    seqs = {n: [i.seq for i in s] for n, s in program.streams.items()}
+    for _, first, _ in instances[1:]:
+        before = {n: bisect.bisect_left(q, first) for n, q in seqs.items()}
+        fence = {n: k for n, k in before.items() if k}
+        for n, s in program.streams.items():
+            k = before[n]
+            if k < len(s):
+                ins = s[k]
+                waits = dict(fence)
+                for w, c in ins.waits:
+                    waits[w] = max(c, waits.get(w, 0))
+                ins.waits = tuple(sorted(waits.items()))
 
 
 @dataclass

@@ -135,16 +135,38 @@ def ds(start, size):
     return _DS(_int(start, "start", call), _int(size, "size", call))
 
 
+def _axis(call, grid, axis):
+    a = _int(axis, "axis", call)
+    if not -len(grid) <= a < len(grid):
+        fail(call, f"axis {a} is outside the launch grid {list(grid)}")
+    return a % len(grid)
+
+
 def program_id(axis=0):
-    return current("nl.program_id").program_id
+    """This instance's index along ``axis`` of the launch grid (``kernel[g0, g1, ...]``)."""
+    tr = current("nl.program_id")
+    grid = tr.grid or (1,)
+    return tr.position[_axis("nl.program_id", grid, axis)]
 
 
 def num_programs(axes=0):
-    return current("nl.num_programs").num_programs
+    """The instances along ``axes`` (an axis or a tuple of them; None: the whole grid)."""
+    call = "nl.num_programs"
+    grid = current(call).grid or (1,)
+    if axes is None:
+        axes = tuple(range(len(grid)))
+    if isinstance(axes, (tuple, list)):
+        n = 1
+        for a in axes:
+            n *= grid[_axis(call, grid, a)]
+        return n
+    return grid[_axis(call, grid, axes)]
 
 
 def program_ndim():
-    return 1 if current("nl.program_ndim").num_programs > 1 else 0
+    """The launch grid's dimensions; 0 for a kernel called without one."""
+    grid = current("nl.program_ndim").grid
+    return len(grid) if grid else 0
 
 
 # -- tensor creation -------------------------------------------------------------------------------
@@ -191,8 +213,15 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
             )
         except ValueError as e:
             fail(call, str(e))
-    kind = "output" if space == "hbm" else "internal"
-    decl = tr.builder.tensor(space, shape, d.name, name=name or None, kind=kind, line=caller_line())
+    # shared_hbm: one tensor for every instance of the grid (placed alike on both cores);
+    # private_hbm (nl.hbm): each core's own
+    kind = "output" if buffer == shared_hbm else "internal"
+    line = caller_line()
+
+    def make():
+        return tr.builder.tensor(space, shape, d.name, name=name or None, kind=kind, line=line)
+
+    decl = tr.device_tensor(make, shape, d.name) if space == "hbm" else make()
     return _trace.tensor(decl)
 
 
@@ -221,24 +250,35 @@ def ones(shape, dtype, buffer=sbuf, name=""):
 
 
 class _Op:
-    """An NKI operator passed as ``op=`` (``nl.add``); calling it as a function (the high-level
-    ``nl.add(x, y)``) is not modelled."""
+    """An NKI operator: passed as ``op=`` to an ``nki.isa`` call (``nl.add``), or called as the
+    language's function (``nl.add(x, y)``, ``nl.exp(x)``, ``nl.max(x, axis=1)``), which
+    :mod:`ncrtl.nki.highlevel` lowers to ISA instructions (docs/nki/highlevel.md)."""
+
+    __slots__ = ("name",)
 
     def __init__(self, name):
         self.name = name
 
     def __call__(self, *args, **kwargs):
-        not_modelled(f"nl.{self.name}(...) as a function (pass it as op= to an nki.isa call)")
+        fn = highlevel.FUNCTIONS.get(self.name)
+        if fn is None:
+            not_modelled(f"nl.{self.name}(...) as a function (pass it as op= to an nki.isa call)")
+        return fn(*args, **kwargs)
 
     def __repr__(self):
         return f"nl.{self.name}"
 
 
+#: The operator tokens: every name of the reference's nki.language that an ``nki.isa`` call
+#: takes as ``op=`` (arithmetic, comparison, bitwise and logical operators, activation
+#: functions, the reductions' ``max`` / ``min`` / ``average``), each callable as its function.
 _OPS = (
-    "add subtract multiply maximum minimum equal not_equal greater greater_equal less less_equal "
-    "abs_max abs_min power copy exp relu tanh sigmoid silu square abs sign sqrt rsqrt reciprocal "
-    "log softplus gelu gelu_apprx_tanh gelu_dx erf mish sin arctan invert bitwise_and bitwise_or "
-    "bitwise_xor left_shift right_shift logical_and logical_or logical_xor bypass"
+    "add subtract multiply divide maximum minimum equal not_equal greater greater_equal less "
+    "less_equal abs_max abs_min power mod fmod copy exp relu tanh sigmoid silu silu_dx square "
+    "abs sign negative sqrt rsqrt reciprocal log softplus gelu gelu_apprx_tanh "
+    "gelu_apprx_sigmoid gelu_apprx_sigmoid_dx gelu_dx erf erf_dx mish sin cos tan arctan ceil "
+    "floor trunc invert bitwise_and bitwise_or bitwise_xor left_shift right_shift logical_and "
+    "logical_or logical_xor logical_not max min average prelu bypass"
 ).split()
 for _name in _OPS:
     globals()[_name] = _Op(_name)
