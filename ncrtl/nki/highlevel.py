@@ -3,3 +3,6 @@
 from __future__ import annotations
 
 __all__ = []
+
+#: The operator tokens' functions (``nl.add(x, y)``), by token name.
+FUNCTIONS = {}
