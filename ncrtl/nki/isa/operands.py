@@ -77,9 +77,32 @@ def free_size(t):
     return math.prod(t.shape[1:]) if len(t.shape) > 1 else 1
 
 
+#: numpy ufuncs whose names differ from NKI's operator names
+_NUMPY_NAMES = {"absolute": "abs", "remainder": "mod", "true_divide": "divide"}
+
+
+def op_token(op):
+    """The NKI name of an operator passed as ``op=``: an ``nl`` token (``nl.add``), an ``nl``
+    name ncrtl does not model as a function (a stand-in: ``nl.divide``), an ``nl`` function,
+    a numpy ufunc (``np.add``) or a name; None for anything else."""
+    if isinstance(op, str):
+        return op
+    name = getattr(op, "name", None)
+    if isinstance(name, str):
+        return name
+    stand_in = getattr(op, "__dict__", {}).get("_nki_name")
+    if isinstance(stand_in, str):
+        return stand_in.rsplit(".", 1)[-1]
+    if isinstance(op, np.ufunc):
+        return _NUMPY_NAMES.get(op.__name__, op.__name__)
+    if callable(op) and str(getattr(op, "__module__", "")).startswith("ncrtl.nki"):
+        return getattr(op, "__name__", None)
+    return None
+
+
 def op_name(call, what, op, table):
-    name = getattr(op, "name", op)
-    if not isinstance(name, str) or name not in table:
+    name = op_token(op)
+    if name is None or name not in table:
         fail(call, f"{what}={op!r} is not modelled; modelled: {', '.join(sorted(table))}")
     return name
 
