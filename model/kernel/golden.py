@@ -39,6 +39,8 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma.access import pattern_bounds
+from ncrtl.model.kernel.collective import GROUP_OPS, members, rendezvous
+from ncrtl.model.kernel.collective import execute as group_execute
 from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.kernel.ops import OPS as MORE_OPS
 from ncrtl.model.kernel.values import ACTIVATIONS, ALU_OPS, KernelError, convert, unpack_x4
@@ -535,8 +537,8 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
     for c, p in enumerate(programs):
         for n, s in p.streams.items():
             for i in s:
-                if i.op == "sendrecv":
-                    partners[(c, i.args["pipe_id"], i.args["turn"])] = i
+                if i.op in GROUP_OPS:
+                    partners[(c, *rendezvous(i))] = i
     rng = random.Random(seed)
     remaining = sum(len(s) for s in streams.values())
 
@@ -552,10 +554,12 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
         if i >= len(s) or not met(c, s[i]):
             return None
         ins = s[i]
-        if ins.op == "sendrecv":
-            other = partners.get((1 - c, ins.args["pipe_id"], ins.args["turn"]))
-            if other is None or not head(1 - c, other):
-                return None
+        if ins.op in GROUP_OPS:  # runs when its sides on the other cores can run too
+            key = rendezvous(ins)
+            for o in members(ins, c):
+                other = partners.get((o, *key))
+                if other is None or not head(o, other):
+                    return None
         return ins
 
     # The streams' next instructions by program position: in program order the earliest is
@@ -586,14 +590,17 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
                 c, ins = max(ready, key=lambda ci: (ci[1].seq, ci[0]))
             else:
                 c, ins = rng.choice(ready)
-        if ins.op == "sendrecv":
-            other = partners[(1 - c, ins.args["pipe_id"], ins.args["turn"])]
-            pair = (ins, other) if c == 0 else (other, ins)
-            _sendrecv(states, pair)
-            for r, i in enumerate(pair):
+        if ins.op in GROUP_OPS:
+            key = rendezvous(ins)
+            sides = {c: ins, **{o: partners[(o, *key)] for o in members(ins, c)}}
+            if ins.op == "sendrecv":
+                _sendrecv(states, (sides[0], sides[1]))
+            else:
+                group_execute(states, sides)
+            for r, i in sides.items():
                 done[(r, i.engine)] += 1
                 advance(r, i.engine)
-            remaining -= 2
+            remaining -= len(sides)
             continue
         execute(states[c], ins)
         done[(c, ins.engine)] += 1
@@ -667,6 +674,11 @@ def deadlock(programs, done):
                 if ins.op == "sendrecv" and not unmet:
                     unmet = [
                         f"its partner on the other core (pipe {ins.args['pipe_id']}, turn {ins.args['turn']})"
+                    ]
+                elif ins.op in GROUP_OPS and not unmet:
+                    unmet = [
+                        f"its sides on cores {list(members(ins, c))} (group operation "
+                        f"{ins.args['turn']} of each core)"
                     ]
                 lines.append(f"  {core}{ins.label} ({ins.line}) waits for {', '.join(unmet)}")
     return "\n".join(lines)

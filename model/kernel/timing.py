@@ -37,11 +37,14 @@ approximation):
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
 from ncrtl.model.kernel.build import collector_paused
+from ncrtl.model.kernel.collective import GROUP_OPS
+from ncrtl.model.kernel.collective import members as group_members
+from ncrtl.model.kernel.collective import rendezvous as group_key
 from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.kernel.ops import STREAMS
 from ncrtl.model.modes import SPARSE_GROUP
@@ -991,18 +994,25 @@ def simulate(program, *, params=None, trace=False):
     def sendrecv(s, ins, ready, waited, blocker):
         """Both cores' sides of a pair move their data on their own DMA engines once both are
         ready, and complete together (the pipe's group synchronises)."""
-        key_ = (ins.args["pipe_id"], ins.args["turn"])
+        key_ = group_key(ins)
         sides = rendezvous.setdefault(key_, {})
         sides[s.core] = (s, ins, max(ready, s.free, ev.now), waited, blocker)
-        if len(sides) < 2:
+        if len(sides) < 1 + len(group_members(ins, s.core)):
             return
         del rendezvous[key_]
         start = max(v[2] for v in sides.values())
         moved = {}
+        if ins.op == "core_barrier":
+            # each core's remote semaphore update, then its wait: one transfer's latency
+            for st, i, _ready, w, b in sides.values():
+                finish(st, i, _ready, start, start + dma_latency, start + dma_latency, w, b)
+            for st, *_ in sides.values():
+                advance(st)
+            return
 
         def one_moved(c):
             moved[c] = ev.now
-            if len(moved) < 2:
+            if len(moved) < len(sides):
                 return
             end = max(moved.values())
             for st, i, _ready, w, b in sides.values():
@@ -1012,7 +1022,11 @@ def simulate(program, *, params=None, trace=False):
                 advance(st)
 
         for c, (st, i, *_rest) in sides.items():
-            work, cap = dma_work(i)
+            if i.op == "collective":  # each (src, dst) pair as a transfer of its dst's bytes
+                parts = [dma_work(replace(i, dsts=(d,), srcs=(r,))) for d, r in zip(i.dsts, i.srcs)]
+                work, cap = sum(p[0] for p in parts), max(p[1] for p in parts)
+            else:
+                work, cap = dma_work(i)
             ev.at(start, pools[c].submit, work, cap, lambda c=c: one_moved(c))
 
     def waits_met(s, ins, again):
@@ -1045,7 +1059,7 @@ def simulate(program, *, params=None, trace=False):
         met = waits_met(s, ins, lambda s=s: issue_dge(s))
         if met is None:
             return
-        if ins.op == "sendrecv":
+        if ins.op in GROUP_OPS:
             raise KernelError(f"{ins.line}: {ins.call}: no descriptor generator path")
         gen["asking"][s] = met
         ev.at(max(met[0], ev.now, gen["free"]), take_dge, c, g)
@@ -1104,7 +1118,7 @@ def simulate(program, *, params=None, trace=False):
             c = s.core
             could = s.free
             waited = max(0, ready - could) if blocker else 0
-            if ins.op == "sendrecv":
+            if ins.op in GROUP_OPS:  # sendrecv, core_barrier, collectives: with the other cores
                 sendrecv(s, ins, ready, waited, blocker)
                 return
             if s.local.startswith("dma"):
