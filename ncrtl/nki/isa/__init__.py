@@ -11,7 +11,7 @@ naming it.  Every error starts with the kernel's ``file:line``.
 from __future__ import annotations
 
 from .. import _trace
-from . import collective, random, reduce, registers, select
+from . import collective, random, reduce, registers, select, vector
 from .collective import *  # noqa: F403
 from .dma import dma_copy, dma_transpose, sendrecv
 from .enums import (
@@ -34,7 +34,7 @@ from .reduce import *  # noqa: F403
 from .registers import *  # noqa: F403
 from .select import *  # noqa: F403
 from .tensor import nc_matmul, nc_matmul_mx, nc_matmul_sparse, nc_transpose
-from .vector import activation, memset, quantize_mx, tensor_copy, tensor_scalar, tensor_tensor
+from .vector import *  # noqa: F403
 
 __all__ = [
     "dma_copy",
@@ -57,15 +57,9 @@ __all__ = [
     "nc_matmul_mx",
     "nc_matmul_sparse",
     "nc_transpose",
-    "activation",
-    "memset",
-    "quantize_mx",
-    "tensor_copy",
-    "tensor_scalar",
-    "tensor_tensor",
 ]
 __all__ += collective.__all__ + random.__all__ + reduce.__all__  # noqa: F405
-__all__ += registers.__all__ + select.__all__  # noqa: F405
+__all__ += registers.__all__ + select.__all__ + vector.__all__  # noqa: F405
 
 
 def __getattr__(name):
