@@ -3,8 +3,8 @@ collectives of ``nki.collectives`` (``all_reduce``, ``all_gather``, ``reduce_sca
 ``all_to_all``, ``collective_permute``), on the cores of a logical core.
 
 Each core's stream holds its side of the operation (op ``core_barrier`` or ``collective``);
-``args["group"]`` names the cores taking part (sorted), ``args["turn"]`` counts the group
-operations the core traced before it.  The golden run (:func:`ncrtl.model.kernel.golden.run`)
+``args["group"]`` names the cores taking part (sorted), ``args["turn"]`` counts the
+operations of that group the core traced before it.  The golden run (:func:`ncrtl.model.kernel.golden.run`)
 runs the sides together once every side is at the head of its stream with its waits met
 (:func:`rendezvous`, :func:`execute`); the timing run moves each side's bytes on its core's DMA
 engines (:func:`side_bytes`) once every side is ready.
@@ -35,7 +35,7 @@ def rendezvous(ins):
     a = ins.args
     if ins.op == "sendrecv":
         return ("pipe", a["pipe_id"], a["turn"])
-    return ("group", a["turn"])
+    return ("group", tuple(a["group"]), a["turn"])
 
 
 def members(ins, core):

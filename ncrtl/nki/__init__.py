@@ -7,17 +7,26 @@ streams (:mod:`ncrtl.model.kernel.stream`), runs them on the bit-exact goldens a
 arrays; :func:`run` also runs the timing model.  See docs/kernels.md.
 """
 
+import importlib
 import sys
 
-from . import isa, language
+from . import collectives, isa, language, typing
 from ._trace import Bounds, NkiError, NotModelled, TraceLimit, kernel_code, kernel_error
 from .kernel import Kernel, Result, jit, run, simulate, trace
+from .typing import dtype
+
+# nki.isa.constants, a module of its own (nki.isa answers unknown names with stand-ins, so
+# ``from .isa import constants`` would find one)
+_constants = importlib.import_module(f"{__name__}.isa.constants")
 
 __all__ = [
     "jit",
     "simulate",
     "language",
     "isa",
+    "collectives",
+    "typing",
+    "dtype",
     "Kernel",
     "NkiError",
     "NotModelled",
@@ -38,6 +47,9 @@ def install_aliases():
     sys.modules.setdefault("nki", me)
     sys.modules.setdefault("nki.language", language)
     sys.modules.setdefault("nki.isa", isa)
+    sys.modules.setdefault("nki.isa.constants", _constants)
+    sys.modules.setdefault("nki.collectives", collectives)
+    sys.modules.setdefault("nki.typing", typing)
     import types
 
     if "neuronxcc" not in sys.modules:
@@ -48,3 +60,6 @@ def install_aliases():
     sys.modules.setdefault("neuronxcc.nki", me)
     sys.modules.setdefault("neuronxcc.nki.language", language)
     sys.modules.setdefault("neuronxcc.nki.isa", isa)
+    sys.modules.setdefault("neuronxcc.nki.isa.constants", _constants)
+    sys.modules.setdefault("neuronxcc.nki.collectives", collectives)
+    sys.modules.setdefault("neuronxcc.nki.typing", typing)

@@ -416,7 +416,7 @@ class Trace:
         self.instance = 0  # this instance's place among its core's instances
         self.device = []  # the device tensors the core's first instance made, in order
         self.made = 0  # device tensors this instance has made so far
-        self.groups = 0  # core_barrier / collective calls so far (their turn across cores)
+        self.groups = {}  # cores of a group operation -> its calls so far (their turn)
         self.shared = {}  # ncrtl-side constants (shared identities, constants) by key
 
     def device_tensor(self, make, shape, dtype):
