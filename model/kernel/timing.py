@@ -969,9 +969,12 @@ def simulate(program, *, params=None, trace=False):
         """The Vector Engine's performance mode (NeuronCore-v3 and later, seed 000): 4x for a
         tensor_copy / tensor_scalar of BF16/FP16 in SBUF with contiguous innermost elements,
         2x for one not contiguous or with one side in PSUM, and for a tensor_tensor of BF16/FP16
-        with both inputs in SBUF; else 1."""
+        with both inputs in SBUF; NeuronCore-v4's exponential 4x (seed 001: 4x
+        activation(exp)'s rate), any dtype; else 1."""
         if v2:
             return 1
+        if ins.op == "exponential":
+            return 4
         f16 = ("bfloat16", "float16")
         dst = ins.dsts[0]
         refs = [dst, *tensors]
