@@ -193,7 +193,9 @@ def test_a_call_not_modelled_is_named():
     k = load_file(BAD, "not_modelled")
     with pytest.raises(nki.NotModelled) as e:
         nki.trace(k, (_bf16(4, 4),))
-    assert str(e.value).startswith(_line("not_modelled") + ": nki.language.softmax is not modelled")
+    assert str(e.value).startswith(
+        _line("not_modelled") + ": nki.language.logsumexp is not modelled"
+    )
 
 
 def test_streams_that_cannot_finish_are_reported():

@@ -154,7 +154,7 @@ def test_tracing_bounds(monkeypatch, capsys):
         ("bad_call", "{bad_call}: nisa.nc_transpose: data must be a tensor"),
         ("bad_tile_position", "{tile_position}: nisa.nc_matmul: tile_position must be a tuple"),
         ("divide", "{divide_op}: nisa.tensor_tensor: op=nl.hypot is not modelled"),
-        ("divide_called", "{divide_called}: nki.language.divide is not modelled"),
+        ("divide_called", "{divide_called}: nki.language.hypot is not modelled"),
         ("own_class", None),
         (
             "wrong_keyword",
