@@ -47,6 +47,7 @@ from ncrtl.model.kernel.collective import members as group_members
 from ncrtl.model.kernel.collective import rendezvous as group_key
 from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.kernel.ops import STREAMS
+from ncrtl.model.kernel.ops.shared import LOADED
 from ncrtl.model.modes import SPARSE_GROUP
 from ncrtl.model.tensor_engine import isa as te_isa
 from ncrtl.model.tensor_engine.timing import (
@@ -971,7 +972,7 @@ def simulate(program, *, params=None, trace=False):
         2x for one not contiguous or with one side in PSUM, and for a tensor_tensor of BF16/FP16
         with both inputs in SBUF; NeuronCore-v4's exponential 4x (seed 001: 4x
         activation(exp)'s rate), any dtype; else 1."""
-        if v2:
+        if v2 or not ins.dsts:  # no destination (a generator's seed): no mode
             return 1
         if ins.op == "exponential":
             return 4
@@ -1124,6 +1125,10 @@ def simulate(program, *, params=None, trace=False):
             if ins.op in GROUP_OPS:  # sendrecv, core_barrier, collectives: with the other cores
                 sendrecv(s, ins, ready, waited, blocker)
                 return
+            if ins.op in LOADED:  # loaded with the model, before the kernel: no time
+                t = max(ready, s.free, ev.now)
+                finish(s, ins, ready, t, t, t, 0, None)
+                continue
             if s.local.startswith("dma"):
                 start = max(ready, s.free, ev.now)
                 work, cap = dma_work(ins)

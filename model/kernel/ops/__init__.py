@@ -8,11 +8,11 @@ are :mod:`ncrtl.model.kernel.golden`'s own."""
 
 from __future__ import annotations
 
-from . import debug, dma, elementwise, random, reduce, registers, select
+from . import debug, dma, elementwise, random, reduce, registers, select, shared
 
 __all__ = ["OPS", "STREAMS"]
 
-_FAMILIES = (debug, dma, elementwise, random, reduce, registers, select)
+_FAMILIES = (debug, dma, elementwise, random, reduce, registers, select, shared)
 
 OPS = {}
 STREAMS = {}
