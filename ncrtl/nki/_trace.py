@@ -489,7 +489,10 @@ def _int(v, what, call):
 
 class NkiTensor:
     """A tensor or a view of one: ``offset + sum(strides[k] * i_k)`` of its storage (elements of
-    ``dtype``), as NKI's tensors address theirs."""
+    ``dtype``), as NKI's tensors address theirs; ``_dyn`` a run-time offset (:class:`_Dynamic`)
+    or None."""
+
+    _dyn = None
 
     def __init__(self, decl, shape, strides, offset, dtype):
         self._decl = decl
@@ -544,7 +547,310 @@ class NkiTensor:
     # -- views -----------------------------------------------------------------------------
 
     def _view(self, shape, strides, offset, dtype=None):
-        return NkiTensor(self._decl, shape, strides, offset, dtype or self.dtype)
+        view = NkiTensor(self._decl, shape, strides, offset, dtype or self.dtype)
+        view._dyn = self._dyn
+        return view
+
+    # -- the reference's view methods ---------------------------------------------------------
+
+    def is_contiguous(self):
+        """Whether the view covers its storage in row-major order: each dimension of more than
+        one element steps by the elements of the dimensions inside it (on chip the partition
+        dimension apart: partitions are separate memories)."""
+        if self.on_chip:
+            return _contiguous(self.shape[1:], self.strides[1:])
+        return _contiguous(self.shape, self.strides)
+
+    def get_pattern(self):
+        """The view's access pattern, ``[[stride, count], ...]`` per dimension."""
+        return [[s, n] for s, n in zip(self.strides, self.shape)]
+
+    def is_indirect(self):
+        """Whether the view has a run-time offset (a dynamic ``select``, ``vector_select``,
+        ``.ap`` with ``scalar_offset`` / ``vector_offset``, ``.indirect``)."""
+        return self._dyn is not None
+
+    def _dim(self, call, dim, what="dim", extra=0):
+        d = _int(dim, what, call)
+        n = self.ndim + extra
+        if d < 0:
+            d += n
+        if not 0 <= d < n:
+            fail(call, f"{what} {dim} is not a dimension of {list(self.shape)}")
+        return d
+
+    def _free_dim(self, call, d, rule):
+        """Refuse dimension ``d`` where it is the partition dimension of an on-chip tensor, or
+        the indirect dimension of a ``vector_select`` view (``rule``: what the call would do)."""
+        if d == 0 and self.on_chip:
+            fail(call, f"dim 0 is the partition dimension of an on-chip tensor: it cannot {rule}")
+        if d == 0 and self._dyn is not None and self._dyn.kind == "vector":
+            fail(call, f"dim 0 is the indirect dimension (vector_offset): it cannot {rule}")
+
+    def _not_indirect(self, call, what):
+        if self._dyn is not None and self._dyn.kind == "ti":
+            fail(
+                call, f"{what} of an indirect view (.indirect): pass it to an instruction as it is"
+            )
+
+    def permute(self, dims):
+        """The view with its dimensions in the order ``dims`` (a permutation of
+        ``range(ndim)``; on chip, and after ``vector_select``, ``dims[0]`` is 0)."""
+        call = f"{self.name}.permute"
+        self._not_indirect(call, "permute")
+        try:
+            order = [_int(d, "dims", call) for d in dims]
+        except TypeError:
+            fail(call, f"dims must be a tuple of dimensions, not {dims!r}")
+        if sorted(order) != list(range(self.ndim)):
+            fail(call, f"dims {tuple(dims)} is not a permutation of range({self.ndim})")
+        if order[0] != 0:
+            self._free_dim(call, 0, "move")
+        return self._view(
+            [self.shape[d] for d in order], [self.strides[d] for d in order], self.offset
+        )
+
+    def broadcast(self, dim, size):
+        """Dimension ``dim`` (of size 1) repeated ``size`` times: its stride 0."""
+        call = f"{self.name}.broadcast"
+        self._not_indirect(call, "broadcast")
+        d = self._dim(call, dim)
+        size = _int(size, "size", call)
+        if self.shape[d] != 1:
+            fail(call, f"dimension {d} has size {self.shape[d]}; only a size-1 one broadcasts")
+        if size < 1:
+            fail(call, f"size {size} must be at least 1")
+        self._free_dim(call, d, "broadcast")
+        shape, strides = list(self.shape), list(self.strides)
+        shape[d], strides[d] = size, 0
+        return self._view(shape, strides, self.offset)
+
+    def expand_dim(self, dim):
+        """A new dimension of size 1 at position ``dim``."""
+        call = f"{self.name}.expand_dim"
+        self._not_indirect(call, "expand_dim")
+        d = self._dim(call, dim, extra=1)
+        self._free_dim(call, d, "take a new dimension before it")
+        inner = self.strides[d] * self.shape[d] if d < self.ndim else 1
+        return self._view(
+            self.shape[:d] + (1,) + self.shape[d:],
+            self.strides[:d] + (inner,) + self.strides[d:],
+            self.offset,
+        )
+
+    def squeeze_dim(self, dim):
+        """The view without dimension ``dim`` (of size 1)."""
+        call = f"{self.name}.squeeze_dim"
+        self._not_indirect(call, "squeeze_dim")
+        d = self._dim(call, dim)
+        if self.shape[d] != 1:
+            fail(call, f"dimension {d} has size {self.shape[d]}; only a size-1 one is removed")
+        self._free_dim(call, d, "be removed")
+        if self.ndim == 1:
+            fail(call, "the view's only dimension cannot be removed")
+        return self._view(
+            self.shape[:d] + self.shape[d + 1 :],
+            self.strides[:d] + self.strides[d + 1 :],
+            self.offset,
+        )
+
+    def reshape_dim(self, dim, shape):
+        """Dimension ``dim`` split into ``shape`` (one entry may be -1, inferred)."""
+        call = f"{self.name}.reshape_dim"
+        self._not_indirect(call, "reshape_dim")
+        d = self._dim(call, dim)
+        sizes = _sizes(call, shape, self.shape[d])
+        if len(sizes) > 1 or sizes[0] != self.shape[d]:
+            self._free_dim(call, d, "be split")
+        strides, step = [], self.strides[d]
+        for n in reversed(sizes):
+            strides.append(step)
+            step *= n
+        return self._view(
+            self.shape[:d] + sizes + self.shape[d + 1 :],
+            self.strides[:d] + tuple(reversed(strides)) + self.strides[d + 1 :],
+            self.offset,
+        )
+
+    def flatten_dims(self, start_dim, end_dim):
+        """Dimensions ``start_dim`` .. ``end_dim`` (inclusive) merged into one; they must be
+        contiguous with each other in the storage."""
+        call = f"{self.name}.flatten_dims"
+        self._not_indirect(call, "flatten_dims")
+        a = self._dim(call, start_dim, "start_dim")
+        b = self._dim(call, end_dim, "end_dim")
+        if b < a:
+            fail(call, f"end_dim {end_dim} comes before start_dim {start_dim}")
+        if a == b:
+            return self._view(self.shape, self.strides, self.offset)
+        self._free_dim(call, a, "be merged")
+        n = math.prod(self.shape[a : b + 1])
+        merged = _restride(self.shape[a : b + 1], self.strides[a : b + 1], (n,))
+        if merged is None:
+            fail(
+                call,
+                f"dimensions {a}..{b} (shape {list(self.shape[a : b + 1])}, strides "
+                f"{list(self.strides[a : b + 1])}) are not contiguous with each other",
+            )
+        return self._view(
+            self.shape[:a] + (n,) + self.shape[b + 1 :],
+            self.strides[:a] + tuple(merged) + self.strides[b + 1 :],
+            self.offset,
+        )
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        """einops-style: ``src_pattern`` names each dimension (a tuple of names splits it),
+        ``dst_pattern`` orders the names (a tuple of names merges them); ``fixed_sizes`` gives
+        the sizes of split names (one per split may be left to infer)."""
+        call = f"{self.name}.rearrange"
+        self._not_indirect(call, "rearrange")
+        fixed = dict(fixed_sizes or {})
+        src = [g if isinstance(g, (tuple, list)) else (g,) for g in src_pattern]
+        dst = [g if isinstance(g, (tuple, list)) else (g,) for g in dst_pattern]
+        if len(src) != self.ndim:
+            fail(call, f"src_pattern has {len(src)} entries for {self.ndim} dimensions")
+        names = [n for g in src for n in g]
+        if len(set(names)) != len(names) or sorted(names) != sorted(n for g in dst for n in g):
+            fail(
+                call,
+                f"src_pattern {src_pattern} and dst_pattern {dst_pattern} name different dimensions",
+            )
+        view = self
+        at = 0
+        for g in src:
+            if len(g) > 1:
+                sizes = tuple(fixed.get(n, -1) for n in g)
+                view = view.reshape_dim(at, sizes)
+            at += len(g)
+        order = [names.index(n) for g in dst for n in g]
+        if order != list(range(len(names))):
+            view = view.permute(tuple(order))
+        at = 0
+        for g in dst:
+            if len(g) > 1:
+                view = view.flatten_dims(at, at + len(g) - 1)
+            at += 1
+        return view
+
+    def slice(self, dim, start, end, step=1):
+        """Elements ``start`` .. ``end - 1`` of dimension ``dim``, every ``step``-th."""
+        call = f"{self.name}.slice"
+        self._not_indirect(call, "slice")
+        d = self._dim(call, dim)
+        start, end, step = (
+            _int(v, w, call) for v, w in ((start, "start"), (end, "end"), (step, "step"))
+        )
+        if not 0 <= start < end <= self.shape[d]:
+            fail(call, f"[{start}, {end}) is not inside dimension {d} of size {self.shape[d]}")
+        if step < 1:
+            fail(call, f"step {step} must be at least 1")
+        if self._dyn is not None and self._dyn.kind == "vector" and d == 0:
+            fail(call, "dim 0 is the indirect dimension (vector_offset): it cannot be sliced")
+        key = [slice(None)] * self.ndim
+        key[d] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim, index):
+        """Dimension ``dim`` removed at ``index``: an integer (static), or a ``[1, 1]`` SBUF
+        tensor of an integer dtype whose value is read when the instruction runs (dynamic: the
+        view's offset moves by the value times the dimension's stride)."""
+        call = f"{self.name}.select"
+        self._not_indirect(call, "select")
+        d = self._dim(call, dim)
+        if not isinstance(index, NkiTensor):
+            i = _int(index, "index", call)
+            if not 0 <= i < self.shape[d]:
+                fail(call, f"index {i} is outside dimension {d} of size {self.shape[d]}")
+            if self._dyn is not None and self._dyn.kind == "vector" and d == 0:
+                fail(call, "dim 0 is the indirect dimension (vector_offset): it cannot be selected")
+            if d == 0 and self.on_chip:
+                return self[i]  # the partition dimension stays, of size 1
+            key = [slice(None)] * self.ndim
+            key[d] = i
+            return self[tuple(key)]
+        if self._dyn is not None:
+            fail(call, "the view already has a run-time offset: one dynamic select per tensor")
+        if d == 0 and self.on_chip:
+            fail(call, "a dynamic select of the partition dimension: only free dimensions")
+        if self.ndim == 1:
+            fail(call, "the view's only dimension cannot be selected dynamically")
+        _index_tensor(call, "index", index, scalar=True)
+        view = NkiTensor(
+            self._decl,
+            self.shape[:d] + self.shape[d + 1 :],
+            self.strides[:d] + self.strides[d + 1 :],
+            self.offset,
+            self.dtype,
+        )
+        view._dyn = _Dynamic("scalar", index, self.strides[d])
+        view._static_check(call)
+        return view
+
+    def vector_select(self, dim, vector_offset):
+        """Per-partition indirect addressing: index ``i`` of the view's first dimension is
+        ``vector_offset``'s ``i``-th value (read when the instruction runs, times the
+        dimension's stride); the first dimension's size becomes ``vector_offset.shape[0]``.
+        Device-memory tensors, dim 0 only."""
+        call = f"{self.name}.vector_select"
+        self._not_indirect(call, "vector_select")
+        if _int(dim, "dim", call) != 0:
+            fail(call, f"dim {dim}: vector_select indexes dim 0 only")
+        if self._dyn is not None:
+            fail(call, "the view already has a run-time offset: one dynamic select per tensor")
+        if self.on_chip:
+            fail(
+                call,
+                f"{self.name} is in {self.buffer}: vector_select is for device-memory (HBM) tensors",
+            )
+        if self.strides[0] == 0:
+            fail(call, "dim 0 is broadcast (stride 0): nothing to select")
+        _index_tensor(call, "vector_offset", vector_offset)
+        view = NkiTensor(
+            self._decl,
+            (vector_offset.shape[0],) + self.shape[1:],
+            self.strides,
+            self.offset,
+            self.dtype,
+        )
+        view._dyn = _Dynamic("vector", vector_offset, self.strides[0])
+        view._static_check(call)
+        return view
+
+    def indirect(self, index, num_elem=None):
+        """NeuronCore-v4 tensor indirection for the compute engines: the view ``[P, num_elem]``
+        whose column ``i`` is column ``o_i`` of this ``[P, F]`` view, the offsets ``o_i`` read
+        from ``index`` when the instruction runs (``index[i % G, i // G]``, ``G`` 16 for the
+        Vector / Scalar / GpSimd engines, 32 for the Tensor Engine)."""
+        call = f"{self.name}.indirect"
+        if current(call).core.name not in ("v4",):
+            fail(call, "tensor indirection (.indirect) is NeuronCore-v4 and later")
+        if not self.on_chip:
+            fail(call, f"{self.name} is in {self.buffer}: .indirect gathers SBUF or PSUM tensors")
+        if self._dyn is not None:
+            fail(call, "the view already has a run-time offset")
+        _index_tensor(call, "index", index, scalar=False)
+        if index.shape[0] != self.shape[0]:
+            fail(
+                call,
+                f"index {list(index.shape)} must have the view's {self.shape[0]} partitions",
+            )
+        self._operand(call, "the view")  # the columns it gathers from lie in the tensor
+        free = math.prod(self.shape[1:])
+        step = _restride(self.shape[1:], self.strides[1:], (free,)) if self.ndim > 1 else (1,)
+        if step is None:
+            fail(call, f"the view's free dimensions {list(self.shape[1:])} are not one stride")
+        num = index.size if num_elem is None else _int(num_elem, "num_elem", call)
+        if num < 1:
+            fail(call, f"num_elem {num} must be at least 1")
+        view = NkiTensor(
+            self._decl, (self.shape[0], num), (self.strides[0], 0), self.offset, self.dtype
+        )
+        view._dyn = _Dynamic("ti", index, step[0], num=num, free=free)
+        return view
+
+    def reinterpret_cast(self, dtype):
+        """:meth:`view`."""
+        return self.view(dtype)
 
     def __getitem__(self, key):
         call = f"{self.name}[...]"
@@ -560,6 +866,12 @@ class NkiTensor:
                 f"{len(key)} indices for a tensor of {self.ndim} dimensions {list(self.shape)}",
             )
         key = key + (slice(None),) * (self.ndim - len(key))
+        if self._dyn is not None:
+            self._not_indirect(call, "indexing")
+            if self._dyn.kind == "vector" and not (
+                isinstance(key[0], slice) and key[0].indices(self.shape[0]) == (0, self.shape[0], 1)
+            ):
+                fail(call, "dim 0 is the indirect dimension (vector_offset): it cannot be indexed")
         shape, strides, offset = [], [], self.offset
         for d, (k, n, s) in enumerate(zip(key, self.shape, self.strides)):
             if isinstance(k, _DS):
@@ -605,11 +917,17 @@ class NkiTensor:
         indirect_dim=0,
         dtype=None,
     ):
-        """``tensor.ap(pattern, offset=, dtype=)``: the elements ``offset + sum(i_k * step_k)``
-        of the storage (elements of ``dtype``); ``offset`` None keeps the view's."""
+        """``tensor.ap(pattern, offset=, scalar_offset=, vector_offset=, indirect_dim=,
+        dtype=)``: the elements ``offset + sum(i_k * step_k)`` of the storage (elements of
+        ``dtype``); ``offset`` is added to the view's own (None: the view's).  A
+        ``scalar_offset`` (a ``[1, 1]`` SBUF tensor) adds its value times
+        ``prod(shape[indirect_dim + 1:])`` of the tensor; a ``vector_offset`` (SBUF, one value
+        per index of the first pattern entry, device-memory tensors, ``indirect_dim`` 0)
+        replaces that entry's step by its values times ``prod(shape[1:])``.  The values are
+        read when the instruction runs (seed 003)."""
         call = f"{self.name}.ap"
-        if scalar_offset is not None or vector_offset is not None:
-            not_modelled("tensor.ap with a dynamic scalar_offset / vector_offset")
+        if self._dyn is not None:
+            fail(call, "the view already has a run-time offset: it cannot be given another pattern")
         try:
             pat = [(int(s), int(n)) for s, n in pattern]
         except (TypeError, ValueError):
@@ -617,19 +935,46 @@ class NkiTensor:
         if not pat:
             fail(call, "pattern is empty")
         dt = self.dtype if dtype is None else dtype_of(dtype).name
-        off = self.offset if offset is None else _int(offset, "offset", call)
+        off = self.offset
         if dt != self.dtype:
             ratio_from, ratio_to = dtype_of(self.dtype).itemsize, dtype_of(dt).itemsize
-            if offset is None:
-                off = off * ratio_from // ratio_to
+            off = off * ratio_from // ratio_to
+        if offset is not None:
+            off += _int(offset, "offset", call)
         view = NkiTensor(self._decl, [n for _, n in pat], [s for s, _ in pat], off, dt)
-        view._operand(call, "pattern")  # the access rules now, at the call
+        if scalar_offset is not None and vector_offset is not None:
+            fail(call, "scalar_offset and vector_offset: at most one of them")
+        if scalar_offset is None and vector_offset is None:
+            view._operand(call, "pattern")  # the access rules now, at the call
+            return view
+        dim = _int(indirect_dim, "indirect_dim", call)
+        shape = view._tensor_shape()
+        if not 0 <= dim < len(shape):
+            fail(call, f"indirect_dim {dim} is not a dimension of the tensor {list(shape)}")
+        stride = math.prod(shape[dim + 1 :])
+        if vector_offset is not None:
+            if dim != 0:
+                fail(call, f"indirect_dim {dim}: a vector_offset indexes dimension 0 only")
+            if self.on_chip:
+                fail(
+                    call,
+                    f"{self.name} is in {self.buffer}: a vector_offset indexes a device-memory "
+                    "(HBM) tensor",
+                )
+            _index_tensor(call, "vector_offset", vector_offset)
+            view._dyn = _Dynamic("vector", vector_offset, stride)
+        else:
+            _index_tensor(call, "scalar_offset", scalar_offset, scalar=True)
+            view._dyn = _Dynamic("scalar", scalar_offset, stride)
+        view._static_check(call)
         return view
 
     def view(self, dtype):
         """The same bytes read as ``dtype`` (the last dimension scales)."""
         d = dtype_of(dtype)
         isz = dtype_of(self.dtype).itemsize
+        if self._dyn is not None:
+            fail(f"{self.name}.view", "a view with a run-time offset cannot be reinterpreted")
         if not self._contiguous():
             fail(f"{self.name}.view", "only a contiguous view can be reinterpreted")
         last = self.shape[-1] * isz
@@ -643,23 +988,32 @@ class NkiTensor:
         return NkiTensor(self._decl, shape, strides, self.offset * isz // d.itemsize, d.name)
 
     def reshape(self, shape):
+        """The view as ``shape`` (the same elements in row-major order, no copy): on chip the
+        partition dimension stays first; refused where no strides read the view that way."""
         call = f"{self.name}.reshape"
+        self._not_indirect(call, "reshape")
         shape = tuple(
             _int(s, "shape", call)
             for s in (shape if isinstance(shape, (tuple, list)) else (shape,))
         )
+        if -1 in shape:
+            shape = _sizes(call, shape, self.size)
         if math.prod(shape) != self.size:
             fail(call, f"{list(shape)} has {math.prod(shape)} elements, the tensor {self.size}")
-        if self.on_chip:
+        if self.on_chip or (self._dyn is not None and self._dyn.kind == "vector"):
             if shape[0] != self.shape[0]:
                 fail(call, f"the partition dimension {self.shape[0]} must stay first")
-            if not _contiguous(self.shape[1:], self.strides[1:]):
-                fail(call, "the free dimensions must be contiguous to reshape")
-            strides = (self.strides[0],) + _contiguous_strides(shape[1:])
+            free = _restride(self.shape[1:], self.strides[1:], shape[1:])
+            if free is None:
+                fail(call, "the free dimensions are not contiguous enough to reshape")
+            strides = (self.strides[0], *free)
         else:
-            if not self._contiguous():
-                fail(call, "only a contiguous tensor can be reshaped")
-            strides = _contiguous_strides(shape)
+            strides = _restride(self.shape, self.strides, shape)
+            if strides is None:
+                fail(
+                    call,
+                    f"the view {list(self.shape)} (strides {list(self.strides)}) cannot be read as {list(shape)}",
+                )
         return self._view(shape, strides, self.offset)
 
     def _contiguous(self):
@@ -675,10 +1029,43 @@ class NkiTensor:
 
     # -- to the model ----------------------------------------------------------------------
 
+    def _tensor_shape(self):
+        """The tensor's shape in elements of the view's dtype."""
+        shape = self._decl.shape
+        isz, own = dtype_of(self.dtype).itemsize, dtype_of(self._decl.dtype).itemsize
+        if isz == own:
+            return tuple(shape)
+        return tuple(shape[:-1]) + (shape[-1] * own // isz,)
+
+    def _static_check(self, call):
+        """The access rules of a view with a run-time offset, on what is known when the kernel
+        is traced: the view at offset value 0 (a ``vector_offset``: one index, row 0) lies in
+        its tensor."""
+        dyn = self._dyn
+        strides, shape = self.strides, self.shape
+        if dyn.kind == "vector":
+            shape = (1,) + shape[1:]
+        elif dyn.kind == "ti":
+            return
+        probe = NkiTensor(self._decl, shape, strides, self.offset, self.dtype)
+        probe._operand(call, "the view at run-time offset 0")
+
     def _operand(self, call, what):
         """The :class:`Operand` of this view; the access rules checked (the view must address
-        its tensor, an on-chip view stays in its partitions)."""
+        its tensor, an on-chip view stays in its partitions).  A view with a run-time offset is
+        an :class:`IndirectOperand` whose extent is its whole tensor (any of it may be
+        touched): its Ref is the static part (a ``vector_offset``'s first entry steps by the
+        offset's stride, a ``.indirect`` view's columns repeat its first)."""
         d = self._decl
+        if self._dyn is not None:
+            strides = self.strides
+            if self._dyn.kind == "vector":
+                strides = (self._dyn.stride,) + strides[1:]
+            pattern = _shared(tuple(zip(strides, self.shape)))
+            ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
+            shape = d.shape if len(d.shape) > 1 else (d.shape[0], 1)
+            row = math.prod(shape[1:]) * dtype_of(d.dtype).itemsize
+            return IndirectOperand(d, ref, (0, shape[0], 0, row), self._dyn)
         pattern = _shared(tuple(zip(self.strides, self.shape)))
         ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
         # the rules and the extent follow from the view and its tensor's shape alone: a loop's
@@ -695,6 +1082,94 @@ class NkiTensor:
             if len(_EXTENTS) < _SHARED_MAX:
                 _EXTENTS[key] = box
         return Operand(d, ref, box)
+
+
+class _Dynamic:
+    """A view's run-time offset: ``kind`` ``"scalar"`` (``index``, a ``[1, 1]`` SBUF tensor:
+    its value times ``stride`` added to every element's position), ``"vector"`` (``index``
+    holds one value per position of the view's first dimension, which replaces that
+    dimension's step: value times ``stride``), or ``"ti"`` (NeuronCore-v4 tensor indirection:
+    ``num`` columns at free offsets read from ``index``, each offset times ``stride``, inside
+    ``free`` elements of a partition)."""
+
+    __slots__ = ("kind", "index", "stride", "num", "free")
+
+    def __init__(self, kind, index, stride, num=None, free=None):
+        self.kind, self.index, self.stride, self.num, self.free = kind, index, stride, num, free
+
+
+class IndirectOperand(Operand):
+    """The :class:`Operand` of a view with a run-time offset: ``dyn`` its :class:`_Dynamic`;
+    :func:`ncrtl.nki.isa.operands.emit` adds its index tensor to the instruction's sources
+    and the offset's description to its arguments (``indirect``)."""
+
+    __slots__ = ("dyn",)
+
+    def __init__(self, decl, view, extent0, dyn):
+        super().__init__(decl, view, extent0)
+        self.dyn = dyn
+
+
+def _index_tensor(call, what, t, scalar=False):
+    """``t`` as a run-time index: an SBUF tensor (or view) of an integer dtype; ``scalar``:
+    one element."""
+    if not isinstance(t, NkiTensor):
+        fail(call, f"{what} must be an SBUF tensor of integers (nl.ndarray or a view), not {t!r}")
+    if t._decl.space != "sbuf":
+        fail(call, f"{what} {t.name} is in {t.buffer}; run-time indices are read from the SBUF")
+    if t._dyn is not None:
+        fail(call, f"{what} {t.name} has a run-time offset itself")
+    if dtype_of(t.dtype).storage.kind not in "iu" or dtype_of(t.dtype).is_float:
+        fail(call, f"{what} {t.name} is {t.dtype}: run-time indices are an integer dtype")
+    if scalar and t.size != 1:
+        fail(call, f"{what} {t.name} {list(t.shape)} must be one element ([1, 1])")
+
+
+def _sizes(call, shape, total):
+    """``shape`` (one entry may be -1) as sizes of ``total`` elements."""
+    try:
+        sizes = [_int(s, "shape", call) for s in shape]
+    except TypeError:
+        fail(call, f"shape must be a tuple of sizes, not {shape!r}")
+    if not sizes:
+        fail(call, "shape is empty")
+    if sizes.count(-1) > 1:
+        fail(call, f"shape {tuple(shape)}: at most one -1")
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if known < 1 or total % known:
+            fail(call, f"shape {tuple(shape)} does not divide {total}")
+        sizes[sizes.index(-1)] = total // known
+    if any(s < 1 for s in sizes) or math.prod(sizes) != total:
+        fail(call, f"shape {tuple(shape)} has {math.prod(sizes)} elements, the dimension {total}")
+    return tuple(sizes)
+
+
+def _restride(shape, strides, new_shape):
+    """The strides that read the elements of a view (``shape``, ``strides``) in the same
+    row-major order as ``new_shape``, or None where no strides do (numpy's no-copy reshape)."""
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    new = list(new_shape)
+    out = [1] * len(new)
+    oi = ni = 0
+    while ni < len(new) and oi < len(old):
+        nj, oj = ni + 1, oi + 1
+        np_, op = new[ni], old[oi][0]
+        while np_ != op:
+            if np_ < op:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        ni, oi = nj, oj
+    return out
 
 
 def _contiguous_strides(shape):
