@@ -43,6 +43,10 @@ def emit(engine_name, op, dsts, srcs, args, call):
     tr = current(call)
     if tr.bounds is not None:
         tr.bounds.emit(call)
+    if any(type(o) is _trace.IndirectOperand for o in (*dsts, *srcs)):
+        from .dma import indirect_args
+
+        srcs, args = indirect_args(engine_name, dsts, srcs, args, call)
     if op not in ("matmul", "matmul_mx", "matmul_sparse"):
         # Another engine reading (an eviction) or writing a PSUM location ends its matmul
         # accumulation there: with accumulate=None the next matmul into it overwrites.
