@@ -502,6 +502,12 @@ def execute(state, ins):
         fn = OPS[ins.op]
     except KeyError:
         raise KernelError(f"{_where(ins)}the golden has no operation {ins.op!r}") from None
+    if "indirect" in ins.args:  # run-time offsets: the views with the index values read now
+        from ncrtl.model.kernel.ops.dma import resolve
+
+        ins = resolve(state, ins)
+        if ins is None:  # every element skipped (oob_mode=skip)
+            return
     fn(state, ins)
 
 
