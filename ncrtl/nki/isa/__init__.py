@@ -13,7 +13,7 @@ from __future__ import annotations
 from .. import _trace
 from . import collective, random, reduce, registers, select, vector
 from .collective import *  # noqa: F403
-from .dma import dma_copy, dma_transpose, sendrecv
+from .dma import dma_compute, dma_copy, dma_transpose, get_nc_sub_version, sendrecv
 from .enums import (
     dge_mode,
     dma_engine,
@@ -37,8 +37,10 @@ from .tensor import nc_matmul, nc_matmul_mx, nc_matmul_sparse, nc_transpose
 from .vector import *  # noqa: F403
 
 __all__ = [
+    "dma_compute",
     "dma_copy",
     "dma_transpose",
+    "get_nc_sub_version",
     "sendrecv",
     "dge_mode",
     "dma_engine",
