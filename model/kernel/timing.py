@@ -515,7 +515,14 @@ def _dma_shape(ins):
         packets = max(rows, _runs(dst))
     else:
         packets = max(rows, _runs(dst), _runs(src))
-    return dst.size * dst.element.itemsize, rows, packets
+    for spec in ins.args.get("indirect", ()):
+        if spec["kind"] == "vector":  # a gathered / scattered row is packets of its own
+            ref = (ins.dsts if spec["side"] == "dst" else ins.srcs)[spec["at"]]
+            one = replace(ref, pattern=((ref.pattern[0][0], 1), *ref.pattern[1:]))
+            packets = max(packets, ref.view_shape[0] * _runs(one))
+    # dma_compute: the engine's passes over the data (each source it reads)
+    passes = ins.args.get("passes", 1)
+    return dst.size * dst.element.itemsize * passes, rows, packets * passes
 
 
 class _Stream:
@@ -572,11 +579,18 @@ class _DmaPool:
     def _water_fill(self):
         n = len(self.active)
         rates = [0.0] * n
-        left, free = sorted(range(n), key=lambda i: self.active[i][1]), float(self.engines)
-        for k, i in enumerate(left):
-            share = free / (n - k)
-            rates[i] = min(self.active[i][1], share)
-            free -= rates[i]
+        free = float(self.engines)
+        # strict priority (NeuronCore-v4 DMA QoS): a level's transfers share what the levels
+        # before it leave
+        for level in sorted({a[3] for a in self.active}):
+            left = sorted(
+                (i for i in range(n) if self.active[i][3] == level),
+                key=lambda i: self.active[i][1],
+            )
+            for k, i in enumerate(left):
+                share = free / (len(left) - k)
+                rates[i] = min(self.active[i][1], share)
+                free -= rates[i]
         self.rates = rates
 
     def _reschedule(self):
@@ -585,14 +599,16 @@ class _DmaPool:
             self.on_rate(sum(self.rates))
         self.version += 1
         if self.active:
-            t = min(a[0] / r for a, r in zip(self.active, self.rates))
+            t = min(a[0] / r for a, r in zip(self.active, self.rates) if r > 0)
             self.ev.at(
                 self.ev.now + max(0, -(-int(t * 1000) // 1000)), self._complete, self.version
             )
 
-    def submit(self, work, cap, callback):
+    def submit(self, work, cap, callback, level=3):
+        """Start a transfer of ``work`` engine-ticks on at most ``cap`` engines at QoS
+        ``level`` (0 first .. 3, the default); ``callback`` when it is done."""
         self._progress()
-        self.active.append([float(work), cap, callback])
+        self.active.append([float(work), cap, callback, level])
         self._reschedule()
 
     def _complete(self, version):
@@ -1104,7 +1120,8 @@ def simulate(program, *, params=None, trace=False):
                 finish(s, i, r, start, end, done, w, b)
             issue_dge(s)
 
-        ev.at(now + dge.cycles * period, pools[c].submit, work, cap, moved)
+        level = ins.args.get("priority", 3)
+        ev.at(now + dge.cycles * period, pools[c].submit, work, cap, moved, level)
         issue_dge(s)
         if gen["asking"]:
             ev.at(gen["free"], take_dge, c, g)
@@ -1140,10 +1157,11 @@ def simulate(program, *, params=None, trace=False):
                     finish(s, ins, ready, start, end, done, waited, blocker)
                     advance(s)
 
+                level = ins.args.get("priority", 3)
                 if data > ev.now:
-                    ev.at(data, pools[c].submit, work, cap, moved)
+                    ev.at(data, pools[c].submit, work, cap, moved, level)
                 else:
-                    pools[c].submit(work, cap, moved)
+                    pools[c].submit(work, cap, moved, level)
                 return
             if s.local == "tensor":
                 start, end, done = te_timing(s, ins, max(ready, 0))
