@@ -12,7 +12,9 @@ queue (``dma0`` ...), each instruction an envelope around its operation:
 * ``waits``: the semaphores it waits on, ``(stream, count)``: the instruction starts once
   ``stream`` has completed ``count`` instructions.  Every instruction signals its own stream's
   semaphore when it completes; a stream's instructions complete in order, so a count names
-  one instruction and all before it;
+  one instruction and all before it.  In a dynamic loop a count names the instruction in the
+  current iteration, and ``carried`` waits name it in the previous one
+  (:mod:`ncrtl.model.kernel.loops`, docs/nki/control.md);
 * where it came from: the kernel's ``file:line`` and the NKI call.
 
 The streams serialize to JSON (:meth:`Program.to_json`, :meth:`Program.from_json`) with every
@@ -294,6 +296,9 @@ class Instruction:
     call: str = ""
     seq: int = 0
     index: int = 0
+    #: Waits on the previous iteration of the innermost dynamic loop around both instructions
+    #: (docs/nki/control.md): ``(stream, count)`` as ``waits``.
+    carried: tuple = ()
 
     @property
     def label(self):
@@ -317,6 +322,7 @@ class Instruction:
             "call": self.call,
             "seq": self.seq,
             "index": self.index,
+            **({"carried": [list(w) for w in self.carried]} if self.carried else {}),
         }
 
     @classmethod
@@ -332,12 +338,15 @@ class Instruction:
             call=d["call"],
             seq=d["seq"],
             index=d["index"],
+            carried=tuple((s, int(c)) for s, c in d.get("carried", ())),
         )
 
     def describe(self):
         """One readable line: index, op, operands, arguments, waits, source line."""
         args = " ".join(f"{k}={v}" for k, v in self.args.items() if v is not None)
-        waits = " ".join(f"{s}>={c}" for s, c in self.waits)
+        waits = " ".join(
+            [f"{s}>={c}" for s, c in self.waits] + [f"{s}>={c}@prev" for s, c in self.carried]
+        )
         dst = ", ".join(map(str, self.dsts))
         src = ", ".join(map(str, self.srcs))
         return (
@@ -419,6 +428,10 @@ class Program:
     kernel: str = ""
     logical_cores: int = 1
     core_id: int = 0
+    #: The trip counts of its dynamic loops, ``(loop, outer iterations) -> count``, from a
+    #: golden run (:func:`ncrtl.model.kernel.loops.run`): what the timing run follows (not
+    #: part of the streams' JSON).
+    trips: dict = field(default=None, repr=False, compare=False)
 
     def instructions(self):
         """Every instruction in program order."""
