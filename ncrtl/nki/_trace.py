@@ -920,10 +920,11 @@ class NkiTensor:
         """``tensor.ap(pattern, offset=, scalar_offset=, vector_offset=, indirect_dim=,
         dtype=)``: the elements ``offset + sum(i_k * step_k)`` of the storage (elements of
         ``dtype``); ``offset`` is added to the view's own (None: the view's).  A
-        ``scalar_offset`` (a ``[1, 1]`` SBUF tensor) adds its value times
-        ``prod(shape[indirect_dim + 1:])`` of the tensor; a ``vector_offset`` (SBUF, one value
-        per index of the first pattern entry, device-memory tensors, ``indirect_dim`` 0)
-        replaces that entry's step by its values times ``prod(shape[1:])``.  The values are
+        ``scalar_offset`` (a ``[1, 1]`` SBUF tensor) adds its value times the stride of
+        dimension ``indirect_dim`` of the tensor ``ap`` is called on (a whole tensor's
+        ``prod(shape[indirect_dim + 1:])``); a ``vector_offset`` (SBUF, one value per index of
+        the first pattern entry, device-memory tensors, ``indirect_dim`` 0) replaces that
+        entry's step by its values times that stride.  The values are
         read when the instruction runs (seed 003)."""
         call = f"{self.name}.ap"
         if self._dyn is not None:
@@ -948,10 +949,11 @@ class NkiTensor:
             view._operand(call, "pattern")  # the access rules now, at the call
             return view
         dim = _int(indirect_dim, "indirect_dim", call)
-        shape = view._tensor_shape()
-        if not 0 <= dim < len(shape):
-            fail(call, f"indirect_dim {dim} is not a dimension of the tensor {list(shape)}")
-        stride = math.prod(shape[dim + 1 :])
+        if not 0 <= dim < self.ndim:
+            fail(call, f"indirect_dim {dim} is not a dimension of {self.name} {list(self.shape)}")
+        # the dimension's stride in the tensor ap is called on (the seed's prod(shape[dim+1:])
+        # of a whole tensor), in elements of the pattern's dtype
+        stride = self.strides[dim] * dtype_of(self.dtype).itemsize // dtype_of(dt).itemsize
         if vector_offset is not None:
             if dim != 0:
                 fail(call, f"indirect_dim {dim}: a vector_offset indexes dimension 0 only")
@@ -1028,14 +1030,6 @@ class NkiTensor:
         )
 
     # -- to the model ----------------------------------------------------------------------
-
-    def _tensor_shape(self):
-        """The tensor's shape in elements of the view's dtype."""
-        shape = self._decl.shape
-        isz, own = dtype_of(self.dtype).itemsize, dtype_of(self._decl.dtype).itemsize
-        if isz == own:
-            return tuple(shape)
-        return tuple(shape[:-1]) + (shape[-1] * own // isz,)
 
     def _static_check(self, call):
         """The access rules of a view with a run-time offset, on what is known when the kernel
