@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma import engine as dma_golden
-from ncrtl.model.dma.access import AccessPattern, ap_indices
+from ncrtl.model.dma.access import AccessPattern
 from ncrtl.model.dma.engine import AddDtype, add_elements
 from ncrtl.model.kernel.stream import Ref
 from ncrtl.model.kernel.values import KernelError, convert
@@ -161,46 +161,43 @@ def _offsets(st, ins, ref, spec, skip):
     total = int(np.prod(shape))
     kind, stride = spec["kind"], spec["stride"]
     name = f"{ref.space.upper()} tensor {ref.tensor}"
-    if kind == "scalar":
-        v = int(np.asarray(values).reshape(-1)[0])
-        try:
-            idx = ap_indices(
-                shape,
-                AccessPattern(ref.pattern, ref.offset + v * stride),
-                partition_rule=ref.on_chip,
-            )
-        except ValueError as e:
-            if skip:
-                return _raw(ref.pattern, ref.offset), np.zeros(ref.view_shape, bool)
-            raise KernelError(
-                f"{_where(ins)}the run-time offset {v} (read from {index.tensor}) takes the "
-                f"access of {name} outside it: {e}"
-            ) from None
-        return idx, None
-    if kind == "vector":
+    if kind in ("scalar", "vector"):
         n0 = ref.pattern[0][1]
-        if values.size < n0:
-            raise KernelError(
-                f"{_where(ins)}vector_offset {index.tensor} holds {values.size} indices for "
-                f"{n0} rows"
-            )
-        v = _column_major(values, n0)
-        inner = _raw(((0, 1),) + tuple(ref.pattern[1:]), ref.offset)
-        idx = inner + (v * stride).reshape((n0,) + (1,) * (len(ref.pattern) - 1))
+        rest = (1,) * (len(ref.pattern) - 1)
+        if kind == "scalar":
+            v = np.int64(np.asarray(values).reshape(-1)[0])
+            idx = _raw(ref.pattern, ref.offset + int(v) * stride)
+            what = f"the run-time offset {int(v)} (read from {index.tensor})"
+        else:
+            if values.size < n0:
+                raise KernelError(
+                    f"{_where(ins)}vector_offset {index.tensor} holds {values.size} indices for "
+                    f"{n0} rows"
+                )
+            v = _column_major(values, n0)
+            inner = _raw(((0, 1), *ref.pattern[1:]), ref.offset)
+            idx = inner + (v * stride).reshape((n0, *rest))
+        # a row (an index of the first dimension: one descriptor) is inside the tensor, on
+        # chip inside one partition of it
         flat = idx.reshape(n0, -1)
-        ok = (v >= 0) & (flat >= 0).all(axis=1) & (flat < total).all(axis=1)
+        ok = (flat >= 0).all(axis=1) & (flat < total).all(axis=1)
+        if ref.on_chip:
+            width = int(np.prod(shape[1:]))
+            ok &= (flat // width == flat[:, :1] // width).all(axis=1)
+        if kind == "vector":
+            ok &= v >= 0
         if ok.all():
             return idx, None
         if not skip:
             r = int(np.argmin(ok))
+            if kind == "vector":
+                what = f"vector_offset {index.tensor}'s index {int(v[r])} for row {r}"
             raise KernelError(
-                f"{_where(ins)}vector_offset {index.tensor} gives row {r} the index {int(v[r])}, "
-                f"which takes the access of {name} outside its {total} elements (oob_mode=skip "
-                f"skips such rows)"
+                f"{_where(ins)}{what} takes the access of {name} outside it (row {r} of the "
+                f"view; oob_mode=skip skips such rows)"
             )
-        return np.where(ok.reshape((n0,) + (1,) * (idx.ndim - 1)), idx, 0), np.broadcast_to(
-            ok.reshape((n0,) + (1,) * (idx.ndim - 1)), idx.shape
-        )
+        keep = np.broadcast_to(ok.reshape((n0, *rest)), idx.shape)
+        return np.where(keep, idx, 0), keep
     # "ti": NeuronCore-v4 tensor indirection, column i at free offset index[i % G, i // G]
     group, num = spec["group"], ref.pattern[1][1]
     grid = np.asarray(values).reshape(values.shape[0], -1)
