@@ -531,6 +531,16 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
     programs = list(program) if isinstance(program, (list, tuple)) else [program]
     if state is None:
         states = [CoreState(programs[0], inputs, seed=seed, uninitialized=uninitialized)]
+        # one device memory, as large as every core's tensors need (a core's private ones
+        # lie after the first core's)
+        size = max(
+            (t.base + t.nbytes for p in programs for t in p.tensors.values() if t.space == "hbm"),
+            default=0,
+        )
+        grow = size - states[0].hbm.size
+        if grow > 0:
+            states[0].hbm = np.concatenate([states[0].hbm, np.zeros(grow, np.uint8)])
+            states[0].hbm_written = np.concatenate([states[0].hbm_written, np.zeros(grow, bool)])
         for p in programs[1:]:
             st = CoreState(p, inputs, seed=seed, uninitialized=uninitialized)
             st.hbm, st.hbm_written = states[0].hbm, states[0].hbm_written  # one device memory
