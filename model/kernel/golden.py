@@ -39,6 +39,7 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma.access import pattern_bounds
+from ncrtl.model.kernel import loops
 from ncrtl.model.kernel.collective import GROUP_OPS, members, rendezvous
 from ncrtl.model.kernel.collective import execute as group_execute
 from ncrtl.model.kernel.dtypes import dtype_of
@@ -547,6 +548,11 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
             states.append(st)
     else:
         states = list(state) if isinstance(state, (list, tuple)) else [state]
+    if loops.dynamic(programs):  # registers and dynamic loops: each stream's sequencer runs
+        loops.run(programs, states, order=order, seed=seed)
+        return [states[0].tensor(n) for n in programs[0].outputs], (
+            states[0] if len(states) == 1 else states
+        )
     streams = {(c, n): s for c, p in enumerate(programs) for n, s in p.streams.items() if s}
     done = {(c, n): 0 for c, p in enumerate(programs) for n in p.streams}
     partners = {}
