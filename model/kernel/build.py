@@ -41,6 +41,7 @@ import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from ncrtl.model.kernel import loops
 from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.kernel.stream import ENGINES, Instruction, Program, TensorInfo, dma_queue
 
@@ -276,6 +277,14 @@ class Decl:
     first: int = -1
     last: int = -1
     span: int = 0  # bytes per partition it holds (a whole number of units)
+    # where it is used in a dynamic loop and before or after it: the positions between which
+    # its space stays its own (loops.Layout.hold), else None (first to last use)
+    hold: tuple = None
+
+    @property
+    def held(self):
+        """``(first, last)`` program positions its space is its own."""
+        return (self.first, self.last) if self.hold is None else self.hold
 
     @property
     def partition_bytes(self):
@@ -385,7 +394,7 @@ class Builder:
         size = core.bytes_of(space)
         unit = ALIGN if space == "sbuf" else core.psum_bank_bytes
         mine = sorted(
-            (d for d in self.decls if d.space == space and d.first >= 0), key=lambda d: d.first
+            (d for d in self.decls if d.space == space and d.first >= 0), key=lambda d: d.held[0]
         )
         # The live tensors (placed and not yet past their last use) never overlap: by address
         # their ends are in order too, so a gap is found by bisection; they leave in the order
@@ -394,7 +403,7 @@ class Builder:
         expiry = []  # (last use, placement order, decl)
         ptr = 0
         for n, d in enumerate(mine):
-            while expiry and expiry[0][0] < d.first:
+            while expiry and expiry[0][0] < d.held[0]:
                 t = heapq.heappop(expiry)[2]
                 i = bisect_left(bases, t.base)
                 del bases[i], ends[i], held[i]
@@ -424,7 +433,7 @@ class Builder:
             bases.insert(i, base)
             ends.insert(i, base + need)
             held.insert(i, d)
-            heapq.heappush(expiry, (d.last, n, d))
+            heapq.heappush(expiry, (d.held[1], n, d))
             work.placement += 1
             ptr = base + need
             if ptr >= size:
@@ -455,7 +464,17 @@ class Builder:
 
     def _finish(self, inputs, outputs, hbm_internal_base, core_id, logical_cores):
         t0 = time.perf_counter()
+        layout = None
+        if any(p.engine == loops.TRACED for p in self.pending):
+            try:
+                self.pending, layout = loops.expand(self.pending)
+            except loops.LoopError as e:
+                raise PlacementError(str(e)) from None
         self._lifetimes()
+        if layout is not None:
+            loops.holds(self.pending, layout)
+            for d, hold in layout.hold.items():
+                d.hold = hold
         self._place_hbm(hbm_internal_base)
         for space in ("sbuf", "psum"):
             self._place_on_chip(space)
@@ -471,6 +490,15 @@ class Builder:
         spaces = {"sbuf": _Paint(), "psum": _Paint()}
         implied = {}  # stream -> {stream: count already waited for}
         pending = self.pending
+        # dynamic loops (docs/nki/control.md): the loops open, the body's instructions with
+        # their operands' boxes and the tracks of tensors released in it, until the outermost
+        # loop ends (the waits on the previous iteration are found from them there); tensors
+        # whose space a loop holds past their last use, by the position that releases them
+        body, kept, open_loops, release = [], {}, 0, {}
+        if layout is not None:
+            ends = {e: lp for lp, e in layout.end.items()}
+            for d in layout.hold:
+                release.setdefault(d.held[1], []).append(d)
         for seq, p in enumerate(pending):
             pending[seq] = None  # the instruction replaces it
             dsts = tuple([o.ref() for o in p.dsts])
@@ -511,20 +539,41 @@ class Builder:
                         latest = track[kind][engine] = _Latest()
                     latest.put(box, index)
             for d, _, _ in boxes:
-                if d.last == seq and d in tracks:
+                if d.last == seq and d in tracks and d.hold is None:
                     # no later access compares with it; a tensor placed there later waits
                     if d.space in spaces:
                         spaces[d.space].merge(d.base, d.base + d.span, tracks[d][2])
+                    if open_loops:
+                        kept[d] = tracks[d]
                     del tracks[d]
             if not engine.startswith("dma"):
                 need.pop(engine, None)
+            if layout is not None and p.op in loops.CONTROL_OPS:
+                implied[engine] = {}  # a count is of one iteration: waits start afresh
             seen = implied.setdefault(engine, {})
             waits = tuple([(s, c) for s, c in sorted(need.items()) if c > seen.get(s, 0)])
             for s, c in waits:
                 seen[s] = c
-            stream.append(
-                Instruction(engine, p.op, dsts, srcs, p.args, waits, p.line, p.call, seq, index)
-            )
+            ins = Instruction(engine, p.op, dsts, srcs, p.args, waits, p.line, p.call, seq, index)
+            stream.append(ins)
+            if layout is not None:
+                if p.op == "loop_begin" and layout.begin[p.args["loop"]] == seq:
+                    open_loops += 1
+                elif open_loops and boxes:
+                    body.append((ins, boxes))
+                for d in release.pop(seq, ()):
+                    if d in tracks:
+                        if d.space in spaces:
+                            spaces[d.space].merge(d.base, d.base + d.span, tracks[d][2])
+                        if open_loops:
+                            kept[d] = tracks[d]
+                        del tracks[d]
+                if seq in ends:
+                    lp = ends[seq]
+                    loops.carried_waits(body, layout.begin[lp], streams, tracks, kept, spaces)
+                    open_loops -= 1
+                    if not open_loops:
+                        body, kept = [], {}
         self.pending = []
         work.semaphores_s += time.perf_counter() - t1
         tensors = {
