@@ -172,7 +172,9 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     in_psum = any(t._decl.space == "psum" for t in tiles)
     ints32 = all(t.dtype in ("int32", "uint32") for t in tiles)
     if opname == "power":
-        which = pick_engine(call, engine, ("gpsimd",), "gpsimd")
+        which = pick_engine(call, engine, ("vector", "scalar", "gpsimd"), "gpsimd")
+        if which != "gpsimd":
+            fail(call, f"nl.power runs on the GpSimd engine, not engine={which}")
     else:
         default = "gpsimd" if ints32 and not in_psum else "vector"
         which = pick_engine(call, engine, ("vector", "gpsimd"), default)
