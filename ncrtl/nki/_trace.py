@@ -417,6 +417,8 @@ class Trace:
         self.device = []  # the device tensors the core's first instance made, in order
         self.made = 0  # device tensors this instance has made so far
         self.groups = {}  # cores of a group operation -> its calls so far (their turn)
+        self.loops = []  # the dynamic loops open (ncrtl.nki.control), innermost last
+        self.registers = 0  # virtual registers allocated so far (their names)
         self.shared = {}  # ncrtl-side constants (shared identities, constants) by key
 
     def device_tensor(self, make, shape, dtype):
@@ -470,6 +472,8 @@ class active:
     def __exit__(self, *exc):
         _state.trace = self.prev
         self.paused.__exit__(*exc)
+        if exc[0] is None and getattr(self.trace, "loops", None):
+            self.trace.loops[-1].unclosed()  # the kernel returned inside a dynamic loop
 
 
 class _DS:
