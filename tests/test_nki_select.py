@@ -401,6 +401,22 @@ def test_nonzero_with_count_on_each_gpsimd_core_partition(dtype, first):
         assert got[r].tolist() == nz + [-7] * (t - len(nz)) + [len(nz)], r
 
 
+def test_nonzero_with_count_of_a_core_nothing_loaded_is_unwritten():
+    """Only partition 0 loaded (as the library's benchmark): its result is right; partition
+    16's core computed on garbage, so its row of dst (set before) is unwritten after, and
+    reading it is the uninitialized read at the reader's line; a partition no core writes
+    keeps its value."""
+    x = np.array([[0, 3, 0, 1, 0, 0, 2, 0]], np.float32)
+    assert _out("nonzero_partition0", (x,), {"store_row": 0}).tolist() == [
+        [1, 3, 6, -1, -1, -1, -1, -1, 3]
+    ]
+    assert _out("nonzero_partition0", (x,), {"store_row": 1}).tolist() == [[5] * 9]
+    with pytest.raises(KernelError) as e:
+        _run("nonzero_partition0", (x,), {"store_row": 16})
+    assert str(e.value).startswith(kernel_line(KERNELS, "store_row")), e.value
+    assert "which nothing wrote" in str(e.value)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_sequence_bounds_of_runs_of_segment_ids(dtype):
     ids = np.array([[1, 1, 2, 2, 2, 0, 0, 3, 1, 1, 0, 4, 4, 4, 4, 5]], dtype)

@@ -401,3 +401,18 @@ def bad_values(x, ix, case):
         d = nl.ndarray((1, 2, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
         nisa.sequence_bounds(d, a)  # LINE bounds_negative
     return _store(d)
+
+
+@nki.jit
+def nonzero_partition0(x, store_row):
+    """The library's benchmark: only partition 0 loaded, the instruction over 128 partitions;
+    dst set first, then the row ``store_row`` stored."""
+    t = x.shape[1]
+    src = nl.ndarray((128, t), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src[0:1, :], src=x)
+    dst = nl.ndarray((128, t + 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=dst, value=5)
+    nisa.nonzero_with_count(dst=dst, src=src)
+    out = nl.ndarray((1, t + 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst[store_row : store_row + 1, :])  # LINE store_row
+    return out

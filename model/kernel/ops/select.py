@@ -108,6 +108,21 @@ def _write_where(st, ref, values, mask):
         st._store_psum(mem)
 
 
+def _unwrite(st, ref, mask):
+    """Mark the view's elements where ``mask`` as written by nothing (an engine wrote them from
+    values nothing wrote)."""
+    mask = np.asarray(mask, bool).reshape(-1)
+    if not mask.any():
+        return
+    part, byte = st._positions(ref)
+    byte = byte.reshape(-1, ref.element.itemsize)[mask]
+    _, written = st._memory(ref.space)
+    if part is None:
+        written[byte] = False
+    else:
+        written[part.reshape(-1, ref.element.itemsize)[mask], byte] = False
+
+
 def _rows(v):
     """A view's values as ``[partitions, elements per partition]``."""
     return v.reshape(v.shape[0], -1)
@@ -330,21 +345,34 @@ def _topk(st, ins):
 
 
 def _nonzero_with_count(st, ins):
+    """Each GpSimd core's 0th partition (absolute partitions 0, 16, ...): a core whose
+    partition nothing wrote (a kernel that loads only the cores it uses, as the library's
+    benchmark loads partition 0) computes on garbage: its output row is left unwritten, so
+    that reading it is the uninitialized read; a partition written in part is one."""
     (dst,), (src,) = ins.dsts, ins.srcs
     p = src.view_shape[0]
     p0 = _start_partition(src)
     active = (p0 + np.arange(p)) % GPSIMD_PARTITIONS == 0
-    used = np.broadcast_to(active[:, None], (p, src.size // p))
-    x = _rows(_used(st, ins, src, used.reshape(src.view_shape)))
+    x, written = _raw(st, src)
+    x, written = _rows(x), _rows(written)
+    garbage = active & ~written.any(axis=1)
+    active &= ~garbage
+    _need(
+        st,
+        ins,
+        src,
+        written.reshape(src.view_shape),
+        np.broadcast_to(active[:, None], written.shape).reshape(src.view_shape),
+    )
     t = x.shape[1]
-    out = np.empty((p, t + 1), np.int64)
+    out = np.zeros((p, t + 1), np.int64)
     for r in np.flatnonzero(active):
         nz = np.flatnonzero(x[r] != 0)  # float: -0 is zero, NaN is not
         out[r, : nz.size] = _wrap32(nz + ins.args["index_offset"])
         out[r, nz.size : t] = ins.args["padding_val"]
         out[r, t] = nz.size
-    mask = np.broadcast_to(active[:, None], (p, t + 1))
-    _write_where(st, dst, out.astype(np.int32), mask)
+    _write_where(st, dst, out.astype(np.int32), np.broadcast_to(active[:, None], (p, t + 1)))
+    _unwrite(st, dst, np.broadcast_to(garbage[:, None], (p, t + 1)))
 
 
 def _sequence_bounds(st, ins):
