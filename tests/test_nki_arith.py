@@ -504,18 +504,22 @@ def test_bn_stats_and_bn_aggr_layouts():
     np.testing.assert_allclose(m[:, 1], x.var(axis=1), rtol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "int8"])
-def test_tensor_copy_dtype_names_the_destination_type(dtype):
-    """dtype= (as nki-samples passes it) is the conversion's target: dst's own dtype; the copy
-    goes through float32, an integer destination rounding to nearest even and saturating (NaN
-    to 0)."""
+@pytest.mark.parametrize(
+    "dtype, into", [("bfloat16", None), ("float32", None), ("int8", None), ("bfloat16", "float32")]
+)
+def test_tensor_copy_dtype_names_the_conversions_target(dtype, into):
+    """dtype= (as nki-samples passes it) is the conversion's target: the values round to it
+    through float32 (an integer to nearest even, saturating, NaN to 0), then sit in dst's
+    dtype, which holds them exactly (bfloat16 values in a float32 tile)."""
     a = np.array([[1.5, 2.5, -2.5, 300.0, np.nan, -np.inf, 0.1, 1e-3]] * 2, F32)
-    (out,) = _run("copy_as", (a,), dtype=dtype)
+    (out,) = _run("copy_as", (a,), dtype=dtype, into=into)
     want = {
         "bfloat16": a.astype(ml_dtypes.bfloat16),
         "float32": a,
         "int8": np.array([[2, 2, -2, 127, 0, -128, 0, 0]] * 2, np.int8),
     }[dtype]
+    if into is not None:
+        want = want.astype(into)
     assert out.tobytes() == np.asarray(want).tobytes()
 
 
@@ -557,7 +561,7 @@ def test_a_read_out_is_a_second_scalar_instruction():
 # -- rules -----------------------------------------------------------------------------------------
 
 RULES = [
-    ("copy_dtype", "nisa.tensor_copy: dtype=bfloat16 and dst", "v3"),
+    ("copy_dtype", "nisa.tensor_copy: dtype=float32 and dst", "v3"),
     ("bitvec_float", "nisa.tensor_tensor: data1", "v3"),
     ("mixed_kinds", "both bitvec or both arithmetic", "v3"),
     ("scalar_pair", "the Scalar Engine on v3 takes the operator pairs", "v3"),

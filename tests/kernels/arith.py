@@ -271,10 +271,11 @@ def stats(a):
 
 
 @nki.jit
-def copy_as(a, dtype, engine=None):
-    """tensor_copy of a into ``dtype``, passing ``dtype=`` as the public kernels do."""
+def copy_as(a, dtype, into=None, engine=None):
+    """tensor_copy of a into ``dtype``, passing ``dtype=`` as the public kernels do, into a
+    tile of ``into`` (``dtype`` by default)."""
     x = _load(a)
-    d = nl.ndarray(a.shape, dtype=dtype, buffer=nl.sbuf)
+    d = nl.ndarray(a.shape, dtype=into or dtype, buffer=nl.sbuf)
     nisa.tensor_copy(dst=d, src=x, dtype=dtype, engine=_engine(engine))
     return _store(d)
 
@@ -324,7 +325,8 @@ def bad(a, case):
     i = nl.ndarray((P, F), dtype=nl.int32, buffer=nl.sbuf)
     r = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
     if case == "copy_dtype":
-        nisa.tensor_copy(dst=d, src=x, dtype=nl.bfloat16)  # LINE copy_dtype
+        b = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=b, src=x, dtype=nl.float32)  # LINE copy_dtype
     elif case == "bitvec_float":
         nisa.tensor_tensor(dst=d, data1=x, data2=x, op=nl.bitwise_and)  # LINE bitvec_float
     elif case == "mixed_kinds":

@@ -99,12 +99,17 @@ def accumulate(st, ins, values, op, cmd, init=None):
 def _tensor_copy(st, ins):
     (dst,), (src,) = ins.dsts, ins.srcs
     same_elements(ins, dst, src)
+    via = ins.args.get("via")
     v = st.read(src, ins)
-    if src.view_dtype == dst.view_dtype and ins.engine != "scalar":
+    if src.view_dtype == dst.view_dtype and ins.engine != "scalar" and via is None:
         st.write(dst, v.reshape(dst.view_shape))  # bit for bit
         return
-    # a copy between dtypes (and every Scalar Engine copy) goes through float32
-    st.write(dst, convert(float32_of(st, src, ins), dst.view_dtype).reshape(dst.view_shape))
+    # a copy between dtypes (and every Scalar Engine copy) goes through float32; dtype= (via)
+    # rounds to its type first, which dst's holds exactly
+    x = float32_of(st, src, ins)
+    if via is not None:
+        x = convert(x, via).astype(np.float32)
+    st.write(dst, convert(x, dst.view_dtype).reshape(dst.view_shape))
 
 
 def _vector_transpose(st, ins):

@@ -116,10 +116,25 @@ def reduce_res_operand(call, t, p):
     return r
 
 
+_FP8 = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e3m4")
+#: dtype= of tensor_copy -> the dst dtypes that hold each of its values exactly
+EXACT_IN = {
+    "bfloat16": ("float32",),
+    "float16": ("float32",),
+    "tfloat32": ("float32",),
+    **{f: ("float32", "bfloat16", "float16") for f in _FP8},
+    "int8": ("int16", "int32", "float32", "bfloat16", "float16"),
+    "uint8": ("uint16", "int16", "uint32", "int32", "float32", "bfloat16", "float16"),
+    "int16": ("int32", "float32"),
+    "uint16": ("uint32", "int32", "float32"),
+}
+
+
 def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None):
     """Copy an on-chip tensor into another, converting to ``dst``'s dtype (PSUM -> SBUF
-    eviction).  ``dtype=`` (the public kernels pass it) names the conversion's target: it must
-    be ``dst``'s dtype."""
+    eviction).  ``dtype=`` (the public kernels pass it) names the conversion's target: the
+    values are rounded to it, then stored in ``dst``'s dtype, which must be it or hold each of
+    its values exactly (a wider type)."""
     call = "nisa.tensor_copy"
     which = pick_engine(call, engine, ("vector", "scalar", "gpsimd"), "vector")
     s = operand(call, "src", src, ("sbuf", "psum"))
@@ -128,19 +143,23 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None):
         fail(call, "the GpSimd engine cannot access PSUM")
     if which == "scalar" and current(call).core.name == "v2":
         fail(call, "NeuronCore-v2's Scalar Engine has no tensor_copy (nisa.activation, nl.copy)")
+    args = {}
     if dtype is not None:
         try:
             want = dtype_of(dtype).name
         except ValueError as e:
             fail(call, f"dtype={dtype!r}: {e}")
         if want != dst.dtype:
-            fail(
-                call,
-                f"dtype={want} and dst {dst.name}'s dtype {dst.dtype} differ: the copy converts "
-                f"to dst's dtype",
-            )
+            if dst.dtype not in EXACT_IN.get(want, ()):
+                fail(
+                    call,
+                    f"dtype={want} and dst {dst.name}'s dtype {dst.dtype} differ, and {dst.dtype} "
+                    f"does not hold every {want} value: the copy rounds to dtype, then stores "
+                    f"in dst's dtype",
+                )
+            args["via"] = want
     same_layout(call, dst, ("src", src))
-    emit(which, "tensor_copy", [d], [s], {}, call)
+    emit(which, "tensor_copy", [d], [s], args, call)
 
 
 def memset(dst, value, engine=engine.unknown, name=None):
