@@ -266,9 +266,10 @@ def _dma_compute(st, ins):
         if src.element.packed != 1:
             raise KernelError(f"{_where(ins)}arithmetic on the packed type {src.view_dtype}")
         v = st.read(src, ins).astype(np.float32).reshape(-1)
-        if scales is not None and scales[k] != 1.0:
-            v = v * np.float32(scales[k])
-        acc = v if acc is None else acc + v
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are values here
+            if scales is not None and scales[k] != 1.0:
+                v = v * np.float32(scales[k])
+            acc = v if acc is None else acc + v
     acc = np.where(np.isnan(acc), _QNAN32, acc)
     st.write(dst, convert(acc, dst.view_dtype))
 
