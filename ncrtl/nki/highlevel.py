@@ -108,7 +108,7 @@ def _tile(call, what, t, spaces=("sbuf", "psum")):
     if t._decl.space not in spaces:
         if t._decl.space == "hbm":
             fail(call, f"{what} {t.name} is in device memory (HBM): load it into SBUF (nl.load)")
-        where = " or ".join(s.upper() for s in spaces)
+        where = " or ".join("device memory (HBM)" if s == "hbm" else s.upper() for s in spaces)
         fail(call, f"{what} {t.name} is in {t.buffer}; it must be in {where}")
     return t
 
