@@ -125,6 +125,8 @@ CASES = {
     "softmax": ((F,), "softmax", ("t0",), {"axis": 1}),
     "softmax_inner": ((G,), "softmax", ("t0",), {"axis": 2}),
     "rms_norm": ((F, F2), "rms_norm", ("t0", "t1"), {"axis": 1, "n": 64}),
+    "rand": ((F,), "rand", ((128, 64), "float32"), None),
+    "dropout": ((F,), "dropout", ("t0", 0.25), None),
 }
 #: Cases whose kernel is not ``call``: (kernel, arrays, kwargs, line tag)
 SPECIAL_CASES = {
@@ -132,6 +134,7 @@ SPECIAL_CASES = {
     "store_psum": ("store", (F,), {"dtype": "float32"}, "store_psum"),
     "device_print": ("printed", (F,), {"prefix": "x"}, "device_print"),
     "no_reorder": ("ordered", (F, F2), {"block": True}, None),
+    "random_seed": ("seeded", (np.full((1, 1), 7, np.int32),), {}, "random_seed"),
 }
 
 

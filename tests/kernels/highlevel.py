@@ -62,6 +62,17 @@ def printed(a, prefix):
 
 
 @nki.jit
+def seeded(seed):
+    """``nl.random_seed`` from a ``[1, 1]`` tile, then one ``nl.rand``."""
+    s = nl.load(seed)
+    nl.random_seed(s)  # LINE random_seed
+    r = nl.rand((128, 8), nl.float32)
+    out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, r)
+    return out
+
+
+@nki.jit
 def ordered(a, b, block):
     """Two independent element-wise functions, inside ``nl.no_reorder()`` or not."""
     x = nl.load(a)
