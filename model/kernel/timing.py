@@ -45,6 +45,7 @@ from ncrtl.model.kernel.build import collector_paused
 from ncrtl.model.kernel.collective import GROUP_OPS
 from ncrtl.model.kernel.collective import members as group_members
 from ncrtl.model.kernel.collective import rendezvous as group_key
+from ncrtl.model.kernel import loops
 from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.kernel.ops import STREAMS
 from ncrtl.model.kernel.ops.shared import LOADED
@@ -540,6 +541,7 @@ class _Stream:
         "local",
         "issued",
         "pending",
+        "flow",
     )
 
     def __init__(self, name, instrs, clock):
@@ -552,6 +554,7 @@ class _Stream:
         self.last_done = 0
         self.records = []
         self.busy = 0
+        self.flow = None  # its sequencer (ncrtl.model.kernel.loops.Runner) where loops run
 
 
 class _DmaPool:
@@ -1052,14 +1055,19 @@ def simulate(program, *, params=None, trace=False):
     def waits_met(s, ins, again):
         """``(ready, blocker)`` of ``ins``, or ``None`` with ``again`` called once they are."""
         c = s.core
-        for w, k in ins.waits:
+        waits = ins.waits
+        if s.flow is not None:  # in dynamic loops: this iteration's counts
+            waits = s.flow.resolve(ins, again)
+            if waits is None:
+                return None
+        for w, k in waits:
             sem = streams[key(c, w)].sem
             if sem.count < k:
                 sem.wait(k, again, ins.seq)
                 return None
         ready = 0
         blocker = None
-        for w, k in ins.waits:
+        for w, k in waits:
             t = streams[key(c, w)].sem.reached_at(k)
             if t > ready:
                 ready, blocker = t, (key(c, w), k - 1)
@@ -1142,6 +1150,10 @@ def simulate(program, *, params=None, trace=False):
             if ins.op in GROUP_OPS:  # sendrecv, core_barrier, collectives: with the other cores
                 sendrecv(s, ins, ready, waited, blocker)
                 return
+            if s.flow is not None and ins.op in loops.SEQUENCER_OPS:
+                start, end, done = sequencer_timing(s, ins, ready)
+                finish(s, ins, ready, start, end, max(done, s.last_done), waited, blocker)
+                continue
             if ins.op in LOADED:  # loaded with the model, before the kernel: no time
                 t = max(ready, s.free, ev.now)
                 finish(s, ins, ready, t, t, t, 0, None)
@@ -1206,14 +1218,35 @@ def simulate(program, *, params=None, trace=False):
                 if rec.blocker[1] < len(theirs):
                     tr.flow(theirs[rec.blocker[1]], mine[-1])
         ev.at(done, s.sem.signal, done)
-        s.pos += 1
+        s.pos = s.pos + 1 if s.flow is None else s.flow.step(ins)
 
+    def sequencer_timing(s, ins, ready):
+        """A register or loop instruction: its engine's sequencer, no data path
+        (docs/nki/control.md): ``loops.SEQUENCER_CYCLES`` cycles, a load or store of a
+        register completing a tensor access's latency after."""
+        period = s.clock.period
+        start = max(ready, s.free)
+        end = start + loops.SEQUENCER_CYCLES * period
+        access = 0
+        if ins.op in ("register_load", "register_store"):
+            access = compute.access_cycles if compute is not None else params.fixed_latency
+        return start, end, end + access * period
+
+    flows = None
+    if loops.dynamic(programs):  # registers and dynamic loops: each stream's sequencer
+        if dge is not None:
+            raise KernelError("dynamic loops with the descriptor-generator stage: not modelled")
+        flows = loops.timing_runners(programs, lambda cb: ev.at(ev.now, cb))
+        for (c, n), r in flows.items():
+            streams[key(c, n)].flow = r
     starts = params.starts or {}
     for s in streams.values():
         ev.at(starts.get(s.local, 0) * s.clock.period, advance, s)
     with collector_paused():
         ev.run()
     if any(s.pos < len(s.instrs) for s in streams.values()):
+        if flows is not None:
+            raise KernelError(loops.deadlock(programs, flows))
         counts = {(s.core, s.local): s.sem.count for s in streams.values()}
         raise KernelError(deadlock(programs, counts))
     total = max((s.last_done for s in streams.values()), default=0)
