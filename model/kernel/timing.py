@@ -41,11 +41,11 @@ from dataclasses import dataclass, field, replace
 
 from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
+from ncrtl.model.kernel import loops
 from ncrtl.model.kernel.build import collector_paused
 from ncrtl.model.kernel.collective import GROUP_OPS
 from ncrtl.model.kernel.collective import members as group_members
 from ncrtl.model.kernel.collective import rendezvous as group_key
-from ncrtl.model.kernel import loops
 from ncrtl.model.kernel.golden import KernelError, deadlock
 from ncrtl.model.kernel.ops import STREAMS
 from ncrtl.model.kernel.ops.shared import LOADED
