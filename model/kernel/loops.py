@@ -46,10 +46,14 @@ __all__ = [
     "LoopError",
     "Layout",
     "expand",
+    "holds",
+    "carried_waits",
     "dynamic",
     "Flow",
     "Runner",
     "runners",
+    "timing_runners",
+    "deadlock",
     "run",
     "trip_counts",
     "wrap32",
@@ -160,34 +164,46 @@ def expand(pending):
 
     # every stream of a loop's body holds the loop's registers; a register moved into one a
     # stream holds is held there too; a register instruction in a loop puts its streams in it
-    changed = True
-    while changed:
-        before = sum(map(len, need.values())) + sum(len(lp["streams"]) for lp in loops.values())
-        for r, s in need.items():
-            if not s:
-                s.add("gpsimd")  # read by nothing: its instructions still run (and are checked)
-        for lp in loops.values():
-            if not lp["streams"]:
-                lp["streams"].add("gpsimd")
-            for r in lp["regs"]:
-                need[r] |= lp["streams"]
-        for p, nest in zip(pending, nests):
-            if p.engine != TRACED:
-                continue
-            if p.op == "register_move" and isinstance(p.args.get("src"), str):
-                need[p.args["src"]] |= need[p.args["dst"]]
-            if p.op in ("register_move", "register_load"):
-                streams = need[p.args["dst"]]
-            elif p.op == "register_store":
-                streams = {store_stream(p.args["src"])}
-            elif p.op == "loop_open":
-                streams = loops[p.args["loop"]]["streams"]
-            else:
-                continue
-            for lp in nest:
-                loops[lp]["streams"] |= streams
-        after = sum(map(len, need.values())) + sum(len(lp["streams"]) for lp in loops.values())
-        changed = after != before
+    def propagate():
+        while True:
+            before = sum(map(len, need.values())) + sum(len(lp["streams"]) for lp in loops.values())
+            for lp in loops.values():
+                for r in lp["regs"]:
+                    need[r] |= lp["streams"]
+            for p, nest in zip(pending, nests):
+                if p.engine != TRACED:
+                    continue
+                if p.op == "register_move" and isinstance(p.args.get("src"), str):
+                    need[p.args["src"]] |= need[p.args["dst"]]
+                if p.op in ("register_move", "register_load"):
+                    streams = need[p.args["dst"]]
+                elif p.op == "register_store":
+                    streams = {store_stream(p.args["src"])} if need[p.args["src"]] else set()
+                elif p.op == "loop_open":
+                    streams = loops[p.args["loop"]]["streams"]
+                else:
+                    continue
+                for lp in nest:
+                    loops[lp]["streams"] |= streams
+            after = sum(map(len, need.values())) + sum(len(lp["streams"]) for lp in loops.values())
+            if after == before:
+                return
+
+    # every stream of a loop's body holds the loop's registers; a register moved into one a
+    # stream holds is held there too; a register instruction in a loop puts its streams in it.
+    # What nothing places goes to GpSimd (a loop with no work, a register nothing reads: its
+    # instructions still run, and are checked), the innermost loop or register first.
+    propagate()
+    while True:
+        empty = [lp for lp in reversed(loops.values()) if not lp["streams"]]
+        empty_regs = [r for r, s in need.items() if not s]
+        if empty:
+            empty[0]["streams"].add("gpsimd")
+        elif empty_regs:
+            need[empty_regs[0]].add("gpsimd")
+        else:
+            break
+        propagate()
 
     out = []
     for p, nest in zip(pending, nests):
@@ -225,8 +241,15 @@ def _layout(entries):
             begin.setdefault(p.args["loop"], seq)
         elif p.op == "loop_end":
             end[p.args["loop"]] = seq
-    # the loops each tensor is used in
-    touched = {}
+    return Layout(begin, end, {})
+
+
+def holds(entries, layout):
+    """Fill ``layout.hold``: the tensors used in a loop and before or after it keep their
+    space through the whole loop (its value lives through every iteration).  Each tensor's
+    ``first`` and ``last`` use are known."""
+    begin, end = layout.begin, layout.end
+    touched = {}  # tensor -> the loops it is used in
     stack = []
     for seq, p in enumerate(entries):
         if p.op == "loop_begin" and begin[p.args["loop"]] == seq:
@@ -235,27 +258,52 @@ def _layout(entries):
             stack.pop()
         elif stack:
             for o in (*p.dsts, *p.srcs):
-                touched.setdefault(o.decl, set()).update(stack)
-    hold = {}
+                got = touched.get(o.decl)
+                if got is None:
+                    touched[o.decl] = set(stack)
+                else:
+                    got.update(stack)
     for d, lps in touched.items():
-        lo, hi = _first_last(entries, d)
-        lo0, hi0 = lo, hi
+        lo, hi = d.first, d.last
         moved = True
         while moved:
             moved = False
             for lp in lps:
                 if (lo < begin[lp] or hi > end[lp]) and (lo > begin[lp] or hi < end[lp]):
                     lo, hi, moved = min(lo, begin[lp]), max(hi, end[lp]), True
-        if (lo, hi) != (lo0, hi0):
-            hold[d] = (lo, hi)
-    return Layout(begin, end, hold)
+        if (lo, hi) != (d.first, d.last):
+            layout.hold[d] = (lo, hi)
 
 
-def _first_last(entries, d):
-    if d.first >= 0:
-        return d.first, d.last
-    seqs = [s for s, p in enumerate(entries) if any(o.decl is d for o in (*p.dsts, *p.srcs))]
-    return seqs[0], seqs[-1]
+def carried_waits(body, begin, streams, tracks, kept, spaces):
+    """At the end of a loop (the builder's last ``loop_end`` of it), each instruction of its
+    body gets the waits on the previous iteration (``carried``): on the latest access, per
+    stream, to what it reads or writes by an instruction at or after it in the body (the
+    builder's ``tracks`` of the live tensors, ``kept`` of those released in the loop), and,
+    where it uses a tensor first, on the latest access to the tensors placed in its space
+    (``spaces``).  ``body``: ``(instruction, operand boxes)`` in program order since the
+    outermost loop began; this loop's are those after position ``begin``."""
+    import bisect
+
+    start = bisect.bisect_right(body, begin, key=lambda e: e[0].seq)
+    for ins, boxes in body[start:]:
+        found = set(ins.carried)
+        own = None if ins.engine.startswith("dma") else ins.engine  # in order: no wait
+        for d, write, box in boxes:
+            track = tracks.get(d) or kept.get(d)
+            if track is not None:
+                for s, latest in track[write].items():
+                    i = latest.get(box)
+                    if i >= 0 and s != own and streams[s][i].seq >= ins.seq:
+                        found.add((s, i + 1))
+            if d.first == ins.seq and d.space in spaces:
+                out = {}
+                spaces[d.space].latest_each(d.base, d.base + d.span, out)
+                for s, c in out.items():
+                    if s != own and streams[s][c - 1].seq >= ins.seq:
+                        found.add((s, c))
+        if found:
+            ins.carried = tuple(sorted(found))
 
 
 def _check_registers(entries, layout, need):
@@ -471,7 +519,13 @@ class Runner:
         run) or the trip counts (a timing run)."""
         a = ins.args
         if not self.values:
-            n = self.trips[(a["loop"], self._iters(len(self.stack) - (0 if first else 1)))]
+            outer = self._iters(len(self.stack) - (0 if first else 1))
+            n = self.trips.get((a["loop"], outer))
+            if n is None:
+                raise KernelError(
+                    f"{where(ins)}no trip count for this loop at outer iterations "
+                    f"{list(outer)}: the golden run the timing follows never got there"
+                )
             return n > 0 if first else self.stack[-1][1] + 1 < n
         r = a["var"]
         if a["kind"] == "range":
@@ -551,6 +605,34 @@ def runners(program, trips=None, values=True, states=None):
         for r in mine.values():
             r.peers = mine
     return out
+
+
+def timing_runners(programs, defer=None):
+    """The runners of a timing run of ``programs``: each loop follows the trip counts of the
+    golden run (``program.trips``); a program with loops and none is refused, naming its first
+    loop.  ``defer(callback)``: how a stream waiting for another to reach an iteration is woken
+    (an event, not a call inside the other's step)."""
+    tables = []
+    for p in programs:
+        if p.trips is None:
+            first = next((i for s in p.streams.values() for i in s if i.op in CONTROL_OPS), None)
+            if first is not None:
+                raise KernelError(
+                    f"{where(first)}the trip count of this dynamic loop is read from a register "
+                    f"when the streams run: the timing run follows the golden run's (run the "
+                    f"golden first; ncrtl run --timing-only computes the registers from the "
+                    f"instructions they depend on)"
+                )
+        tables.append(p.trips or {})
+    rs = runners(programs, tables, values=False)
+    for r in rs.values():
+        r.defer = defer
+    return rs
+
+
+def deadlock(programs, rs):
+    """The message for streams with loops that cannot go on (``rs``: their runners)."""
+    return _deadlock(programs, rs)
 
 
 # -- the golden run ---------------------------------------------------------------------------------
