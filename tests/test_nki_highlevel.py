@@ -178,6 +178,13 @@ def test_each_function_emits_the_instructions_of_the_lowering_table(case):
     assert _instructions(program, line) == TABLE[case]
 
 
+def test_the_lowering_is_the_same_on_every_core_version():
+    for core in ("v2", "v4"):
+        for case, (arrays, fn, spec, kw) in CASES.items():
+            program = nki.trace(CALL, arrays, {"fn": fn, "spec": spec, "kw": kw}, core=core)
+            assert _instructions(program, LINE) == TABLE[case], (core, case)
+
+
 def test_a_function_has_the_streams_and_timing_of_the_same_kernel_written_with_nisa():
     a, b = F, F2
     iso = nki.run(load_file(KERNELS, "by_isa"), (a, b))
@@ -271,6 +278,8 @@ def test_default_dtypes_of_results():
     assert run((i,), "add", ("t0", 1)).dtype == np.int32
     got = run((i,), "multiply", ("t0", 0.5))
     assert got.dtype == np.float32 and (got == i * np.float32(0.5)).all()
+    assert run((i,), "add", ("t0", 2.0)).dtype == np.float32
+    assert run((i,), "minimum", ("t0", np.inf)).dtype == np.float32
     assert run((bf,), "exp", ("t0",)).dtype == ml_dtypes.bfloat16
     assert run((F, F2), "less", ("t0", "t1"), {"dtype": "uint8"}).dtype == np.uint8
 

@@ -162,12 +162,9 @@ def promote(a, b):
 
 
 def _with_number(dtype, number):
-    """A tile of ``dtype`` with a number: a float number makes an integer tile's result
-    float32; otherwise the tile's dtype."""
-    d = dtype_of(dtype)
-    if not d.is_float and d.name != "bool_" and float(number) != int(number):
-        return "float32"
-    if isinstance(number, (float, np.floating)) and not d.is_float:
+    """A tile of ``dtype`` with a number: a float number (``2.0`` too) makes an integer
+    tile's result float32; otherwise the tile's dtype."""
+    if isinstance(number, (float, np.floating)) and not dtype_of(dtype).is_float:
         return "float32"
     return dtype
 
