@@ -485,6 +485,15 @@ def test_device_print_prints_when_the_golden_runs_it(capsys):
         ((R[0],), "load", ("h0",), None, "nl.load: src [64] is 1-D"),
         ((np.ones((256, 4), np.float32),), "load", ("h0",), None, "at most 128 (load a slice"),
         ((F,), "device_print", (3, "t0"), None, "nl.device_print: print_prefix must be a str"),
+        (
+            (F, np.ones((128, 600), np.float32)),
+            "matmul",
+            ("t0", "t1"),
+            {"transpose_x": True},
+            "nl.matmul: lowered to nisa.nc_matmul: moving free size N=600: at most 512",
+        ),
+        ((G,), "transpose", ("t0",), None, "nl.transpose: x [128, 4, 16] must be a 2-D tile"),
+        ((F, F[:64], F), "where", ("t0", "t1", "t2"), None, "nl.where: tiles [128, 64] and"),
     ],
 )
 def test_rules_name_the_function_and_the_kernels_line(arrays, fn, spec, kw, message):
