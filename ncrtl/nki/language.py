@@ -74,6 +74,10 @@ class _TileSizes(type):
         "psum_fmax": lambda c: c.psum_bank_bytes // 4,
         "psum_bank_fmax_bytes": lambda c: c.psum_bank_bytes,
         "psum_num_banks": lambda c: c.psum_banks,
+        "sbuf_fmax_bytes": lambda c: c.sbuf_partition_bytes,
+        "sbuf_fmax": lambda c: c.sbuf_partition_bytes // 4,
+        "total_available_sbuf_size": lambda c: c.sbuf_partition_bytes,  # per partition
+        "sbuf_size_bytes": lambda c: c.sbuf_partition_bytes * c.partitions,
     }
 
     def __getattribute__(cls, name):
@@ -98,6 +102,10 @@ class tile_size(metaclass=_TileSizes):
     psum_bank_fmax_bytes = 2048
     psum_fmax = 512
     psum_num_banks = 8
+    bn_stats_fmax = 512  # nisa.bn_stats' largest free size
+    sbuf_fmax_bytes = total_available_sbuf_size = 229376
+    sbuf_fmax = 229376 // 4
+    sbuf_size_bytes = 229376 * 128
 
 
 # -- loops (unrolled when the kernel is traced, as NKI unrolls them) -------------------------------
