@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ncrtl.model.kernel import golden as kgolden
+from ncrtl.model.kernel import loops as kloops
 from ncrtl.model.kernel import timing as ktiming
 from ncrtl.model.kernel.build import Builder, PlacementError
 from ncrtl.model.kernel.dtypes import dtype_of
@@ -302,6 +303,9 @@ def run(
                     np.ascontiguousarray(a).view(np.uint8).reshape(new.view(np.uint8).shape),
                 ):
                     a[...] = new.reshape(a.shape)
+    if timing and not golden and kloops.dynamic(program):
+        # dynamic loops: their trip counts from the instructions the registers depend on
+        kloops.trip_counts(program, [a for a in args if isinstance(a, np.ndarray)])
     report = ktiming.simulate(program, trace=trace_file) if timing else None
     return Result(outputs, program, report, state)
 
