@@ -266,6 +266,7 @@ def _cmd_run(args):
 
     from .. import nki
     from ..model.kernel import golden as kgolden
+    from ..model.kernel import loops as kloops
     from ..model.kernel import timing as ktiming
 
     checked = check(args)
@@ -308,6 +309,11 @@ def _cmd_run(args):
                 arrays,
                 uninitialized="warn" if args.allow_uninitialized else "error",
             )
+        except kgolden.KernelError as e:
+            raise UsageError(str(e)) from None
+    elif kloops.dynamic(program):
+        try:  # dynamic loops: their trip counts from the instructions the registers depend on
+            kloops.trip_counts(program, arrays)
         except kgolden.KernelError as e:
             raise UsageError(str(e)) from None
     try:
