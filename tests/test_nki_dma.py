@@ -69,11 +69,12 @@ def test_a_vector_select_scatters_rows():
     assert got.tobytes() == want.tobytes()
 
 
-@pytest.mark.parametrize("dim", [0, 1, 2])
+@pytest.mark.parametrize("dim", [0, 1, 2, 3])
 def test_a_scalar_offset_moves_the_view(dim):
     """.ap(scalar_offset=, indirect_dim=0) on the table, indirect_dim=1 on the table
-    reshaped [1, R, F] (the stride of the view ap is called on), and a dynamic select: the
-    rows from the run-time start."""
+    reshaped [1, R, F] (the stride of the view ap is called on), a dynamic select, and a
+    scalar offset held in a register (nisa.register_load): the rows from the run-time
+    start."""
     rows = 1 if dim == 2 else 5
     got = _out("scalar_rows", (DATA, np.array([[9]], np.int32)), {"rows": rows, "dim": dim})
     assert got.tobytes() == DATA[9 : 9 + rows].tobytes()

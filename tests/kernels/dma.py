@@ -54,12 +54,16 @@ def scalar_rows(data, start, rows, dim=0):
     """``rows`` rows of ``data`` from the run-time row ``start[0, 0]`` (``dim`` 0: ``.ap`` with
     ``scalar_offset`` on dimension 0 of ``data``; ``dim`` 1: of ``data`` reshaped to
     ``[1, R, F]``; ``dim`` 2: a dynamic ``select`` of ``data`` as ``[R, 1, F]``'s first
-    dimension, one row)."""
+    dimension, one row; ``dim`` 3: ``scalar_offset`` a register loaded from ``start``)."""
     R, F = data.shape
     s = _index(start)
     t = nl.ndarray((rows, F), dtype=data.dtype, buffer=nl.sbuf)
     if dim == 0:
         src = data.ap(pattern=[[F, rows], [1, F]], scalar_offset=s, indirect_dim=0)
+    elif dim == 3:  # the start in a register of the sequencer
+        r = nisa.register_alloc()
+        nisa.register_load(r, s)
+        src = data.ap(pattern=[[F, rows], [1, F]], scalar_offset=r, indirect_dim=0)
     elif dim == 1:
         src = data.reshape((1, R, F)).ap(
             pattern=[[F, rows], [1, F]], scalar_offset=s, indirect_dim=1

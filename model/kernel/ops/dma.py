@@ -131,6 +131,13 @@ class _Gathered(Ref):
         return None
 
 
+class _Named:
+    """Where an offset came from, for a message (``.tensor``: a register's name)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
 def _raw(pattern, offset):
     """Flat indices of ``pattern`` from ``offset``, no rule checked (the caller checks)."""
     idx = np.full(tuple(n for _, n in pattern), offset, np.int64)
@@ -155,8 +162,14 @@ def _offsets(st, ins, ref, spec, skip):
     element indices, shape ``view_shape``, and where ``skip`` (``oob_mode=skip``) a mask of
     the elements whose access lies inside the tensor (None: all do).  An access outside it
     raises unless skipped."""
-    index = ins.srcs[spec["index"]]
-    values = st.read(index, ins)
+    if "register" in spec:  # a scalar offset held in a register of the stream's sequencer
+        from ncrtl.model.kernel.ops import registers
+
+        index = _Named(f"register {spec['register']}")
+        values = np.array([registers.read(st, ins, spec["register"])], np.int64)
+    else:
+        index = ins.srcs[spec["index"]]
+        values = st.read(index, ins)
     shape = ref.tensor_shape()
     total = int(np.prod(shape))
     kind, stride = spec["kind"], spec["stride"]
@@ -222,7 +235,7 @@ def resolve(st, ins):
     element ``k`` of the others) and carried to ``dma_transpose`` as ``keep``."""
     specs = ins.args["indirect"]
     dsts, srcs = list(ins.dsts), list(ins.srcs)
-    data = min(s["index"] for s in specs)
+    data = min((s["index"] for s in specs if "index" in s), default=len(srcs))
     skip = ins.args.get("oob_mode") == "skip"
     keep = None
     for spec in specs:

@@ -94,11 +94,13 @@ def indirect_args(engine_name, dsts, srcs, args, call):
     (:class:`~ncrtl.nki._trace.IndirectOperand`): each one's index tensor appended to the
     sources, and ``args["indirect"]`` one entry per such operand: ``side`` (``"dst"`` /
     ``"src"``) and ``at`` (its position), ``kind`` (``scalar``, ``vector``, ``ti``),
-    ``stride`` (elements per index unit), ``index`` (the index's position in the sources);
+    ``stride`` (elements per index unit), ``index`` (the index's position in the sources; a
+    scalar offset held in a register instead names it, ``register``, and the instruction's
+    ``regs`` lists it);
     ``ti`` also ``group`` (16, or 32 on the Tensor Engine) and ``free`` (the elements of a
     partition it gathers from).  A DMA takes scalar and vector offsets, the compute engines
     NeuronCore-v4's ``.indirect`` views."""
-    out, specs = list(srcs), []
+    out, specs, regs = list(srcs), [], []
     for side, ops in (("dst", dsts), ("src", srcs)):
         for at, o in enumerate(ops):
             dyn = getattr(o, "dyn", None)
@@ -132,10 +134,17 @@ def indirect_args(engine_name, dsts, srcs, args, call):
                     "dynamic select) is read by the DMA; the compute engines take "
                     "NeuronCore-v4's .indirect views",
                 )
-            spec["index"] = len(out)
-            out.append(dyn.index._operand(call, f"the index of {side} {name}"))
+            if not isinstance(dyn.index, NkiTensor):  # a register: read on the sequencer
+                spec["register"] = dyn.index.name
+                regs.append(dyn.index.name)
+            else:
+                spec["index"] = len(out)
+                out.append(dyn.index._operand(call, f"the index of {side} {name}"))
             specs.append(spec)
-    return tuple(out), {**args, "indirect": tuple(specs)}
+    args = {**args, "indirect": tuple(specs)}
+    if regs:
+        args["regs"] = (*args.get("regs", ()), *regs)
+    return tuple(out), args
 
 
 def dma_copy(
