@@ -924,7 +924,8 @@ class NkiTensor:
         """``tensor.ap(pattern, offset=, scalar_offset=, vector_offset=, indirect_dim=,
         dtype=)``: the elements ``offset + sum(i_k * step_k)`` of the storage (elements of
         ``dtype``); ``offset`` is added to the view's own (None: the view's).  A
-        ``scalar_offset`` (a ``[1, 1]`` SBUF tensor) adds its value times the stride of
+        ``scalar_offset`` (a ``[1, 1]`` SBUF tensor, or a register of ``nisa.register_alloc``)
+        adds its value times the stride of
         dimension ``indirect_dim`` of the tensor ``ap`` is called on (a whole tensor's
         ``prod(shape[indirect_dim + 1:])``); a ``vector_offset`` (SBUF, one value per index of
         the first pattern entry, device-memory tensors, ``indirect_dim`` 0) replaces that
@@ -970,7 +971,8 @@ class NkiTensor:
             _index_tensor(call, "vector_offset", vector_offset)
             view._dyn = _Dynamic("vector", vector_offset, stride)
         else:
-            _index_tensor(call, "scalar_offset", scalar_offset, scalar=True)
+            if type(scalar_offset).__name__ != "VirtualRegister":  # a register: its value
+                _index_tensor(call, "scalar_offset", scalar_offset, scalar=True)
             view._dyn = _Dynamic("scalar", scalar_offset, stride)
         view._static_check(call)
         return view
