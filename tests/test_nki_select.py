@@ -553,6 +553,7 @@ RULES = [
     ("range_false", "nisa.range_select", "on_false_value=0.0", "FP32_MIN"),
     ("range_op", "nisa.range_select", "comp_op0=nl.not_equal", "not modelled"),
     ("predicated_dtype", "nisa.tensor_copy_predicated", "src dtype bfloat16", "the same"),
+    ("predicated_indirect", "nisa.tensor_copy_predicated", "src: an .indirect", "dst and"),
     ("max8_few", "nisa.max8", "src", "8 to 16384"),
     ("max8_dst", "nisa.max8", "dst [128, 16]", "[128, 8]"),
     ("find_dtype", "nisa.nc_find_index8", "dst dtype float32", "uint16 or uint32"),
@@ -569,13 +570,14 @@ RULES = [
     ("n_gather_dtype", "nisa.nc_n_gather", "dst dtype bfloat16", "the same"),
 ]
 V2 = {"range_version", "match_v2_idx", "nonzero_version"}
+V4 = {"predicated_indirect"}
 
 
 @pytest.mark.parametrize("case, call, what, rule", RULES)
 def test_rules_at_the_kernels_line(case, call, what, rule):
     x = np.zeros((128, 64), np.float32)
     with pytest.raises(nki.NkiError) as e:
-        _run("bad", (x,), {"case": case}, core="v2" if case in V2 else "v3")
+        _run("bad", (x,), {"case": case}, core="v2" if case in V2 else "v4" if case in V4 else "v3")
     msg = str(e.value)
     assert msg.startswith(f"{kernel_line(KERNELS, case)}: {call}: "), msg
     assert what in msg and rule in msg, msg

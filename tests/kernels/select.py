@@ -382,6 +382,10 @@ def bad(x, case):
     elif case == "n_gather_dtype":
         b = nl.ndarray((p, 8), dtype=nl.bfloat16, buffer=nl.sbuf)
         nisa.nc_n_gather(b, a, e8)  # LINE n_gather_dtype
+    elif case == "predicated_indirect":
+        ix = nl.ndarray((p, 4), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(ix, [[1, 4]])
+        nisa.tensor_copy_predicated(f32[:, 0:64], a.indirect(ix), u8)  # LINE predicated_indirect
     return _store(a)
 
 

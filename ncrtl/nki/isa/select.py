@@ -349,6 +349,8 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     _dtype_in(call, "predicate", predicate, ("uint8", "uint16", "uint32"))
     srcs = [pr]
     if isinstance(src, NkiTensor):
+        if src._dyn is not None:
+            fail(call, "src: an .indirect / run-time offset view; only dst and predicate take one")
         srcs.append(operand(call, "src", src, ("sbuf", "psum")))
         _one_in_psum(call, "src", src, "predicate", predicate)
         _same_layout(call, "dst", dst, ("src", src), ("predicate", predicate))
