@@ -154,9 +154,9 @@ def truth(reg):
     """The truth of register ``reg`` in the kernel's ``while reg:``: the first time at a
     statement it opens a dynamic while loop on ``reg`` (True: Python traces the body once);
     at the same statement again (the loop's next test) it closes it (False)."""
-    call = "while reg:"
-    tr = current(call)
-    name = register(call, "the condition", reg)
+    tr = current("while reg")
+    name = register("while reg", "the condition", reg)
+    call = f"while {name}"
     f = sys._getframe(1)
     while f is not None and _trace._inside(f.f_code.co_filename):
         f = f.f_back
