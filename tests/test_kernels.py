@@ -674,3 +674,45 @@ def test_rtl_core_refuses_a_sparse_matmul_before_building(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert "more.py:" in err and "nisa.nc_matmul_sparse" in err and "matmul_sparse" in err
     assert "the RTL NeuronCore has no matmul_sparse" in err and not out.exists()
+
+
+RETURNS = """
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def returns(a, how):
+    t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    if how == "reshape":
+        return out.reshape((64, 128))
+    if how == "slice":
+        return out[3:7, 10:20]
+    if how == "view":
+        return out.view(nl.int32)
+    return out
+"""
+
+
+@pytest.mark.parametrize("how", ["whole", "reshape", "slice", "view"])
+def test_a_kernel_returns_what_its_view_holds(how, tmp_path, capsys):
+    """A returned view of an output tensor (a reshape, a slice, a reinterpretation) comes back
+    as that view's elements in its shape and dtype, from a call and from ``ncrtl run --out``."""
+    path = tmp_path / "returns.py"
+    path.write_text(RETURNS)
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    want = {"whole": a, "reshape": a.reshape(64, 128), "slice": a[3:7, 10:20]}
+    want["view"] = a.view(np.int32)
+    got = load_file(str(path), "returns")(a, how)
+    assert got.shape == want[how].shape and got.dtype == want[how].dtype
+    assert np.array_equal(got, want[how])
+    np.save(tmp_path / "a.npy", a)
+    argv = ["run", f"{path}::returns", "--args", str(tmp_path / "a.npy"), "--kwarg", f"how={how}"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 0
+    assert np.array_equal(np.load(tmp_path / "o" / "out0.npy"), want[how])
+    capsys.readouterr()

@@ -369,6 +369,8 @@ class Report:
                 continue
             nbytes = rows = 0
             for r in recs:
+                if r.ins.op in LOADED:  # loaded with the model: moved by no engine
+                    continue
                 b, p, _ = _dma_shape(r.ins)
                 nbytes, rows = nbytes + b, rows + p
             ns = self.core.ns(_union([(r.start, r.end) for r in recs]))
@@ -398,6 +400,8 @@ class Report:
             prefix = f"{core}." if core else ""
             shapes = {}  # (bytes, rows) -> transfers: a kernel repeats few shapes
             for r in recs:
+                if r.ins.op in LOADED:
+                    continue
                 b, rows, _ = _dma_shape(r.ins)
                 shapes[b, rows] = shapes.get((b, rows), 0) + 1
             for (b, rows), times in shapes.items():

@@ -309,6 +309,7 @@ def _cmd_run(args):
                 arrays,
                 uninitialized="warn" if args.allow_uninitialized else "error",
             )
+            outputs = nki.kernel.returned(program, outputs)
         except kgolden.KernelError as e:
             raise UsageError(str(e)) from None
     elif kloops.dynamic(program):

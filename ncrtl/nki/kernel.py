@@ -20,7 +20,7 @@ from ncrtl.model.kernel.stream import CORES, Core
 from . import _trace
 from ._trace import NkiError, NkiTensor
 
-__all__ = ["jit", "simulate", "Kernel", "trace", "run", "Result", "core_of"]
+__all__ = ["jit", "simulate", "Kernel", "trace", "run", "Result", "core_of", "returned"]
 
 #: NKI platform targets and the core versions they name.
 TARGETS = {
@@ -210,13 +210,14 @@ def _trace_one(
             rets = tuple(ret)
         else:
             rets = (ret,)
-        mine = []
+        mine, views = [], []
         for r in rets:
             if not isinstance(r, NkiTensor) or r._decl.space != "hbm":
                 raise NkiError(
                     f"{kernel.fn.__name__} returns {r!r}: a kernel returns device (HBM) tensors"
                 )
             mine.append(r._decl)
+            views.append(_returned_view(kernel, r))
         if outputs is not None and [d.name for d in mine] != [d.name for d in outputs]:
             raise NkiError(
                 f"{kernel.fn.__name__}: instance {position} of the grid {list(grid)} returns "
@@ -240,8 +241,26 @@ def _trace_one(
     # the grid's instances this core ran: (position, first program position, end)
     program.grid = grid
     program.instances = instances
+    # what the kernel returned of each output tensor: None (the tensor itself) or the view's
+    # shape, dtype and flat element indices (``t.reshape(...)``, a slice, ``t.view(dtype)``)
+    program.output_views = views if outputs else []
     _one_after_another(program, instances)
     return program
+
+
+def _returned_view(kernel, t):
+    """None when ``t`` is its tensor as made, else ``(shape, dtype, flat indices)`` of the
+    elements the returned view holds (the access rules checked as for an operand)."""
+    d = t._decl
+    if t.shape == d.shape and t.dtype == d.dtype and t.offset == 0 and t.is_contiguous():
+        return None
+    if t._dyn is not None:
+        raise NkiError(
+            f"{kernel.fn.__name__} returns a view with a run-time offset of {d.name}: return "
+            "the tensor, or a view fixed when the kernel is traced"
+        )
+    ref = t._operand(f"{kernel.fn.__name__}'s return value", "the returned view").view
+    return tuple(t.shape), t.dtype, ref.indices().reshape(-1)
 
 
 def _one_after_another(program, instances):
@@ -293,7 +312,7 @@ def run(
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         outputs, state = kgolden.run(program, arrays, uninitialized=uninitialized, order=order)
         first = program[0] if isinstance(program, tuple) else program
-        outputs = [_as_numpy(o, first.tensors[n].dtype) for o, n in zip(outputs, first.outputs)]
+        outputs = returned(program, outputs)
         st0 = state[0] if isinstance(state, list) else state
         for a, name in zip(arrays, first.inputs):  # inputs the kernel wrote, in place
             if a.flags.writeable:
@@ -308,6 +327,22 @@ def run(
         kloops.trip_counts(program, [a for a in args if isinstance(a, np.ndarray)])
     report = ktiming.simulate(program, trace=trace_file) if timing else None
     return Result(outputs, program, report, state)
+
+
+def returned(program, outputs):
+    """The kernel's return values from the golden's output tensors (``kgolden.run``): each as
+    its dtype, through the view the kernel returned of it (a reshape, a slice, a
+    reinterpretation)."""
+    first = program[0] if isinstance(program, tuple) else program
+    outputs = [_as_numpy(o, first.tensors[n].dtype) for o, n in zip(outputs, first.outputs)]
+    views = getattr(first, "output_views", None) or [None] * len(outputs)
+    return [o if v is None else _through(o, *v) for o, v in zip(outputs, views)]
+
+
+def _through(arr, shape, dtype, indices):
+    """The elements of a returned view of an output tensor, in the view's shape and dtype."""
+    flat = np.ascontiguousarray(arr).reshape(-1).view(dtype_of(dtype).storage)
+    return flat[indices].reshape(shape)
 
 
 def _as_numpy(arr, dtype):
