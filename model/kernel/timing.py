@@ -456,6 +456,12 @@ class Report:
             "tensor_engine_cycles": self.te_cycles,
             "tensor_engine_ghz": te.ghz,
             "instructions": {k: v for k, v in counts.items() if v},
+            # dynamic loops run their bodies many times: the instructions each stream ran
+            **(
+                {"instructions_run": {n: len(r) for n, r in self.records.items() if r}}
+                if any(p.trips for p in programs)
+                else {}
+            ),
             "busy_fraction": {k: round(v, 4) for k, v in self.busy.items()},
             "te_utilization": round(self.utilization(), 4),
             "te_utilization_matmul_window": round(self.utilization(window=True), 4),
