@@ -215,6 +215,9 @@ def test_loop_instructions_are_in_the_trace():
     assert {"loop_begin", "loop_end", "register_load"} <= names
     vec = res.report.records["vector"]
     assert [r.ins.op for r in vec].count("tensor_tensor") == 2
+    summary = res.report.summary()
+    assert summary["instructions"]["vector"] == 4  # load, begin, the body, end
+    assert summary["instructions_run"]["vector"] == 6  # load, begin, (body, end) twice
 
 
 # -- the rules ---------------------------------------------------------------------------------
