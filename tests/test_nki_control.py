@@ -380,3 +380,14 @@ def test_a_loop_that_never_ends_is_stopped(tmp_path, monkeypatch):
         KernelError, match=r"k\.py:\d+: while r1 \(.*\) this loop ran 20 iterations"
     ):
         nki.run(k, (_x(), _i32(1)))
+
+
+@pytest.mark.parametrize("lo, hi", [(1, 5), (0, 0)])
+def test_the_induction_register_as_a_run_time_offset(lo, hi):
+    x = _x()
+    res = nki.run(_k("columns"), (x, _i32(lo), _i32(hi)))
+    ref = np.zeros_like(x)
+    ref[:, lo:hi] = 2 * x[:, lo:hi]
+    assert np.array_equal(res.outputs[0], ref)
+    alone = nki.run(_k("columns"), (x, _i32(lo), _i32(hi)), golden=False)
+    assert alone.report.total_ns == res.report.total_ns

@@ -168,3 +168,22 @@ def counted_copy(x, n):
     for _ in nl.dynamic_range(reg):
         nisa.tensor_tensor(dst=acc, data1=acc, data2=xt, op=nl.add)
     return _out(acc)
+
+
+@nki.jit
+def columns(x, lo, hi):
+    """out[:, i] = 2 x[:, i] for i in range(lo, hi), the rest 0: each iteration's DMAs at the
+    induction register's column (a run-time scalar offset held in a register)."""
+    P, F = x.shape
+    lo_r, _ = _load_int(lo)
+    hi_r, _ = _load_int(hi)
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    z = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=z, value=0.0)
+    nisa.dma_copy(dst=out, src=z)
+    col = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.dynamic_range(lo_r, hi_r):
+        nisa.dma_copy(dst=col, src=x.ap([[F, P], [1, 1]], scalar_offset=i, indirect_dim=1))
+        nisa.tensor_scalar(dst=col, data=col, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out.ap([[F, P], [1, 1]], scalar_offset=i, indirect_dim=1), src=col)
+    return out
