@@ -29,9 +29,11 @@ Three parts:
 from __future__ import annotations
 
 import dataclasses
+import math
 import random as _random
 import warnings
 
+from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.kernel.stream import ENGINES
 from ncrtl.model.kernel.values import KernelError, where
 
@@ -759,9 +761,15 @@ def _slice(programs):
     needed = {}  # tensor key -> boxes read by included instructions (a bounding box past 8)
     included = set()
 
-    def add(c, ref):
+    def box_of(ins, ref):
+        if "indirect" in ins.args or ins.args.get("regs"):  # a run-time offset: any of it
+            row = math.prod(ref.shape[1:]) * dtype_of(ref.dtype).itemsize
+            return (0, ref.shape[0], ref.base, ref.base + row)
+        return ref.extent()
+
+    def add(c, ins, ref):
         k = _key(c, ref)
-        box = ref.extent()
+        box = box_of(ins, ref)
         boxes = needed.setdefault(k, [])
         boxes.append(box)
         if len(boxes) > 8:
@@ -780,7 +788,7 @@ def _slice(programs):
         for ref in ins.dsts:
             boxes = needed.get(_key(c, ref))
             if boxes:
-                box = ref.extent()
+                box = box_of(ins, ref)
                 if any(_overlap(box, b) for b in boxes):
                     return True
         return False
@@ -798,7 +806,7 @@ def _slice(programs):
             included.add(id(ins))
             grown = True
             for ref in ins.srcs:
-                add(c, ref)
+                add(c, ins, ref)
     return included
 
 
