@@ -63,6 +63,17 @@ ALIGN = 64
 HBM_ALIGN = 64
 
 
+def _merged(intervals):
+    """Byte intervals ``[(lo, hi)]`` merged where they overlap or touch, in order."""
+    out = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 class PlacementError(ValueError):
     """A tensor does not fit its memory (the message names the live tensors)."""
 
@@ -280,6 +291,10 @@ class Decl:
     # where it is used in a dynamic loop and before or after it: the positions between which
     # its space stays its own (loops.Layout.hold), else None (first to last use)
     hold: tuple = None
+    # a memory's manual placements (``nl.ndarray(address=...)``): the whole memory as one
+    # tensor at base 0 whose views are the placed tensors, and the byte intervals of each
+    # partition they take, which automatic placement leaves alone for the whole kernel
+    pinned: list = None
 
     @property
     def held(self):
@@ -394,12 +409,21 @@ class Builder:
         size = core.bytes_of(space)
         unit = ALIGN if space == "sbuf" else core.psum_bank_bytes
         mine = sorted(
-            (d for d in self.decls if d.space == space and d.first >= 0), key=lambda d: d.held[0]
+            (d for d in self.decls if d.space == space and d.first >= 0 and d.pinned is None),
+            key=lambda d: d.held[0],
         )
         # The live tensors (placed and not yet past their last use) never overlap: by address
         # their ends are in order too, so a gap is found by bisection; they leave in the order
-        # of their last use.
+        # of their last use.  The bytes of manual placements are live throughout.
         bases, ends, held = [], [], []
+        for arena in self.decls:
+            if arena.space == space and arena.pinned is not None:
+                arena.base, arena.span = 0, 0
+                for lo, hi in _merged(arena.pinned):
+                    i = bisect_left(bases, lo)
+                    bases.insert(i, lo)
+                    ends.insert(i, hi)
+                    held.insert(i, arena)
         expiry = []  # (last use, placement order, decl)
         ptr = 0
         for n, d in enumerate(mine):
@@ -438,6 +462,16 @@ class Builder:
             ptr = base + need
             if ptr >= size:
                 ptr = 0
+
+    def arena(self, space, partitions, nbytes):
+        """The tensor of ``space``'s manual placements (made on the first): ``[partitions,
+        nbytes]`` uint8 at base 0."""
+        for d in self.decls:
+            if d.space == space and d.pinned is not None:
+                return d
+        d = self.tensor(space, (partitions, nbytes), "uint8", name=f"{space}_placed")
+        d.pinned = []
+        return d
 
     @staticmethod
     def _gap(bases, ends, start, need, size):
@@ -518,7 +552,7 @@ class Builder:
                         box = (box[0], box[1], box[2] + d.base, box[3] + d.base)
                     boxes.append((d, write, box))
                     if d.first == seq:
-                        if d.space in spaces:
+                        if d.space in spaces and d.pinned is None:
                             # placed where earlier tensors were: after every access of theirs
                             spaces[d.space].latest_each(d.base, d.base + d.span, need)
                         continue
@@ -541,7 +575,7 @@ class Builder:
             for d, _, _ in boxes:
                 if d.last == seq and d in tracks and d.hold is None:
                     # no later access compares with it; a tensor placed there later waits
-                    if d.space in spaces:
+                    if d.space in spaces and d.pinned is None:
                         spaces[d.space].merge(d.base, d.base + d.span, tracks[d][2])
                     if open_loops:
                         kept[d] = tracks[d]

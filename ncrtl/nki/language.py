@@ -8,6 +8,10 @@ line (never an AttributeError); a kernel may subclass it (``class X(nl.NKIObject
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ncrtl.model.kernel.dtypes import DTYPES, dtype_of
 
 from . import _trace
@@ -185,8 +189,6 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     (docs/kernels.md, "Placement")."""
     call = "nl.ndarray"
     tr = current(call)
-    if address is not None:
-        not_modelled("nl.ndarray(address=...) (manual placement)")
     if buffer not in _BUFFERS:
         fail(call, f"buffer must be nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm, not {buffer!r}")
     try:
@@ -221,6 +223,8 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
             )
         except ValueError as e:
             fail(call, str(e))
+    if address is not None:
+        return _placed(call, tr, space, shape, d, address)
     # shared_hbm: one tensor for every instance of the grid (placed alike on both cores);
     # private_hbm (nl.hbm): each core's own
     kind = "output" if buffer == shared_hbm else "internal"
@@ -231,6 +235,48 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
 
     decl = tr.device_tensor(make, shape, d.name) if space == "hbm" else make()
     return _trace.tensor(decl)
+
+
+def _placed(call, tr, space, shape, d, address):
+    """A tensor the kernel places itself (``address=(partition offset, byte offset)``): a view
+    of its memory's manual placements (one tensor over the whole memory, docs/kernels.md
+    "Placement"), so that two placements over the same bytes are the same memory to the
+    dependency analysis, as they are to the hardware."""
+    if space == "hbm":
+        fail(call, "address= places SBUF and PSUM tensors; device tensors are placed by ncrtl")
+    if (
+        not isinstance(address, (tuple, list))
+        or len(address) != 2
+        or any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in address)
+    ):
+        fail(call, f"address must be (partition offset, byte offset), integers, not {address!r}")
+    p0, f0 = int(address[0]), int(address[1])
+    core = tr.core
+    size = core.bytes_of(space)
+    row = math.prod(shape[1:]) * d.itemsize
+    if p0 < 0 or p0 + shape[0] > core.partitions:
+        fail(
+            call,
+            f"address {tuple(address)}: partitions {p0}..{p0 + shape[0] - 1} of a {list(shape)} "
+            f"tensor are outside the {core.partitions} partitions",
+        )
+    if f0 < 0 or f0 + row > size:
+        fail(
+            call,
+            f"address {tuple(address)}: bytes {f0}..{f0 + row - 1} of each partition are outside "
+            f"the {space.upper()}'s {size}",
+        )
+    if f0 % d.itemsize:
+        fail(
+            call,
+            f"address {tuple(address)}: the byte offset must be a multiple of the {d.name} "
+            f"element's {d.itemsize} bytes",
+        )
+    arena = tr.builder.arena(space, core.partitions, size)
+    arena.pinned.append((f0, f0 + row))
+    per_row = size // d.itemsize
+    strides = (per_row,) + _trace._contiguous_strides(shape)[1:]
+    return _trace.NkiTensor(arena, shape, strides, p0 * per_row + f0 // d.itemsize, d.name)
 
 
 def zeros(shape, dtype, buffer=sbuf, name=""):
