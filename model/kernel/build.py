@@ -295,6 +295,9 @@ class Decl:
     # tensor at base 0 whose views are the placed tensors, and the byte intervals of each
     # partition they take, which automatic placement leaves alone for the whole kernel
     pinned: list = None
+    # a tensor the kernel placed itself: ``(its memory's placements tensor, first partition,
+    # first byte)``; its operands are views of that tensor (never placed on its own)
+    alias: tuple = None
 
     @property
     def held(self):

@@ -1065,6 +1065,9 @@ class NkiTensor:
             ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
             shape = d.shape if len(d.shape) > 1 else (d.shape[0], 1)
             row = math.prod(shape[1:]) * dtype_of(d.dtype).itemsize
+            if d.alias is not None:
+                arena, ref, box = self._placed(call, ref, (0, shape[0], 0, row))
+                return IndirectOperand(arena, ref, box, self._dyn)
             return IndirectOperand(d, ref, (0, shape[0], 0, row), self._dyn)
         pattern = _shared(tuple(zip(self.strides, self.shape)))
         ref = Ref.of(d.space, d.name, 0, d.shape, d.dtype, pattern, self.offset, self.dtype)
@@ -1081,7 +1084,38 @@ class NkiTensor:
                 fail(call, f"{what} {self.name}: {e}")
             if len(_EXTENTS) < _SHARED_MAX:
                 _EXTENTS[key] = box
+        if d.alias is not None:
+            return Operand(*self._placed(call, ref, box))
         return Operand(d, ref, box)
+
+    def _placed(self, call, ref, box):
+        """A view of a tensor the kernel placed itself (``nl.ndarray(address=...)``), its
+        rules checked on that tensor, as ``(placements tensor, Ref, box)``: the same elements
+        of the memory's placements tensor (docs/kernels.md "Placement"), so that placements
+        over the same bytes are one memory to the dependency analysis.  A step of whole
+        partitions of the placed tensor steps whole partitions of the memory."""
+        arena, p0, f0 = self._decl.alias
+        isz = dtype_of(self.dtype).itemsize
+        if f0 % isz:
+            fail(call, f"{self.name} placed at byte {f0} cannot be read as {self.dtype}")
+        row_t = self._row_elements()
+        row_a = arena.shape[1] // isz
+        pattern = tuple(
+            [((s // row_t) * row_a if s and s % row_t == 0 else s, n) for s, n in ref.pattern]
+        )
+        p, c = divmod(self.offset, row_t)
+        offset = (p0 + p) * row_a + f0 // isz + c
+        view = Ref.of(
+            arena.space,
+            arena.name,
+            0,
+            arena.shape,
+            arena.dtype,
+            _shared(pattern),
+            offset,
+            self.dtype,
+        )
+        return arena, view, (box[0] + p0, box[1] + p0, box[2] + f0, box[3] + f0)
 
 
 class _Dynamic:

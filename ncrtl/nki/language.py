@@ -224,7 +224,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         except ValueError as e:
             fail(call, str(e))
     if address is not None:
-        return _placed(call, tr, space, shape, d, address)
+        return _placed(call, tr, space, shape, d, address, name)
     # shared_hbm: one tensor for every instance of the grid (placed alike on both cores);
     # private_hbm (nl.hbm): each core's own
     kind = "output" if buffer == shared_hbm else "internal"
@@ -237,7 +237,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     return _trace.tensor(decl)
 
 
-def _placed(call, tr, space, shape, d, address):
+def _placed(call, tr, space, shape, d, address, name):
     """A tensor the kernel places itself (``address=(partition offset, byte offset)``): a view
     of its memory's manual placements (one tensor over the whole memory, docs/kernels.md
     "Placement"), so that two placements over the same bytes are the same memory to the
@@ -274,9 +274,9 @@ def _placed(call, tr, space, shape, d, address):
         )
     arena = tr.builder.arena(space, core.partitions, size)
     arena.pinned.append((f0, f0 + row))
-    per_row = size // d.itemsize
-    strides = (per_row,) + _trace._contiguous_strides(shape)[1:]
-    return _trace.NkiTensor(arena, shape, strides, p0 * per_row + f0 // d.itemsize, d.name)
+    decl = tr.builder.tensor(space, shape, d.name, name=name or None, line=caller_line())
+    decl.alias = (arena, p0, f0)
+    return _trace.tensor(decl)
 
 
 def zeros(shape, dtype, buffer=sbuf, name=""):

@@ -18,7 +18,9 @@ def halves(a, b):
     t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=b)
     nisa.tensor_tensor(dst=both, data1=both, data2=t, op=nl.add)
-    nisa.dma_copy(dst=out, src=both)
+    # an access pattern over the placed tile: its steps are the tile's own (64 elements a
+    # partition), not its memory's
+    nisa.dma_copy(dst=out, src=both.ap([[64, 128], [1, 64]]))
     return out
 
 
