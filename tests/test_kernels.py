@@ -716,3 +716,29 @@ def test_a_kernel_returns_what_its_view_holds(how, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "o")]) == 0
     assert np.array_equal(np.load(tmp_path / "o" / "out0.npy"), want[how])
     capsys.readouterr()
+
+
+def test_nkiobject_subclasses_build_from_keywords():
+    """``nl.NKIObject``, the base of a kernel's own classes: built with keywords (each an
+    attribute); a field a subclass annotates without a default is None, under ``@dataclass``
+    too, so a class built with only the fields one path uses works (as nki-library's do)."""
+    from dataclasses import dataclass
+
+    from ncrtl.nki import language as nl
+
+    class Plain(nl.NKIObject):
+        a = None
+        b: int
+
+    p = Plain(a=1, b=2)
+    assert (p.a, p.b) == (1, 2) and Plain().b is None
+
+    @dataclass
+    class Sizes(nl.NKIObject):
+        m: int
+        n: int
+        k: int = 4
+
+    s = Sizes(m=3)
+    assert (s.m, s.n, s.k) == (3, None, 4)
+    assert Sizes(1, 2, 3) == Sizes(m=1, n=2, k=3)

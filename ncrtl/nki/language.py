@@ -2,8 +2,8 @@
 dtypes and the operator tokens (docs/kernels.md lists what is modelled).
 
 A name of the NKI language that ncrtl does not model is still an attribute, shown as its name
-(``nl.divide``): calling it raises :class:`~ncrtl.nki.NotModelled` naming it and the kernel's
-line (never an AttributeError); a kernel may subclass it (``class X(nl.NKIObject)``).
+(``nl.hypot``): calling it raises :class:`~ncrtl.nki.NotModelled` naming it and the kernel's
+line (never an AttributeError); a kernel may subclass it (``class X(nl.hypot)``).
 """
 
 from __future__ import annotations
@@ -181,6 +181,26 @@ def program_ndim():
     return len(grid) if grid else 0
 
 
+# -- kernel-side classes ----------------------------------------------------------------------
+
+
+class NKIObject:
+    """The base of a kernel's own classes (configurations, tile plans): built with keywords,
+    each set as an attribute.  A field a subclass annotates without a default defaults to None,
+    also under ``@dataclass``: nki-library builds its dataclasses with only the fields a path
+    uses, which NKI accepts (docs/kernels.md, "Supported API")."""
+
+    def __init__(self, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls.__dict__.get("__annotations__", {}):
+            if name not in cls.__dict__:
+                setattr(cls, name, None)
+
+
 # -- tensor creation -------------------------------------------------------------------------------
 
 
@@ -352,6 +372,7 @@ __all__ = [
     "hbm",
     "private_hbm",
     "shared_hbm",
+    "NKIObject",
     "ndarray",
     "zeros",
     "full",

@@ -12,7 +12,7 @@ NOT_A_KERNEL = 3
 
 
 class Tiles(nl.NKIObject):
-    """A kernel's own class on an NKI base class ncrtl does not model."""
+    """A kernel's own class on NKI's base of kernel-side classes."""
 
     def __init__(self, n):
         self.n = n
