@@ -196,6 +196,21 @@ def test_timing_only_from_the_command_line(tmp_path):
     assert totals[0] == totals[1]
 
 
+def test_the_report_counts_the_transfers_of_each_iteration():
+    """A loop's instructions on the DMA queues move nothing: the report's DMA figures are the
+    transfers, each iteration's counted (the summary of a kernel with transfers in a device
+    loop)."""
+    x = _x()
+    for n in (2, 5):
+        res = nki.run(_k("copy_loop"), (x, _i32(n)))
+        assert np.array_equal(res.outputs[0], x)
+        s = res.report.summary()
+        moved = 4 + n * 2 * x.nbytes  # the count's load, then each iteration's two copies
+        assert s["dma_bytes"] == moved
+        assert s["dma_queues"]["dma_engines"]["bytes"] == moved
+        assert sum(v["bytes"] for v in s["dma_engines"].values()) == moved
+
+
 def test_timing_refuses_a_loop_without_trip_counts():
     prog = nki.trace(_k("count_loop"), (_x(), _i32(2)))
     with pytest.raises(KernelError, match=r"control\.py:\d+: nl\.dynamic_range .*trip count"):

@@ -369,7 +369,7 @@ class Report:
                 continue
             nbytes = rows = 0
             for r in recs:
-                if r.ins.op in LOADED:  # loaded with the model: moved by no engine
+                if not _moves(r.ins):
                     continue
                 b, p, _ = _dma_shape(r.ins)
                 nbytes, rows = nbytes + b, rows + p
@@ -400,7 +400,7 @@ class Report:
             prefix = f"{core}." if core else ""
             shapes = {}  # (bytes, rows) -> transfers: a kernel repeats few shapes
             for r in recs:
-                if r.ins.op in LOADED:
+                if not _moves(r.ins):
                     continue
                 b, rows, _ = _dma_shape(r.ins)
                 shapes[b, rows] = shapes.get((b, rows), 0) + 1
@@ -511,6 +511,12 @@ def _engine_of(stream):
     if local.startswith("dma"):
         local = "dma"
     return f"{core}.{local}" if core else local
+
+
+def _moves(ins):
+    """Whether a DMA queue's instruction moves data on the engines (not a loop's or a
+    register's instruction on the queue, nor a constant loaded with the model)."""
+    return bool(ins.dsts) and bool(ins.srcs) and ins.op not in LOADED
 
 
 def _dma_shape(ins):

@@ -43,6 +43,20 @@ def count_loop(x, n):
 
 
 @nki.jit
+def copy_loop(x, n):
+    """out = x, loaded and stored ``n`` times (read at run time): transfers inside a device
+    loop, so the DMA queues carry the loop's instructions too."""
+    reg, _ = _load_int(n)
+    P, F = x.shape
+    t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    for _ in nl.dynamic_range(reg):
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
 def induction_sum(x, lo, hi, step=1, form="range"):
     """out[0, 0] = sum of range(lo, hi, step): the induction register stored each iteration
     (register_store) and added (``form``: ``range`` for nl.dynamic_range, ``fori`` for
