@@ -742,3 +742,38 @@ def test_nkiobject_subclasses_build_from_keywords():
     s = Sizes(m=3)
     assert (s.m, s.n, s.k) == (3, None, 4)
     assert Sizes(1, 2, 3) == Sizes(m=1, n=2, k=3)
+
+
+SUBKERNEL = """
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def doubled(t):
+    u = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=u, data1=t, data2=t, op=nl.add)
+    return u
+
+
+@nki.jit
+def caller(a):
+    t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    u = doubled(t)
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=u)
+    return out
+"""
+
+
+def test_a_kernel_called_by_a_kernel_is_inlined(tmp_path):
+    """An ``@nki.jit`` kernel called while another is traced runs as a function of it: its
+    instructions join the caller's streams and it may return an SBUF tile."""
+    path = tmp_path / "sub.py"
+    path.write_text(SUBKERNEL)
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    res = nki.run(load_file(str(path), "caller"), (a,), {})
+    assert np.array_equal(res.outputs[0], 2 * a)
+    assert res.program.counts()["vector"] == 1

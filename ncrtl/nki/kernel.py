@@ -88,6 +88,11 @@ class Kernel:
         return core_of(target) if target else "v3"
 
     def __call__(self, *args, **kwargs):
+        if _trace.current_or_none() is not None:
+            # a kernel called by a kernel being traced is a function of it: its calls join
+            # the caller's streams and it returns what its Python returns (SBUF tiles too), as
+            # NKI inlines a sub-kernel
+            return self.fn(*args, **kwargs)
         result = run(self, args, kwargs, timing=False)
         outs = result.outputs
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
