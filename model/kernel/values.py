@@ -214,9 +214,7 @@ ACTIVATIONS = {
 #: Activation functions that take ``relu_param`` (``prelu``: ``x`` above 0, ``alpha * x``
 #: below).
 PARAMETRIC = {
-    "prelu": lambda x, alpha: np.where(x > 0, x, (x * alpha).astype(np.float32)).astype(
-        np.float32
-    )
+    "prelu": lambda x, alpha: np.where(x > 0, x, (x * alpha).astype(np.float32)).astype(np.float32)
 }
 
 #: Operators legal as a reduction (the reference's "Legal Reduction op" column).
