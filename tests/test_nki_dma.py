@@ -361,6 +361,8 @@ RULES = {
     "sizes": "elements",
     "rmw_sources": "exactly 2 sources",
     "axes": "axes=(0, 1)",
+    "dge_value": "dge_mode=7: one of nisa.dge_mode's unknown, swdge, hwdge, none (0-3)",
+    "transpose_swdge": "a DMA transpose takes unknown, none or hwdge",
     "indirect_v3": "NeuronCore-v4 and later",
     "partition_broadcast": "partition dimension",
     "not_contiguous": "not contiguous",
@@ -379,3 +381,24 @@ def test_rules(case):
     assert msg.startswith(kernel_line(KERNELS, case) + ": "), msg
     assert RULES[case] in msg, msg
     assert "\n" not in msg
+
+
+def test_dge_mode_as_its_integer_value():
+    """``dge_mode=`` given as its integer value (nki-library passes ``3``) is that member;
+    ``none`` on a transpose is the compiler's transpose, as ``unknown`` is."""
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+
+    @nki.jit
+    def transposed(a, mode):
+        import nki.isa as nisa
+        import nki.language as nl
+
+        t = nl.ndarray((32, 16), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t, src=a, dge_mode=mode)
+        out = nl.ndarray((32, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t, dge_mode=mode)
+        return out
+
+    for mode in (0, 3, nki.isa.dge_mode.none):
+        res = nki.run(transposed, (x,), {"mode": mode})
+        assert np.array_equal(res.outputs[0], x.T)

@@ -266,6 +266,11 @@ def bad(x, idx, case):
         nisa.dma_compute(o, [gathered, o, t], nl.add)  # LINE rmw_sources
     elif case == "axes":
         nisa.dma_transpose(dst=o, src=x, axes=(0, 1))  # LINE axes
+    elif case == "dge_value":
+        nisa.dma_copy(dst=t, src=x, dge_mode=7)  # LINE dge_value
+    elif case == "transpose_swdge":
+        ot = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=ot, src=x, dge_mode=nisa.dge_mode.swdge)  # LINE transpose_swdge
     elif case == "indirect_v3":
         t.indirect(i)  # LINE indirect_v3
     elif case == "partition_broadcast":

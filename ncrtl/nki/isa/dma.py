@@ -15,6 +15,7 @@ from ncrtl.model.kernel.dtypes import dtype_of
 
 from .._trace import NkiTensor, current, fail
 from .enums import dge_mode, dma_engine, engine, oob_mode
+from .enums import dge_mode as DGE_MODE
 from .operands import emit, free_size, op_name, operand
 
 __all__ = [
@@ -147,6 +148,19 @@ def indirect_args(engine_name, dsts, srcs, args, call):
     return tuple(out), args
 
 
+def _dge_mode(call, value):
+    """``dge_mode=`` as its enumeration member: a member, its integer value (kernels pass
+    ``3``) or None."""
+    if value is None or isinstance(value, DGE_MODE):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        try:
+            return DGE_MODE(int(value))
+        except ValueError:
+            pass
+    fail(call, f"dge_mode={value!r}: one of nisa.dge_mode's unknown, swdge, hwdge, none (0-3)")
+
+
 def dma_copy(
     dst,
     src,
@@ -167,7 +181,7 @@ def dma_copy(
         )
     if dtype_of(src.dtype).packed != dtype_of(dst.dtype).packed:
         fail(call, f"src {src.dtype} and dst {dst.dtype}: packed types are copied as they are")
-    args = _dynamic_dge(call, dge_mode, (dst, src), engine)
+    args = _dynamic_dge(call, _dge_mode(call, dge_mode), (dst, src), engine)
     args.update(_oob(call, oob_mode, dst, src), **_priority(call, priority))
     emit("dma", "dma_copy", [d], [s], args, call)
 
@@ -217,15 +231,18 @@ def dma_transpose(
     dyn = _dyn(src)
     if _dyn(dst) is not None:
         fail(call, "dst has a run-time offset: a DMA transpose gathers through src only")
+    mode = _dge_mode(call, dge_mode)
     if dyn is not None:
-        _indirect_transpose(call, src, dyn, dge_mode)
+        _indirect_transpose(call, src, dyn, mode)
         args = {"dge": "sw"}
     else:
-        if dge_mode not in (dge_mode.unknown, dge_mode.hwdge, None):
-            fail(call, f"dge_mode={dge_mode!r}: a DMA transpose takes unknown or hwdge")
-        if dge_mode == dge_mode.hwdge:
+        # the reference names unknown and hwdge; none (precomputed descriptors, which
+        # nki-library passes) is the compiler's transpose as unknown is
+        if mode == DGE_MODE.swdge:
+            fail(call, f"dge_mode={mode!r}: a DMA transpose takes unknown, none or hwdge")
+        if mode == DGE_MODE.hwdge:
             _hwdge_transpose(call, src, rank)
-        args = dge(call, dge_mode, engine.unknown)
+        args = dge(call, mode, engine.unknown)
     args["axes"] = axes
     args.update(_oob(call, oob_mode, src), **_priority(call, priority))
     emit("dma", "dma_transpose", [d], [s], args, call)
