@@ -224,3 +224,28 @@ def test_reference_checks_each_output(kernel, tmp_path, capsys):
         assert message in _error([*run, "--reference", f"{ref}::{fn}"], capsys)
     err = _error([*run, "--reference", f"{ref}::same", "--timing-only"], capsys)
     assert "not with --timing-only" in err
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("3", 3),
+        ("-2.5", -2.5),
+        ("1e3", 1000.0),
+        ("True", True),
+        ("False", False),
+        ("None", None),
+        ("(0, 1024)", (0, 1024)),
+        ("[1, 2]", [1, 2]),
+        ("'x y'", "x y"),
+        ("relu", "relu"),
+        ("inf", float("inf")),
+    ],
+)
+def test_kwarg_values(text, value):
+    """``--kwarg NAME=VALUE``: numbers, Python literals (``False`` is False, not the truthy
+    text), else the text."""
+    from ncrtl.cli.run import _kwarg_value
+
+    got = _kwarg_value(text)
+    assert got == value and type(got) is type(value)

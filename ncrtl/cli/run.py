@@ -248,15 +248,24 @@ def _kwargs(args):
             raise UsageError(f"--kwarg {item!r}: give NAME=VALUE")
         if name in out:
             raise UsageError(f"--kwarg {name} is given twice")
-        for conv in (int, float):
-            try:
-                out[name] = conv(value)
-                break
-            except ValueError:
-                continue
-        else:
-            out[name] = value
+        out[name] = _kwarg_value(value)
     return out
+
+
+def _kwarg_value(text):
+    """A ``--kwarg`` value: an integer, a float, a Python literal (``True``, ``None``,
+    ``(0, 1024)``, ``'text'``), else the text itself."""
+    import ast
+
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            continue
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
 
 
 def _cmd_run(args):
