@@ -242,10 +242,10 @@ def test_reference_checks_each_output(kernel, tmp_path, capsys):
         ("inf", float("inf")),
     ],
 )
-def test_kwarg_values(text, value):
+def testkwarg_values(text, value):
     """``--kwarg NAME=VALUE``: numbers, Python literals (``False`` is False, not the truthy
     text), else the text."""
-    from ncrtl.cli.run import _kwarg_value
+    from ncrtl.cli.run import kwarg_value
 
-    got = _kwarg_value(text)
+    got = kwarg_value(text)
     assert got == value and type(got) is type(value)

@@ -248,11 +248,11 @@ def _kwargs(args):
             raise UsageError(f"--kwarg {item!r}: give NAME=VALUE")
         if name in out:
             raise UsageError(f"--kwarg {name} is given twice")
-        out[name] = _kwarg_value(value)
+        out[name] = kwarg_value(value)
     return out
 
 
-def _kwarg_value(text):
+def kwarg_value(text):
     """A ``--kwarg`` value: an integer, a float, a Python literal (``True``, ``None``,
     ``(0, 1024)``, ``'text'``), else the text itself."""
     import ast
