@@ -743,6 +743,19 @@ def test_nkiobject_subclasses_build_from_keywords():
     assert (s.m, s.n, s.k) == (3, None, 4)
     assert Sizes(1, 2, 3) == Sizes(m=1, n=2, k=3)
 
+    @dataclass
+    class Section(nl.NKIObject):  # plain class attributes, no annotations
+        index = None
+        offset = 0
+        LIMIT = 8
+
+        def size(self):
+            return self.offset + 1
+
+    t = Section(index=2, offset=5)
+    assert (t.index, t.offset, t.LIMIT, t.size()) == (2, 5, 8, 6)
+    assert Section().offset == 0
+
 
 SUBKERNEL = """
 import nki

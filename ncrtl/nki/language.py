@@ -196,9 +196,20 @@ class NKIObject:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for name in cls.__dict__.get("__annotations__", {}):
+        notes = cls.__dict__.get("__annotations__")
+        if notes is None:
+            notes = {}
+            cls.__annotations__ = notes
+        for name in notes:
             if name not in cls.__dict__:
                 setattr(cls, name, None)
+        # a plain class attribute (``section_idx = None``) is a field too, so that a
+        # ``@dataclass`` subclass takes it as a keyword (nki-library's do)
+        for name, value in list(cls.__dict__.items()):
+            if name.startswith("_") or name in notes:
+                continue
+            if isinstance(value, (type(None), bool, int, float, str, tuple, frozenset)):
+                notes[name] = type(value) if value is not None else object
 
 
 # -- tensor creation -------------------------------------------------------------------------------
