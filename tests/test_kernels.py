@@ -790,3 +790,35 @@ def test_a_kernel_called_by_a_kernel_is_inlined(tmp_path):
     res = nki.run(load_file(str(path), "caller"), (a,), {})
     assert np.array_equal(res.outputs[0], 2 * a)
     assert res.program.counts()["vector"] == 1
+
+
+def test_a_kernel_file_of_a_package_imports_its_siblings(tmp_path, capsys):
+    """``ncrtl run pkg/sub/kern.py::k``: a kernel file inside a package (its folders hold
+    ``__init__.py``) resolves its relative imports in that package, as the package's own
+    import would (nki-library's kernels import their helpers so)."""
+    sub = tmp_path / "mylib" / "ops"
+    sub.mkdir(parents=True)
+    (tmp_path / "mylib" / "__init__.py").write_text("")
+    (sub / "__init__.py").write_text("")
+    (sub / "helpers.py").write_text("SCALE = 3.0\n")
+    (tmp_path / "mylib" / "consts.py").write_text("ROWS = 128\n")
+    (sub / "kern.py").write_text(
+        "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
+        "from .helpers import SCALE\nfrom ..consts import ROWS\n\n\n"
+        "@nki.jit\ndef k(a):\n"
+        "    t = nl.ndarray((ROWS, 4), nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=a)\n"
+        "    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=SCALE)\n"
+        "    out = nl.ndarray((ROWS, 4), nl.float32, buffer=nl.shared_hbm)\n"
+        "    nisa.dma_copy(dst=out, src=t)\n"
+        "    return out\n"
+    )
+    a = np.ones((128, 4), np.float32)
+    np.save(tmp_path / "a.npy", a)
+    out = tmp_path / "o"
+    assert (
+        main(["run", f"{sub / 'kern.py'}::k", "--args", str(tmp_path / "a.npy"), "--out", str(out)])
+        == 0
+    )
+    assert np.array_equal(np.load(out / "out0.npy"), 3 * a)
+    capsys.readouterr()

@@ -292,19 +292,42 @@ def load_module(path, what="kernel"):
         where = f"{path}:{e.lineno}" if e.lineno else path
         raise ValueError(f"{where}: the {what} file does not parse: {e.msg}") from None
     name = f"ncrtl_{what}_" + os.path.splitext(os.path.basename(path))[0]
+    folder = os.path.dirname(os.path.abspath(path))
+    root, package = _package_of(folder)
+    if package:
+        # a module of a package (its folder holds __init__.py): its relative imports resolve
+        # in that package, whose root stays importable (imports inside its functions)
+        name = f"{package}.{os.path.splitext(os.path.basename(path))[0]}"
     # any file name, not only *.py: the loader is named, not found by the suffix
     loader = importlib.machinery.SourceFileLoader(name, path)
     module = importlib.util.module_from_spec(
         importlib.util.spec_from_file_location(name, path, loader=loader)
     )
-    folder = os.path.dirname(os.path.abspath(path))
+    if package:
+        module.__package__ = package
     sys.path.insert(0, folder)
+    if package and root not in sys.path:
+        sys.path.append(root)
     try:
         with nki.kernel_code():
             exec(code, module.__dict__)
     finally:
         sys.path.remove(folder)
     return module
+
+
+def _package_of(folder):
+    """``(root, dotted package name)`` of a folder inside a package (each folder up to the
+    root holds ``__init__.py``), or ``(None, None)``."""
+    parts = []
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder, part = os.path.split(folder)
+        if not part.isidentifier():
+            return None, None
+        parts.append(part)
+    if not parts:
+        return None, None
+    return folder, ".".join(reversed(parts))
 
 
 def load_file(path, function):
