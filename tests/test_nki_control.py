@@ -15,6 +15,7 @@ from ncrtl.model.kernel import loops
 from ncrtl.model.kernel import timing as ktiming
 from ncrtl.model.kernel.golden import KernelError
 from ncrtl.model.kernel.stream import CORES, Program
+from tests.kernel_lines import kernel_line
 
 HERE = os.path.dirname(__file__)
 KERNELS = os.path.join(HERE, "kernels", "control.py")
@@ -114,7 +115,7 @@ def test_a_body_waits_on_the_previous_iteration_in_any_order(order):
     res = nki.run(_k("staged"), (x, _i32(3)), timing=False, order=order)
     assert np.array_equal(res.outputs[0], _staged_ref(x, 3))
     dma = [i for s in res.program.streams.values() for i in s if i.op == "dma_copy"]
-    load = [i for i in dma if i.line.endswith(":114")][0]
+    load = [i for i in dma if i.line == kernel_line(KERNELS, "staged_load")][0]
     readers = {s for s, _ in load.carried}
     assert {"scalar", "vector"} <= readers  # the previous iteration's readers of the tile
 

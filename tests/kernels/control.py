@@ -125,7 +125,7 @@ def staged(x, n):
     t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
     u = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
     for _ in nl.dynamic_range(reg):
-        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=t, src=x)  # LINE staged_load
         nisa.activation(dst=u, op=nl.copy, data=t, scale=2.0)
         nisa.tensor_tensor(dst=acc, data1=acc, data2=u, op=nl.add)
         nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
