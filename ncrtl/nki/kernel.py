@@ -150,12 +150,16 @@ def _traced(kernel, args, kwargs, core, bounds):
     return first, second
 
 
-def instances_of(grid, core_id, cores):
+def instances_of(grid, core_id, cores, core_of=None):
     """The grid positions core ``core_id`` of ``cores`` runs, in order: the instances ``i``
-    (row-major) with ``i % cores == core_id``."""
+    (row-major) with ``i % cores == core_id``, or, given ``core_of`` (a position's core: the
+    older API's ``nl.spmd_dim`` / ``nl.nc``), those it gives ``core_id``."""
     if grid is None:
         return [(0,)]
     n = math.prod(grid)
+    if core_of is not None:
+        every = [tuple(int(x) for x in np.unravel_index(i, grid)) for i in range(n)]
+        return [p for p in every if core_of(p) == core_id] or [None]
     return [tuple(int(x) for x in np.unravel_index(i, grid)) for i in range(core_id, n, cores)] or [
         None
     ]
@@ -201,7 +205,8 @@ def _trace_one(
             + f": {e}"
         ) from None
     outputs, instances = None, []
-    for k, position in enumerate(instances_of(grid, program_id, num_programs)):
+    placed = kernel.options.get("_core_of")
+    for k, position in enumerate(instances_of(grid, program_id, num_programs, placed)):
         if position is None:  # a grid of fewer instances than cores: this core idles
             break
         tr.position, tr.instance, tr.made = position, k, 0
