@@ -58,6 +58,7 @@ from ncrtl.model.tensor_engine import (
 
 __all__ = [
     "CoreState",
+    "core_states",
     "KernelError",
     "UninitializedRead",
     "run",
@@ -512,6 +513,26 @@ def execute(state, ins):
     fn(state, ins)
 
 
+def core_states(programs, inputs, *, seed=0, uninitialized="error"):
+    """The :class:`CoreState` of each of ``programs`` (the cores of a logical core) over one
+    device memory, as large as every core's device tensors need (a core's private ones lie
+    after the first core's), with ``inputs`` in it."""
+    states = [CoreState(programs[0], inputs, seed=seed, uninitialized=uninitialized)]
+    size = max(
+        (t.base + t.nbytes for p in programs for t in p.tensors.values() if t.space == "hbm"),
+        default=0,
+    )
+    grow = size - states[0].hbm.size
+    if grow > 0:
+        states[0].hbm = np.concatenate([states[0].hbm, np.zeros(grow, np.uint8)])
+        states[0].hbm_written = np.concatenate([states[0].hbm_written, np.zeros(grow, bool)])
+    for p in programs[1:]:
+        st = CoreState(p, inputs, seed=seed, uninitialized=uninitialized)
+        st.hbm, st.hbm_written = states[0].hbm, states[0].hbm_written  # one device memory
+        states.append(st)
+    return states
+
+
 def run(program, inputs, *, order="program", seed=0, uninitialized="error", state=None):
     """Run ``program`` on the goldens; returns ``(outputs, state)``: the output tensors (numpy
     arrays of their dtypes, in return order) and the final :class:`CoreState`.
@@ -531,21 +552,7 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
         raise ValueError(f"order must be 'program', 'reverse' or 'random', not {order!r}")
     programs = list(program) if isinstance(program, (list, tuple)) else [program]
     if state is None:
-        states = [CoreState(programs[0], inputs, seed=seed, uninitialized=uninitialized)]
-        # one device memory, as large as every core's tensors need (a core's private ones
-        # lie after the first core's)
-        size = max(
-            (t.base + t.nbytes for p in programs for t in p.tensors.values() if t.space == "hbm"),
-            default=0,
-        )
-        grow = size - states[0].hbm.size
-        if grow > 0:
-            states[0].hbm = np.concatenate([states[0].hbm, np.zeros(grow, np.uint8)])
-            states[0].hbm_written = np.concatenate([states[0].hbm_written, np.zeros(grow, bool)])
-        for p in programs[1:]:
-            st = CoreState(p, inputs, seed=seed, uninitialized=uninitialized)
-            st.hbm, st.hbm_written = states[0].hbm, states[0].hbm_written  # one device memory
-            states.append(st)
+        states = core_states(programs, inputs, seed=seed, uninitialized=uninitialized)
     else:
         states = list(state) if isinstance(state, (list, tuple)) else [state]
     if loops.dynamic(programs):  # registers and dynamic loops: each stream's sequencer runs

@@ -814,14 +814,10 @@ def trip_counts(program, inputs):
     """The trip counts of ``program``'s loops (set as each program's ``trips``) without the
     golden run of the whole kernel: the golden run of the instructions its registers depend on
     (:func:`_slice`) on ``inputs``; the others pass without effect."""
-    from ncrtl.model.kernel.golden import CoreState
+    from ncrtl.model.kernel.golden import core_states
 
     programs = list(program) if isinstance(program, (list, tuple)) else [program]
-    states = [CoreState(programs[0], inputs, uninitialized="warn")]
-    for p in programs[1:]:
-        st = CoreState(p, inputs, uninitialized="warn")
-        st.hbm, st.hbm_written = states[0].hbm, states[0].hbm_written
-        states.append(st)
+    states = core_states(programs, inputs, uninitialized="warn")
     only = _slice(programs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
