@@ -1,8 +1,8 @@
 """Kernels that break rules, for the error tests (each error names this file and the line)."""
 
-import neuronxcc.nki.isa as nisa
-import neuronxcc.nki.language as nl
-from neuronxcc import nki
+import nki
+import nki.isa as nisa
+import nki.language as nl
 
 
 @nki.jit
