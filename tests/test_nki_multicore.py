@@ -273,7 +273,7 @@ def test_collectives_need_the_ranks():
     assert "names rank 1" in msg and "kernel[2]" in msg
 
 
-def test_unmodelled_collectives_say_so():
+def test_variable_collectives_check_their_metadata():
     import ncrtl.nki.collectives as ncc
 
     @nki.jit
@@ -281,7 +281,7 @@ def test_unmodelled_collectives_say_so():
         ncc.all_to_all_v([x], [x], ncc.ReplicaGroup([[0]]), x)
         return x
 
-    with pytest.raises(nki.NotModelled, match="nki.collectives.all_to_all_v"):
+    with pytest.raises(nki.NkiError, match="ncc.all_to_all_v: metadata_tensor x is float32"):
         nki.trace(k, [np.zeros((2, 2), np.float32)])
 
 

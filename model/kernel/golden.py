@@ -623,7 +623,8 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
             key = rendezvous(ins)
             sides = {c: ins, **{o: partners[(o, *key)] for o in members(ins, c)}}
             if ins.op == "sendrecv":
-                _sendrecv(states, (sides[0], sides[1]))
+                a, b = sorted(sides)  # the two cores of one logical core (of one rank)
+                _sendrecv((states[a], states[b]), (sides[a], sides[b]))
             else:
                 group_execute(states, sides)
             for r, i in sides.items():

@@ -703,7 +703,8 @@ def run(programs, states, *, order="program", seed=0, only=None):
             sides = {c: ins, **{o: partners[(o, *key)] for o in members(ins, c)}}
             if only is None or any(id(i) in only for i in sides.values()):
                 if ins.op == "sendrecv":
-                    golden._sendrecv(states, (sides[0], sides[1]))
+                    a, b = sorted(sides)  # the two cores of one logical core (of one rank)
+                    golden._sendrecv((states[a], states[b]), (sides[a], sides[b]))
                 else:
                     golden.group_execute(states, sides)
             for o, i in sides.items():

@@ -43,7 +43,8 @@ from ncrtl.model.dma.timing import EngineTiming, bandwidth_cycles
 from ncrtl.model.event import Clock, EventCore, Semaphore, Trace
 from ncrtl.model.kernel import loops
 from ncrtl.model.kernel.build import collector_paused
-from ncrtl.model.kernel.collective import GROUP_OPS
+from ncrtl.model.kernel.collective import GROUP_OPS, LINKS
+from ncrtl.model.kernel.collective import link_ns as group_link_ns
 from ncrtl.model.kernel.collective import members as group_members
 from ncrtl.model.kernel.collective import rendezvous as group_key
 from ncrtl.model.kernel.golden import KernelError, deadlock
@@ -211,7 +212,11 @@ class Params:
     ``throttle``: ``"documented"`` (the default) gives the Tensor Engine of NeuronCore-v3 and
     v4 its warm-up throttle (:func:`~ncrtl.model.tensor_engine.timing.throttle_at` its clock);
     a :class:`~ncrtl.model.tensor_engine.timing.Throttle` that one; None none (v2, the RTL,
-    ``--no-throttle``)."""
+    ``--no-throttle``).
+
+    ``link``: the device-to-device link a collective between ranks crosses
+    (:class:`~ncrtl.model.kernel.collective.Link`): ``"documented"`` (the default) the core
+    version's (:data:`~ncrtl.model.kernel.collective.LINKS`), None no link time."""
 
     te_rules: object = DOCUMENTED
     dma: EngineTiming = EngineTiming(word_bytes=DMA_WORD_BYTES, overhead=DMA_OVERHEAD)
@@ -221,6 +226,7 @@ class Params:
     dma_costs: object = "documented"
     throttle: object = "documented"
     compute: object = "documented"
+    link: object = "documented"
 
     def compute_for(self, core):
         """The :class:`ComputeCosts` on ``core`` (None: the element-per-cycle rule and
@@ -355,6 +361,27 @@ class Report:
         """The launch grid's instances: core, position, start, end and span in ns."""
         return _instances(self)
 
+    def ranks(self):
+        """Over N simulated ranks (``ncrtl run --ranks N``): per rank its time in ns, from
+        the run's start to its cores' last completion (empty for a run on one device)."""
+        programs = self.program if isinstance(self.program, list) else [self.program]
+        if getattr(programs[0], "rank", None) is None:
+            return []
+        ends = {}
+        for n, rs in self.records.items():
+            c = int(n.partition(".")[0][4:]) if len(programs) > 1 else 0
+            r = programs[c].rank
+            ends[r] = max([ends.get(r, 0)] + [x.done for x in rs])
+        nranks = max(p.rank for p in programs) + 1
+        return [{"rank": r, "ns": round(self.core.ns(ends.get(r, 0)), 3)} for r in range(nranks)]
+
+    def _ranks_summary(self):
+        ranks = self.ranks()
+        if not ranks:
+            return {}
+        slow = max(ranks, key=lambda r: r["ns"])
+        return {"ranks": ranks, "slowest_rank": slow["rank"], "slowest_rank_ns": slow["ns"]}
+
     def dma_queues(self):
         """Per DMA queue (and ``"dma_engines"``, the engines together): its bytes, the GB/s it
         achieved while it had transfers moving (the engines: over the run) and its fraction of
@@ -482,6 +509,7 @@ class Report:
             "throttle": self.extra.get("throttle", {"modelled": False}),
             "engine_waits_ns": self.engine_waits(),
             "instances": self.instances(),
+            **self._ranks_summary(),
             "longest_waits": [
                 {
                     "ns": round(ns, 3),
@@ -812,6 +840,7 @@ def simulate(program, *, params=None, trace=False):
             st.core, st.local = c, name
             streams[st.name] = st
     throttle = params.throttle_for(core)
+    link = LINKS.get(core.name) if params.link == "documented" else params.link
     seqs = [
         Sequencer(
             core.rows, core.cols, tile_unit=core.tile_unit, rules=params.te_rules, throttle=throttle
@@ -1034,6 +1063,8 @@ def simulate(program, *, params=None, trace=False):
         """Both cores' sides of a pair move their data on their own DMA engines once both are
         ready, and complete together (the pipe's group synchronises)."""
         key_ = group_key(ins)
+        if ins.op == "sendrecv":  # the pair of one logical core (of one rank, over ranks)
+            key_ = (key_, s.core >> 1)
         sides = rendezvous.setdefault(key_, {})
         sides[s.core] = (s, ins, max(ready, s.free, ev.now), waited, blocker)
         if len(sides) < 1 + len(group_members(ins, s.core)):
@@ -1054,6 +1085,9 @@ def simulate(program, *, params=None, trace=False):
             if len(moved) < len(sides):
                 return
             end = max(moved.values())
+            # between devices, no sooner than the link carries it (docs/nki/multicore.md)
+            far = max(group_link_ns(v[1], link) for v in sides.values())
+            end = max(end, start + round(far * ev.tick_mhz / 1000))
             for st, i, _ready, w, b in sides.values():
                 done = max(end + dma_latency, st.last_done)
                 finish(st, i, _ready, start, end, done, w, b)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,20 @@ from ncrtl.model.kernel.stream import CORES, Core
 from . import _trace
 from ._trace import NkiError, NkiTensor
 
-__all__ = ["jit", "simulate", "Kernel", "trace", "run", "Result", "core_of", "returned"]
+__all__ = [
+    "jit",
+    "simulate",
+    "Kernel",
+    "trace",
+    "run",
+    "Result",
+    "core_of",
+    "returned",
+    "unwritten_outputs",
+    "UnwrittenOutput",
+    "PerRank",
+    "per_rank",
+]
 
 #: NKI platform targets and the core versions they name.
 TARGETS = {
@@ -76,6 +90,20 @@ class Kernel:
         lnc = 1 if math.prod(dims) == 1 else 2
         return Kernel(self.fn, self.platform_target, lnc, **{**self.options, "_grid": dims})
 
+    def ranks(self, n):
+        """The kernel run over ``n`` simulated ranks (``ncrtl run --ranks N``): each rank a
+        device of its own (its own device memory and inputs, a logical core of this kernel's
+        cores), ``nki.collectives`` between them; a call returns rank 0's outputs
+        (docs/nki/multicore.md, "Ranks")."""
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise NkiError(f"{self.fn.__name__}.ranks({n!r}): the ranks are a positive integer")
+        return Kernel(self.fn, self.platform_target, self.lnc, **{**self.options, "_ranks": int(n)})
+
+    @property
+    def num_ranks(self):
+        """The simulated ranks of :meth:`ranks` (None: the kernel runs on one device)."""
+        return self.options.get("_ranks")
+
     @property
     def grid(self):
         """The launch grid (``kernel[2, 4]``: ``(2, 4)``), or None for a kernel called
@@ -117,27 +145,96 @@ def simulate(kernel):
     return kernel
 
 
-def trace(kernel, args, kwargs=None, *, core=None, bounds=None):
+class PerRank:
+    """One array per rank for one device tensor of a run over N ranks (:func:`per_rank`)."""
+
+    def __init__(self, arrays):
+        self.arrays = [np.asarray(a) for a in arrays]
+        if not self.arrays:
+            raise NkiError("per_rank([]): one array per rank")
+
+    def __repr__(self):
+        return f"per_rank({len(self.arrays)} arrays)"
+
+
+def per_rank(arrays):
+    """A device tensor whose value differs per rank (``arrays[r]`` rank ``r``'s) in a run
+    over N ranks (``kernel.ranks(N)``, ``run(..., ranks=N)``); a plain array is every rank's."""
+    return PerRank(arrays)
+
+
+def rank_args(args, rank, ranks):
+    """``args`` as rank ``rank`` of ``ranks`` sees them (each :class:`PerRank` its array)."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, PerRank):
+            if ranks is None:
+                raise NkiError(
+                    f"argument {i}: per-rank arrays need a run over ranks (kernel.ranks(N), "
+                    f"ncrtl run --ranks N)"
+                )
+            if len(a.arrays) != ranks:
+                raise NkiError(f"argument {i}: {len(a.arrays)} per-rank arrays for {ranks} ranks")
+            a = a.arrays[rank]
+        out.append(a)
+    return out
+
+
+def _ranks_of(kernel, ranks):
+    n = kernel.num_ranks if ranks is None else ranks
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+        raise NkiError(f"ranks={n!r}: a positive integer")
+    return None if n is None else int(n)
+
+
+def trace(kernel, args, kwargs=None, *, core=None, bounds=None, ranks=None):
     """Trace ``kernel`` on ``args`` (numpy arrays: the device tensors; other values passed as
     they are) into a :class:`~ncrtl.model.kernel.stream.Program`; ``kernel[2]`` gives the two
-    cores' programs (a tuple), sharing the device tensors.  ``bounds``: a
-    :class:`~ncrtl.nki.Bounds` on the instructions and the seconds the trace may take
-    (:class:`~ncrtl.nki.TraceLimit` past one)."""
+    cores' programs (a tuple), sharing the device tensors.  Over ``ranks`` simulated ranks
+    (or ``kernel.ranks(N)``'s), the programs of every rank's cores, rank by rank (a tuple;
+    each program's ``rank`` its rank; a :class:`PerRank` argument gives each rank its own
+    array).  ``bounds``: a :class:`~ncrtl.nki.Bounds` on the instructions and the seconds the
+    trace may take (:class:`~ncrtl.nki.TraceLimit` past one)."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
+    n = _ranks_of(kernel, ranks)
+    if n is None:
+        args = rank_args(args, 0, None)  # refuses per-rank arrays
     if bounds is None:
-        return _traced(kernel, args, kwargs, core, None)
+        return _over_ranks(kernel, args, kwargs, core, None, n)
     with bounds:
+        return _over_ranks(kernel, args, kwargs, core, bounds, n)
+
+
+def _over_ranks(kernel, args, kwargs, core, bounds, ranks):
+    if ranks is None:
         return _traced(kernel, args, kwargs, core, bounds)
+    programs = []
+    for r in range(ranks):
+        got = _traced(kernel, rank_args(args, r, ranks), kwargs, core, bounds, r, ranks)
+        got = got if isinstance(got, tuple) else (got,)
+        for p in got:
+            p.rank = r
+        if r:
+            first = programs[0]
+            mine = [(first.tensors[n].shape, first.tensors[n].dtype) for n in first.outputs]
+            theirs = [(got[0].tensors[n].shape, got[0].tensors[n].dtype) for n in got[0].outputs]
+            if mine != theirs:
+                raise NkiError(
+                    f"{kernel.fn.__name__}: rank {r} returns {theirs}, rank 0 {mine}: every "
+                    f"rank returns tensors of the same shapes and dtypes"
+                )
+        programs += got
+    return tuple(programs)
 
 
-def _traced(kernel, args, kwargs, core, bounds):
+def _traced(kernel, args, kwargs, core, bounds, rank=0, ranks=None):
     grid = kernel.grid or ((2,) if kernel.lnc == 2 else None)
     if kernel.lnc == 1:
-        return _trace_one(kernel, args, kwargs, core, 0, 1, 0, bounds, grid)
-    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0, bounds, grid)
+        return _trace_one(kernel, args, kwargs, core, 0, 1, 0, bounds, grid, rank, ranks)
+    first = _trace_one(kernel, args, kwargs, core, 0, 2, 0, bounds, grid, rank, ranks)
     end = max((t.base + t.nbytes for t in first.tensors.values() if t.space == "hbm"), default=0)
-    second = _trace_one(kernel, args, kwargs, core, 1, 2, end, bounds, grid)
+    second = _trace_one(kernel, args, kwargs, core, 1, 2, end, bounds, grid, rank, ranks)
     for name in first.inputs + first.outputs:
         a, b = first.tensors.get(name), second.tensors.get(name)
         if b is None or (a.base, a.shape, a.dtype) != (b.base, b.shape, b.dtype):
@@ -166,7 +263,17 @@ def instances_of(grid, core_id, cores, core_of=None):
 
 
 def _trace_one(
-    kernel, args, kwargs, core, program_id, num_programs, hbm_internal_base, bounds, grid=None
+    kernel,
+    args,
+    kwargs,
+    core,
+    program_id,
+    num_programs,
+    hbm_internal_base,
+    bounds,
+    grid=None,
+    rank=0,
+    ranks=None,
 ):
     if isinstance(core, Core):
         c = core  # a geometry of its own (the RTL core's: ncrtl.model.neuroncore)
@@ -177,6 +284,7 @@ def _trace_one(
         builder, c, program_id, num_programs, kernel.options.get("psum_rounding", "rne"), bounds
     )
     tr.grid = grid
+    tr.rank, tr.ranks = rank, ranks  # over N simulated ranks (nki.collectives): this one
     names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
     inputs, call_args = [], []
     for i, a in enumerate(args):
@@ -294,12 +402,14 @@ def _one_after_another(program, instances):
 
 @dataclass
 class Result:
-    """What :func:`run` gives: the outputs (golden values), the program, its timing report."""
+    """What :func:`run` gives: the outputs (golden values), the program, its timing report;
+    over N ranks, ``outputs`` are rank 0's and ``rank_outputs[r]`` rank ``r``'s."""
 
     outputs: list
     program: object
     report: object = None
     state: object = None
+    rank_outputs: list = None
 
 
 def run(
@@ -313,30 +423,96 @@ def run(
     trace_file=False,
     uninitialized="error",
     order="program",
+    ranks=None,
+    params=None,
 ):
     """Trace ``kernel`` and run its streams on the goldens (``golden``) and the timing model
-    (``timing``; ``trace_file`` keeps the Perfetto trace in the report)."""
-    program = trace(kernel, args, kwargs, core=core)
+    (``timing``; ``trace_file`` keeps the Perfetto trace in the report; ``params`` the timing
+    model's :class:`~ncrtl.model.kernel.timing.Params`).  ``ranks``: run over N simulated
+    ranks (default ``kernel.ranks(N)``'s; docs/nki/multicore.md, "Ranks")."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    n = _ranks_of(kernel, ranks)
+    program = trace(kernel, args, kwargs, core=core, ranks=n)
+    if n is not None:
+        return _run_ranks(
+            kernel, program, args, n, timing, golden, trace_file, uninitialized, order, params
+        )
     outputs, state = [], None
     if golden:
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         outputs, state = kgolden.run(program, arrays, uninitialized=uninitialized, order=order)
         first = program[0] if isinstance(program, tuple) else program
         outputs = returned(program, outputs)
+        unwritten_outputs(program, state)
         st0 = state[0] if isinstance(state, list) else state
-        for a, name in zip(arrays, first.inputs):  # inputs the kernel wrote, in place
-            if a.flags.writeable:
-                new = st0.tensor(name)
-                if not np.array_equal(
-                    new.view(np.uint8),
-                    np.ascontiguousarray(a).view(np.uint8).reshape(new.view(np.uint8).shape),
-                ):
-                    a[...] = new.reshape(a.shape)
+        _write_back(arrays, first.inputs, st0)
     if timing and not golden and kloops.dynamic(program):
         # dynamic loops: their trip counts from the instructions the registers depend on
         kloops.trip_counts(program, [a for a in args if isinstance(a, np.ndarray)])
-    report = ktiming.simulate(program, trace=trace_file) if timing else None
+    report = ktiming.simulate(program, params=params, trace=trace_file) if timing else None
     return Result(outputs, program, report, state)
+
+
+def _write_back(arrays, names, st):
+    """Inputs the kernel wrote, in place."""
+    for a, name in zip(arrays, names):
+        if a.flags.writeable:
+            new = st.tensor(name)
+            if not np.array_equal(
+                new.view(np.uint8),
+                np.ascontiguousarray(a).view(np.uint8).reshape(new.view(np.uint8).shape),
+            ):
+                a[...] = new.reshape(a.shape)
+
+
+def rank_arrays(args, ranks):
+    """Per rank, the device tensors of ``args`` (numpy arrays and :class:`PerRank`)."""
+    return [
+        [a for a in rank_args(args, r, ranks) if isinstance(a, np.ndarray)] for r in range(ranks)
+    ]
+
+
+def rank_programs(programs, rank):
+    """The programs of rank ``rank``'s cores (a tuple) of a run over ranks."""
+    return tuple(p for p in programs if p.rank == rank)
+
+
+def golden_ranks(programs, per_rank_arrays, *, uninitialized="error", order="program"):
+    """The golden run over ranks: ``(outputs per rank, states)``, each rank a device of its
+    own holding ``per_rank_arrays[rank]``."""
+    from ncrtl.model.kernel.collective import rank_states
+
+    states = rank_states(programs, per_rank_arrays, uninitialized=uninitialized)
+    kgolden.run(programs, None, state=states, order=order)
+    outs = []
+    for r in range(len(per_rank_arrays)):
+        k = next(i for i, p in enumerate(programs) if p.rank == r)
+        mine = rank_programs(programs, r)
+        outs.append(returned(mine, [states[k].tensor(n) for n in programs[k].outputs]))
+    return outs, states
+
+
+def _run_ranks(kernel, programs, args, n, timing, golden, trace_file, uninitialized, order, params):
+    from ncrtl.model.kernel.collective import rank_trip_counts
+
+    per = rank_arrays(args, n)
+    outputs, states, rank_outputs = [], None, None
+    if golden:
+        rank_outputs, states = golden_ranks(programs, per, uninitialized=uninitialized, order=order)
+        outputs = rank_outputs[0]
+        for r in range(n):  # inputs the kernel wrote: rank 0's of a shared array
+            k = next(i for i, p in enumerate(programs) if p.rank == r)
+            arrays = [a for a in args if isinstance(a, (np.ndarray, PerRank))]
+            mine = [a.arrays[r] if isinstance(a, PerRank) else a for a in arrays]
+            keep = [a if (isinstance(o, PerRank) or r == 0) else None for a, o in zip(mine, arrays)]
+            for a, name in zip(keep, programs[k].inputs):
+                if a is not None:
+                    _write_back([a], [name], states[k])
+    if timing and not golden and kloops.dynamic(programs):
+        rank_trip_counts(programs, per)
+    report = ktiming.simulate(programs, params=params, trace=trace_file) if timing else None
+    return Result(outputs, programs, report, states, rank_outputs)
 
 
 def returned(program, outputs):
@@ -347,6 +523,50 @@ def returned(program, outputs):
     outputs = [_as_numpy(o, first.tensors[n].dtype) for o, n in zip(outputs, first.outputs)]
     views = getattr(first, "output_views", None) or [None] * len(outputs)
     return [o if v is None else _through(o, *v) for o, v in zip(outputs, views)]
+
+
+class UnwrittenOutput(kgolden.UninitializedRead):
+    """A kernel output with elements no instruction wrote (:func:`unwritten_outputs`)."""
+
+
+def unwritten_outputs(program, state):
+    """Warn (:class:`UnwrittenOutput`, one line each) of every returned output with elements
+    that no instruction of the kernel wrote: the hardware returns whatever the device memory
+    held there, the golden 0, so a value compared there compares nothing (a kernel whose loops
+    ran no iteration at the shape it was given, a shape that leaves a tile to no core).
+    Returns the messages."""
+    first = program[0] if isinstance(program, tuple) else program
+    st0 = state[0] if isinstance(state, list) else state
+    views = getattr(first, "output_views", None) or [None] * len(first.outputs)
+    messages = []
+    for k, (name, view) in enumerate(zip(first.outputs, views)):
+        t = first.tensors[name]
+        done = st0.hbm_written[t.base : t.base + t.nbytes]
+        if view is None:
+            shape, isz = tuple(t.shape), dtype_of(t.dtype).itemsize
+            mask = done.reshape(-1, isz).all(axis=1).reshape(shape)
+        else:
+            shape, dtype, indices = view
+            isz = dtype_of(dtype).itemsize
+            mask = done.reshape(-1, isz).all(axis=1)[indices].reshape(shape)
+        if mask.all():
+            continue
+        missing = int(mask.size - np.count_nonzero(mask))
+        at = [int(i) for i in np.argwhere(~mask)[0]]
+        if missing == mask.size:
+            msg = (
+                f"{first.kernel}: output {k} ({name}, {list(shape)}): no instruction wrote it; "
+                f"the hardware returns what the device memory held, ncrtl 0"
+            )
+        else:
+            msg = (
+                f"{first.kernel}: output {k} ({name}, {list(shape)}): {missing} of its "
+                f"{mask.size} elements written by no instruction (the first at {at}); the "
+                f"hardware returns what the device memory held there, ncrtl 0"
+            )
+        messages.append(msg)
+        warnings.warn(msg, UnwrittenOutput, stacklevel=2)
+    return messages
 
 
 def _through(arr, shape, dtype, indices):

@@ -18,6 +18,12 @@ from .operands import emit, operand, pick_engine
 __all__ = ["core_barrier"]
 
 
+def run_core(tr, core):
+    """The index of core ``core`` of the calling rank's logical core among the run's cores
+    (rank ``r``'s core ``k`` is ``r * cores + k`` over N ranks; the core itself otherwise)."""
+    return getattr(tr, "rank", 0) * tr.num_programs + core
+
+
 def cores_of(call, what, cores, tr):
     """The cores ``cores`` names (an index or a sequence of them), sorted; each a core of the
     logical core the kernel was launched on."""
@@ -61,5 +67,5 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
             call, f"data must be a tensor (the shared data the cores synchronise on), not {data!r}"
         )
     d = operand(call, "data", data, ("hbm", "sbuf"))
-    group = cores_of(call, "cores", cores, tr)
+    group = tuple(run_core(tr, c) for c in cores_of(call, "cores", cores, tr))
     group_op(call, which, "core_barrier", group, [d], [], {})
