@@ -12,7 +12,7 @@ import sys
 
 from . import collectives, isa, language, typing
 from ._trace import Bounds, NkiError, NotModelled, TraceLimit, kernel_code, kernel_error
-from .kernel import Kernel, Result, jit, run, simulate, trace
+from .kernel import Kernel, PerRank, Result, jit, per_rank, run, simulate, trace
 from .typing import dtype
 
 # nki.isa.constants, a module of its own (nki.isa answers unknown names with stand-ins, so
@@ -37,6 +37,8 @@ __all__ = [
     "run",
     "trace",
     "Result",
+    "PerRank",
+    "per_rank",
     "install_aliases",
 ]
 
