@@ -2,8 +2,10 @@
 (tests/kernels/fixes.py) that had the defect's shape."""
 
 import pathlib
+import warnings
 
 import numpy as np
+import pytest
 
 import ncrtl.nki as nki
 from ncrtl.cli import main
@@ -39,3 +41,37 @@ def test_timing_only_trip_counts_see_every_cores_device_tensors(tmp_path):
          str(tmp_path / "n.npy"), "--out", str(tmp_path / "o"), "--timing-only"]
     )  # fmt: skip
     assert rc in (0, None)
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (8, None),
+        (6, r"tiled_copy: output 0 \(hbm\d+ \[6, 3\] \(.*fixes.py:\d+\)\): 6 of its 18 elements written by no "
+            r"instruction \(the first at \[4, 0\]\)"),
+        (2, r"tiled_copy: output 0 \(hbm\d+ \[2, 3\] \(.*fixes.py:\d+\)\): no instruction wrote it"),
+    ],
+)  # fmt: skip
+def test_an_output_nothing_wrote_is_told(rows, message):
+    """An output element no instruction wrote is what the device memory held on the hardware
+    and 0 in the golden: one warning line per output names how many and the first, so that
+    zeros from a shape that runs no tile are never taken for the kernel's result."""
+    x = _x(rows, 3)
+    if message is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert np.array_equal(nki.run(_k("tiled_copy"), (x,), timing=False).outputs[0], x)
+        return
+    with pytest.warns(nki.kernel.UnwrittenOutput, match=message):
+        out = nki.run(_k("tiled_copy"), (x,), timing=False).outputs[0]
+    whole = rows // 4 * 4
+    assert np.array_equal(out[:whole], x[:whole]) and not out[whole:].any()
+
+
+def test_the_command_line_tells_an_output_nothing_wrote(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", _x(2, 3))
+    with pytest.warns(nki.kernel.UnwrittenOutput, match="no instruction wrote it"):
+        main(
+            ["run", f"{KERNELS}::tiled_copy", "--args", str(tmp_path / "x.npy"),
+             "--out", str(tmp_path / "o")]
+        )  # fmt: skip

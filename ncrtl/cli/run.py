@@ -313,12 +313,13 @@ def _cmd_run(args):
     outputs = []
     if not args.timing_only:
         try:
-            outputs, _ = kgolden.run(
+            outputs, state = kgolden.run(
                 program,
                 arrays,
                 uninitialized="warn" if args.allow_uninitialized else "error",
             )
             outputs = nki.kernel.returned(program, outputs)
+            nki.kernel.unwritten_outputs(program, state)
         except kgolden.KernelError as e:
             raise UsageError(str(e)) from None
     elif kloops.dynamic(program):

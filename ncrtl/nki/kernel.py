@@ -553,14 +553,15 @@ def unwritten_outputs(program, state):
             continue
         missing = int(mask.size - np.count_nonzero(mask))
         at = [int(i) for i in np.argwhere(~mask)[0]]
+        name = f"{name} {list(shape)}" + (f" ({t.line})" if t.line else "")
         if missing == mask.size:
             msg = (
-                f"{first.kernel}: output {k} ({name}, {list(shape)}): no instruction wrote it; "
+                f"{first.kernel}: output {k} ({name}): no instruction wrote it; "
                 f"the hardware returns what the device memory held, ncrtl 0"
             )
         else:
             msg = (
-                f"{first.kernel}: output {k} ({name}, {list(shape)}): {missing} of its "
+                f"{first.kernel}: output {k} ({name}): {missing} of its "
                 f"{mask.size} elements written by no instruction (the first at {at}); the "
                 f"hardware returns what the device memory held there, ncrtl 0"
             )
