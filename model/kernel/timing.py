@@ -551,7 +551,10 @@ def _dma_shape(ins):
     """``(bytes, rows, packets)`` of a transfer: its destination's bytes; its rows, the
     partitions of its on-chip side (device memory to device memory: the source's outer
     entries); its packets, the contiguous runs of either side (a transpose: of its
-    destination), at least one per row."""
+    destination), at least one per row; a collective's pairs together."""
+    if len(ins.dsts) > 1:  # a collective's (src, dst) pairs (coalesced tensors, channels)
+        parts = [_dma_shape(replace(ins, dsts=(d,), srcs=(r,))) for d, r in zip(ins.dsts, ins.srcs)]
+        return tuple(sum(p[k] for p in parts) for k in range(3))
     (dst,), src = ins.dsts, ins.srcs[0]
     side = dst if dst.on_chip else src
     rows = max(1, side.view_shape[0])
