@@ -71,6 +71,8 @@ class Checked:
         """The device tensors, in argument order."""
         import numpy as np
 
+        from ..nki.kernel import PerRank
+
         rng = np.random.default_rng(self.seed)
         out = []
         for kind, value, d in self.inputs:
@@ -78,6 +80,11 @@ class Checked:
                 out.append(value)
             elif kind == "file":
                 out.append(load_npy(value, "--args").view(d.storage))
+            elif kind == "file-ranks":  # [ranks, ...]: rank r's at [r]
+                out.append(PerRank(list(load_npy(value, "--args").view(d.storage))))
+            elif kind == "random-ranks":
+                ranks, dims = value
+                out.append(PerRank([_standard_normal(rng, dims, d.storage) for _ in range(ranks)]))
             else:
                 out.append(_standard_normal(rng, value, d.storage))
         return out
@@ -112,6 +119,9 @@ def check(args):
 
         options = {**kernel.options, "psum_rounding": args.psum_rounding}
         kernel = Kernel(kernel.fn, kernel.platform_target, kernel.lnc, **options)
+    _check_ranks(args)
+    if args.ranks is not None:
+        kernel = kernel.ranks(args.ranks)
     geo = _geometry(args, kernel)
     core = geo.core() if geo is not None else CORES[core_of(args.core or kernel.core)]
     if example is not None:
@@ -130,6 +140,8 @@ def check(args):
             )
         except ValueError as e:
             raise UsageError(str(e)) from None
+        if args.per_rank is not None:
+            raise UsageError("--per-rank names --args / --shapes tensors; --example has its own")
         inputs = [("array", a, None) for a in arrays]
         kwargs = dict(example.kwargs)
     else:
@@ -139,6 +151,34 @@ def check(args):
     _check_outputs(args)
     reference = _reference(args) if args.reference is not None else None
     return Checked(kernel, example, geo, core, kwargs, inputs, args.seed, reference)
+
+
+def _check_ranks(args):
+    """``--ranks`` and the options that go with it (docs/nki/multicore.md, "Ranks")."""
+    if args.ranks is None:
+        for flag, given in (
+            ("--per-rank", args.per_rank is not None),
+            ("--all-ranks", args.all_ranks),
+            ("--link-gbps", args.link_gbps is not None),
+            ("--link-latency-ns", args.link_latency_ns is not None),
+        ):
+            if given:
+                raise UsageError(f"{flag} goes with --ranks N (a run over N simulated ranks)")
+        return
+    if args.ranks < 1:
+        raise UsageError(f"--ranks {args.ranks} must be at least 1")
+    if args.rtl:
+        raise UsageError("--rtl runs one NeuronCore: leave out --ranks")
+    if args.link_gbps is not None and not args.link_gbps > 0:
+        raise UsageError(f"--link-gbps {args.link_gbps} must be a positive number")
+    if args.link_latency_ns is not None and not args.link_latency_ns >= 0:
+        raise UsageError(f"--link-latency-ns {args.link_latency_ns} must be 0 or more")
+    n = len(args.shapes or args.args or ())
+    for i in args.per_rank or ():
+        if not 0 <= i < n:
+            raise UsageError(
+                f"--per-rank {i}: the device tensors are 0 to {n - 1} (--args / --shapes order)"
+            )
 
 
 def _inputs(args, core, lnc):
@@ -172,7 +212,10 @@ def _inputs(args, core, lnc):
                 d = dtype_of(dt)
             except ValueError as e:
                 raise UsageError(f"--shapes {item}: {e}") from None
-            out.append(("random", dims, d))
+            if _per_rank(args, len(out)):
+                out.append(("random-ranks", (args.ranks, dims), d))
+            else:
+                out.append(("random", dims, d))
             sizes.append((f"--shapes {item}", math.prod(dims) * d.itemsize))
     else:
         from .common import npy_header
@@ -186,7 +229,16 @@ def _inputs(args, core, lnc):
                 d = file_dtype(stored, dt or None)
             except ValueError as e:
                 raise UsageError(f"--args {item}: {e}") from None
-            out.append(("file", path, d))
+            if _per_rank(args, len(out)):
+                if not shape or shape[0] != args.ranks:
+                    raise UsageError(
+                        f"--args {item} {list(shape)}: a --per-rank file holds [ranks, ...], "
+                        f"rank r's tensor at [r] (--ranks {args.ranks})"
+                    )
+                out.append(("file-ranks", path, d))
+                shape = shape[1:]
+            else:
+                out.append(("file", path, d))
             sizes.append((f"--args {item}", math.prod(shape) * stored.itemsize))
     try:
         for what, nbytes in sizes:
@@ -199,6 +251,13 @@ def _inputs(args, core, lnc):
     except ValueError as e:
         raise UsageError(str(e)) from None
     return out
+
+
+def _per_rank(args, i):
+    """Whether device tensor ``i`` differs per rank (``--per-rank``; no positions: all)."""
+    if args.ranks is None or args.per_rank is None:
+        return False
+    return not args.per_rank or i in args.per_rank
 
 
 def _check_outputs(args):
@@ -310,25 +369,43 @@ def _cmd_run(args):
     if args.dump_streams:
         for p in program if isinstance(program, tuple) else (program,):
             print(p.dump())
-    outputs = []
+    outputs, every = [], None
+    ranks = args.ranks
+    per = nki.kernel.rank_arrays(arrays, ranks) if ranks is not None else None
     if not args.timing_only:
         try:
-            outputs, state = kgolden.run(
-                program,
-                arrays,
-                uninitialized="warn" if args.allow_uninitialized else "error",
-            )
-            outputs = nki.kernel.returned(program, outputs)
-            nki.kernel.unwritten_outputs(program, state)
+            uninit = "warn" if args.allow_uninitialized else "error"
+            if ranks is not None:  # each rank a device of its own
+                every, _ = nki.kernel.golden_ranks(program, per, uninitialized=uninit)
+                outputs = every[0]
+            else:
+                outputs, state = kgolden.run(program, arrays, uninitialized=uninit)
+                outputs = nki.kernel.returned(program, outputs)
+                nki.kernel.unwritten_outputs(program, state)
         except kgolden.KernelError as e:
             raise UsageError(str(e)) from None
     elif kloops.dynamic(program):
         try:  # dynamic loops: their trip counts from the instructions the registers depend on
-            kloops.trip_counts(program, arrays)
+            if ranks is not None:
+                from ..model.kernel.collective import rank_trip_counts
+
+                rank_trip_counts(program, per)
+            else:
+                kloops.trip_counts(program, arrays)
         except kgolden.KernelError as e:
             raise UsageError(str(e)) from None
+    if per is not None:
+        arrays = per[0]  # a reference or an example checks rank 0's outputs on its inputs
     try:
-        params = ktiming.Params(throttle=None) if args.no_throttle else None
+        params = ktiming.Params(throttle=None) if args.no_throttle else ktiming.Params()
+        if args.link_gbps is not None or args.link_latency_ns is not None:
+            from ..model.kernel.collective import LINKS, Link
+
+            base = LINKS[program[0].core.name]
+            params.link = Link(
+                args.link_gbps if args.link_gbps is not None else base.gbps,
+                args.link_latency_ns if args.link_latency_ns is not None else base.latency_ns,
+            )
         report = ktiming.simulate(program, params=params, trace=bool(args.trace))
     except kgolden.KernelError as e:
         raise UsageError(str(e)) from None
@@ -345,7 +422,10 @@ def _cmd_run(args):
     if args.out is not None:
 
         def write(folder):
-            for i, o in enumerate(outputs):
+            saved = outputs
+            if args.all_ranks and every is not None:  # [ranks, ...]: rank r's at [r]
+                saved = [np.stack([e[i] for e in every]) for i in range(len(outputs))]
+            for i, o in enumerate(saved):
                 with open(folder / f"out{i}.npy", "wb") as f:
                     np.save(f, o)
             (folder / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -616,6 +696,12 @@ def _print(summary, report):
                 f"core {i['core']} {i['program_id']} {i['ns']:,.1f} ns" for i in s["instances"]
             )
         )
+    if s.get("ranks"):
+        print(
+            f"ranks: {len(s['ranks'])}, each a device of its own: "
+            + "; ".join(f"rank {r['rank']} {r['ns']:,.1f} ns" for r in s["ranks"])
+            + f"; slowest rank {s['slowest_rank']} ({s['slowest_rank_ns']:,.1f} ns)"
+        )
     print("instructions: " + ", ".join(f"{k} {v}" for k, v in s["instructions"].items()))
     print("busy: " + ", ".join(f"{k} {v:.2f}" for k, v in s["busy_fraction"].items()))
     if s["te_dtype"]:
@@ -737,6 +823,40 @@ def add_parser(sub, raw):
         "(default: the kernel's @nki.jit(psum_rounding=), else rne)",
     )
     s.add_argument("--timing-only", action="store_true", help="skip the golden values")
+    s.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="run over N simulated ranks, each a device of its own (its device memory and "
+        "inputs; a logical core of the kernel's cores), nki.collectives between them; the "
+        "report gives each rank's time and the slowest (docs/nki/multicore.md)",
+    )
+    s.add_argument(
+        "--per-rank",
+        nargs="*",
+        type=int,
+        metavar="I",
+        help="with --ranks: the device tensors (by position; none named: all) that differ per "
+        "rank: an --args file holds [ranks, ...] (rank r's at [r]), a --shapes tensor is "
+        "drawn once per rank (default: every rank gets the same arrays)",
+    )
+    s.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="with --ranks: --out writes every rank's outputs, each out<N>.npy [ranks, ...] "
+        "(default: rank 0's)",
+    )
+    s.add_argument(
+        "--link-gbps",
+        type=float,
+        help="with --ranks: the device-to-device link's GB/s per device (default the core "
+        "version's documented NeuronLink: v2 412, v3 1280, v4 2560)",
+    )
+    s.add_argument(
+        "--link-latency-ns",
+        type=float,
+        help="with --ranks: the link's latency per step of a collective (default 1000 ns)",
+    )
     s.add_argument(
         "--no-throttle",
         action="store_true",

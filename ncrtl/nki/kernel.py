@@ -490,6 +490,7 @@ def golden_ranks(programs, per_rank_arrays, *, uninitialized="error", order="pro
         k = next(i for i, p in enumerate(programs) if p.rank == r)
         mine = rank_programs(programs, r)
         outs.append(returned(mine, [states[k].tensor(n) for n in programs[k].outputs]))
+        unwritten_outputs(mine, states[k])
     return outs, states
 
 
