@@ -24,8 +24,10 @@ No numeric rule is restated here; each operation calls the block's golden:
 * Vector / Scalar / GpSimd arithmetic (``tensor_tensor``, ``tensor_scalar``, ``activation``),
   which has no RTL here: float32 numpy, then that rounding (docs/kernels.md).
 
-Reading SBUF, PSUM or device memory that nothing wrote is an error (:class:`KernelError`), or
-a warning with ``uninitialized="warn"``.
+Reading SBUF, PSUM or device memory that nothing wrote is no error by itself: the results that
+depend on it are marked unwritten (tainted), element by element (:mod:`ncrtl.model.kernel.taint`);
+tainted data reaching the kernel's outputs, a register, a run-time offset or index, a predicate
+or a collective is an error (:class:`KernelError`), or a warning with ``uninitialized="warn"``.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ from dataclasses import replace
 import numpy as np
 
 from ncrtl.model.dma.access import pattern_bounds
-from ncrtl.model.kernel import loops
+from ncrtl.model.kernel import loops, taint
 from ncrtl.model.kernel.collective import GROUP_OPS, members, rendezvous
-from ncrtl.model.kernel.collective import execute as group_execute
+from ncrtl.model.kernel.collective import execute as _group_execute
 from ncrtl.model.kernel.dtypes import dtype_of
 from ncrtl.model.kernel.ops import OPS as MORE_OPS
 from ncrtl.model.kernel.values import ACTIVATIONS, ALU_OPS, KernelError, convert, unpack_x4
@@ -98,6 +100,9 @@ class CoreState:
             raise ValueError(f"uninitialized must be 'error' or 'warn', not {uninitialized!r}")
         self.program = program
         self.uninitialized = uninitialized
+        self.taint = None  # the run's taint origins, once a read of unwritten memory made one
+        self._probe = None  # taint: None, or the probe / real run of an instruction
+        self._said = None  # taint: the warnings given for the instruction running
         core = program.core
         p = core.partitions
         self.sbuf = np.zeros((p, core.sbuf_partition_bytes), np.uint8)
@@ -187,8 +192,11 @@ class CoreState:
         b0 = ref.base + within * isz
         return slice(p0, p0 + pat[0][1]), slice(b0, b0 + step * isz)
 
-    def read(self, ref, ins=None):
-        """The view's elements, shape ``view_shape``, as its storage dtype."""
+    def read(self, ref, ins=None, matters=None):
+        """The view's elements, shape ``view_shape``, as its storage dtype.  Elements nothing
+        wrote (or tainted) are the instruction's taint (:mod:`~ncrtl.model.kernel.taint`);
+        ``matters`` (``"register"``, ``"offset"``, ``"index"``, ``"predicate"``, ...): what the
+        values feed, where tainted data is the error (or the warning)."""
         lay = _layout(ref)
         if lay is not None:
             if ref.space == "psum":
@@ -202,15 +210,9 @@ class CoreState:
         mem, written = self._memory(ref.space)
         part, byte = self._positions(ref)
         sel = byte if part is None else (part, byte)
-        if not written[sel].all():
-            missing = np.argwhere(~written[sel].all(axis=-1))[0]
-            msg = (
-                f"{_where(ins)}reads {ref.space.upper()} tensor {ref.tensor} at view index "
-                f"{list(int(i) for i in missing)}, which nothing wrote"
-            )
-            if self.uninitialized == "error":
-                raise KernelError(msg)
-            warnings.warn(msg, UninitializedRead, stacklevel=2)
+        w = written[sel]
+        if not w.all():
+            return taint.unwritten_read(self, ref, ins, mem, sel, w, matters)
         data = mem[sel]
         return np.ascontiguousarray(data).view(ref.element.storage).reshape(ref.view_shape)
 
@@ -510,7 +512,29 @@ def execute(state, ins):
         ins = resolve(state, ins)
         if ins is None:  # every element skipped (oob_mode=skip)
             return
-    fn(state, ins)
+    if state._said is not None:
+        state._said = None
+    if state.taint is not None and taint.precheck(state, ins):
+        taint.slow(state, fn, ins)
+        return
+    try:
+        fn(state, ins)
+    except taint.Tainted:  # it read memory nothing wrote: again, the taint followed
+        taint.slow(state, fn, ins)
+
+
+def group_execute(states, sides):
+    """A group operation (a collective, a barrier) on the cores of ``sides``: its sources
+    checked for taint (:func:`ncrtl.model.kernel.taint.group_check`), then
+    :func:`ncrtl.model.kernel.collective.execute`."""
+    taint.group_check(states, sides)
+    for st in states:
+        st._probe = taint.REAL  # warned: the values as they are
+    try:
+        _group_execute(states, sides)
+    finally:
+        for st in states:
+            st._probe = None
 
 
 def core_states(programs, inputs, *, seed=0, uninitialized="error"):
@@ -555,8 +579,10 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
         states = core_states(programs, inputs, seed=seed, uninitialized=uninitialized)
     else:
         states = list(state) if isinstance(state, (list, tuple)) else [state]
+    taint.share(states)
     if loops.dynamic(programs):  # registers and dynamic loops: each stream's sequencer runs
         loops.run(programs, states, order=order, seed=seed)
+        taint.check_outputs(states)
         return [states[0].tensor(n) for n in programs[0].outputs], (
             states[0] if len(states) == 1 else states
         )
@@ -636,6 +662,7 @@ def run(program, inputs, *, order="program", seed=0, uninitialized="error", stat
         done[(c, ins.engine)] += 1
         advance(c, ins.engine)
         remaining -= 1
+    taint.check_outputs(states)
     return [states[0].tensor(n) for n in programs[0].outputs], (
         states[0] if len(states) == 1 else states
     )
@@ -666,7 +693,6 @@ def _sendrecv(states, pair):
         a = ins.args
         src = _tile(states[r], ins.srcs[0], ins)
         dst = _tile(states[r], ins.dsts[0], ins)
-        states[r].read(ins.srcs[0], ins)  # what it sends must have been written
         ops.append(
             SendRecv(
                 src, dst, a["send_to_rank"], a["recv_from_rank"], a["pipe_id"], a["dma_engine"]
@@ -678,10 +704,8 @@ def _sendrecv(states, pair):
             raise KernelError(f"{_where(pair[r])}{Code(codes[r][0]).name}: {msgs[r][0]}")
     for r in (0, 1):
         states[r].sbuf[...] = sbufs[r]
-        d = ops[r].dst
-        states[r].sbuf_written[
-            d.partition : d.partition + d.partitions, d.byte : d.byte + d.nbytes
-        ] = True
+    # the written mask goes with the bytes: what was sent unwritten arrives tainted
+    taint.sendrecv_masks(states, pair, [(o.src, o.dst) for o in ops])
 
 
 def deadlock(programs, done):

@@ -169,7 +169,7 @@ def _offsets(st, ins, ref, spec, skip):
         values = np.array([registers.read(st, ins, spec["register"])], np.int64)
     else:
         index = ins.srcs[spec["index"]]
-        values = st.read(index, ins)
+        values = st.read(index, ins, matters="offset")
     shape = ref.tensor_shape()
     total = int(np.prod(shape))
     kind, stride = spec["kind"], spec["stride"]

@@ -101,9 +101,12 @@ def _rng(st, ins):
 
 def _rand2(st, ins):
     (dst,) = ins.dsts
-    bits, p = _dst_draw(st, ins, dst)
-    lo = scalar_operand(st, ins, ins.args["min"], ins.srcs, p)
-    hi = scalar_operand(st, ins, ins.args["max"], ins.srcs, p)
+    p = dst.view_shape[0]
+    lo = scalar_operand(st, ins, ins.args["min"], ins.srcs, p)  # the operands read before the
+    hi = scalar_operand(
+        st, ins, ins.args["max"], ins.srcs, p
+    )  # draw (taint: model/kernel/taint.py)
+    bits, _ = _dst_draw(st, ins, dst)
     with np.errstate(over="ignore", invalid="ignore"):
         v = lo + _uniform(bits) * (hi - lo)
     st.write(dst, convert(v.astype(np.float32), dst.view_dtype).reshape(dst.view_shape))
@@ -114,17 +117,21 @@ def _dropout(st, ins):
     data = ins.srcs[0]
     if data.view_shape[0] != dst.view_shape[0] or data.size != dst.size:
         raise KernelError(f"{where(ins)}data and dst differ in partitions or elements")
-    bits, p = _dst_draw(st, ins, dst)
-    prob = scalar_operand(st, ins, ins.args["prob"], ins.srcs, p)
+    p = dst.view_shape[0]
+    prob = scalar_operand(st, ins, ins.args["prob"], ins.srcs, p)  # the operands read before
+    v = st.read(data, ins).reshape(p, -1)  # the draw (taint: model/kernel/taint.py)
+    bits, _ = _dst_draw(st, ins, dst)
     keep = _uniform(bits) >= prob
-    v = st.read(data, ins).reshape(p, -1)
     out = np.where(keep, v, np.zeros((), v.dtype))
     st.write(dst, out.reshape(dst.view_shape))
 
 
 def _set_rng_seed(st, ins):
     (src,) = ins.srcs
-    seed = int(np.asarray(st.read(src, ins)).reshape(-1)[0].view(np.uint32)) & 0xFFFFFFFF
+    seed = (
+        int(np.asarray(st.read(src, ins, matters="seed")).reshape(-1)[0].view(np.uint32))
+        & 0xFFFFFFFF
+    )
     states = _states(st, "vector")
     states[...] = seed_states("vector", seed, states.shape[0])
 
@@ -132,7 +139,7 @@ def _set_rng_seed(st, ins):
 def _rand_set_state(st, ins):
     (src,) = ins.srcs
     states = _states(st, ins.engine)
-    words = st.read(src, ins).reshape(src.view_shape[0], -1).astype(np.uint32)
+    words = st.read(src, ins, matters="seed").reshape(src.view_shape[0], -1).astype(np.uint32)
     lanes = _lanes(src)
     states[lanes] = words.reshape(len(lanes), states.shape[1], 6)
 

@@ -44,7 +44,7 @@ def _move(st, ins):
 
 def _load(st, ins):
     (src,) = ins.srcs
-    v = st.read(src, ins).reshape(-1)
+    v = st.read(src, ins, matters="register").reshape(-1)
     registers(st, ins.engine)[ins.args["dst"]] = wrap32(int(v[0]))
 
 

@@ -14,10 +14,10 @@ read."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
+from ncrtl.model.kernel import taint
 from ncrtl.model.kernel.values import KernelError, accumulator, convert, where
 
 from .elementwise import accumulate
@@ -47,29 +47,15 @@ _CMP = {
 def _raw(st, ref):
     """``(values, written)``: the view's elements (its storage dtype, ``view_shape``) and
     whether each was written, without the uninitialized-read rule (the caller applies it to
-    the elements it uses, :func:`_need`)."""
-    mem, written = st._memory(ref.space)
-    part, byte = st._positions(ref)
-    sel = byte if part is None else (part, byte)
-    data = np.ascontiguousarray(mem[sel]).view(ref.element.storage).reshape(ref.view_shape)
-    return data, written[sel].all(axis=-1).reshape(ref.view_shape)
+    the elements it uses, :func:`_need`); in a taint probe run the unwritten ones hold the
+    probe's fill (:func:`ncrtl.model.kernel.taint.raw`)."""
+    return taint.raw(st, ref)
 
 
 def _need(st, ins, ref, written, used):
-    """The uninitialized-read rule on the elements ``used`` (a mask of ``view_shape``)."""
-    missing = np.asarray(used) & ~written
-    if not missing.any():
-        return
-    at = [int(i) for i in np.argwhere(missing)[0]]
-    msg = (
-        f"{where(ins)}reads {ref.space.upper()} tensor {ref.tensor} at view index {at}, which "
-        f"nothing wrote"
-    )
-    if st.uninitialized == "error":
-        raise KernelError(msg)
-    from ncrtl.model.kernel.golden import UninitializedRead
-
-    warnings.warn(msg, UninitializedRead, stacklevel=3)
+    """The uninitialized-read rule on the elements ``used`` (a mask of ``view_shape``): an
+    unwritten one is the instruction's taint (:func:`ncrtl.model.kernel.taint.need`)."""
+    taint.need(st, ins, ref, written, used)
 
 
 def _used(st, ins, ref, used):
@@ -111,16 +97,7 @@ def _write_where(st, ref, values, mask):
 def _unwrite(st, ref, mask):
     """Mark the view's elements where ``mask`` as written by nothing (an engine wrote them from
     values nothing wrote)."""
-    mask = np.asarray(mask, bool).reshape(-1)
-    if not mask.any():
-        return
-    part, byte = st._positions(ref)
-    byte = byte.reshape(-1, ref.element.itemsize)[mask]
-    _, written = st._memory(ref.space)
-    if part is None:
-        written[byte] = False
-    else:
-        written[part.reshape(-1, ref.element.itemsize)[mask], byte] = False
+    taint.forget(st, ref, mask)
 
 
 def _rows(v):
@@ -204,7 +181,7 @@ def _select_reduce(st, ins):
     reduce_res = rest[0] if ins.args["reduce_res"] else None
     pred, on_true = ins.srcs[0], ins.srcs[1]
     p = dst.view_shape[0]
-    keep = _rows(st.read(pred, ins)) != 0
+    keep = _rows(st.read(pred, ins, matters="predicate")) != 0
     if ins.args["reverse_pred"]:
         keep = ~keep
     x = _rows(_used(st, ins, on_true, keep.reshape(on_true.view_shape)))
@@ -240,7 +217,7 @@ def _range_select(st, ins):
 def _tensor_copy_predicated(st, ins):
     (dst,) = ins.dsts
     pred = ins.srcs[0]
-    keep = _rows(st.read(pred, ins)).reshape(-1) != 0
+    keep = _rows(st.read(pred, ins, matters="predicate")).reshape(-1) != 0
     if ins.args["reverse_pred"]:
         keep = ~keep
     if len(ins.srcs) > 1:
@@ -438,7 +415,7 @@ def _local_gather(st, ins):
     (dst,), (src, index) = ins.dsts, ins.srcs
     e, valid = ins.args["elems"], ins.args["valid"]
     p = src.view_shape[0]
-    idx = _rows(st.read(index, ins)).astype(np.int64)
+    idx = _rows(st.read(index, ins, matters="index")).astype(np.int64)
     f = src.size // p
     want = np.zeros((p, f), bool)
     picks = []
@@ -464,7 +441,7 @@ def _local_gather(st, ins):
 def _n_gather(st, ins):
     (dst,), (data, indices) = ins.dsts, ins.srcs
     p = data.view_shape[0]
-    idx = _rows(st.read(indices, ins)).astype(np.int64)
+    idx = _rows(st.read(indices, ins, matters="index")).astype(np.int64)
     f = data.size // p
     if (idx >= f).any():
         r, c = (int(i) for i in np.argwhere(idx >= f)[0])
