@@ -128,6 +128,11 @@ class Kernel:
     def __repr__(self):
         return f"<nki kernel {self.fn.__name__}>"
 
+    def argument(self, t):
+        """A device tensor ``t`` as the kernel receives it (the older API's kernels take tensors
+        of that API: ``ncrtl.nki.legacy``'s kernel converts it)."""
+        return t
+
 
 def jit(fn=None, *, platform_target=None, mode=None, **options):
     """``@nki.jit`` / ``@nki.jit(platform_target="trn2")``.  ``psum_rounding="sr"`` (an
@@ -298,7 +303,7 @@ def _trace_one(
                 "hbm", a.shape or (1,), d.name, name=name, kind="input", line="argument"
             )
             inputs.append(decl)
-            call_args.append(_trace.tensor(decl))
+            call_args.append(kernel.argument(_trace.tensor(decl)))
         else:
             call_args.append(a)
     import inspect
