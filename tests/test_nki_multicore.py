@@ -500,3 +500,248 @@ def test_language_random_replays():
     assert 0 <= r.min() and r.max() < 1
     assert np.all((d == 0) | (d == x))
     assert 0.3 < (d == 0).mean() < 0.7
+
+
+# -- over N simulated ranks ------------------------------------------------------------------------
+
+
+def _ranks(k, n, *arrays, **kwargs):
+    """``k`` over ``n`` ranks; a list of arrays is a per-rank argument."""
+    args = [nki.per_rank(a) if isinstance(a, list) else a for a in arrays]
+    return nki.run(k.ranks(n), args, kwargs)
+
+
+def _xs(n, shape=(8, 4), dtype=np.float32, seed=11):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(shape) * 100).astype(dtype) for _ in range(n)]
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@pytest.mark.parametrize(
+    "kind", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"]
+)
+def test_collectives_over_ranks(kind, lnc):
+    """Each rank a device of its own with its own input; the collective exchanges between
+    them as the reference says (a reduction in rank order in float32, rounded once); every
+    rank's outputs, rank 0's by default; on a kernel[2] each core meets its counterparts."""
+    n = 4
+    xs = _xs(n)
+    k = kernel("rank_collective")
+    res = _ranks(k[2] if lnc == 2 else k, n, xs, kind=kind)
+    if kind == "all_reduce":
+        acc = xs[0].copy()
+        for x in xs[1:]:
+            acc = acc + x
+        want = [acc] * n
+    elif kind == "all_gather":
+        want = [np.concatenate(xs, axis=1)] * n
+    elif kind == "reduce_scatter":
+        acc = xs[0] + xs[1] + xs[2] + xs[3]
+        want = [acc[2 * r : 2 * r + 2] for r in range(n)]
+    elif kind == "all_to_all":
+        want = [np.concatenate([x[2 * r : 2 * r + 2] for x in xs]) for r in range(n)]
+    else:
+        want = [xs[(r - 1) % n] for r in range(n)]
+    assert len(res.rank_outputs) == n
+    for r in range(n):
+        np.testing.assert_array_equal(res.rank_outputs[r][0], want[r])
+    np.testing.assert_array_equal(res.outputs[0], want[0])
+    s = res.report.summary()
+    assert [r["rank"] for r in s["ranks"]] == list(range(n))
+    assert (
+        s["slowest_rank_ns"]
+        == max(r["ns"] for r in s["ranks"])
+        == pytest.approx(res.report.total_ns)
+    )
+
+
+def test_all_reduce_over_ranks_rounds_once_in_rank_order():
+    """bfloat16 ranks into a bfloat16 destination: the float32 sum in rank order, one
+    rounding (a sum that rounding after each addition gives differently)."""
+    vals = [1.0, 2.0**-8, 2.0**-8, 2.0**-8]  # each 2**-8 alone is below half an ulp of 1
+    xs = [np.full((8, 4), v, np.float32).astype(ml_dtypes.bfloat16) for v in vals]
+    out = _ranks(kernel("rank_collective"), 4, xs, kind="all_reduce").outputs[0]
+    want = _bf16(np.float32(1 + 3 * 2.0**-8))
+    assert out[0, 0] == want and want != ml_dtypes.bfloat16(1.0)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rank_id_and_shared_inputs():
+    """A plain array is every rank's; rank_id() is the rank (each rank writes its result at
+    out[rank] of its own device memory)."""
+    x = np.ones((8, 4), np.float32)
+    res = _ranks(kernel("sbuf_collective"), 2, x, kind="all_gather")  # x * (rank + 1)
+    np.testing.assert_array_equal(res.rank_outputs[1][0][1], np.concatenate([x, 2 * x], 1))
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_ring_permute_and_processing_rank(channels):
+    """A ring all-gather of collective_permute_implicit steps: each step's block lands at the
+    rank the processing-rank register names; every rank ends with every rank's block, on a
+    ring in the group's own order too."""
+    n = 4
+    xs = _xs(n)
+    res = _ranks(kernel("ring_gather"), n, xs, channels=channels)
+    for r in range(n):
+        np.testing.assert_array_equal(res.rank_outputs[r][0], np.stack(xs))
+    res = _ranks(kernel("ring_gather"), n, xs, groups=[[2, 0, 3, 1]])
+    np.testing.assert_array_equal(res.rank_outputs[3][0], np.stack(xs))
+
+
+def test_ring_permute_reduce():
+    n = 4
+    xs, ys = _xs(n, seed=1), _xs(n, seed=2)
+    res = _ranks(kernel("ring_reduce"), n, xs, ys, op=__import__("nki").language.maximum)
+    for r in range(n):
+        p = (r - 1) % n
+        np.testing.assert_array_equal(res.rank_outputs[r][0], np.maximum(xs[p], ys[p]))
+
+
+def test_ring_permute_timing_crosses_the_link():
+    """Between devices a collective takes at least the link's latency per ring step and
+    its bytes at the link's rate: a slower link makes the run longer by that much."""
+    from ncrtl.model.kernel.collective import Link
+    from ncrtl.model.kernel.timing import Params
+
+    xs = _xs(4, shape=(128, 512))
+    k = kernel("ring_reduce").ranks(4)
+    fast = nki.run(k, [nki.per_rank(xs), nki.per_rank(xs)], {}, golden=False)
+    slow = nki.run(
+        k,
+        [nki.per_rank(xs), nki.per_rank(xs)],
+        {},
+        golden=False,
+        params=Params(link=Link(gbps=1.0, latency_ns=5000.0)),
+    )
+    nbytes = 128 * 512 * 4  # the destination, received from the predecessor in one step
+    assert slow.report.total_ns >= 5000 + nbytes / 1.0 > fast.report.total_ns
+    assert slow.report.total_ns < 5000 + nbytes + fast.report.total_ns
+
+
+def test_gather_v_reads_the_counts_when_it_runs():
+    """all_gather_v: each rank's chunk (its metadata's count and displacement, read when
+    the streams run) lands in every rank's slot for it; row 2 gets the counts received."""
+    n, P, F = 4, 2, 4
+    xs = _xs(n, shape=(P, F))
+    metas = []
+    for r in range(n):
+        m = np.zeros((3, n), np.uint32)
+        m[0, 0], m[1, 0] = r + 1, 2  # send r + 1 elements from element 2
+        metas.append(m)
+    res = _ranks(kernel("gather_v")[2], n, xs, metas)
+    for r in range(n):
+        out = res.rank_outputs[r][0].reshape(n, P * F)
+        for s in range(n):
+            want = np.zeros(P * F, np.float32)
+            want[: s + 1] = xs[s].reshape(-1)[2 : 3 + s]
+            np.testing.assert_array_equal(out[s], want)
+        assert metas[r][2].tolist() == [1, 2, 3, 4]  # written back (recv_counts)
+
+
+def test_all_to_all_v_chunks():
+    n = 2
+    xs = _xs(n, shape=(2, 4))
+    metas = [
+        np.array([[1, 3], [0, 4], [0, 0]], np.uint32),
+        np.array([[2, 2], [6, 0], [0, 0]], np.uint32),
+    ]
+    res = _ranks(kernel("to_all_v"), n, xs, metas)
+    flat = [x.reshape(-1) for x in xs]
+    want0 = np.zeros(8, np.float32)
+    want0[0:1], want0[4:6] = flat[0][0:1], flat[1][6:8]
+    want1 = np.zeros(8, np.float32)
+    want1[0:3], want1[4:6] = flat[0][4:7], flat[1][0:2]
+    np.testing.assert_array_equal(res.rank_outputs[0][0].reshape(-1), want0)
+    np.testing.assert_array_equal(res.rank_outputs[1][0].reshape(-1), want1)
+    assert metas[1][2].tolist() == [3, 2]
+
+
+def test_variable_chunk_outside_its_slot_is_one_line():
+    xs = _xs(2, shape=(2, 4))
+    metas = [np.array([[5, 0], [0, 0], [0, 0]], np.uint32)] * 2  # 5 elements for slots of 4
+    with pytest.raises(kgolden.KernelError, match="5 elements for a slot of 4"):
+        _ranks(kernel("to_all_v"), 2, xs, metas)
+
+
+def test_core_barrier_and_sendrecv_within_each_rank():
+    """kernel[2] over ranks: a core barrier and a sendrecv pair the two cores of each rank,
+    each rank's device memory its own."""
+    xs = _xs(3, shape=(8, 4))
+    res = _ranks(kernel("swap")[2], 3, xs)
+    for r in range(3):
+        np.testing.assert_array_equal(res.rank_outputs[r][0], np.concatenate([xs[r] + 1, xs[r]], 1))
+    res = _ranks(kernel("exchange")[2], 2, xs[:2])
+    for r in range(2):
+        np.testing.assert_array_equal(res.rank_outputs[r][0], np.concatenate([xs[r] + 1, xs[r]]))
+
+
+@pytest.mark.parametrize(
+    "case, rule",
+    [
+        ("channels", "1 channel(s), channel_ids 2"),
+        ("channel_ids", "consecutive integers starting from 0"),
+        ("inner", "must be a list of exactly one tensor"),
+        ("iteration", "iteration_id must be a non-negative integer"),
+        ("register", "iteration_id is a register"),
+        ("gather_v_lnc", "only LNC=2 is supported"),
+        ("meta_shape", "must be [3, 4]"),
+        ("rdispls", "NeuronSwitch instances only"),
+    ],
+)
+def test_ring_and_variable_rules(case, rule):
+    with pytest.raises(nki.NkiError) as e:
+        nki.trace(kernel("bad_ring").ranks(4), [np.zeros((8, 4), np.float32)], {"case": case})
+    msg = str(e.value)
+    assert "\n" not in msg and "multicore.py:" in msg and rule in msg, msg
+
+
+def test_ranks_rules():
+    x = np.zeros((8, 4), np.float32)
+    with pytest.raises(nki.NkiError, match="per-rank arrays need a run over ranks"):
+        nki.trace(kernel("rank_collective"), [nki.per_rank([x, x])], {"kind": "all_reduce"})
+    with pytest.raises(nki.NkiError, match="2 per-rank arrays for 4 ranks"):
+        nki.trace(
+            kernel("rank_collective").ranks(4), [nki.per_rank([x, x])], {"kind": "all_reduce"}
+        )
+    with pytest.raises(nki.NkiError, match="the ranks are a positive integer"):
+        kernel("rank_collective").ranks(0)
+    msg = error(kernel("rank_collective").ranks(2), x, kind="all_reduce")
+    assert "names rank 2" in msg and "2 rank(s)" in msg
+
+
+def test_ncrtl_run_ranks(tmp_path):
+    """ncrtl run --ranks N --per-rank: each rank's time and the slowest; --all-ranks writes
+    every rank's outputs as [ranks, ...]; the flags that need --ranks say so."""
+    from ncrtl.cli import main
+
+    xs = np.stack(_xs(4))
+    np.save(tmp_path / "x.npy", xs)
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "run",
+            f"{KERNELS}::rank_collective",
+            "--args",
+            str(tmp_path / "x.npy"),
+            "--kwarg",
+            "kind='all_gather'",
+            "--ranks",
+            "4",
+            "--per-rank",
+            "--all-ranks",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    got = np.load(out / "out0.npy")
+    assert got.shape == (4, 8, 16)
+    for r in range(4):
+        np.testing.assert_array_equal(got[r], np.concatenate(list(xs), axis=1))
+    import json
+
+    s = json.loads((out / "report.json").read_text())
+    assert len(s["ranks"]) == 4 and "slowest_rank" in s
+    assert (
+        main(["run", f"{KERNELS}::rank_collective", "--shapes", "8x4:float32", "--all-ranks"]) == 2
+    )

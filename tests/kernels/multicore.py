@@ -256,3 +256,163 @@ def language_random(x):
     nisa.dma_copy(dst=out[:, 0:F], src=r)
     nisa.dma_copy(dst=out[:, F : 2 * F], src=d)
     return out
+
+
+# -- over N simulated ranks (kernel.ranks(N)) ------------------------------------------------------
+
+
+@nki.jit(platform_target="trn2")
+def rank_collective(x, kind, n=4, op=nl.add, dtype=None):
+    """Each rank's x (its own, [P, F]) through the collective ``kind`` over ranks 0 .. n-1; the
+    rank's destination is its output.  SBUF: all_reduce, all_gather (dim 1), reduce_scatter;
+    device memory: all_to_all, collective_permute (a shift: r to r + 1)."""
+    P, F = x.shape
+    g = ncc.ReplicaGroup([list(range(n))])
+    dt = dtype or x.dtype
+    s = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=x)
+    shape = {"all_gather": (P, n * F), "reduce_scatter": (P // n, F)}.get(kind, (P, F))
+    out = nl.ndarray(shape, dt, buffer=nl.shared_hbm)
+    if kind in ("all_to_all", "collective_permute"):
+        src = nl.ndarray((P, F), x.dtype, buffer=nl.private_hbm)
+        nisa.dma_copy(dst=src, src=s)
+        if kind == "all_to_all":
+            ncc.all_to_all(srcs=[src], dsts=[out], replica_group=g, collective_dim=0)
+        else:
+            pairs = [(r, (r + 1) % n) for r in range(n)]
+            ncc.collective_permute(srcs=[src], dsts=[out], source_target_pairs=pairs)
+        return out
+    d = nl.ndarray(shape, dt, buffer=nl.sbuf)
+    if kind == "all_reduce":
+        ncc.all_reduce(srcs=[s], dsts=[d], replica_group=g, op=op)
+    elif kind == "all_gather":
+        ncc.all_gather(srcs=[s], dsts=[d], replica_group=g, collective_dim=1)
+    else:
+        ncc.reduce_scatter(srcs=[s], dsts=[d], replica_group=g, collective_dim=0, op=op)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+@nki.jit(platform_target="trn2")
+def ring_gather(x, n=4, channels=1, groups=None):
+    """An all-gather as a ring of collective_permute_implicit: each step's received block lands
+    at the rows of the rank collective_permute_implicit_current_processing_rank_id names (a
+    register, the DMA's scalar offset); the output is [n, P, F], rank r's x at [r].  With
+    ``channels`` 2, each channel carries half of the columns."""
+    P, F = x.shape
+    g = ncc.ReplicaGroup(groups or [list(range(n))])
+    out = nl.ndarray((n, P, F), x.dtype, buffer=nl.shared_hbm)
+    bufs = [nl.ndarray((P, F), x.dtype, buffer=nl.sbuf) for _ in range(2)]
+    nisa.dma_copy(dst=bufs[0], src=x)
+    w = F // channels
+    for it in range(n):
+        cur = bufs[it % 2]
+        for ch in range(channels):
+            who = ncc.collective_permute_implicit_current_processing_rank_id(
+                iteration_id=it, replica_group=g, channel_id=ch
+            )
+            dst = out.ap(pattern=[[F, P], [1, w]], offset=ch * w, scalar_offset=who, indirect_dim=0)
+            nisa.dma_copy(dst=dst, src=cur[:, ch * w : (ch + 1) * w])
+        if it + 1 < n:
+            nxt = bufs[(it + 1) % 2]
+            ncc.collective_permute_implicit(
+                srcs_by_channel=[[cur[:, c * w : (c + 1) * w]] for c in range(channels)],
+                dsts_by_channel=[[nxt[:, c * w : (c + 1) * w]] for c in range(channels)],
+                replica_group=g,
+                channel_ids=list(range(channels)),
+            )
+    return out
+
+
+@nki.jit(platform_target="trn2")
+def ring_reduce(x, y, n=4, op=nl.add, dtype=None):
+    """collective_permute_implicit_reduce once: each rank's output is its predecessor's
+    op(x, y) (x and y its own, device memory)."""
+    dt = dtype or x.dtype
+    out = nl.ndarray(x.shape, dt, buffer=nl.shared_hbm)
+    ncc.collective_permute_implicit_reduce(
+        srcs0_by_channel=[[x]],
+        srcs1_by_channel=[[y]],
+        dsts_by_channel=[[out]],
+        replica_group=ncc.ReplicaGroup([list(range(n))]),
+        op=op,
+    )
+    return out
+
+
+@nki.jit(platform_target="trn2")
+def gather_v(x, meta, known=False):
+    """all_gather_v of x (flat, device memory) with the rank's metadata (uint32 [3, 4]) on
+    core 0 of each rank (kernel[2], 4 ranks); the output holds 4 slots of x's size."""
+    out = nl.ndarray((4 * x.shape[0], x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0)
+    for k in range(4):
+        nisa.dma_copy(dst=out[k * x.shape[0] : (k + 1) * x.shape[0], :], src=t)
+    if nl.program_id(0) == 0:
+        ncc.all_gather_v(
+            srcs=[x],
+            dsts=[out],
+            replica_group=ncc.ReplicaGroup([[0, 1, 2, 3]]),
+            metadata_tensor=meta,
+            recv_counts_known=known,
+        )
+    return out
+
+
+@nki.jit(platform_target="trn2")
+def to_all_v(x, meta, n=2):
+    """all_to_all_v of x (device memory) with the rank's metadata (uint32 [3, n]); the output
+    holds n slots of x's size, zero where nothing landed."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0)
+    nisa.dma_copy(dst=out, src=t)
+    ncc.all_to_all_v(
+        srcs=[x], dsts=[out], replica_group=ncc.ReplicaGroup([list(range(n))]), metadata_tensor=meta
+    )
+    return out
+
+
+@nki.jit(platform_target="trn2")
+def bad_ring(x, case):
+    """A ring collective breaking one rule (``case``), 4 ranks."""
+    g = ncc.ReplicaGroup([[0, 1, 2, 3]])
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    if case == "channels":
+        ncc.collective_permute_implicit([[x]], [[out]], g, channel_ids=[0, 1])
+    elif case == "channel_ids":
+        ncc.collective_permute_implicit([[x], [x]], [[out], [out]], g, channel_ids=[1, 2])
+    elif case == "inner":
+        ncc.collective_permute_implicit([x], [out], g)
+    elif case == "iteration":
+        ncc.collective_permute_implicit_current_processing_rank_id(-1, g)
+    elif case == "register":
+        r = nisa.register_alloc(0)
+        ncc.collective_permute_implicit_current_processing_rank_id(r, g)
+    elif case == "gather_v_lnc":
+        m = nl.ndarray((3, 4), nl.uint32, buffer=nl.shared_hbm)
+        ncc.all_gather_v([x], [out], g, m)
+    elif case == "meta_shape":
+        m = nl.ndarray((3, 3), nl.uint32, buffer=nl.shared_hbm)
+        ncc.all_to_all_v([x], [out], g, m)
+    elif case == "rdispls":
+        m = nl.ndarray((4, 4), nl.uint32, buffer=nl.shared_hbm)
+        ncc.all_to_all_v([x], [out], g, m, has_rdispls=True)
+    return out
+
+
+@nki.jit(platform_target="trn2")
+def swap(x):
+    """The two cores (kernel[2]) each load x + their id and swap it with sendrecv: the output
+    is [x + 1 | x] (core c's received tile at columns c)."""
+    P, F = x.shape
+    c = nl.program_id(0)
+    out = nl.ndarray((P, 2 * F), x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.tensor_scalar(dst=a, data=a, op0=nl.add, operand0=float(c))
+    b = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=a, dst=b, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+    nisa.dma_copy(dst=out[:, c * F : (c + 1) * F], src=b)
+    return out
