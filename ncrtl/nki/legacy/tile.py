@@ -1,0 +1,530 @@
+"""Tiles as values, the older API's way: a call returns a new tile (``x = nl.exp(a)``,
+``y = nisa.tensor_scalar(...)``), Python's operators compute on tiles (``a + b``, ``a * 2``),
+and an assignment writes a view (``t[...] = nl.load(...)``, ``psum += nisa.nc_matmul(...)``).
+
+Each call emits its instructions at once, into a new tile (SBUF; PSUM for the Tensor Engine's
+results): errors and instructions keep the kernel's line.  An assignment whose value is the
+tile the last call made, with nothing emitted since, **writes the destination directly**: the
+call's instructions are taken back and emitted again with the destination view in place of
+the new tile (as NKI's compiler writes ``t[...] = f(...)`` without a copy), ``+=`` of a
+matmul into PSUM with ``accumulate`` set.  Any other assignment copies the value
+(``nisa.tensor_copy``; a number: ``nisa.memset``; device memory: a DMA).
+
+Tensors with block dimensions (``nl.ndarray((n, nl.par_dim(128), 512), ...)``) are one tile per
+block, each a tensor of its own to the allocator (its lifetime its own, as the older compiler
+allocated blocks); a block is selected by integers (``t[i]``, ``t[i, j]``) before its tile is
+indexed further.  docs/nki/legacy_language.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ncrtl.model.kernel.dtypes import dtype_of
+
+from .. import _trace
+from .. import isa as nisa
+from .. import language as cnl
+from .._trace import NkiTensor, current, fail
+from . import index as ix
+
+__all__ = ["ParDim", "par_dim", "Tile", "BlockTensor", "tile_of", "produce", "assign"]
+
+
+class ParDim(int):
+    """``nl.par_dim(n)``: the partition dimension's size in a shape (an int, marked)."""
+
+    def __repr__(self):
+        return f"nl.par_dim({int(self)})"
+
+
+def par_dim(size):
+    """The partition dimension of an on-chip tensor's shape (``(n, nl.par_dim(128), 512)``:
+    ``n`` blocks of ``[128, 512]``)."""
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+        fail("nl.par_dim", f"size must be an integer known when the kernel is traced, not {size!r}")
+    return ParDim(int(size))
+
+
+def _same_view(a, b):
+    return (
+        a._decl is b._decl
+        and a.shape == b.shape
+        and a.strides == b.strides
+        and a.offset == b.offset
+        and a.dtype == b.dtype
+    )
+
+
+class Tile(NkiTensor):
+    """A tensor, a view or a tile of the older API: an :class:`NkiTensor` with that API's
+    indexing (index expressions, block-free), operators and assignment.  ``_pdim`` is the
+    position of its partition dimension (None in device memory)."""
+
+    __array_ufunc__ = None  # numpy's operators defer to the tile's
+    __array_priority__ = 1000
+    _pdim = None
+
+    @classmethod
+    def of(cls, t, pdim=0):
+        """``t`` (an NkiTensor) as a Tile."""
+        if isinstance(t, Tile):
+            return t
+        out = cls(t._decl, t.shape, t.strides, t.offset, t.dtype)
+        out._dyn = t._dyn
+        out._pdim = pdim if t._decl.space != "hbm" else None
+        return out
+
+    def _view(self, shape, strides, offset, dtype=None):
+        view = Tile(self._decl, shape, strides, offset, dtype or self.dtype)
+        view._dyn = self._dyn
+        if self._decl.space != "hbm":
+            view._pdim = self._pdim if len(shape) == len(self.shape) else 0
+        return view
+
+    def _become(self, view):
+        self._decl, self.shape, self.strides = view._decl, view.shape, view.strides
+        self.offset, self.dtype, self._pdim = view.offset, view.dtype, view._pdim
+
+    def __repr__(self):
+        return f"Tile({self.name}, {list(self.shape)}, {self.dtype}, {self.buffer})"
+
+    # -- indexing ------------------------------------------------------------------------
+
+    def __getitem__(self, key):
+        call = f"{self.name}[...]"
+        shape, strides, offset, pdim = ix.resolve(
+            call, self.shape, self.strides, self.offset, self._pdim, key
+        )
+        view = Tile(self._decl, shape, strides, offset, self.dtype)
+        view._pdim = pdim
+        return view
+
+    def __setitem__(self, key, value):
+        assign(f"{self.name}[...] =", self[key], value)
+
+    # -- the older API's tile methods ---------------------------------------------------
+
+    def broadcast_to(self, shape):
+        """``nl.broadcast_to(self, shape)``."""
+        from . import language
+
+        return language.broadcast_to(self, shape)
+
+    def reshape(self, shape):
+        return Tile.of(NkiTensor.reshape(self, shape), self._pdim)
+
+    def astype(self, dtype):
+        from . import language
+
+        return language.copy(self, dtype=dtype)
+
+    # -- operators (docs/nki/legacy_language.md, "Operators") -----------------------------
+
+    def _op(self, name, other, reverse=False):
+        from . import language
+
+        if not (isinstance(other, NkiTensor) or _number(other)):
+            return NotImplemented
+        fn = getattr(language, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, other):
+        return self._op("add", other)
+
+    def __radd__(self, other):
+        return self._op("add", other, True)
+
+    def __sub__(self, other):
+        return self._op("subtract", other)
+
+    def __rsub__(self, other):
+        return self._op("subtract", other, True)
+
+    def __mul__(self, other):
+        return self._op("multiply", other)
+
+    def __rmul__(self, other):
+        return self._op("multiply", other, True)
+
+    def __truediv__(self, other):
+        return self._op("divide", other)
+
+    def __rtruediv__(self, other):
+        return self._op("divide", other, True)
+
+    def __pow__(self, other):
+        return self._op("power", other)
+
+    def __rpow__(self, other):
+        return self._op("power", other, True)
+
+    def __mod__(self, other):
+        return self._op("mod", other)
+
+    def __and__(self, other):
+        return self._op("bitwise_and", other)
+
+    def __or__(self, other):
+        return self._op("bitwise_or", other)
+
+    def __xor__(self, other):
+        return self._op("bitwise_xor", other)
+
+    def __lshift__(self, other):
+        return self._op("left_shift", other)
+
+    def __rshift__(self, other):
+        return self._op("right_shift", other)
+
+    def __lt__(self, other):
+        return self._op("less", other)
+
+    def __le__(self, other):
+        return self._op("less_equal", other)
+
+    def __gt__(self, other):
+        return self._op("greater", other)
+
+    def __ge__(self, other):
+        return self._op("greater_equal", other)
+
+    def __matmul__(self, other):
+        from . import language
+
+        return language.matmul(self, other)
+
+    def __neg__(self):
+        from . import language
+
+        return language.negative(self)
+
+    def __invert__(self):
+        from . import language
+
+        return language.invert(self)
+
+    def __abs__(self):
+        from . import language
+
+        return language.abs(self)
+
+    def _inplace(self, name, other):
+        """``self op= other``: the operation written into ``self`` (a matmul just made into a
+        PSUM view: the matmul accumulates there)."""
+        from . import language
+
+        call = f"{self.name} {name}="
+        if name == "add" and isinstance(other, Tile) and retarget(call, self, other, True):
+            return self
+        if not (isinstance(other, NkiTensor) or _number(other)):
+            return NotImplemented
+        language._binary_into(name, self, self, other)
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace("add", other)
+
+    def __isub__(self, other):
+        return self._inplace("subtract", other)
+
+    def __imul__(self, other):
+        return self._inplace("multiply", other)
+
+    def __itruediv__(self, other):
+        return self._inplace("divide", other)
+
+    __hash__ = NkiTensor.__hash__
+
+
+def _number(v):
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
+        v, (bool, np.bool_)
+    )
+
+
+def tile_of(t, pdim=0):
+    """``t`` as a :class:`Tile` (an NkiTensor of the kernel's arguments, of the current API's
+    calls); anything else as it is."""
+    if isinstance(t, NkiTensor) and not isinstance(t, Tile):
+        return Tile.of(t, pdim)
+    return t
+
+
+# -- tensors with block dimensions ----------------------------------------------------------------
+
+
+class BlockTensor:
+    """An on-chip tensor with block dimensions: ``blocks`` (the leading sizes), one tile
+    ``[P, free...]`` per block, made when first selected (each a tensor of its own)."""
+
+    def __init__(self, blocks, tile_shape, dtype, buffer, name, made=None, prefix=()):
+        self.blocks = tuple(blocks)
+        self.tile_shape = tuple(tile_shape)
+        self.dtype = dtype
+        self._buffer = buffer
+        self._name = name
+        self._made = {} if made is None else made
+        self._prefix = tuple(prefix)
+
+    @property
+    def shape(self):
+        return self.blocks + self.tile_shape
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def buffer(self):
+        return str(self._buffer)
+
+    @property
+    def name(self):
+        return self._name
+
+    def __len__(self):
+        return self.blocks[0]
+
+    def __repr__(self):
+        return f"BlockTensor({self._name}, {list(self.shape)}, {self.dtype}, {self.buffer})"
+
+    def block(self, index):
+        """The tile of block ``index`` (a full tuple of integers)."""
+        got = self._made.get(index)
+        if got is None:
+            tag = "_".join(map(str, index))
+            t = cnl.ndarray(
+                self.tile_shape, self.dtype, buffer=self._buffer, name=f"{self._name}_b{tag}"
+            )
+            got = self._made[index] = Tile.of(t, 0)
+        return got
+
+    def _select(self, call, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        picked = []
+        rest = list(key)
+        while rest and len(picked) < len(self.blocks):
+            k = rest[0]
+            if isinstance(k, ix.Index) and not k.axes and not k.shape:
+                k = k.const
+            if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
+                if k is Ellipsis or (isinstance(k, slice) and k == slice(None)):
+                    break
+                fail(
+                    call,
+                    f"block dimension {len(picked)} of {self._name} {list(self.shape)} is indexed "
+                    f"by {k!r}: a block is selected by an integer (t[i]) before its tile is "
+                    "indexed further",
+                )
+            n = self.blocks[len(picked)]
+            i = int(k) + (n if k < 0 else 0)
+            if not 0 <= i < n:
+                fail(call, f"block index {k} is outside block dimension {len(picked)} of size {n}")
+            picked.append(i)
+            rest.pop(0)
+        return tuple(picked), tuple(rest)
+
+    def __getitem__(self, key):
+        call = f"{self._name}[...]"
+        picked, rest = self._select(call, key)
+        if len(picked) < len(self.blocks):
+            if rest and not all(k is Ellipsis or k == slice(None) for k in rest):
+                fail(
+                    call,
+                    f"{self._name} {list(self.shape)}: select every block dimension with an "
+                    f"integer ({len(self.blocks)} of them) before indexing the tile",
+                )
+            full = self._prefix + picked
+            return BlockTensor(
+                self.blocks[len(picked) :],
+                self.tile_shape,
+                self.dtype,
+                self._buffer,
+                self._name,
+                _Sub(self._made, full),
+            )
+        t = self.block(picked)
+        return t[rest] if rest else t
+
+    def __setitem__(self, key, value):
+        view = self[key]
+        if isinstance(view, BlockTensor):
+            fail(
+                f"{self._name}[...] =",
+                f"a write to {len(view.blocks)} block dimensions at once: write each block "
+                "(t[i] = ...)",
+            )
+        assign(f"{self._name}[...] =", view, value)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _trace.not_modelled(f"a block tensor's .{name}")
+
+    def _operand(self, call, what):
+        fail(
+            call,
+            f"{what} {self._name} {list(self.shape)} has block dimensions: select a block "
+            f"(t[i]) to pass its [{', '.join(map(str, self.tile_shape))}] tile",
+        )
+
+    @property
+    def _decl(self):
+        fail(
+            "an instruction",
+            f"{self._name} {list(self.shape)} has block dimensions: select a block (t[i]) to "
+            "pass its tile",
+        )
+
+    def all_blocks(self):
+        """Every block's tile (made), in row-major order."""
+        return [self.block(i) for i in np.ndindex(*self.blocks)]
+
+
+class _Sub:
+    """The blocks of a block tensor under a prefix of block indices (a sub-tensor's)."""
+
+    def __init__(self, made, prefix):
+        self.made, self.prefix = made, tuple(prefix)
+
+    def get(self, index):
+        return self.made.get(self.prefix + tuple(index))
+
+    def __setitem__(self, index, value):
+        self.made[self.prefix + tuple(index)] = value
+
+
+# -- calls that make tiles, assignments -----------------------------------------------------------
+
+
+class _Made:
+    """What the last tile-making call left, to take it back on an assignment."""
+
+    __slots__ = ("tile", "start", "end", "dma_next", "identities", "shared", "emitted")
+    __slots__ += ("emit", "box", "spaces", "dtypes", "accumulates")
+
+
+def _snapshot(tr):
+    m = _Made()
+    b = tr.builder
+    m.start = len(b.pending)
+    m.dma_next = b._dma_next
+    m.identities = dict(tr.identities)
+    m.shared = dict(tr.shared)
+    m.emitted = tr.bounds.emitted if tr.bounds is not None else None
+    return m
+
+
+def _rollback(tr, m):
+    b = tr.builder
+    del b.pending[m.start :]
+    b._dma_next = m.dma_next
+    tr.identities = dict(m.identities)
+    tr.shared = dict(m.shared)
+    if m.emitted is not None:
+        tr.bounds.emitted = m.emitted
+
+
+def new_tile(shape, dtype, buffer="sbuf", name=""):
+    """A new on-chip tile ``shape`` (partitions first)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1:
+        shape = shape + (1,)
+    return Tile.of(cnl.ndarray(shape, dtype, buffer=buffer, name=name), 0)
+
+
+def produce(
+    call,
+    shape,
+    dtype,
+    emit,
+    *,
+    buffer="sbuf",
+    name="",
+    mask=None,
+    spaces=("sbuf", "psum"),
+    dtypes=None,
+    accumulates=False,
+):
+    """A new tile ``shape`` of ``dtype`` in ``buffer`` that ``emit(dst, box, accumulate)``
+    writes (``box`` the mask's box: :func:`ix.restrict` cuts each operand to it), emitted now.
+    An assignment right after may take the instructions back and emit them again into its
+    view (:func:`retarget`): one in ``spaces``, of a dtype in ``dtypes`` (None: any),
+    accumulating when ``accumulates`` (a matmul's ``+=``)."""
+    tr = current(call)
+    box = ix.box_of(call, mask)
+    m = _snapshot(tr)
+    out = new_tile(shape, dtype, buffer, name)
+    if not ix.empty(box):
+        emit(out, box, False)
+    m.tile, m.end, m.emit, m.box = out, len(tr.builder.pending), emit, box
+    m.spaces, m.dtypes, m.accumulates = spaces, dtypes, accumulates
+    tr.legacy_made = m
+    return out
+
+
+def retarget(call, dst, value, accumulate=False):
+    """Emit the last call's instructions again into ``dst`` where ``value`` is its tile and
+    nothing was emitted since (True); else False."""
+    tr = current(call)
+    m = getattr(tr, "legacy_made", None)
+    if m is None or m.tile is not value or len(tr.builder.pending) != m.end:
+        return False
+    if accumulate and not m.accumulates:
+        return False
+    if dst._decl.space not in m.spaces or (m.dtypes is not None and dst.dtype not in m.dtypes):
+        return False
+    if dst.shape[0] != value.shape[0] or dst.size != value.size or dst._dyn is not None:
+        return False
+    target = dst
+    if dst.shape != value.shape:
+        try:
+            target = dst.reshape(value.shape)
+        except _trace.NkiError:
+            return False
+    _rollback(tr, m)
+    tr.legacy_made = None
+    if not ix.empty(m.box):
+        m.emit(target, m.box, accumulate)
+    value._become(dst)
+    return True
+
+
+def assign(call, dst, value):
+    """``dst[...] = value``: the last call's instructions into ``dst`` (:func:`retarget`), a
+    copy of a tile (``nisa.tensor_copy`` on chip, a DMA to or from device memory), a number
+    (``nisa.memset``)."""
+    if isinstance(value, BlockTensor):
+        fail(call, f"value {value.name} has block dimensions: assign one block at a time")
+    if isinstance(value, NkiTensor):
+        if _same_view(dst, value):
+            return  # t[i] += x writes t[i] in place; the store back is the same view
+        if isinstance(value, Tile) and retarget(call, dst, value):
+            return
+        from . import language
+
+        language._copy_into(call, dst, value)
+        return
+    if _number(value):
+        if dst._decl.space == "hbm":
+            fail(call, f"{dst.name} is in device memory: write it with nl.store")
+        nisa.memset(dst=dst, value=value)
+        return
+    fail(call, f"the value must be a tile or a number, not {value!r}")
+
+
+def free(t):
+    return math.prod(t.shape[1:]) if len(t.shape) > 1 else 1
+
+
+def dtype_name(call, dtype, default):
+    if dtype is None:
+        return default
+    try:
+        return dtype_of(dtype).name
+    except ValueError as e:
+        fail(call, f"dtype: {e}")
