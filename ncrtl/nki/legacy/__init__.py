@@ -181,6 +181,13 @@ class Kernel(_Kernel):
     def __repr__(self):
         return f"<nki.{self.mode} kernel {self.fn.__name__}>"
 
+    def argument(self, t):
+        """A device tensor as this API's kernels take it (its indexing, operators, assignment:
+        ``ncrtl.nki.legacy.tile``)."""
+        from .tile import tile_of
+
+        return tile_of(t, None)
+
     # a kernel called by a kernel being traced -----------------------------------------------
 
     def _inline(self, tr, args, kwargs):
