@@ -14,6 +14,8 @@ directly and ``psum += nisa.nc_matmul(...)`` accumulates in it (docs/nki/legacy_
 
 from __future__ import annotations
 
+import importlib
+
 from .. import _trace, highlevel
 from .. import isa as cisa
 from .. import language as cnl
@@ -32,10 +34,11 @@ from ..isa.enums import (
     vector_engine,
 )
 from ..isa.operands import free_size
-from . import index as _ix
-from . import language as _nl
-from . import tile as _tl
-from .tile import produce
+
+_ix = importlib.import_module(f"{__package__}.index")  # the module, not the package's stand-in
+_nl = importlib.import_module(f"{__package__}.language")  # the module, not the package's stand-in
+_tl = importlib.import_module(f"{__package__}.tile")  # the module, not the package's stand-in
+produce = _tl.produce
 
 _value, _value_or_number, _r, _shape2, _dt = (
     _nl._value,
@@ -92,7 +95,7 @@ def nc_matmul(
             is_stationary_onezero=is_stationary_onezero,
             is_moving_onezero=is_moving_onezero,
             is_transpose=is_transpose,
-            accumulate=bool(acc),
+            accumulate=None if acc else False,
             tile_position=tile_position,
             tile_size=tile_size,
             **kw,

@@ -12,6 +12,8 @@ tensors' lifetimes, as that API left it to the compiler.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from ncrtl.model.kernel.dtypes import dtype_of
@@ -21,8 +23,9 @@ from .. import isa as cisa
 from .. import language as cnl
 from .._trace import NkiTensor, caller_line, current, current_or_none, fail, not_modelled
 from ..isa.operands import free_size
-from . import index as _ix
-from . import tile as _tl
+
+_ix = importlib.import_module(f"{__package__}.index")  # the module, not the package's stand-in
+_tl = importlib.import_module(f"{__package__}.tile")  # the module, not the package's stand-in
 from .index import arange, mgrid
 from .tile import BlockTensor, ParDim, Tile, assign, par_dim, produce, tile_of
 
@@ -141,10 +144,20 @@ def ndarray(shape, dtype, buffer=sbuf, name=""):
             not_modelled("nl.ndarray(buffer=<an allocation function>)")
         fail(call, f"buffer must be nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm, not {buffer!r}")
     if buf in (sbuf, psum) and pdim:
-        current(call)
-        if len(shape) - pdim < 1:
-            fail(call, f"shape {list(shape)}: nl.par_dim is the tile's first dimension")
-        return BlockTensor(shape[:pdim], shape[pdim:], dtype_of(dtype).name, buf, name or buf)
+        core = current(call).core
+        d = dtype_of(dtype)
+        # blocks that cannot all be in their memory at once live where they fit, as the
+        # compiler spilled them (BlockTensor): PSUM blocks in SBUF, else in device memory
+        blocks = int(np.prod(shape[:pdim]))
+        row = int(np.prod(shape[pdim + 1 :])) * d.itemsize
+        home = buf
+        if buf == psum:
+            bank = core.psum_bank_bytes
+            if blocks * -(-row // bank) * bank > core.bytes_of("psum"):
+                home = sbuf
+        if home == sbuf and blocks * row > core.bytes_of("sbuf"):
+            home = "hbm"
+        return BlockTensor(shape[:pdim], shape[pdim:], d.name, buf, name or str(buffer), home)
     t = cnl.ndarray(shape, dtype, buffer=buf, name=name)
     return Tile.of(t, 0)
 
@@ -617,7 +630,7 @@ def matmul(x, y, transpose_x=False, mask=None):
             xt = highlevel._pe_transpose(xs, "matmul_xT")
             xs = _tl.new_tile(xt.shape, xt.dtype, name="matmul_xT")
             cisa.tensor_copy(dst=xs, src=xt)
-        cisa.nc_matmul(dst=dst, stationary=xs, moving=ys, accumulate=bool(acc))
+        cisa.nc_matmul(dst=dst, stationary=xs, moving=ys, accumulate=None if acc else False)
 
     return produce(
         call,

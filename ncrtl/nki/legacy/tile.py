@@ -18,6 +18,7 @@ indexed further.  docs/nki/legacy_language.md.
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -28,7 +29,8 @@ from .. import _trace
 from .. import isa as nisa
 from .. import language as cnl
 from .._trace import NkiTensor, current, fail
-from . import index as ix
+
+ix = importlib.import_module(f"{__package__}.index")  # the module, not the package's stand-in
 
 __all__ = ["ParDim", "par_dim", "Tile", "BlockTensor", "tile_of", "produce", "assign"]
 
@@ -258,14 +260,19 @@ def tile_of(t, pdim=0):
 
 class BlockTensor:
     """An on-chip tensor with block dimensions: ``blocks`` (the leading sizes), one tile
-    ``[P, free...]`` per block, made when first selected (each a tensor of its own)."""
+    ``[P, free...]`` per block, made when first selected, each a tensor of its own.  Blocks
+    that cannot all be in their memory at once live in another, as the older compiler spilled
+    them: PSUM blocks in SBUF (a Tensor Engine result reaches its block through a PSUM tile and
+    a copy), blocks too large for the SBUF in device memory (written by DMA, each read a DMA
+    into a new SBUF tile).  ``home`` is where they live."""
 
-    def __init__(self, blocks, tile_shape, dtype, buffer, name, made=None, prefix=()):
+    def __init__(self, blocks, tile_shape, dtype, buffer, name, home=None, made=None, prefix=()):
         self.blocks = tuple(blocks)
         self.tile_shape = tuple(tile_shape)
         self.dtype = dtype
         self._buffer = buffer
         self._name = name
+        self.home = home or str(buffer)
         self._made = {} if made is None else made
         self._prefix = tuple(prefix)
 
@@ -292,14 +299,15 @@ class BlockTensor:
         return f"BlockTensor({self._name}, {list(self.shape)}, {self.dtype}, {self.buffer})"
 
     def block(self, index):
-        """The tile of block ``index`` (a full tuple of integers)."""
-        got = self._made.get(index)
+        """The tile of block ``index`` (a full tuple of integers under this tensor's)."""
+        full = self._prefix + tuple(index)
+        got = self._made.get(full)
         if got is None:
-            tag = "_".join(map(str, index))
-            t = cnl.ndarray(
-                self.tile_shape, self.dtype, buffer=self._buffer, name=f"{self._name}_b{tag}"
-            )
-            got = self._made[index] = Tile.of(t, 0)
+            tag = "_".join(map(str, full))
+            space = cnl.private_hbm if self.home == "hbm" else self.home
+            t = cnl.ndarray(self.tile_shape, self.dtype, buffer=space, name=f"{self._name}_b{tag}")
+            got = self._made[full] = Tile.of(t, 0)
+            got._pdim = 0  # a block in device memory keeps its tile's indexing
         return got
 
     def _select(self, call, key):
@@ -328,8 +336,8 @@ class BlockTensor:
             rest.pop(0)
         return tuple(picked), tuple(rest)
 
-    def __getitem__(self, key):
-        call = f"{self._name}[...]"
+    def _view_of(self, call, key):
+        """The view ``key`` selects (a sub-tensor of blocks, or a view of one block's tile)."""
         picked, rest = self._select(call, key)
         if len(picked) < len(self.blocks):
             if rest and not all(k is Ellipsis or k == slice(None) for k in rest):
@@ -338,20 +346,29 @@ class BlockTensor:
                     f"{self._name} {list(self.shape)}: select every block dimension with an "
                     f"integer ({len(self.blocks)} of them) before indexing the tile",
                 )
-            full = self._prefix + picked
             return BlockTensor(
                 self.blocks[len(picked) :],
                 self.tile_shape,
                 self.dtype,
                 self._buffer,
                 self._name,
-                _Sub(self._made, full),
+                self.home,
+                self._made,
+                self._prefix + picked,
             )
         t = self.block(picked)
         return t[rest] if rest else t
 
+    def __getitem__(self, key):
+        view = self._view_of(f"{self._name}[...]", key)
+        if self.home == "hbm" and isinstance(view, Tile):
+            from . import language
+
+            return language.load(view)  # a spilled block is read back into SBUF
+        return view
+
     def __setitem__(self, key, value):
-        view = self[key]
+        view = self._view_of(f"{self._name}[...] =", key)
         if isinstance(view, BlockTensor):
             fail(
                 f"{self._name}[...] =",
@@ -372,30 +389,9 @@ class BlockTensor:
             f"(t[i]) to pass its [{', '.join(map(str, self.tile_shape))}] tile",
         )
 
-    @property
-    def _decl(self):
-        fail(
-            "an instruction",
-            f"{self._name} {list(self.shape)} has block dimensions: select a block (t[i]) to "
-            "pass its tile",
-        )
-
     def all_blocks(self):
         """Every block's tile (made), in row-major order."""
         return [self.block(i) for i in np.ndindex(*self.blocks)]
-
-
-class _Sub:
-    """The blocks of a block tensor under a prefix of block indices (a sub-tensor's)."""
-
-    def __init__(self, made, prefix):
-        self.made, self.prefix = made, tuple(prefix)
-
-    def get(self, index):
-        return self.made.get(self.prefix + tuple(index))
-
-    def __setitem__(self, index, value):
-        self.made[self.prefix + tuple(index)] = value
 
 
 # -- calls that make tiles, assignments -----------------------------------------------------------
