@@ -266,8 +266,9 @@ def store(dst, value, mask=None):
     if _ix.empty(box):
         return
     r = _r(box)
-    src = highlevel._sbuf(r(value), "store")
-    cisa.dma_copy(dst=r(dst), src=src)
+    with _tl.lowered(call):
+        src = highlevel._sbuf(r(value), "store")
+        cisa.dma_copy(dst=r(dst), src=src)
 
 
 def load_transpose2d(src, mask=None, dtype=None):

@@ -425,6 +425,25 @@ def _rollback(tr, m):
         tr.bounds.emitted = m.emitted
 
 
+class lowered:
+    """``with lowered("nl.load"):`` -- an error of an instruction the call lowers to is the
+    call's, ``file:line: nl.load: lowered to nisa.dma_copy: ...`` (the kernel's line)."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if not isinstance(exc, _trace.NkiError):
+            return False
+        text, at = str(exc), f"{_trace.caller_line()}: "
+        if not text.startswith(at) or text.startswith(f"{at}{self.call}:"):
+            return False
+        raise type(exc)(f"{at}{self.call}: lowered to {text[len(at) :]}") from None
+
+
 def new_tile(shape, dtype, buffer="sbuf", name=""):
     """A new on-chip tile ``shape`` (partitions first)."""
     shape = tuple(int(s) for s in shape)
@@ -456,7 +475,8 @@ def produce(
     m = _snapshot(tr)
     out = new_tile(shape, dtype, buffer, name)
     if not ix.empty(box):
-        emit(out, box, False)
+        with lowered(call):
+            emit(out, box, False)
     m.tile, m.end, m.emit, m.box = out, len(tr.builder.pending), emit, box
     m.spaces, m.dtypes, m.accumulates = spaces, dtypes, accumulates
     tr.legacy_made = m
@@ -485,7 +505,8 @@ def retarget(call, dst, value, accumulate=False):
     _rollback(tr, m)
     tr.legacy_made = None
     if not ix.empty(m.box):
-        m.emit(target, m.box, accumulate)
+        with lowered(call):
+            m.emit(target, m.box, accumulate)
     value._become(dst)
     return True
 
