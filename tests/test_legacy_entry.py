@@ -278,3 +278,62 @@ def test_baremetal_writes_its_named_files_and_returns_the_values(tmp_path):
     got = k(tile_add)[1, 1](a, b)
     np.testing.assert_array_equal(got, a + b)
     assert sorted(os.listdir(tmp_path)) == ["k.neff", "k.ntff"]
+
+
+# -- kernels in the older language (tests/kernels/legacy_entry.py) ------------------------------
+
+KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "legacy_entry.py")
+
+
+@pytest.fixture(scope="module")
+def legacy():
+    """The kernel file, imported as ``ncrtl run`` imports it (``neuronxcc.nki`` aliased)."""
+    from ncrtl.kernels import load_module
+
+    return load_module(KERNELS)
+
+
+def _ab(rows, cols, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((2, rows, cols)).astype(np.float32)
+
+
+def test_older_language_kernels_through_the_entry_points(legacy):
+    a, b = _ab(64, 128)
+    want = legacy.reference(a, b)
+    np.testing.assert_array_equal(legacy.grid_add[2, 2](a, b), want)
+    np.testing.assert_array_equal(legacy.host_add(a, b), want)
+    np.testing.assert_array_equal(nki.simulate_kernel(legacy.host_add, a, b), want)
+    np.testing.assert_array_equal(
+        nki.baremetal(legacy.add_nc2)(*_ab(128, 64)), np.add(*_ab(128, 64))
+    )
+    got = nki.simulate_kernel(legacy.scaled, a, factor=3.0)
+    np.testing.assert_allclose(got, a * 3.0, rtol=1e-6)
+    bench = nki.benchmark(warmup=2, iters=3)(legacy.grid_add[2, 2])
+    bench(a, b)
+    assert bench.benchmark_result.nc_latency.get_latency_percentile(99) > 0
+
+
+def test_ncrtl_run_times_an_older_api_grid_and_runs_its_host_code(capsys):
+    from ncrtl.cli import main
+
+    shapes = ["--shapes", "64x128:float32", "64x128:float32"]
+    assert main(["run", f"{KERNELS}::add_2x2", *shapes, "--timing-only"]) == 0
+    out = capsys.readouterr().out
+    assert "launch grid: 4 instances" in out and "core 0" in out
+    assert main(["run", f"{KERNELS}::add_nc2", "--shapes", "128x64:float32", "128x64:float32"]) == 0
+    out = capsys.readouterr().out
+    assert "core 1" in out
+    assert main(["run", f"{KERNELS}::host_add", *shapes]) == 0
+
+
+def test_ncrtl_run_a_bad_launch_is_one_line_at_its_line(capsys):
+    from ncrtl.cli import main
+
+    from .kernel_lines import kernel_line
+
+    shapes = ["--shapes", "64x128:float32", "64x128:float32"]
+    assert main(["run", f"{KERNELS}::bad_grid", *shapes]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{kernel_line(KERNELS, 'bad_grid')}: grid_add[2, 0]: grid dimension 0" in err

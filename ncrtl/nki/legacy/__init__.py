@@ -188,9 +188,18 @@ class Kernel(_Kernel):
 
         return tile_of(t, None)
 
+    def _device(self, v):
+        if isinstance(v, _trace.NkiTensor) and v._decl.space == "hbm":
+            return self.argument(v)
+        return v
+
     # a kernel called by a kernel being traced -----------------------------------------------
 
     def _inline(self, tr, args, kwargs):
+        # device tensors of a caller in the current API (host code traced by ``ncrtl run``)
+        # as this API's
+        args = tuple(self._device(a) for a in args)
+        kwargs = {k: self._device(v) for k, v in kwargs.items()}
         if self.grid is None:
             return self.fn(*args, **kwargs)
         core_of = self.options.get("_core_of")
