@@ -498,6 +498,8 @@ def dropout(data, prob, dtype=None, mask=None):
 def bn_stats(data, dtype=None, mask=None):
     """Per partition ``(count, mean, variance x count)`` twice into a new ``[P, 6]`` tile."""
     call = "nisa.bn_stats"
+    if mask is not None:
+        not_modelled("nisa.bn_stats(mask=...)")
     x = _value(call, "data", data)
 
     def emit(dst, box, acc):
@@ -509,6 +511,8 @@ def bn_stats(data, dtype=None, mask=None):
 def bn_aggr(data, dtype=None, mask=None):
     """Per partition ``(mean, variance)`` of ``bn_stats`` outputs into a new ``[P, 2]`` tile."""
     call = "nisa.bn_aggr"
+    if mask is not None:
+        not_modelled("nisa.bn_aggr(mask=...)")
     x = _value(call, "data", data)
 
     def emit(dst, box, acc):
@@ -520,6 +524,8 @@ def bn_aggr(data, dtype=None, mask=None):
 def max8(src, dtype=None, mask=None):
     """The 8 largest values of each partition, descending, into a new ``[P, 8]`` tile."""
     call = "nisa.max8"
+    if mask is not None:
+        not_modelled("nisa.max8(mask=...)")
     x = _value(call, "src", src)
 
     def emit(dst, box, acc):
@@ -531,6 +537,8 @@ def max8(src, dtype=None, mask=None):
 def nc_find_index8(data, vals, dtype=None, mask=None):
     """The index of each of ``vals``' 8 values in each partition of ``data`` (uint32)."""
     call = "nisa.nc_find_index8"
+    if mask is not None:
+        not_modelled("nisa.nc_find_index8(mask=...)")
     x = _value(call, "data", data)
     v = _value(call, "vals", vals)
 
@@ -543,6 +551,8 @@ def nc_find_index8(data, vals, dtype=None, mask=None):
 def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, mask=None):
     """``data`` with ``vals``' 8 values of each partition replaced by ``imm``, a new tile."""
     call = "nisa.nc_match_replace8"
+    if mask is not None:
+        not_modelled("nisa.nc_match_replace8(mask=...)")
     x = _value(call, "data", data)
     v = _value(call, "vals", vals)
     di = _tile_or_none(call, "dst_idx", dst_idx)
