@@ -844,6 +844,11 @@ def simulate(program, *, params=None, trace=False):
             streams[st.name] = st
     throttle = params.throttle_for(core)
     link = LINKS.get(core.name) if params.link == "documented" else params.link
+    # the trace's process per core: over N ranks its rank and its core in the rank
+    core_names = [f"NeuronCore {c}" if many else "NeuronCore" for c in range(len(programs))]
+    if getattr(programs[0], "rank", None) is not None and many:
+        per = len(programs) // (max(p.rank for p in programs) + 1)
+        core_names = [f"rank {p.rank} NeuronCore {c % per}" for c, p in enumerate(programs)]
     seqs = [
         Sequencer(
             core.rows, core.cols, tile_unit=core.tile_unit, rules=params.te_rules, throttle=throttle
@@ -1262,7 +1267,7 @@ def simulate(program, *, params=None, trace=False):
         s.free = end
         s.last_done = done
         if tr is not None:
-            track = (f"NeuronCore {s.core}" if many else "NeuronCore", s.local)
+            track = (core_names[s.core], s.local)
             # named and described when written (_KernelTrace.events)
             mine = slices[s.name]
             mine.append(tr.slice(track, ins, start, done, (ins, waited)))
