@@ -204,15 +204,21 @@ class CoreState:
                 written = self.psum_written
             else:
                 (mem, written), origin = self._memory(ref.space), 0
-            if _at(written, lay).all():
+            w = _at(written, lay)
+            if w.all():
                 data = np.ascontiguousarray(_at(mem, lay, origin))
                 return data.view(ref.element.storage).reshape(ref.view_shape)
+            org = taint.origins(self, ref.space)
+            org = None if org is None else _at(org, lay)
+            return taint.unwritten_read(self, ref, ins, _at(mem, lay, origin), w, org, matters)
         mem, written = self._memory(ref.space)
         part, byte = self._positions(ref)
         sel = byte if part is None else (part, byte)
         w = written[sel]
         if not w.all():
-            return taint.unwritten_read(self, ref, ins, mem, sel, w, matters)
+            org = taint.origins(self, ref.space)
+            org = None if org is None else org[sel]
+            return taint.unwritten_read(self, ref, ins, mem[sel], w, org, matters)
         data = mem[sel]
         return np.ascontiguousarray(data).view(ref.element.storage).reshape(ref.view_shape)
 

@@ -78,6 +78,7 @@ __all__ = [
     "REAL",
     "MATTERS",
     "unwritten_read",
+    "origins",
     "raw",
     "need",
     "forget",
@@ -89,8 +90,10 @@ __all__ = [
     "share",
 ]
 
-#: The probe runs' fill bytes, in order.
-FILLS = (0xFF, 0x7F, 0x80)
+#: The probe runs' fills, in order: every byte ``0xFF``; the complement of the memory's own
+#: bytes; every byte ``0x7F`` (run only where a tainted element read is an integer).
+INVERT = "invert"
+FILLS = (0xFF, INVERT, 0x7F)
 #: The mode of the real run of an instruction that read unwritten memory.
 REAL = "real"
 #: What a read that must not see tainted data feeds (``CoreState.read(matters=...)``).
@@ -138,6 +141,7 @@ _BIG = frozenset(
         "_ids",
         "_new",
         "_said",
+        "_ints",
     )
 )
 
@@ -201,16 +205,101 @@ def _origin(st, space, create=False):
     return arr
 
 
+def origins(st, space):
+    """The origin id of each byte of memory ``space`` (int32, 0 = none), or None: no taint
+    made there yet."""
+    return _origin(st, space)
+
+
 def _sel(part, byte):
     return byte if part is None else (part, byte)
 
 
-def _element_origins(st, ref, sel, w):
-    """Per element of the view the origin of its unwritten bytes (0: never written)."""
-    org = _origin(st, ref.space)
+def _element_origins(w, org, bad=None):
+    """Per element the origin of its unwritten bytes (0: never written); ``w`` the written mask
+    and ``org`` the origins (or None) of its bytes, ``[..., itemsize]``; ``bad``: the elements
+    with unwritten bytes, where known."""
     if org is None:
         return np.zeros(w.shape[:-1], np.int32)
-    return np.where(w, 0, org[sel]).max(axis=-1)
+    if bad is None:
+        bad = _bad(w)
+    # a taint marks every byte of an element alike: its first byte's origin, but where that
+    # byte is written and another not (an element written in part)
+    out = np.where(bad, org[..., 0], 0)
+    part = bad & w[..., 0]
+    if part.any():
+        out[part] = np.where(w[part], 0, org[part]).max(axis=-1)
+    return out
+
+
+# -- where a view's bytes are: a strided numpy view of each memory (a view that is rows of its
+# tensor, golden._layout) or the index of every byte ---------------------------------------
+
+
+def _loc(st, ref):
+    from ncrtl.model.kernel.golden import _layout
+
+    lay = _layout(ref)
+    if lay is not None:
+        return True, lay
+    return False, _sel(*st._positions(ref))
+
+
+def _written(st, space):
+    return (
+        st.sbuf_written
+        if space == "sbuf"
+        else st.psum_written
+        if space == "psum"
+        else st.hbm_written
+    )
+
+
+def _get(st, ref, loc, which):
+    """The view's bytes (``view_shape + (itemsize,)``) of the memory (``"mem"``), its written
+    mask (``"written"``) or its origins (``"origin"``; None before any taint): a numpy view
+    where ``loc`` is a layout (not for PSUM's memory), else a copy."""
+    from ncrtl.model.kernel.golden import _at
+
+    is_lay, where_ = loc
+    if which == "mem":
+        if ref.space == "psum":
+            if is_lay:
+                mem, origin = st._psum_banks(where_)
+                return _at(mem, where_, origin)
+            return st.psum_bytes()[where_]
+        arr = st.sbuf if ref.space == "sbuf" else st.hbm
+    elif which == "written":
+        arr = _written(st, ref.space)
+    else:
+        arr = _origin(st, ref.space)
+        if arr is None:
+            return None
+    return _at(arr, where_) if is_lay else arr[where_]
+
+
+def _put(st, ref, loc, which, value, mask=None):
+    """Set the view's bytes of ``which`` (not PSUM's memory) to ``value``, or only its elements
+    where ``mask`` (``view_shape``)."""
+    from ncrtl.model.kernel.golden import _at
+
+    is_lay, where_ = loc
+    if which == "mem":
+        arr = st.sbuf if ref.space == "sbuf" else st.hbm
+    elif which == "written":
+        arr = _written(st, ref.space)
+    else:
+        arr = _origin(st, ref.space, create=True)
+    if is_lay:
+        v = _at(arr, where_)
+        if mask is None:
+            v[...] = value
+        else:
+            v[mask] = value
+        return
+    if mask is not None:
+        where_ = tuple(w[mask] for w in where_) if isinstance(where_, tuple) else where_[mask]
+    arr[where_] = value
 
 
 def _text(ref, ins, at):
@@ -248,7 +337,7 @@ def _strict(st, ref, ins, bad, org, matters):
         msg = f"{head}, which depends on memory nothing wrote ({_table(st).text(o)})"
     if st.uninitialized == "error":
         raise KernelError(msg)
-    if isinstance(getattr(st, "_probe", None), int):
+    if getattr(st, "_probe", None) not in (None, REAL):
         return  # a probe run: the real run says it
     said = st.__dict__.get("_said")
     if said is None:
@@ -261,19 +350,49 @@ def _strict(st, ref, ins, bad, org, matters):
     warnings.warn(msg, UninitializedRead, stacklevel=4)
 
 
-def _fill(data, bad, fill):
-    """``data`` (uint8 ``[..., itemsize]``, a copy) with the elements ``bad`` all ``fill``."""
-    data[bad] = fill
+def _fill(st, ref, data, bad):
+    """``data`` (uint8 ``[..., itemsize]``, a copy) with the elements ``bad`` as the probe run
+    has them; notes an integer element among them (the third probe's cue)."""
+    fill = st._probe
+    isz = data.shape[-1]
+    if isz in (1, 2, 4, 8):  # one word per element
+        flat = data.reshape(-1, isz).view(f"u{isz}").reshape(-1)
+        if fill == INVERT:
+            np.copyto(flat, np.invert(flat), where=bad.reshape(-1))
+        else:
+            word = int.from_bytes(bytes([fill] * isz), "little")
+            np.copyto(flat, np.array(word, flat.dtype), where=bad.reshape(-1))
+    else:
+        flat = data.reshape(-1, isz)
+        where_ = bad.reshape(-1, 1)
+        if fill == INVERT:
+            np.copyto(flat, np.invert(flat), where=where_)
+        else:
+            np.copyto(flat, np.uint8(fill), where=where_)
+    if not ref.element.is_float:
+        st._ints = True
     return data
 
 
-def unwritten_read(st, ref, ins, mem, sel, w, matters=None):
-    """``CoreState.read``'s slow path for a view some of whose bytes are unwritten (``w``: the
-    written mask at ``sel``, ``view_shape + (itemsize,)``): the values as the mode has them."""
-    bad = ~w.all(axis=-1)
-    org = _element_origins(st, ref, sel, w)
+def _bad(w):
+    """Per element whether any of its bytes is unwritten (``w``: ``[..., itemsize]``)."""
+    isz = w.shape[-1]
+    wc = np.ascontiguousarray(w)
+    if isz in (1, 2, 4, 8):
+        full = int.from_bytes(b"\x01" * isz, "little")
+        return wc.view(f"u{isz}").reshape(w.shape[:-1]) != full
+    return ~wc.all(axis=-1)
+
+
+def unwritten_read(st, ref, ins, data, w, org, matters=None):
+    """``CoreState.read``'s slow path for a view some of whose bytes are unwritten: ``data``,
+    ``w`` and ``org`` its bytes, their written mask and their origins (or None), each
+    ``view_shape + (itemsize,)``; the values as the mode has them."""
+    bad = _bad(w)
     probe = getattr(st, "_probe", None)
-    data = np.array(mem[sel])
+    if matters is not None or probe in (None, REAL):
+        org = _element_origins(w, org, bad)
+    data = np.array(data)
     if matters is not None:
         _strict(st, ref, ins, bad, org, matters)
     elif probe is None:
@@ -281,7 +400,7 @@ def unwritten_read(st, ref, ins, mem, sel, w, matters=None):
     else:
         _record(st, ref, ins, bad, org)
         if probe != REAL:
-            _fill(data, bad, probe)
+            _fill(st, ref, data, bad)
     return np.ascontiguousarray(data).view(ref.element.storage).reshape(ref.view_shape)
 
 
@@ -295,8 +414,8 @@ def raw(st, ref):
     w = written[sel]
     ok = w.all(axis=-1)
     probe = getattr(st, "_probe", None)
-    if isinstance(probe, int) and not ok.all():
-        _fill(data, ~ok, probe)
+    if probe not in (None, REAL) and not ok.all():
+        _fill(st, ref, data, ~ok)
     data = np.ascontiguousarray(data).view(ref.element.storage).reshape(ref.view_shape)
     return data, ok.reshape(ref.view_shape)
 
@@ -309,10 +428,9 @@ def need(st, ins, ref, written, used):
         return
     if getattr(st, "_probe", None) is None:
         raise Tainted(_text(ref, ins, np.argwhere(missing)[0]))
-    part, byte = st._positions(ref)
-    sel = _sel(part, byte)
-    w = st._memory(ref.space)[1][sel]
-    _record(st, ref, ins, missing, _element_origins(st, ref, sel, w))
+    loc = _loc(st, ref)
+    org = _get(st, ref, loc, "origin")
+    _record(st, ref, ins, missing, _element_origins(_get(st, ref, loc, "written"), org))
 
 
 def forget(st, ref, mask):
@@ -324,7 +442,7 @@ def forget(st, ref, mask):
     isz = ref.element.itemsize
     part, byte = st._positions(ref)
     byte = byte.reshape(-1, isz)[mask]
-    _, written = st._memory(ref.space)
+    written = _written(st, ref.space)
     org = _origin(st, ref.space)
     if part is None:
         written[byte] = False
@@ -382,71 +500,54 @@ def precheck(st, ins):
 
 
 class _Checkpoint:
-    """What an instruction may change, to run it again from the same state."""
+    """What an instruction may change, to run it again from the same state: its destinations'
+    bytes, written masks and origins (``locs``: where each destination's bytes are), PSUM's
+    state where it writes PSUM, and the state's small parts (registers, generators,
+    accumulators)."""
 
-    def __init__(self, st, ins):
+    def __init__(self, st, ins, locs):
         self.small = {k: copy.deepcopy(v) for k, v in vars(st).items() if k not in _BIG}
         self.regions = []
         self.psum = None
-        for ref in ins.dsts:
-            if ref.space == "psum":
-                if self.psum is None:
-                    org = _origin(st, "psum")
-                    self.psum = (
-                        copy.deepcopy(st.psum),
-                        st.psum_written.copy(),
-                        None if org is None else org.copy(),
-                    )
-                continue
-            mem, written = st._memory(ref.space)
-            part, byte = st._positions(ref)
-            sel = _sel(part, byte)
-            org = _origin(st, ref.space)
+        for ref, loc in zip(ins.dsts, locs):
+            parts = ("written", "origin") if ref.space == "psum" else ("mem", "written", "origin")
+            saved = {w: _get(st, ref, loc, w) for w in parts}
             self.regions.append(
-                (
-                    ref.space,
-                    sel,
-                    mem[sel].copy(),
-                    written[sel].copy(),
-                    None if org is None else org[sel].copy(),
-                )
+                (ref, loc, {w: None if v is None else v.copy() for w, v in saved.items()})
             )
+            if ref.space == "psum" and self.psum is None:
+                self.psum = {
+                    k: (v.copy() if k == "mem" else copy.deepcopy(v))
+                    for k, v in vars(st.psum).items()
+                }
 
     def restore(self, st):
         for k in [k for k in vars(st) if k not in _BIG and k not in self.small]:
             delattr(st, k)
         for k, v in self.small.items():
             setattr(st, k, copy.deepcopy(v))
-        for space, sel, data, w, o in reversed(self.regions):
-            mem, written = st._memory(space)
-            mem[sel] = data
-            written[sel] = w
-            org = _origin(st, space)
-            if org is not None:
-                org[sel] = 0 if o is None else o
         if self.psum is not None:
-            p, w, o = self.psum
-            st.psum = copy.deepcopy(p)
-            st.psum_written[...] = w
-            org = _origin(st, "psum")
-            if org is not None:
-                org[...] = 0 if o is None else o
+            for k, v in self.psum.items():
+                if k == "mem":
+                    st.psum.mem[...] = v
+                else:
+                    setattr(st.psum, k, copy.deepcopy(v))
+        for ref, loc, saved in reversed(self.regions):
+            for which, v in saved.items():
+                if v is None:  # origins made since: none here
+                    if _origin(st, ref.space) is not None:
+                        _put(st, ref, loc, which, 0)
+                else:
+                    _put(st, ref, loc, which, v)
 
 
-def _capture(st, ins):
+def _capture(st, ins, locs):
     """The bytes each destination element holds (``[elements, itemsize]`` per destination) and
     the engine's accumulator registers' bytes."""
-    out = []
-    psum = None
-    for ref in ins.dsts:
-        part, byte = st._positions(ref)
-        if ref.space == "psum":
-            if psum is None:
-                psum = st.psum_bytes()
-            mem = psum
-        else:
-            mem = st._memory(ref.space)[0]
-        out.append(np.array(mem[_sel(part, byte)]).reshape(ref.size, -1))
+    out = [
+        np.array(_get(st, ref, loc, "mem")).reshape(ref.size, -1)
+        for ref, loc in zip(ins.dsts, locs)
+    ]
     acc = st.__dict__.get("accumulators", {}).get(ins.engine)
     return out, None if acc is None else acc.copy().view(np.uint32)
 
@@ -491,19 +592,27 @@ def _nan_through():
 
 
 def _fill_inputs(st, ins, fill, psum_taint):
-    """Before a probe run: the tainted accumulator lanes and accumulating PSUM elements hold
-    ``fill``."""
+    """Before a probe run: the tainted accumulator lanes and accumulating PSUM elements as the
+    probe has them."""
     t = _acc_tainted(st, ins)
     if t is not None:
         acc = st.__dict__.get("accumulators", {}).get(ins.engine)
         if acc is not None:
-            word = np.frombuffer(bytes([fill] * 4), np.float32)[0]
-            acc[t[: acc.size] > 0] = word
+            lanes = t[: acc.size] > 0
+            bits = acc.view(np.uint32)
+            if fill == INVERT:
+                bits[lanes] = ~bits[lanes]
+            else:
+                bits[lanes] = np.uint32(int.from_bytes(bytes([fill] * 4), "little"))
     if psum_taint is not None:
         sel, bad, _ = psum_taint
         b = st.psum_bytes()
         data = b[sel]
-        data[bad] = fill
+        st._probe = fill
+        try:
+            _fill(st, ins.dsts[0], data, bad)
+        finally:
+            st._probe = None
         b[sel] = data
         st._store_psum(b)
 
@@ -514,7 +623,8 @@ def slow(st, fn, ins):
     psum_taint = _psum_acc_taint(st, ins)
     acc_t = _acc_tainted(st, ins)
     try:
-        ck = _Checkpoint(st, ins)
+        locs = [_loc(st, ref) for ref in ins.dsts]
+        ck = _Checkpoint(st, ins, locs)
     except KernelError:
         ck = None
     if ck is None:  # a destination the operation itself refuses: its own message
@@ -525,7 +635,10 @@ def slow(st, fn, ins):
             st._probe = None
         raise KernelError(f"{where(ins)}cannot follow its reads of unwritten memory")
     probes = []
+    st._ints = False
     for fill in FILLS:
+        if fill == 0x7F and not st.__dict__.pop("_ints", False):
+            break  # no integer among the tainted elements: NaN and the complement suffice
         ck.restore(st)
         _fill_inputs(st, ins, fill, psum_taint)
         st._probe = fill
@@ -537,16 +650,18 @@ def slow(st, fn, ins):
                         fn(st, ins)
                 else:
                     fn(st, ins)
-            probes.append(_capture(st, ins))
+            probes.append(_capture(st, ins, locs))
         except (KernelError, ValueError, IndexError, OverflowError, ZeroDivisionError):
             probes.append(None)
         finally:
             st._probe = None
+        if probes[-1] is None:
+            break  # every destination element is taken as tainted
     ck.restore(st)
     st._probe, st._ids, st._new = REAL, set(), None
     try:
         fn(st, ins)
-        real = _capture(st, ins)
+        real = _capture(st, ins, locs)
         ids = set(st._ids)
         new = st._new
     finally:
@@ -558,12 +673,12 @@ def slow(st, fn, ins):
     if new is not None:
         ids.add(new)
     oid = min(ids) if ids else _table(st).add(f"{where(ins)}reads memory nothing wrote")
-    _mark(st, ins, real, probes, oid)
+    _mark(st, ins, locs, real, probes, oid)
 
 
-def _mark(st, ins, real, probes, oid):
+def _mark(st, ins, locs, real, probes, oid):
     outs, acc = real
-    for k, ref in enumerate(ins.dsts):
+    for k, (ref, loc) in enumerate(zip(ins.dsts, locs)):
         diff = np.zeros(ref.size, bool)
         for p in probes:
             if p is None:
@@ -571,7 +686,9 @@ def _mark(st, ins, real, probes, oid):
                 break
             diff |= (p[0][k] != outs[k]).any(axis=1)
         if diff.any():
-            _taint(st, ref, diff, oid)
+            mask = diff.reshape(ref.view_shape)
+            _put(st, ref, loc, "written", False, mask)
+            _put(st, ref, loc, "origin", oid, mask)
     if acc is None:
         return
     lanes = np.zeros(acc.size, bool)
@@ -587,22 +704,6 @@ def _mark(st, ins, real, probes, oid):
             return
         t = table[ins.engine] = np.zeros(acc.size, np.int32)
     t[:] = np.where(lanes, oid, 0)
-
-
-def _taint(st, ref, mask, oid):
-    """The view's elements where ``mask`` (flat) unwritten, from origin ``oid``."""
-    isz = ref.element.itemsize
-    part, byte = st._positions(ref)
-    written = st._memory(ref.space)[1]
-    org = _origin(st, ref.space, create=True)
-    b = byte.reshape(-1, isz)[mask]
-    if part is None:
-        written[b] = False
-        org[b] = oid
-        return
-    p = part.reshape(-1, isz)[mask]
-    written[p, b] = False
-    org[p, b] = oid
 
 
 # -- several cores ------------------------------------------------------------------------------
