@@ -209,7 +209,7 @@ class CoreState:
                 data = np.ascontiguousarray(_at(mem, lay, origin))
                 return data.view(ref.element.storage).reshape(ref.view_shape)
             org = taint.origins(self, ref.space)
-            org = None if org is None else _at(org, lay)
+            org = None if org is None else taint.at(org, lay)
             return taint.unwritten_read(self, ref, ins, _at(mem, lay, origin), w, org, matters)
         mem, written = self._memory(ref.space)
         part, byte = self._positions(ref)

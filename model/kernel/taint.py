@@ -211,6 +211,19 @@ def origins(st, space):
     return _origin(st, space)
 
 
+def at(arr, layout):
+    """``golden._at`` for an array of any item size (the origins, int32): the bytes of a
+    layout as a numpy view of ``arr``, one item per byte of memory."""
+    p0, byte, shape, steps = layout
+    isz = arr.itemsize
+    inner = tuple(s * isz for s in steps)
+    if p0 is None:
+        return np.ndarray(shape, arr.dtype, arr, byte * isz, inner)
+    return np.ndarray(
+        shape, arr.dtype, arr, p0 * arr.strides[0] + byte * isz, (arr.strides[0],) + inner
+    )
+
+
 def _sel(part, byte):
     return byte if part is None else (part, byte)
 
@@ -275,14 +288,12 @@ def _get(st, ref, loc, which):
         arr = _origin(st, ref.space)
         if arr is None:
             return None
-    return _at(arr, where_) if is_lay else arr[where_]
+    return at(arr, where_) if is_lay else arr[where_]
 
 
 def _put(st, ref, loc, which, value, mask=None):
     """Set the view's bytes of ``which`` (not PSUM's memory) to ``value``, or only its elements
     where ``mask`` (``view_shape``)."""
-    from ncrtl.model.kernel.golden import _at
-
     is_lay, where_ = loc
     if which == "mem":
         arr = st.sbuf if ref.space == "sbuf" else st.hbm
@@ -291,7 +302,7 @@ def _put(st, ref, loc, which, value, mask=None):
     else:
         arr = _origin(st, ref.space, create=True)
     if is_lay:
-        v = _at(arr, where_)
+        v = at(arr, where_)
         if mask is None:
             v[...] = value
         else:
@@ -768,7 +779,7 @@ def check_outputs(states):
         org = _origin(st, "hbm")
         if org is None:
             continue
-        for name in st.program.outputs:
+        for k, name in enumerate(st.program.outputs):
             key = (id(st.hbm_written), name)
             if key in seen:
                 continue
@@ -783,10 +794,11 @@ def check_outputs(states):
             if not (per > 0).any():
                 continue
             i = int(np.argmax(per > 0))
-            at = [int(x) for x in np.unravel_index(i, tuple(t.shape))] if t.shape else []
+            first = [int(x) for x in np.unravel_index(i, tuple(t.shape))] if t.shape else []
+            line = f", {t.line}" if getattr(t, "line", None) else ""
             msg = (
-                f"{_table(st).text(int(per[i]))}; the kernel's output {name} depends on it at "
-                f"index {at}"
+                f"{_table(st).text(int(per[i]))}; the kernel's output {k} ({name} "
+                f"{list(t.shape)}{line}) depends on it at index {first}"
             )
             if st.uninitialized == "error":
                 raise KernelError(msg)
