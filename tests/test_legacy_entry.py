@@ -337,3 +337,12 @@ def test_ncrtl_run_a_bad_launch_is_one_line_at_its_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{kernel_line(KERNELS, 'bad_grid')}: grid_add[2, 0]: grid dimension 0" in err
+
+
+def test_ncrtl_run_psum_rounding_keeps_an_older_api_kernel(capsys):
+    from ncrtl.cli import main
+
+    shapes = ["--shapes", "64x128:float32", "64x128:float32"]
+    assert (
+        main(["run", f"{KERNELS}::add_2x2", *shapes, "--psum-rounding", "sr", "--core", "v4"]) == 0
+    )
