@@ -40,6 +40,7 @@ _nl = importlib.import_module(f"{__package__}.language")  # the module, not the 
 _tl = importlib.import_module(f"{__package__}.tile")  # the module, not the package's stand-in
 produce = _tl.produce
 
+_op = _nl._op_of
 _value, _value_or_number, _r, _shape2, _dt = (
     _nl._value,
     _nl._value_or_number,
@@ -129,10 +130,10 @@ def nc_transpose(data, engine=engine.unknown, dtype=None, mask=None):
 
     def emit(dst, box, acc):
         if dst.dtype == x.dtype:
-            cisa.nc_transpose(dst=dst, data=x, engine=engine)
+            cisa.nc_transpose(dst=_nl._bits(dst), data=_nl._bits(x), engine=engine)
             return
         t = _tl.new_tile((f, p), x.dtype, "sbuf" if vector else "psum", "nc_transpose")
-        cisa.nc_transpose(dst=t, data=x, engine=engine)
+        cisa.nc_transpose(dst=_nl._bits(t), data=_nl._bits(x), engine=engine)
         cisa.tensor_copy(dst=dst, src=t)
 
     buf = "sbuf" if vector else "psum"
@@ -165,11 +166,11 @@ def activation(
         r = _r(box)
         cisa.activation(
             dst=r(dst),
-            op=op,
+            op=_op(op),
             data=r(x),
             bias=r(b),
             scale=r(sc),
-            reduce_op=reduce_op,
+            reduce_op=_op(reduce_op),
             reduce_res=r(res),
             reduce_cmd=reduce_cmd,
         )
@@ -190,9 +191,9 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dty
         r = _r(box)
         cisa.activation_reduce(
             dst=r(dst),
-            op=op,
+            op=_op(op),
             data=r(x),
-            reduce_op=reduce_op,
+            reduce_op=_op(reduce_op),
             reduce_res=r(res),
             bias=r(b),
             scale=r(sc),
@@ -216,7 +217,7 @@ def tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=None, mask
     def emit(dst, box, acc):
         r = _r(box)
         cisa.tensor_reduce(
-            dst=r(dst), op=op, data=r(view), axis=last, negate=negate, keepdims=keepdims
+            dst=r(dst), op=_op(op), data=r(view), axis=last, negate=negate, keepdims=keepdims
         )
 
     return produce(call, _nl._reduced(x, axes, keepdims), dt, emit, name="tensor_reduce", mask=mask)
@@ -231,7 +232,7 @@ def tensor_partition_reduce(op, data, dtype=None, mask=None):
     dt = _dt(call, dtype, x.dtype)
 
     def emit(dst, box, acc):
-        cisa.tensor_partition_reduce(dst=dst, op=op, data=x)
+        cisa.tensor_partition_reduce(dst=dst, op=_op(op), data=x)
 
     return produce(call, (1,) + tuple(x.shape[1:]), dt, emit, name="tensor_partition_reduce")
 
@@ -246,7 +247,7 @@ def tensor_tensor(data1, data2, op, engine=engine.unknown, dtype=None, mask=None
 
     def emit(dst, box, acc):
         r = _r(box)
-        cisa.tensor_tensor(dst=r(dst), data1=r(a), data2=r(b), op=op, engine=engine)
+        cisa.tensor_tensor(dst=r(dst), data1=r(a), data2=r(b), op=_op(op), engine=engine)
 
     return produce(call, _shape2(a.shape), dt, emit, name="tensor_tensor", mask=mask)
 
@@ -269,8 +270,8 @@ def tensor_tensor_scan(
             data0=r(a),
             data1=r(b),
             initial=r(init),
-            op0=op0,
-            op1=op1,
+            op0=_op(op0),
+            op1=_op(op1),
             reverse0=reverse0,
             reverse1=reverse1,
         )
@@ -293,9 +294,9 @@ def scalar_tensor_tensor(
         cisa.scalar_tensor_tensor(
             dst=r(dst),
             data=r(x),
-            op0=op0,
+            op0=_op(op0),
             operand0=r(o0),
-            op1=op1,
+            op1=_op(op1),
             operand1=r(o1),
             reverse0=reverse0,
             reverse1=reverse1,
@@ -328,10 +329,10 @@ def tensor_scalar(
         cisa.tensor_scalar(
             dst=r(dst),
             data=r(x),
-            op0=op0,
+            op0=_op(op0),
             operand0=r(o0),
             reverse0=reverse0,
-            op1=op1,
+            op1=_op(op1),
             operand1=r(o1),
             reverse1=reverse1,
             engine=engine,
@@ -356,9 +357,9 @@ def tensor_scalar_reduce(
         cisa.tensor_scalar_reduce(
             dst=r(dst),
             data=r(x),
-            op0=op0,
+            op0=_op(op0),
             operand0=r(o0),
-            reduce_op=reduce_op,
+            reduce_op=_op(reduce_op),
             reduce_res=r(res),
             reverse0=reverse0,
         )
@@ -580,6 +581,29 @@ def dma_copy(dst, src, mask=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.e
     cisa.dma_copy(dst=r(d), src=r(s), dge_mode=dge_mode, oob_mode=oob_mode)
 
 
+def dma_transpose(src, axes=None, mask=None, dtype=None):
+    """``src`` (device memory or SBUF, 2-D) transposed by the DMA engines into a new SBUF
+    tile ``[F, P]``."""
+    call = "nisa.dma_transpose"
+    x = _value(call, "src", src, ("sbuf", "hbm"))
+    if mask is not None:
+        not_modelled("nisa.dma_transpose(mask=...)")
+    if len(x.shape) != 2 or axes not in (None, (1, 0), [1, 0]):
+        not_modelled("nisa.dma_transpose of more than 2 dimensions in the older API")
+    a, b = x.shape
+    dt = _dt(call, dtype, x.dtype)
+
+    def emit(dst, box, acc):
+        if dst.dtype == x.dtype:
+            cisa.dma_transpose(dst=dst, src=x)
+            return
+        t = _tl.new_tile((b, a), x.dtype, name="dma_transpose")
+        cisa.dma_transpose(dst=t, src=x)
+        cisa.tensor_copy(dst=dst, src=t)
+
+    return produce(call, (b, a), dt, emit, name="dma_transpose", spaces=("sbuf",))
+
+
 __all__ = [
     "nc_matmul",
     "nc_transpose",
@@ -605,6 +629,7 @@ __all__ = [
     "nc_find_index8",
     "nc_match_replace8",
     "dma_copy",
+    "dma_transpose",
     "engine",
     "reduce_cmd",
     "dge_mode",

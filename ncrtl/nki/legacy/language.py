@@ -101,6 +101,28 @@ def _value_or_number(call, what, v):
     return _value(call, what, v)
 
 
+#: numpy's functions kernels pass as operators (``nisa.tensor_reduce(np.max, ...)``), by the
+#: operator they name; numpy's ufuncs (``np.add``, ``np.exp``) the current API reads itself.
+_NUMPY_FUNCTIONS = {
+    np.max: cnl.maximum,
+    np.amax: cnl.maximum,
+    np.min: cnl.minimum,
+    np.amin: cnl.minimum,
+    np.sum: cnl.add,
+    np.prod: cnl.multiply,
+    np.all: cnl.logical_and,
+    np.any: cnl.logical_or,
+}
+
+
+def _op_of(v):
+    """The operator ``v`` names (a numpy reduction function as its operator token)."""
+    try:
+        return _NUMPY_FUNCTIONS.get(v, v)
+    except TypeError:
+        return v
+
+
 def _r(box):
     """The function that cuts an operand to the mask's box."""
     return lambda t: _ix.restrict(t, box)
@@ -169,8 +191,10 @@ def _fill(t, value):
     return t
 
 
-def zeros(shape, dtype, buffer=sbuf, name=""):
-    """A new tensor set to 0 (``nisa.memset``; one per block)."""
+def zeros(shape, dtype, buffer=sbuf, name="", lazy_initialization=False):
+    """A new tensor set to 0 (``nisa.memset``; one per block).  ``lazy_initialization``
+    lets the compiler defer the zeros to the first use; ncrtl sets them here (the same
+    values; each memset timed)."""
     return _fill(ndarray(shape, dtype, buffer=buffer, name=name), 0)
 
 
@@ -577,7 +601,7 @@ def loop_reduce(x, op, loop_indices, dtype=None, mask=None):
 
     call = "nl.loop_reduce"
     x = _value(call, "x", x)
-    name = op_token(op)
+    name = op_token(_op_of(op))
     if name not in _LOOP_OPS:
         fail(call, f"op={op!r}: one of {', '.join(sorted(_LOOP_OPS))}")
     items = loop_indices if isinstance(loop_indices, (tuple, list)) else (loop_indices,)
@@ -646,6 +670,16 @@ def matmul(x, y, transpose_x=False, mask=None):
     )
 
 
+def _bits(t):
+    """A 4-byte integer tile read as float32 (the same bits): the Tensor Engine's transpose
+    moves data without arithmetic, so integers pass through it as float32 words, as the
+    compiler transposes them."""
+    d = dtype_of(t.dtype)
+    if d.is_float or d.itemsize != 4 or d.packed != 1:
+        return t
+    return t._view(t.shape, t.strides, t.offset, "float32")
+
+
 def transpose(x, dtype=None, mask=None):
     """``x [P, F]`` transposed into a new PSUM tile ``[F, P]`` (the Tensor Engine; a PSUM
     ``x`` copied to SBUF first, a conversion to ``dtype`` after where it differs)."""
@@ -660,7 +694,7 @@ def transpose(x, dtype=None, mask=None):
     def emit(dst, box, acc):
         xs = highlevel._sbuf(x, "transpose_in")
         if dst.dtype == x.dtype:
-            cisa.nc_transpose(dst=dst, data=xs)
+            cisa.nc_transpose(dst=_bits(dst), data=_bits(xs))
             return
         t = _tl.new_tile((free_size(x), x.shape[0]), x.dtype, psum, "transpose")
         cisa.nc_transpose(dst=t, data=xs)

@@ -97,11 +97,44 @@ class Tile(NkiTensor):
 
     def __getitem__(self, key):
         call = f"{self.name}[...]"
+        keys = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, NkiTensor) for k in keys):
+            return self._indirect(call, keys)
         shape, strides, offset, pdim = ix.resolve(
             call, self.shape, self.strides, self.offset, self._pdim, key
         )
         view = Tile(self._decl, shape, strides, offset, self.dtype)
         view._pdim = pdim
+        return view
+
+    def _indirect(self, call, keys):
+        """``t[0, idx, i_f]`` with ``idx`` an SBUF tile of integers ``[P, 1]``: the view whose
+        first axis is ``idx``'s partitions, row ``p`` at ``idx[p]`` times the dimension's
+        stride, read when the DMA runs (a gather: the current API's ``vector_offset``)."""
+        if self._decl.space != "hbm":
+            fail(
+                call,
+                f"{self.name} is in {self.buffer}: a tile as an index gathers from device memory",
+            )
+        tiles = [(d, k) for d, k in enumerate(keys) if isinstance(k, NkiTensor)]
+        if len(tiles) > 1:
+            fail(call, "one tile as an index per view (a gather along one dimension)")
+        d, idx = tiles[0]
+        if any(not isinstance(k, (int, np.integer)) for k in keys[:d]):
+            fail(call, "the dimensions before an index tile are indexed by integers")
+        if free(idx) != 1:
+            fail(call, f"the index tile {list(idx.shape)} must be one value per partition ([P, 1])")
+        n = idx.shape[0]
+        rows = ix.arange(n)[:, None]
+        rest = [rows if i == d else k for i, k in enumerate(keys)]
+        shape, strides, offset, _ = ix.resolve(
+            call, self.shape, self.strides, self.offset, None, tuple(rest)
+        )
+        if shape[0] != n:
+            fail(call, f"the index tile's {n} partitions must be the view's first axis")
+        view = Tile(self._decl, shape, strides, offset, self.dtype)
+        view._dyn = _trace._Dynamic("vector", idx, self.strides[d])
+        view._static_check(call)
         return view
 
     def __setitem__(self, key, value):
