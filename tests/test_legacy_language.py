@@ -193,3 +193,14 @@ def test_errors_are_one_line_at_the_kernel_line(case, cls, rule):
         kernel("bad")(x, case)
     text = str(e.value)
     assert "\n" not in text and text.startswith(kernel_line(KERNELS, case))
+
+
+def test_a_tile_of_indices_gathers_rows_by_dma():
+    table = f32(40, 24)
+    idx = RNG.integers(0, 40, size=(1, 16)).astype(np.int32)
+    k = kernel("gather_rows")
+    rows, top = k(table, idx)
+    np.testing.assert_array_equal(rows, table[idx[0]])
+    np.testing.assert_array_equal(top[:, 0], table[idx[0]].max(axis=1))
+    program = cur.run(k, [table, idx], timing=False).program
+    assert ops(program, kernel_line(KERNELS, "gather")) == ["dma:dma_copy"]

@@ -183,3 +183,19 @@ def bad(x, case):
         o[...] = nl.exp(t)  # LINE shape
     nl.store(out, t)
     return out
+
+
+@nki.jit
+def gather_rows(table, idx):
+    """Rows of a device table at indices held in SBUF (a tile as an index: a DMA gather); the
+    [1, k] indices transposed on the Tensor Engine (int32) to one per partition; each row's
+    maximum by nisa.tensor_reduce(np.max)."""
+    n, f = table.shape
+    k = idx.shape[1]
+    rows = nl.ndarray((k, f), dtype=table.dtype, buffer=nl.shared_hbm)
+    top = nl.ndarray((k, 1), dtype=table.dtype, buffer=nl.shared_hbm)
+    col = nl.copy(nl.transpose(nl.load(idx)))
+    g = nl.load(table[col, nl.arange(f)[None, :]])  # LINE gather
+    nl.store(rows, g)
+    nl.store(top, nisa.tensor_reduce(np.max, g, axis=(1,)))
+    return rows, top
