@@ -204,3 +204,14 @@ def test_a_tile_of_indices_gathers_rows_by_dma():
     np.testing.assert_array_equal(top[:, 0], table[idx[0]].max(axis=1))
     program = cur.run(k, [table, idx], timing=False).program
     assert ops(program, kernel_line(KERNELS, "gather")) == ["dma:dma_copy"]
+
+
+def test_only_a_result_nothing_read_yet_is_written_in_place():
+    a = f32(16, 8) * 0.1
+    k = kernel("kept")
+    got = k(a)
+    np.testing.assert_allclose(got[0], np.exp(a), rtol=1e-6)
+    np.testing.assert_allclose(got[1], np.exp(np.exp(a)), rtol=1e-6)
+    program = cur.run(k, [a], timing=False).program
+    assert ops(program, kernel_line(KERNELS, "kept")) == ["vector:tensor_copy"]
+    assert ops(program, kernel_line(KERNELS, "direct")) == ["scalar:activation"]

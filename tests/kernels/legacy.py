@@ -199,3 +199,19 @@ def gather_rows(table, idx):
     nl.store(rows, g)
     nl.store(top, nisa.tensor_reduce(np.max, g, axis=(1,)))
     return rows, top
+
+
+@nki.jit
+def kept(a):
+    """A result viewed before its assignment is copied there; one assigned at once is written
+    there directly."""
+    out = nl.ndarray((2,) + a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype)
+    x = nl.exp(nl.load(a))
+    v = x[:, :]
+    t[...] = x  # LINE kept
+    u = nl.ndarray(a.shape, dtype=a.dtype)
+    u[...] = nl.exp(t)  # LINE direct
+    nl.store(out[0], v)
+    nl.store(out[1], u)
+    return out

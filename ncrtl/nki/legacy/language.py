@@ -92,6 +92,7 @@ def _value(call, what, v, spaces=("sbuf", "psum")):
         )
     v = tile_of(v)
     highlevel._tile(call, what, v, spaces)
+    _tl.touch(v)
     return v
 
 

@@ -80,6 +80,7 @@ class Tile(NkiTensor):
         return out
 
     def _view(self, shape, strides, offset, dtype=None):
+        touch(self)
         view = Tile(self._decl, shape, strides, offset, dtype or self.dtype)
         view._dyn = self._dyn
         if self._decl.space != "hbm":
@@ -97,6 +98,7 @@ class Tile(NkiTensor):
 
     def __getitem__(self, key):
         call = f"{self.name}[...]"
+        touch(self)
         keys = key if isinstance(key, tuple) else (key,)
         if any(isinstance(k, NkiTensor) for k in keys):
             return self._indirect(call, keys)
@@ -431,10 +433,20 @@ class BlockTensor:
 
 
 class _Made:
-    """What the last tile-making call left, to take it back on an assignment."""
+    """What the last tile-making call left, to take it back on an assignment; ``used`` once
+    the tile is read or viewed (its instructions then stay where they are)."""
 
     __slots__ = ("tile", "start", "end", "dma_next", "identities", "shared", "emitted")
-    __slots__ += ("emit", "box", "spaces", "dtypes", "accumulates")
+    __slots__ += ("emit", "box", "spaces", "dtypes", "accumulates", "used")
+
+
+def touch(t):
+    """Note that ``t`` is read or viewed: if it is the last call's tile, an assignment no
+    longer takes that call's instructions back (a view of it would lose its data)."""
+    tr = _trace.current_or_none()
+    m = getattr(tr, "legacy_made", None) if tr is not None else None
+    if m is not None and m.tile is t:
+        m.used = True
 
 
 def _snapshot(tr):
@@ -511,7 +523,7 @@ def produce(
         with lowered(call):
             emit(out, box, False)
     m.tile, m.end, m.emit, m.box = out, len(tr.builder.pending), emit, box
-    m.spaces, m.dtypes, m.accumulates = spaces, dtypes, accumulates
+    m.spaces, m.dtypes, m.accumulates, m.used = spaces, dtypes, accumulates, False
     tr.legacy_made = m
     return out
 
@@ -521,7 +533,7 @@ def retarget(call, dst, value, accumulate=False):
     nothing was emitted since (True); else False."""
     tr = current(call)
     m = getattr(tr, "legacy_made", None)
-    if m is None or m.tile is not value or len(tr.builder.pending) != m.end:
+    if m is None or m.tile is not value or m.used or len(tr.builder.pending) != m.end:
         return False
     if accumulate and not m.accumulates:
         return False
