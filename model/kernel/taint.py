@@ -24,15 +24,15 @@ paths of ``CoreState.read`` stay: no extra work).  Its first read of an unwritte
 raises :class:`Tainted` before the operation has changed anything (the operations read their
 operands before they write; the random operations draw after they read), and the instruction
 is run again, from a checkpoint of what it may change (its destinations' bytes, their written
-and origin masks, PSUM, the engines' accumulator registers, the registers and generators), four
-times over the same state:
+and origin masks, PSUM, the engines' accumulator registers, the registers and generators), three
+or four times over the same state:
 
-* three *probe* runs, in which every unwritten element an operand read returns holds a fill
-  byte in each of its bytes: ``0xFF`` (a NaN in every float format, -1 / all ones as an
-  integer), ``0x7F`` (a large positive float32 / bfloat16 / integer; NaN in fp16 and fp8) and
-  ``0x80`` (a small negative float, a large negative integer); in the ``0xFF`` run the
-  float32 comparison and logical operators and ``abs_max`` / ``abs_min`` give NaN where an
-  operand is NaN, so that the NaN goes through them as through arithmetic;
+* *probe* runs, in which every unwritten element an operand read returns holds a fill:
+  every byte ``0xFF`` (a NaN in every float format, -1 / all ones as an integer; in this run
+  the float32 comparison and logical operators and ``abs_max`` / ``abs_min`` give NaN where an
+  operand is NaN, so that the NaN goes through them as through arithmetic), the memory's own
+  bytes complemented (every moved byte differs), and, only where a tainted element read is an
+  integer, every byte ``0x7F`` (a large positive integer);
 * then the *real* run, whose unwritten elements hold the memory's own bytes (what the hardware
   would compute on), which stays.
 
@@ -48,9 +48,10 @@ operand: the element-wise operations, a matmul's ``out[m, n]`` from ``stationary
 ``moving[:, n]``, reductions, scans), for every move of bytes (copies, transposes, DMA,
 gathers, selections: the moved bytes differ), and for integer and bit arithmetic whose result
 changes with its operand (``x & 0`` is rightly independent).  It can miss a dependency where
-all four values give one result: an integer comparison (or a float equality, a search for a
-value) that the three fills and the memory's bytes all answer alike (``x == 5`` for an
-unwritten ``x``).  Tainted data in a predicate, an index or a register is refused, never
+the memory's bytes and every fill give one result: an integer equality with a value none of
+them is (``x == 5`` of int32), a search for a value (``nc_find_index8``,
+``nc_match_replace8``) or a range test (``range_select``'s bounds) that comes out alike under
+each.  Tainted data in a predicate, an index or a register is refused, never
 probed.
 
 A PSUM matmul accumulating (``accumulate=True``) onto tainted PSUM elements, and an instruction
