@@ -128,6 +128,11 @@ class Kernel:
     def __repr__(self):
         return f"<nki kernel {self.fn.__name__}>"
 
+    def replan(self, error):
+        """Whether to trace the kernel again after ``error`` (a trace's placement overflow the
+        older API's compiler would have spilled: ``ncrtl.nki.legacy``'s kernel); False."""
+        return False
+
     def argument(self, t):
         """A device tensor ``t`` as the kernel receives it (the older API's kernels take tensors
         of that API: ``ncrtl.nki.legacy``'s kernel converts it)."""
@@ -205,10 +210,17 @@ def trace(kernel, args, kwargs=None, *, core=None, bounds=None, ranks=None):
     n = _ranks_of(kernel, ranks)
     if n is None:
         args = rank_args(args, 0, None)  # refuses per-rank arrays
-    if bounds is None:
-        return _over_ranks(kernel, args, kwargs, core, None, n)
-    with bounds:
-        return _over_ranks(kernel, args, kwargs, core, bounds, n)
+    while True:
+        try:
+            if bounds is None:
+                return _over_ranks(kernel, args, kwargs, core, None, n)
+            with bounds:
+                return _over_ranks(kernel, args, kwargs, core, bounds, n)
+        except NkiError as e:
+            if not kernel.replan(e):
+                raise
+            if bounds is not None:
+                bounds.emitted = 0
 
 
 def _over_ranks(kernel, args, kwargs, core, bounds, ranks):
