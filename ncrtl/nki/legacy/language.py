@@ -167,20 +167,15 @@ def ndarray(shape, dtype, buffer=sbuf, name=""):
             not_modelled("nl.ndarray(buffer=<an allocation function>)")
         fail(call, f"buffer must be nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm, not {buffer!r}")
     if buf in (sbuf, psum) and pdim:
-        core = current(call).core
+        current(call)
         d = dtype_of(dtype)
-        # blocks that cannot all be in their memory at once live where they fit, as the
-        # compiler spilled them (BlockTensor): PSUM blocks in SBUF, else in device memory
-        blocks = int(np.prod(shape[:pdim]))
-        row = int(np.prod(shape[pdim + 1 :])) * d.itemsize
-        home = buf
-        if buf == psum:
-            bank = core.psum_bank_bytes
-            if blocks * -(-row // bank) * bank > core.bytes_of("psum"):
-                home = sbuf
-        if home == sbuf and blocks * row > core.bytes_of("sbuf"):
-            home = "hbm"
-        return BlockTensor(shape[:pdim], shape[pdim:], d.name, buf, name or str(buffer), home)
+        # where a trace found the blocks overflowing their memory, they live further out, as
+        # the compiler spilled them (tile.spill_after): PSUM blocks in SBUF, then in HBM
+        line = caller_line()
+        home = _tl.home_of(line, buf)
+        return BlockTensor(
+            shape[:pdim], shape[pdim:], d.name, buf, name or str(buffer), home, line=line
+        )
     t = cnl.ndarray(shape, dtype, buffer=buf, name=name)
     return Tile.of(t, 0)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 
 import numpy as np
 
@@ -256,6 +257,13 @@ class Tile(NkiTensor):
         call = f"{self.name} {name}="
         if name == "add" and isinstance(other, Tile) and retarget(call, self, other, True):
             return self
+        tr = current(call)
+        spilled = tr.__dict__.get("legacy_spilled")
+        if name == "add" and spilled and self._decl in spilled:
+            written = tr.__dict__.setdefault("legacy_written", set())
+            if self._decl not in written:  # the group's first write, as in PSUM
+                assign(call, self, other)
+                return self
         if not (isinstance(other, NkiTensor) or _number(other)):
             return NotImplemented
         language._binary_into(name, self, self, other)
@@ -293,6 +301,44 @@ def tile_of(t, pdim=0):
 # -- tensors with block dimensions ----------------------------------------------------------------
 
 
+#: Where the block tensors made at a kernel line live after a trace overflowed their memory
+#: (``"sbuf"``, then ``"hbm"``): the next traces place them there (:func:`spill_after`).
+SPILLED = {}
+#: The block tiles' tensor names of the traces so far -> the kernel line that made their tensor.
+_BLOCK_LINES = {}
+_NEXT = {"psum": "sbuf", "sbuf": "hbm"}
+
+
+def home_of(line, buffer):
+    """Where the blocks of a tensor made at ``line`` in ``buffer`` live."""
+    return SPILLED.get(line, str(buffer))
+
+
+def spill_after(error):
+    """After a trace's placement ``error`` (``PSUM overflow: ...``, ``SBUF overflow: ...``):
+    move the block tensor most of whose blocks it names one memory further (PSUM to SBUF,
+    SBUF to device memory), as the older compiler spilled what it could not hold; True where
+    one moved (the kernel is traced again), False otherwise."""
+    text = str(error)
+    m = re.search(r"(PSUM|SBUF) overflow: ", text)
+    if m is None:
+        return False
+    space = m.group(1).lower()
+    counts = {}
+    for name in re.findall(r"([\w.]+) \[", text[m.end() :]):
+        line = _BLOCK_LINES.get(name)
+        if line is not None and home_of(line[0], line[1]) == space:
+            counts[line] = counts.get(line, 0) + 1
+    if not counts:
+        return False
+    line, buffer = max(counts, key=counts.get)
+    nxt = _NEXT.get(home_of(line, buffer))
+    if nxt is None:
+        return False
+    SPILLED[line] = nxt
+    return True
+
+
 class BlockTensor:
     """An on-chip tensor with block dimensions: ``blocks`` (the leading sizes), one tile
     ``[P, free...]`` per block, made when first selected, each a tensor of its own.  Blocks
@@ -301,7 +347,10 @@ class BlockTensor:
     a copy), blocks too large for the SBUF in device memory (written by DMA, each read a DMA
     into a new SBUF tile).  ``home`` is where they live."""
 
-    def __init__(self, blocks, tile_shape, dtype, buffer, name, home=None, made=None, prefix=()):
+    def __init__(
+        self, blocks, tile_shape, dtype, buffer, name, home=None, made=None, prefix=(), line=""
+    ):
+        self.line = line
         self.blocks = tuple(blocks)
         self.tile_shape = tuple(tile_shape)
         self.dtype = dtype
@@ -341,6 +390,12 @@ class BlockTensor:
             tag = "_".join(map(str, full))
             space = cnl.private_hbm if self.home == "hbm" else self.home
             t = cnl.ndarray(self.tile_shape, self.dtype, buffer=space, name=f"{self._name}_b{tag}")
+            if len(_BLOCK_LINES) > 1 << 16:
+                _BLOCK_LINES.clear()
+            _BLOCK_LINES[t.name] = (self.line, str(self._buffer))
+            if self.home != str(self._buffer) and str(self._buffer) == "psum":
+                # a spilled PSUM block: its first += is the accumulation group's first write
+                current("nl.ndarray").__dict__.setdefault("legacy_spilled", set()).add(t._decl)
             got = self._made[full] = Tile.of(t, 0)
             got._pdim = 0  # a block in device memory keeps its tile's indexing
         return got
@@ -390,6 +445,7 @@ class BlockTensor:
                 self.home,
                 self._made,
                 self._prefix + picked,
+                self.line,
             )
         t = self.block(picked)
         return t[rest] if rest else t
@@ -562,6 +618,9 @@ def assign(call, dst, value):
     (``nisa.memset``)."""
     if isinstance(value, BlockTensor):
         fail(call, f"value {value.name} has block dimensions: assign one block at a time")
+    tr = _trace.current_or_none()
+    if tr is not None and tr.__dict__.get("legacy_spilled"):
+        tr.__dict__.setdefault("legacy_written", set()).add(dst._decl)
     if isinstance(value, NkiTensor):
         if _same_view(dst, value):
             return  # t[i] += x writes t[i] in place; the store back is the same view
