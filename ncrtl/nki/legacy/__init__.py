@@ -181,6 +181,14 @@ class Kernel(_Kernel):
     def __repr__(self):
         return f"<nki.{self.mode} kernel {self.fn.__name__}>"
 
+    def replan(self, error):
+        """After a trace's placement overflow: spill the block tensor whose blocks overflowed
+        (PSUM to SBUF, SBUF to device memory) and trace again, as this API's compiler spilled
+        (``ncrtl.nki.legacy.tile.spill_after``)."""
+        from .tile import spill_after
+
+        return spill_after(error)
+
     def argument(self, t):
         """A device tensor as this API's kernels take it (its indexing, operators, assignment:
         ``ncrtl.nki.legacy.tile``)."""
