@@ -215,3 +215,16 @@ def test_only_a_result_nothing_read_yet_is_written_in_place():
     program = cur.run(k, [a], timing=False).program
     assert ops(program, kernel_line(KERNELS, "kept")) == ["vector:tensor_copy"]
     assert ops(program, kernel_line(KERNELS, "direct")) == ["scalar:activation"]
+
+
+def test_blocks_that_overflow_psum_are_spilled_to_sbuf():
+    x, y = f32(16, 32), f32(16, 512)
+    k = kernel("spilled")
+    got = k(x, y)
+    want = x.T.astype(np.float64) @ y
+    for i in range(16):
+        np.testing.assert_allclose(got[i], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[16], 2 * want, rtol=1e-4, atol=1e-4)
+    program = cur.run(k, [x, y], timing=False).program
+    line = kernel_line(KERNELS, "spilled")
+    assert ops(program, line) == ["tensor:matmul", "vector:tensor_copy"] * 16

@@ -215,3 +215,22 @@ def kept(a):
     nl.store(out[0], v)
     nl.store(out[1], u)
     return out
+
+
+@nki.jit
+def spilled(x, y):
+    """17 PSUM blocks of one bank each, 16 written before any is read: more than the PSUM
+    holds, so the blocks move to SBUF (a copy after each matmul); += into a spilled block
+    starts its group as in PSUM."""
+    k, m = x.shape
+    n = y.shape[1]
+    out = nl.ndarray((17, m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    xs, ys = nl.load(x), nl.load(y)
+    qk = nl.ndarray((17, nl.par_dim(m), n), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(16):
+        qk[i] = nisa.nc_matmul(xs, ys)  # LINE spilled
+    for j in nl.affine_range(2):
+        qk[16] += nisa.nc_matmul(xs, ys)
+    for i in nl.affine_range(17):
+        nl.store(out[i], qk[i])
+    return out
