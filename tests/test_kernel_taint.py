@@ -178,3 +178,17 @@ def test_a_kernel_that_reads_only_what_it_wrote_never_follows_taint(monkeypatch)
     np.testing.assert_array_equal(res.outputs[0], 2 * x.T)
     st = res.state[0] if isinstance(res.state, list) else res.state
     assert st.taint.texts == [] and taint.origins(st, "sbuf") is None
+
+
+def test_sendrecv_carries_the_written_mask_with_the_bytes():
+    """What a core sends unwritten arrives tainted on the other core (from the sendrecv that
+    read it); what it sends written arrives as written."""
+    x = _x(8, 6)
+    k = load_file(KERNELS, "swapped")[2]
+    got = nki.run(k, (x,), {"cols": 4, "keep": 4}, timing=False).outputs[0]
+    np.testing.assert_array_equal(got, np.concatenate([x[:, :4], x[:, :4]], axis=1))
+    with pytest.raises(KernelError) as e:
+        nki.run(k, (x,), {"cols": 4, "keep": 5}, timing=False)
+    msg = str(e.value)
+    assert msg.startswith(kernel_line(KERNELS, "swap") + ": nisa.sendrecv"), msg
+    assert "at view index [0, 4], which nothing wrote" in msg and "at index [0, 4]" in msg

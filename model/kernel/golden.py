@@ -520,7 +520,7 @@ def execute(state, ins):
             return
     if state._said is not None:
         state._said = None
-    if state.taint is not None and taint.precheck(state, ins):
+    if state.taint is not None and state.taint.texts and taint.precheck(state, ins):
         taint.slow(state, fn, ins)
         return
     try:

@@ -753,7 +753,7 @@ def sendrecv_masks(states, pair, tiles):
         if fresh.any():
             p, b = np.argwhere(fresh)[0]
             ref = pair[s].srcs[0]
-            at = [int(p), int(b) // src.itemsize]
+            at = [int(p), int(b) // src.esize]
             o = np.where(fresh, _table(states[s]).add(_text(ref, pair[s], at)), o)
         org = _origin(states[r], "sbuf", create=True)
         org[pd, bd] = np.where(w, 0, o)

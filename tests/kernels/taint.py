@@ -184,3 +184,18 @@ def clean(x):
     u = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_copy(dst=u, src=ps)
     return _store(u, F, P)
+
+
+@nki.jit(platform_target="trn2")
+def swapped(x, cols, keep):
+    """The two cores (kernel[2]) each load ``x``'s columns ``< cols`` into a tile and swap it
+    with sendrecv; core ``c`` stores columns ``[0, keep)`` of what it received at columns
+    ``c * keep`` of ``out [P, 2 keep]``."""
+    P, F = x.shape
+    c = nl.program_id(0)
+    a = _partial(x, cols=cols)
+    b = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.sendrecv(src=a, dst=b, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)  # LINE swap
+    out = nl.ndarray((P, 2 * keep), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, c * keep : (c + 1) * keep], src=b[:, 0:keep])
+    return out
