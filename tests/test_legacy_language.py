@@ -228,3 +228,16 @@ def test_blocks_that_overflow_psum_are_spilled_to_sbuf():
     program = cur.run(k, [x, y], timing=False).program
     line = kernel_line(KERNELS, "spilled")
     assert ops(program, line) == ["tensor:matmul", "vector:tensor_copy"] * 16
+
+
+def test_the_other_functions_return_tiles():
+    a, b = f32(16, 32), f32(16, 32)
+    seed = np.array([[7]], np.int32)
+    got = kernel("misc")(a, b, seed)
+    w = np.maximum(a, b)
+    np.testing.assert_array_equal(got[0], a.T)
+    np.testing.assert_allclose(got[1], (w - w.mean(1, keepdims=True)).T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[2], a.T)  # rate 0: every value kept
+    import ml_dtypes
+
+    np.testing.assert_array_equal(got[3], a.T.astype(ml_dtypes.bfloat16).astype(np.float32))

@@ -234,3 +234,23 @@ def spilled(x, y):
     for i in nl.affine_range(17):
         nl.store(out[i], qk[i])
     return out
+
+
+@nki.jit
+def misc(a, b, seed):
+    """nl.load_transpose2d, nl.where, nl.mean, nl.static_cast, nl.random_seed and nl.dropout."""
+    p, f = a.shape
+    out = nl.ndarray((4, f, p), dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nl.ndarray((f, 4, p), dtype=nl.float32)
+    r[:, 0, :] = nl.load_transpose2d(a)
+    x, y = nl.load(a), nl.load(b)
+    w = nl.where(nl.greater(x, y), x, y)
+    m = nl.mean(w, axis=1)
+    r[:, 1, :] = nl.static_cast(nl.transpose(nl.subtract(w, m)), nl.float32)
+    nl.random_seed(nl.load(seed))
+    d = nl.dropout(nl.transpose(x), 0.0)
+    r[:, 2, :] = d
+    r[:, 3, :] = nl.copy(nl.transpose(x), dtype=nl.bfloat16)
+    for i in nl.affine_range(4):
+        nl.store(out[i], r[:, i, :])
+    return out

@@ -595,6 +595,9 @@ def retarget(call, dst, value, accumulate=False):
         return False
     if dst._decl.space not in m.spaces or (m.dtypes is not None and dst.dtype not in m.dtypes):
         return False
+    if dst.dtype != value.dtype and value.dtype != "float32":
+        # a result rounded to its narrower dtype, then converted: the rounding stays
+        return False
     if dst.shape[0] != value.shape[0] or dst.size != value.size or dst._dyn is not None:
         return False
     target = dst
