@@ -182,8 +182,9 @@ def test_messages_name_the_kernels_line_and_names(function, expected, capsys):
 
 
 def test_allow_uninitialized_warns_in_one_line(tmp_path):
-    """--allow-uninitialized: each read of memory nothing wrote is one line on stderr naming
-    the kernel's line (a real process: pytest records warnings instead of showing them)."""
+    """--allow-uninitialized: an output that depends on memory nothing wrote is one line on
+    stderr naming the kernel's line of the read (a real process: pytest records warnings
+    instead of showing them)."""
     x = tmp_path / "a.npy"
     np.save(x, np.zeros((128, 64), np.float32))
     argv = ["run", f"{BAD}::reads_unwritten", "--args", str(x), "--allow-uninitialized"]
