@@ -663,7 +663,7 @@ def slow(st, fn, ins):
                 else:
                     fn(st, ins)
             probes.append(_capture(st, ins, locs))
-        except (KernelError, ValueError, IndexError, OverflowError, ZeroDivisionError):
+        except (KernelError, ValueError, IndexError, ArithmeticError):
             probes.append(None)
         finally:
             st._probe = None
