@@ -26,8 +26,9 @@ No numeric rule is restated here; each operation calls the block's golden:
 
 Reading SBUF, PSUM or device memory that nothing wrote is no error by itself: the results that
 depend on it are marked unwritten (tainted), element by element (:mod:`ncrtl.model.kernel.taint`);
-tainted data reaching the kernel's outputs, a register, a run-time offset or index, a predicate
-or a collective is an error (:class:`KernelError`), or a warning with ``uninitialized="warn"``.
+tainted data reaching the kernel's outputs is a warning; reaching a register, a run-time offset
+or index, a predicate or a collective it is an error (:class:`KernelError`), or a warning with
+``uninitialized="warn"``.
 """
 
 from __future__ import annotations
