@@ -822,3 +822,25 @@ def test_a_kernel_file_of_a_package_imports_its_siblings(tmp_path, capsys):
     )
     assert np.array_equal(np.load(out / "out0.npy"), 3 * a)
     capsys.readouterr()
+
+
+def test_memory_region_and_nki_tensor_names():
+    """``nl.MemoryRegion``'s members are ``buffer=`` values equal to the buffer constants;
+    ``nl.NkiTensor`` is the class of a kernel's tensors."""
+    from ncrtl.nki import language as nl
+
+    seen = {}
+
+    @nki.jit
+    def copy(a):
+        seen["tensor"] = isinstance(a, nl.NkiTensor)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.MemoryRegion.sbuf)
+        nisa_ = nki.isa
+        nisa_.dma_copy(dst=t, src=a)
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.MemoryRegion.shared_hbm)
+        nisa_.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    assert np.array_equal(copy(a), a) and seen["tensor"]
+    assert nl.MemoryRegion.psum == nl.psum and nl.MemoryRegion.sbuf == nl.sbuf

@@ -8,6 +8,7 @@ line (never an AttributeError); a kernel may subclass it (``class X(nl.hypot)``)
 
 from __future__ import annotations
 
+import enum
 import math
 
 import numpy as np
@@ -25,6 +26,20 @@ private_hbm = "private_hbm"
 hbm = private_hbm
 shared_hbm = "shared_hbm"
 _BUFFERS = {sbuf: "sbuf", psum: "psum", private_hbm: "hbm", shared_hbm: "hbm"}
+
+
+class MemoryRegion(str, enum.Enum):
+    """The memories as the reference's enumeration: each member equals its buffer constant
+    (``nl.MemoryRegion.sbuf == nl.sbuf``), so either is a ``buffer=``."""
+
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+
+#: The class of a kernel's tensors and views (``isinstance(t, nl.NkiTensor)``, annotations).
+NkiTensor = _trace.NkiTensor
 
 
 def is_hbm(buf):
@@ -384,6 +399,8 @@ __all__ = [
     "private_hbm",
     "shared_hbm",
     "NKIObject",
+    "MemoryRegion",
+    "NkiTensor",
     "ndarray",
     "zeros",
     "full",
