@@ -518,3 +518,27 @@ def test_operator_tokens_stay_operators():
 
     assert repr(nl.add) == "nl.add" and nl.add.name == "add"
     assert set(highlevel.FUNCTIONS) == set(nl._OPS) - {"average", "prelu", "bypass"}
+
+
+def test_matmul_of_two_dtypes_runs_in_the_wider():
+    """``nl.matmul`` of a float32 and a bfloat16 tile: the bfloat16 one is copied to float32
+    (exactly) and the product is the float32 mode's (the older API's attention does so)."""
+    import ml_dtypes
+
+    @nki.jit
+    def mixed(a, b):
+        import nki.language as nl_
+
+        x = nl_.load(a)
+        y = nl_.load(b)
+        p = nl_.matmul(x, y, transpose_x=True)
+        out = nl_.ndarray(p.shape, nl_.float32, buffer=nl_.shared_hbm)
+        nl_.store(out, nl_.copy(p))
+        return out
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((64, 48)).astype(ml_dtypes.bfloat16)
+    got = nki.run(mixed, (a, b), timing=False).outputs[0]
+    want = a.astype(np.float64).T @ b.astype(np.float64)
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))

@@ -372,6 +372,13 @@ def copy(x, dtype=None):
     return out
 
 
+def _converted(x, dtype, name):
+    """An SBUF tile ``x`` copied into a new tile of ``dtype`` (``nisa.tensor_copy``)."""
+    t = _new(x.shape, dtype, name)
+    nisa.tensor_copy(dst=t, src=x)
+    return t
+
+
 def _sbuf(x, name):
     """``x`` in SBUF: itself, or (a PSUM tile) its copy (``nisa.tensor_copy``)."""
     if x._decl.space == "sbuf":
@@ -484,6 +491,15 @@ def matmul(x, y, transpose_x=False):
         fail(call, f"x {list(x.shape)} must be a 2-D tile")
     x = _sbuf(x, "matmul_x")
     y = _sbuf(y, "matmul_y")
+    if x.dtype != y.dtype:
+        # the Tensor Engine multiplies operands of one mode: the narrower is copied to the
+        # wider's dtype (exact: bf16, fp16 and fp8 values are float32 values), so the product
+        # is the wider mode's (the older API's attention multiplies float32 by bfloat16 tiles)
+        wide = max((x, y), key=lambda t: dtype_of(t.dtype).itemsize).dtype
+        if x.dtype != wide:
+            x = _converted(x, wide, "matmul_x")
+        if y.dtype != wide:
+            y = _converted(y, wide, "matmul_y")
     if not transpose_x:
         if x.shape[1] != y.shape[0]:
             fail(
