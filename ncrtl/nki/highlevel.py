@@ -372,6 +372,21 @@ def copy(x, dtype=None):
     return out
 
 
+def one_mode(x, y):
+    """SBUF matmul operands ``x``, ``y`` of one dtype: the Tensor Engine multiplies operands
+    of one mode, so of two dtypes the narrower is copied to the wider's (exact: bf16, fp16 and
+    fp8 values are float32 values) and the product is the wider mode's (the older API's
+    attention multiplies float32 by bfloat16 tiles)."""
+    if x.dtype == y.dtype:
+        return x, y
+    wide = max((x, y), key=lambda t: dtype_of(t.dtype).itemsize).dtype
+    if x.dtype != wide:
+        x = _converted(x, wide, "matmul_x")
+    if y.dtype != wide:
+        y = _converted(y, wide, "matmul_y")
+    return x, y
+
+
 def _converted(x, dtype, name):
     """An SBUF tile ``x`` copied into a new tile of ``dtype`` (``nisa.tensor_copy``)."""
     t = _new(x.shape, dtype, name)
@@ -491,15 +506,7 @@ def matmul(x, y, transpose_x=False):
         fail(call, f"x {list(x.shape)} must be a 2-D tile")
     x = _sbuf(x, "matmul_x")
     y = _sbuf(y, "matmul_y")
-    if x.dtype != y.dtype:
-        # the Tensor Engine multiplies operands of one mode: the narrower is copied to the
-        # wider's dtype (exact: bf16, fp16 and fp8 values are float32 values), so the product
-        # is the wider mode's (the older API's attention multiplies float32 by bfloat16 tiles)
-        wide = max((x, y), key=lambda t: dtype_of(t.dtype).itemsize).dtype
-        if x.dtype != wide:
-            x = _converted(x, wide, "matmul_x")
-        if y.dtype != wide:
-            y = _converted(y, wide, "matmul_y")
+    x, y = one_mode(x, y)
     if not transpose_x:
         if x.shape[1] != y.shape[0]:
             fail(

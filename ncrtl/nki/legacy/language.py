@@ -647,6 +647,7 @@ def matmul(x, y, transpose_x=False, mask=None):
     def emit(dst, box, acc):
         xs = highlevel._sbuf(x, "matmul_x")
         ys = highlevel._sbuf(y, "matmul_y")
+        xs, ys = highlevel.one_mode(xs, ys)
         if not transpose_x:
             xt = highlevel._pe_transpose(xs, "matmul_xT")
             xs = _tl.new_tile(xt.shape, xt.dtype, name="matmul_xT")
