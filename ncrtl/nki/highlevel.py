@@ -670,9 +670,9 @@ def where(condition, x, y, dtype=None):
 # -- reductions ---------------------------------------------------------------------------------------
 
 
-def _axes(call, x, axis):
-    """``axis`` (an int or a tuple / list of them) as the sorted tuple of the free dimensions
-    it names; they must be the last ones of ``x`` (as ``nisa.tensor_reduce`` reduces)."""
+def free_axes(call, x, axis):
+    """``axis`` (an int or a tuple / list of them) as the sorted tuple of the free dimensions of
+    ``x`` it names (each in range, none the partition dimension)."""
     n = len(x.shape)
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
     if not items:
@@ -690,6 +690,14 @@ def _axes(call, x, axis):
             "axis 0 is the partition dimension: a reduction runs along the free dimensions "
             "(transpose the tile first, nl.transpose)",
         )
+    return axes
+
+
+def _axes(call, x, axis):
+    """:func:`free_axes`, which must be the last ones of ``x`` (as ``nisa.tensor_reduce``
+    reduces)."""
+    n = len(x.shape)
+    axes = free_axes(call, x, axis)
     if axes != tuple(range(n - len(axes), n)):
         last = [list(range(k, n)) for k in range(n - 1, 0, -1)]
         fail(

@@ -493,22 +493,7 @@ def _reduce_axes(call, x, axis):
     """``axis`` (an int or a list of them) as sorted free axes of ``x``; the view of ``x``
     with them moved last (a permuted access pattern: no copy) and their positions there."""
     n = len(x.shape)
-    items = axis if isinstance(axis, (tuple, list)) else (axis,)
-    if not items:
-        fail(call, "axis names no dimension")
-    axes = []
-    for a in items:
-        a = _trace._int(a, "axis", call)
-        if not -n <= a < n:
-            fail(call, f"axis {a} is outside the {n} dimensions of x {list(x.shape)}")
-        axes.append(a % n)
-    axes = sorted(set(axes))
-    if 0 in axes:
-        fail(
-            call,
-            "axis 0 is the partition dimension: a reduction runs along the free dimensions "
-            "(transpose the tile first, nl.transpose)",
-        )
+    axes = list(highlevel.free_axes(call, x, axis))
     keep = [d for d in range(n) if d not in axes]
     order = keep + axes
     view = x
