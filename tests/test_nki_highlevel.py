@@ -540,5 +540,8 @@ def test_matmul_of_two_dtypes_runs_in_the_wider():
     a = rng.standard_normal((64, 32)).astype(np.float32)
     b = rng.standard_normal((64, 48)).astype(ml_dtypes.bfloat16)
     got = nki.run(mixed, (a, b), timing=False).outputs[0]
+    # bit for bit the float32 matmul of the same values (bfloat16 -> float32 is exact)
+    same = nki.run(mixed, (a, b.astype(np.float32)), timing=False).outputs[0]
+    assert got.tobytes() == same.tobytes()
     want = a.astype(np.float64).T @ b.astype(np.float64)
     assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
